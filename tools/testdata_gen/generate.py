@@ -1,0 +1,1448 @@
+#!/usr/bin/env python3
+"""Generate the project's XLA SPMD test cases (testdata/cases/<name>/...).
+
+For each case this jit-compiles a small sharded JAX program on an 8-device
+host-platform CPU mesh with GSPMD (Shardy disabled), grabs XLA's three
+spmd-partitioner dumps, strips source metadata from them, runs the program on
+inputs from a portable counter-based hash generator, and writes
+
+    input.hlo            before sharding propagation (user shardings only)
+    propagated.hlo       after sharding propagation, before SPMD partitioning
+    xla_partitioned.hlo  after SPMD partitioning (per-device program)
+    args/arg<i>.npy      global inputs, entry-parameter order
+    expected/out<i>.npy  global outputs (flattened output order)
+    case.json            metadata (meshes, specs, generators, collective stats)
+
+plus <out>/index.json.  See testdata/README.md for the format.
+
+Usage:
+    pip install -r tools/testdata_gen/requirements.txt
+    python3 tools/testdata_gen/generate.py                 # all cases -> testdata/
+    python3 tools/testdata_gen/generate.py --only NAME     # one case (repeatable)
+    python3 tools/testdata_gen/generate.py --out DIR       # other output root
+    python3 tools/testdata_gen/generate.py --list          # list case names
+"""
+
+import argparse
+import atexit
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import zlib
+
+# XLA reads XLA_FLAGS once, when the CPU backend is created, so the dump
+# folder has to be chosen before jax is imported.
+_DUMP_DIR = tempfile.mkdtemp(prefix="testdata_gen_dump_")
+_KEEP_DUMPS = []
+atexit.register(lambda: _KEEP_DUMPS or shutil.rmtree(_DUMP_DIR, ignore_errors=True))
+os.environ["XLA_FLAGS"] = (
+    "--xla_force_host_platform_device_count=8 "
+    "--xla_dump_to=%s --xla_dump_hlo_pass_re=spmd|sharding" % _DUMP_DIR
+)
+os.environ["JAX_PLATFORMS"] = "cpu"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import ml_dtypes  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+jax.config.update("jax_use_shardy_partitioner", False)
+
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+NUM_DEVICES = 8
+
+COLLECTIVES = ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"]
+
+# HLO element type -> (numpy dtype used in .npy, bits per element)
+HLO_TYPES = {
+    "pred": ("bool", 8), "s8": ("int8", 8), "u8": ("uint8", 8),
+    "s16": ("int16", 16), "u16": ("uint16", 16), "f16": ("float16", 16),
+    "bf16": ("float32", 16), "s32": ("int32", 32), "u32": ("uint32", 32),
+    "f32": ("float32", 32), "s64": ("int64", 64), "u64": ("uint64", 64),
+    "f64": ("float64", 64), "c64": ("complex64", 64), "c128": ("complex128", 128),
+    "s4": ("int8", 4), "u4": ("uint8", 4), "s2": ("int8", 2), "u2": ("uint8", 2),
+    "s1": ("int8", 1), "u1": ("uint8", 1),
+    "f8e4m3fn": (None, 8), "f8e5m2": (None, 8), "f8e4m3": (None, 8),
+    "f8e4m3fnuz": (None, 8), "f8e5m2fnuz": (None, 8), "f8e4m3b11fnuz": (None, 8),
+    "f8e3m4": (None, 8), "f8e8m0fnu": (None, 8), "f4e2m1fn": (None, 4),
+    "token": (None, 0),
+}
+NP_TO_HLO = {
+    "bool": "pred", "int8": "s8", "uint8": "u8", "int16": "s16", "uint16": "u16",
+    "float16": "f16", "bfloat16": "bf16", "int32": "s32", "uint32": "u32",
+    "float32": "f32", "int64": "s64", "uint64": "u64", "float64": "f64",
+}
+
+
+# ---------------------------------------------------------------------------
+# Portable input generator (documented in testdata/README.md).
+# ---------------------------------------------------------------------------
+
+def hash_u32(n, seed):
+    """Counter-based hash: murmur3's 32-bit finaliser applied to
+    (i + seed * 0x9E3779B9) mod 2^32 for the row-major flat index i."""
+    i = np.arange(n, dtype=np.uint64)
+    mixed = (i + np.uint64(seed % (1 << 32)) * np.uint64(0x9E3779B9)) & np.uint64(0xFFFFFFFF)
+    x = mixed.astype(np.uint32)
+    x = x ^ (x >> np.uint32(16))
+    x = x * np.uint32(0x85EBCA6B)
+    x = x ^ (x >> np.uint32(13))
+    x = x * np.uint32(0xC2B2AE35)
+    x = x ^ (x >> np.uint32(16))
+    return x
+
+
+def hash_uniform_float(shape, seed, scale, bf16=False):
+    n = int(np.prod(shape, dtype=np.int64))
+    x = hash_u32(n, seed)
+    top24 = (x >> np.uint32(8)).astype(np.int64)
+    u = (2 * top24 - (1 << 24)).astype(np.float32) * np.float32(2.0 ** -24)
+    v = (u * np.float32(scale)).astype(np.float32)
+    if bf16:
+        v = v.astype(ml_dtypes.bfloat16).astype(np.float32)
+    return v.reshape(shape)
+
+
+def hash_uniform_int(shape, seed, lo, hi, np_dtype):
+    n = int(np.prod(shape, dtype=np.int64))
+    x = hash_u32(n, seed).astype(np.int64)
+    v = lo + (x % (hi - lo))
+    return v.astype(np_dtype).reshape(shape)
+
+
+def case_seed(case_name, arg_index):
+    base = zlib.crc32(("testdata/" + case_name).encode("utf-8"))
+    return (base + 104729 * (arg_index + 1)) % (1 << 32)
+
+
+# ---------------------------------------------------------------------------
+# HLO text helpers.
+# ---------------------------------------------------------------------------
+
+_HEADER_BLOCKS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+
+
+def _skip_braced(text, start):
+    """text[start] == '{'; return the index just past the matching '}',
+    ignoring braces inside double-quoted strings."""
+    depth = 0
+    i = start
+    n = len(text)
+    in_str = False
+    while i < n:
+        ch = text[i]
+        if in_str:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise ValueError("unbalanced braces in HLO text")
+
+
+def strip_metadata(text):
+    out = []
+    pos = 0
+    key = ", metadata={"
+    while True:
+        j = text.find(key, pos)
+        if j < 0:
+            out.append(text[pos:])
+            break
+        out.append(text[pos:j])
+        pos = _skip_braced(text, j + len(key) - 1)
+    return "".join(out)
+
+
+def strip_header_blocks(text):
+    lines = text.split("\n")
+    kept = []
+    i = 0
+    while i < len(lines):
+        if lines[i] in _HEADER_BLOCKS:
+            i += 1
+            while i < len(lines) and lines[i].strip() != "":
+                i += 1
+            continue
+        kept.append(lines[i])
+        i += 1
+    # Collapse the blank-line runs the removed blocks leave behind.
+    out = []
+    for line in kept:
+        if line.strip() == "" and out and out[-1].strip() == "":
+            continue
+        out.append(line)
+    return "\n".join(out).strip("\n") + "\n"
+
+
+def clean_hlo(text):
+    return strip_header_blocks(strip_metadata(text))
+
+
+_INSTR_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*")
+_ARRAY_RE = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,\s<=]*)\]")
+
+
+def _parse_shape(s, i):
+    """Parse an HLO shape starting at s[i]; return (shape_text, next_index)."""
+    if s[i] == "(":
+        depth = 0
+        j = i
+        while j < len(s):
+            if s[j] == "(":
+                depth += 1
+            elif s[j] == ")":
+                depth -= 1
+                if depth == 0:
+                    return s[i:j + 1], j + 1
+            j += 1
+        raise ValueError("unbalanced tuple shape")
+    j = i
+    brace = 0
+    while j < len(s):
+        ch = s[j]
+        if ch == "{":
+            brace += 1
+        elif ch == "}":
+            brace -= 1
+        elif ch == " " and brace == 0:
+            break
+        j += 1
+    return s[i:j], j
+
+
+def parse_instructions(text):
+    """Yield (name, shape_text, opcode, line) for every instruction line."""
+    for line in text.split("\n"):
+        m = _INSTR_RE.match(line)
+        if not m:
+            continue
+        rest_start = m.end()
+        if rest_start >= len(line):
+            continue
+        try:
+            shape, k = _parse_shape(line, rest_start)
+        except ValueError:
+            continue
+        rest = line[k:].lstrip()
+        om = re.match(r"([a-z][a-z0-9\-]*)\(", rest)
+        if not om:
+            continue
+        yield m.group(1), shape, om.group(1), line
+
+
+def shape_bytes(shape_text):
+    total = 0
+    for ty, dims in _ARRAY_RE.findall(shape_text):
+        if ty not in HLO_TYPES:
+            continue
+        bits = HLO_TYPES[ty][1]
+        n = 1
+        for d in dims.split(","):
+            d = d.strip().replace("<=", "")
+            if d:
+                n *= int(d)
+        total += (n * bits + 7) // 8
+    return total
+
+
+def collective_stats(text):
+    """Static collective counts / bytes and an opcode histogram over all
+    computations.  Async `-start` forms count as their collective (bytes from
+    the matching `-done` result); `-done` forms are not counted again."""
+    instrs = list(parse_instructions(text))
+    done_shape = {}
+    for name, shape, op, line in instrs:
+        if op.endswith("-done"):
+            m = re.search(r"-done\(\s*%?([^\s,)]+)", line)
+            if m:
+                done_shape[m.group(1)] = shape
+    counts = {c: 0 for c in COLLECTIVES}
+    by_op = {}
+    hist = {}
+    for name, shape, op, line in instrs:
+        hist[op] = hist.get(op, 0) + 1
+        base = op[:-len("-start")] if op.endswith("-start") else op
+        if base in counts and not op.endswith("-done"):
+            counts[base] += 1
+            b = shape_bytes(done_shape.get(name, shape) if op.endswith("-start") else shape)
+            by_op[base] = by_op.get(base, 0) + b
+    by_op = {k: by_op[k] for k in sorted(by_op)}
+    hist = {k: hist[k] for k in sorted(hist)}
+    return counts, sum(by_op.values()), by_op, hist
+
+
+# ---------------------------------------------------------------------------
+# Case definitions.
+# ---------------------------------------------------------------------------
+
+class Ctx:
+    """Per-run state used by case functions (mesh, single-device mode)."""
+    mesh = None
+    single = False
+
+
+def wsc(x, spec):
+    """with_sharding_constraint that disappears in the single-device rerun."""
+    if Ctx.single:
+        return x
+    return lax.with_sharding_constraint(x, NamedSharding(Ctx.mesh, spec))
+
+
+class Case:
+    def __init__(self, name, description, mesh_shape, axis_names, rtol, atol, manual=False):
+        self.name = name
+        self.description = description
+        self.mesh_shape = list(mesh_shape)
+        self.axis_names = list(axis_names)
+        self.rtol = rtol
+        self.atol = atol
+        self.manual = manual  # uses shard_map: no single-device rerun
+        self.args = []
+        self.outs = []
+        self.fn = None
+
+    def arg(self, name, shape, dtype, spec, scale=1.0, lo=None, hi=None, value=None):
+        idx = len(self.args)
+        shape = tuple(shape)
+        if value is not None:
+            gen = {"kind": "explicit", "value": value}
+            np_dtype = HLO_TYPES[dtype][0]
+            data = np.full(shape, value, dtype=np_dtype)
+        elif dtype in ("f32", "bf16"):
+            seed = case_seed(self.name, idx)
+            scale32 = float(np.float32(scale))
+            gen = {"kind": "hash_uniform_float", "seed": seed, "scale": scale32}
+            data = hash_uniform_float(shape, seed, scale32, bf16=(dtype == "bf16"))
+        else:
+            seed = case_seed(self.name, idx)
+            gen = {"kind": "hash_uniform_int", "seed": seed, "lo": int(lo), "hi": int(hi)}
+            data = hash_uniform_int(shape, seed, lo, hi, HLO_TYPES[dtype][0])
+        self.args.append({"name": name, "shape": list(shape), "dtype": dtype,
+                          "spec": spec, "generator": gen, "data": data})
+
+    def out(self, name, spec):
+        self.outs.append((name, spec))
+
+
+CASES = {}
+
+
+def case(name, description, mesh_shape, axis_names, rtol=1e-5, atol=1e-5, manual=False):
+    def deco(builder):
+        assert name not in CASES, name
+        CASES[name] = (builder, dict(description=description, mesh_shape=mesh_shape,
+                                     axis_names=axis_names, rtol=rtol, atol=atol,
+                                     manual=manual))
+        return builder
+    return deco
+
+
+def smap(f, in_specs, out_specs):
+    return jax.shard_map(f, mesh=Ctx.mesh, in_specs=in_specs, out_specs=out_specs)
+
+
+# --- MLPs ------------------------------------------------------------------
+
+@case("tp_mlp_erf_gelu",
+      "Megatron tensor-parallel MLP on an 8-way 'model' axis: w1 [40,160] column-parallel "
+      "(sharded on its output dim, bias too), exact erf-gelu, w2 [160,40] row-parallel "
+      "(sharded on the contracting dim) -> one all-reduce of the [24,40] partial sums. "
+      "x and y replicated.",
+      (8,), ("model",), rtol=1e-4, atol=1e-5)
+def _tp_mlp(c):
+    c.arg("x", (24, 40), "f32", P(None, None))
+    c.arg("w1", (40, 160), "f32", P(None, "model"), scale=0.15)
+    c.arg("b1", (160,), "f32", P("model"), scale=0.1)
+    c.arg("w2", (160, 40), "f32", P("model", None), scale=0.08)
+    c.arg("b2", (40,), "f32", P(None), scale=0.1)
+    c.out("y", P(None, None))
+
+    def f(x, w1, b1, w2, b2):
+        h = jax.nn.gelu(x @ w1 + b1, approximate=False)
+        return (h @ w2 + b2,)
+    return f
+
+
+@case("dp_mlp_3layer",
+      "Data-parallel 3-layer MLP (relu, tanh, linear): x [32,20] batch-sharded 8-way over "
+      "'batch', all weights/biases replicated; output batch-sharded. No communication.",
+      (8,), ("batch",))
+def _dp_mlp(c):
+    c.arg("x", (32, 20), "f32", P("batch", None))
+    c.arg("w1", (20, 48), "f32", P(None, None), scale=0.22)
+    c.arg("b1", (48,), "f32", P(None), scale=0.1)
+    c.arg("w2", (48, 48), "f32", P(None, None), scale=0.14)
+    c.arg("b2", (48,), "f32", P(None), scale=0.1)
+    c.arg("w3", (48, 10), "f32", P(None, None), scale=0.14)
+    c.arg("b3", (10,), "f32", P(None), scale=0.1)
+    c.out("y", P("batch", None))
+
+    def f(x, w1, b1, w2, b2, w3, b3):
+        h = jax.nn.relu(x @ w1 + b1)
+        h = jnp.tanh(h @ w2 + b2)
+        return (h @ w3 + b3,)
+    return f
+
+
+@case("fsdp_mlp_zero3",
+      "FSDP / ZeRO-3 MLP on an 8-way 'fsdp' axis: batch sharded, w1 [32,64] stored sharded on "
+      "its output dim and w2 [64,32] on its input dim, b1 sharded; each is all-gathered by "
+      "with_sharding_constraint(replicated) right before use. Output batch-sharded.",
+      (8,), ("fsdp",))
+def _fsdp(c):
+    c.arg("x", (16, 32), "f32", P("fsdp", None))
+    c.arg("w1", (32, 64), "f32", P(None, "fsdp"), scale=0.18)
+    c.arg("b1", (64,), "f32", P("fsdp"), scale=0.1)
+    c.arg("w2", (64, 32), "f32", P("fsdp", None), scale=0.12)
+    c.out("y", P("fsdp", None))
+
+    def f(x, w1, b1, w2):
+        w1g = wsc(w1, P(None, None))
+        b1g = wsc(b1, P(None))
+        w2g = wsc(w2, P(None, None))
+        h = jax.nn.silu(x @ w1g + b1g)
+        return (h @ w2g,)
+    return f
+
+
+@case("deep_mlp_6_alternating",
+      "6-layer MLP on a 2x4 (data, model) mesh: batch on 'data', layers alternate "
+      "column-parallel [32,64] (out dim on 'model') and row-parallel [64,32] (in dim on "
+      "'model'), residual adds -> 3 all-reduces in a dependent chain.",
+      (2, 4), ("data", "model"), rtol=1e-4, atol=1e-5)
+def _deep_mlp(c):
+    c.arg("x", (8, 32), "f32", P("data", None))
+    for i in range(3):
+        c.arg("wa%d" % i, (32, 64), "f32", P(None, "model"), scale=0.18)
+        c.arg("wb%d" % i, (64, 32), "f32", P("model", None), scale=0.12)
+    c.out("y", P("data", None))
+
+    def f(x, wa0, wb0, wa1, wb1, wa2, wb2):
+        h = x
+        for wa, wb in ((wa0, wb0), (wa1, wb1), (wa2, wb2)):
+            h = h + jax.nn.relu(h @ wa) @ wb
+        return (h,)
+    return f
+
+
+# --- transformer / training ---------------------------------------------------
+
+@case("transformer_block_2x4_causal",
+      "Pre-RMSNorm causal transformer block on a 2x4 (data, model) mesh: batch on 'data', "
+      "4 attention heads and the MLP hidden dim (swish) on 'model' (Megatron TP). "
+      "B=2, S=8, D=32, H=4, K=8, F=128. Two all-reduces expected (attention out, MLP out).",
+      (2, 4), ("data", "model"), rtol=1e-4, atol=1e-4)
+def _transformer(c):
+    B, S, D, H, K, F = 2, 8, 32, 4, 8, 128
+    c.arg("x", (B, S, D), "f32", P("data", None, None))
+    c.arg("g1", (D,), "f32", P(None), scale=0.5)
+    c.arg("wq", (D, H, K), "f32", P(None, "model", None), scale=0.17)
+    c.arg("wk", (D, H, K), "f32", P(None, "model", None), scale=0.17)
+    c.arg("wv", (D, H, K), "f32", P(None, "model", None), scale=0.17)
+    c.arg("wo", (H, K, D), "f32", P("model", None, None), scale=0.17)
+    c.arg("g2", (D,), "f32", P(None), scale=0.5)
+    c.arg("w1", (D, F), "f32", P(None, "model"), scale=0.17)
+    c.arg("w2", (F, D), "f32", P("model", None), scale=0.09)
+    c.out("y", P("data", None, None))
+
+    def rmsnorm(x, g):
+        return x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * (1.0 + g)
+
+    def f(x, g1, wq, wk, wv, wo, g2, w1, w2):
+        h = rmsnorm(x, g1)
+        q = jnp.einsum("bsd,dhk->bhsk", h, wq)
+        k = jnp.einsum("bsd,dhk->bhsk", h, wk)
+        v = jnp.einsum("bsd,dhk->bhsk", h, wv)
+        s = jnp.einsum("bhqk,bhsk->bhqs", q, k) * (1.0 / np.sqrt(K))
+        mask = jnp.tril(jnp.ones((S, S), dtype=bool))
+        s = jnp.where(mask, s, -1e9)
+        p = jax.nn.softmax(s, axis=-1)
+        o = jnp.einsum("bhqs,bhsk->bhqk", p, v)
+        x = x + jnp.einsum("bhqk,hkd->bqd", o, wo)
+        h = rmsnorm(x, g2)
+        x = x + jax.nn.silu(h @ w1) @ w2
+        return (x,)
+    return f
+
+
+@case("train_step_dp_momentum",
+      "One SGD-with-momentum step (lr=0.05, mu=0.9) of a 2-layer tanh MLP with softmax "
+      "cross-entropy against hashed integer labels, data-parallel on an 8-way 'data' axis: "
+      "batch sharded, params and velocities replicated -> gradient all-reduces. Outputs: "
+      "new w1,b1,w2,b2, new velocities, loss.",
+      (8,), ("data",), rtol=1e-4, atol=1e-5)
+def _train_step(c):
+    c.arg("w1", (12, 24), "f32", P(None, None), scale=0.3)
+    c.arg("b1", (24,), "f32", P(None), scale=0.1)
+    c.arg("w2", (24, 6), "f32", P(None, None), scale=0.2)
+    c.arg("b2", (6,), "f32", P(None), scale=0.1)
+    c.arg("v_w1", (12, 24), "f32", P(None, None), scale=0.01)
+    c.arg("v_b1", (24,), "f32", P(None), scale=0.01)
+    c.arg("v_w2", (24, 6), "f32", P(None, None), scale=0.01)
+    c.arg("v_b2", (6,), "f32", P(None), scale=0.01)
+    c.arg("x", (64, 12), "f32", P("data", None))
+    c.arg("labels", (64,), "s32", P("data"), lo=0, hi=6)
+    for n in ("w1", "b1", "w2", "b2", "v_w1", "v_b1", "v_w2", "v_b2"):
+        c.out("new_" + n, P(*([None] * (2 if n.endswith(("w1", "w2")) else 1))))
+    c.out("loss", P())
+
+    def loss_fn(params, x, labels):
+        w1, b1, w2, b2 = params
+        h = jnp.tanh(x @ w1 + b1)
+        logits = h @ w2 + b2
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        onehot = jax.nn.one_hot(labels, 6, dtype=jnp.float32)
+        return -jnp.mean(jnp.sum(onehot * logp, axis=-1))
+
+    def f(w1, b1, w2, b2, vw1, vb1, vw2, vb2, x, labels):
+        params = (w1, b1, w2, b2)
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, labels)
+        vs = tuple(0.9 * v + g for v, g in zip((vw1, vb1, vw2, vb2), grads))
+        new = tuple(p - 0.05 * v for p, v in zip(params, vs))
+        return new + vs + (loss,)
+    return f
+
+
+# --- embeddings / losses --------------------------------------------------------
+
+@case("embedding_vocab_sharded_2d_ids",
+      "Embedding lookup jnp.take(table, ids, axis=0) with table [128,24] sharded on the vocab "
+      "dim over an 8-way 'vocab' axis and a replicated [4,8] s32 id matrix; output [4,8,24] "
+      "replicated -> masked local gather + all-reduce.",
+      (8,), ("vocab",), rtol=0.0, atol=0.0)
+def _embedding(c):
+    c.arg("table", (128, 24), "f32", P("vocab", None))
+    c.arg("ids", (4, 8), "s32", P(None, None), lo=0, hi=128)
+    c.out("emb", P(None, None, None))
+
+    def f(table, ids):
+        return (jnp.take(table, ids, axis=0),)
+    return f
+
+
+@case("xent_take_along_2x4",
+      "Softmax cross-entropy with logits [8,256] sharded (data, model) on a 2x4 mesh (vocab "
+      "4-way): log_softmax over the sharded vocab dim, label log-prob via take_along_axis "
+      "(gather), per-example loss (data-sharded), mean loss and an s32 count of correct "
+      "argmax predictions (replicated).",
+      (2, 4), ("data", "model"), rtol=1e-5, atol=1e-5)
+def _xent(c):
+    c.arg("logits", (8, 256), "f32", P("data", "model"), scale=3.0)
+    c.arg("labels", (8,), "s32", P("data"), lo=0, hi=256)
+    c.out("per_example", P("data"))
+    c.out("mean", P())
+    c.out("num_correct", P())
+
+    def f(logits, labels):
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        picked = jnp.take_along_axis(logp, labels[:, None], axis=-1)[:, 0]
+        loss = -picked
+        correct = jnp.sum((jnp.argmax(logits, axis=-1) == labels).astype(jnp.int32))
+        return loss, jnp.mean(loss), correct
+    return f
+
+
+# --- resharding ------------------------------------------------------------------
+
+@case("reshard_rows_to_cols",
+      "[16,64] row-sharded 8-way -> (x*2) constrained column-sharded -> output column-sharded "
+      "(all-to-all).",
+      (8,), ("x",), rtol=0.0, atol=0.0)
+def _r2c(c):
+    c.arg("x", (16, 64), "f32", P("x", None))
+    c.out("y", P(None, "x"))
+
+    def f(x):
+        return (wsc(x * 2.0, P(None, "x")),)
+    return f
+
+
+@case("reshard_replicated_to_2d",
+      "On a 4x2 (a, b) mesh: replicated [16,16] input -> with_sharding_constraint P('a','b') "
+      "-> 2-D tiled output (local dynamic-slice by partition-id, no communication).",
+      (4, 2), ("a", "b"), rtol=0.0, atol=0.0)
+def _repl2d(c):
+    c.arg("x", (16, 16), "f32", P(None, None))
+    c.out("y", P("a", "b"))
+
+    def f(x):
+        return (wsc(x + 1.0, P("a", "b")),)
+    return f
+
+
+@case("reshard_cols_to_replicated",
+      "[8,64] column-sharded 8-way -> replicated via with_sharding_constraint and the "
+      "replicated out_sharding (all-gather).",
+      (8,), ("x",), rtol=0.0, atol=0.0)
+def _c2r(c):
+    c.arg("x", (8, 64), "f32", P(None, "x"))
+    c.out("y", P(None, None))
+
+    def f(x):
+        return (wsc(x - 0.5, P(None, None)),)
+    return f
+
+
+@case("reshard_8way_cols_to_2x4",
+      "On a 2x4 (a, b) mesh: [16,32] with dim 1 sharded 8-way over ('a','b') -> 2-D tiling "
+      "P('a','b') (dim 0 2-way, dim 1 4-way).",
+      (2, 4), ("a", "b"), rtol=0.0, atol=0.0)
+def _r8to2x4(c):
+    c.arg("x", (16, 32), "f32", P(None, ("a", "b")))
+    c.out("y", P("a", "b"))
+
+    def f(x):
+        return (wsc(x, P("a", "b")),)
+    return f
+
+
+@case("reshard_2x4_swap_axes",
+      "On a 2x4 (a, b) mesh: [16,16] tiled P('a','b') -> P('b','a') (both dims change axis).",
+      (2, 4), ("a", "b"), rtol=0.0, atol=0.0)
+def _swap(c):
+    c.arg("x", (16, 16), "f32", P("a", "b"))
+    c.out("y", P("b", "a"))
+
+    def f(x):
+        return (wsc(x * 3.0, P("b", "a")),)
+    return f
+
+
+# --- shape ops ---------------------------------------------------------------------
+
+@case("reshape_sharded_3d",
+      "Reshapes touching an 8-way sharded dim: (a) merge [16,4,8]->[64,8] with the major dim "
+      "sharded (local), (b) merge [2,32,4]->[64,4] with the minor merged dim sharded "
+      "(resharding), (c) split [32,6]->[8,4,6] of the sharded dim.",
+      (8,), ("x",), rtol=0.0, atol=0.0)
+def _reshape(c):
+    c.arg("a", (16, 4, 8), "f32", P("x", None, None))
+    c.arg("b", (2, 32, 4), "f32", P(None, "x", None))
+    c.arg("d", (32, 6), "f32", P("x", None))
+    c.out("merge_major", P("x", None))
+    c.out("merge_minor_sharded", P("x", None))
+    c.out("split", P("x", None, None))
+
+    def f(a, b, d):
+        return a.reshape(64, 8), b.reshape(64, 4), d.reshape(8, 4, 6)
+    return f
+
+
+@case("transpose_sharded_3d",
+      "Transposes of [8,16,4] sharded 8-way on dim 0: (1,0,2) requested sharded on the new "
+      "dim 0 (all-to-all) and (2,1,0) requested sharded on the dim the sharding moved to "
+      "(local).",
+      (8,), ("x",), rtol=0.0, atol=0.0)
+def _transpose(c):
+    c.arg("x", (8, 16, 4), "f32", P("x", None, None))
+    c.out("t102_resharded", P("x", None, None))
+    c.out("t210_local", P(None, None, "x"))
+
+    def f(x):
+        return jnp.transpose(x, (1, 0, 2)), jnp.transpose(x, (2, 1, 0))
+    return f
+
+
+@case("concat_sharded_2d",
+      "On a 4x2 (a, b) mesh with 2-D tiled operands: concatenate [16,8] ++ [8,8] along the "
+      "'a'-sharded dim 0 -> [24,8], and [16,8] ++ 2*[16,8] along the 'b'-sharded dim 1 -> "
+      "[16,16]; outputs tiled P('a','b').",
+      (4, 2), ("a", "b"), rtol=0.0, atol=0.0)
+def _concat(c):
+    c.arg("p", (16, 8), "f32", P("a", "b"))
+    c.arg("q", (8, 8), "f32", P("a", "b"))
+    c.out("concat_dim0", P("a", "b"))
+    c.out("concat_dim1", P("a", "b"))
+
+    def f(p, q):
+        return jnp.concatenate([p, q], axis=0), jnp.concatenate([p, 2.0 * p], axis=1)
+    return f
+
+
+@case("pad_slice_sharded_cols",
+      "Along dim 1 of [8,64] sharded 8-way: jnp.pad cols (2,6) -> [8,72]; slice x[:,4:60] -> "
+      "[8,56]; strided x[:,::4] -> [8,16]; lax.pad with interior 1 and high 1 -> [8,128]; "
+      "all outputs sharded on dim 1.",
+      (8,), ("x",), rtol=0.0, atol=0.0)
+def _pad_slice(c):
+    c.arg("x", (8, 64), "f32", P(None, "x"))
+    for n in ("pad", "slice", "strided_slice", "interior_pad"):
+        c.out(n, P(None, "x"))
+
+    def f(x):
+        return (jnp.pad(x, ((0, 0), (2, 6))), x[:, 4:60], x[:, ::4],
+                lax.pad(x, jnp.float32(-1.0), [(0, 0, 0), (0, 1, 1)]))
+    return f
+
+
+@case("dynamic_slice_update_2d",
+      "lax.dynamic_slice / dynamic_update_slice on x [32,16] tiled P('a','b') on a 4x2 mesh "
+      "with runtime s32 starts i=10 (dim 0), j=6 (dim 1): an [8,4] window (replicated out) "
+      "and an update of a replicated [8,4] block (tiled out).",
+      (4, 2), ("a", "b"), rtol=0.0, atol=0.0)
+def _dus(c):
+    c.arg("x", (32, 16), "f32", P("a", "b"))
+    c.arg("upd", (8, 4), "f32", P(None, None))
+    c.arg("i", (), "s32", P(), value=10)
+    c.arg("j", (), "s32", P(), value=6)
+    c.out("window", P(None, None))
+    c.out("updated", P("a", "b"))
+
+    def f(x, upd, i, j):
+        return (lax.dynamic_slice(x, (i, j), (8, 4)),
+                lax.dynamic_update_slice(x, upd, (i, j)))
+    return f
+
+
+# --- convolutions / windows ------------------------------------------------------------
+
+@case("conv2d_batch_sharded_stride2",
+      "conv2d NHWC/HWIO 3x3, stride 2, SAME padding + bias + relu on x [16,12,12,3] with the "
+      "batch dim sharded 8-way; weights replicated; no communication.",
+      (8,), ("data",), rtol=1e-5, atol=1e-5)
+def _conv_batch(c):
+    c.arg("x", (16, 12, 12, 3), "f32", P("data", None, None, None))
+    c.arg("w", (3, 3, 3, 8), "f32", P(None, None, None, None), scale=0.2)
+    c.arg("b", (8,), "f32", P(None), scale=0.1)
+    c.out("y", P("data", None, None, None))
+
+    def f(x, w, b):
+        y = lax.conv_general_dilated(x, w, (2, 2), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return (jax.nn.relu(y + b),)
+    return f
+
+
+@case("conv2d_width_sharded",
+      "Two stacked convs on x [2,8,32,4] (NHWC) sharded 8-way on width (4 cols per shard): "
+      "3x3 SAME then 1x5 SAME (halo of 2) -> halo exchange (collective-permute) per conv.",
+      (8,), ("w",), rtol=1e-5, atol=1e-5)
+def _conv_spatial(c):
+    c.arg("x", (2, 8, 32, 4), "f32", P(None, None, "w", None))
+    c.arg("k1", (3, 3, 4, 4), "f32", P(None, None, None, None), scale=0.2)
+    c.arg("k2", (1, 5, 4, 4), "f32", P(None, None, None, None), scale=0.2)
+    c.out("y", P(None, None, "w", None))
+
+    def f(x, k1, k2):
+        dn = ("NHWC", "HWIO", "NHWC")
+        y = jnp.tanh(lax.conv_general_dilated(x, k1, (1, 1), "SAME", dimension_numbers=dn))
+        y = lax.conv_general_dilated(y, k2, (1, 1), "SAME", dimension_numbers=dn)
+        return (y,)
+    return f
+
+
+@case("cumsum_window_cols",
+      "Along dim 1 of [4,64] sharded 8-way: jnp.cumsum (reduce-window with 63 low padding on "
+      "CPU), lax.cummax of 1.5*x, a centred 3-wide running mean via lax.reduce_window (SAME), and a "
+      "window-4 stride-4 VALID max (-> [4,16]).",
+      (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _cumsum(c):
+    c.arg("x", (4, 64), "f32", P(None, "x"))
+    c.out("cumsum", P(None, "x"))
+    c.out("cummax", P(None, "x"))
+    c.out("mean3", P(None, "x"))
+    c.out("max4_stride4", P(None, "x"))
+
+    def f(x):
+        cs = jnp.cumsum(x, axis=1)
+        # cummax gets its own operand: with the cumsum on the same operand, XLA's
+        # partitioner (jax 0.10.2) reuses the zero-padded all-gathered operand for
+        # the max window too and gets x[r,0] < 0 wrong.
+        cm = lax.cummax(x * 1.5, axis=1)
+        s3 = lax.reduce_window(x, 0.0, lax.add, (1, 3), (1, 1), "SAME") / 3.0
+        m4 = lax.reduce_window(x, -jnp.inf, lax.max, (1, 4), (1, 4), "VALID")
+        return cs, cm, s3, m4
+    return f
+
+
+# --- sort / reductions -----------------------------------------------------------------
+
+@case("sort_argmin_sharded_dim",
+      "x [32,16] sharded 8-way on dim 0: jnp.sort along the sharded dim 0, jnp.argsort along "
+      "dim 1 (variadic sort with iota), jnp.argmin along the sharded dim 0 (variadic "
+      "value/index reduce across shards), jnp.min along dim 1. s32 outputs are exact.",
+      (8,), ("x",), rtol=0.0, atol=0.0)
+def _sort(c):
+    c.arg("x", (32, 16), "f32", P("x", None))
+    c.out("sort0", P("x", None))
+    c.out("argsort1", P("x", None))
+    c.out("argmin0", P(None))
+    c.out("min1", P("x"))
+
+    def f(x):
+        return (jnp.sort(x, axis=0), jnp.argsort(x, axis=1).astype(jnp.int32),
+                jnp.argmin(x, axis=0).astype(jnp.int32), jnp.min(x, axis=1))
+    return f
+
+
+# --- control flow -----------------------------------------------------------------------
+
+@case("scan_layers_while",
+      "lax.scan over 3 stacked layers (-> HLO while) on a 2x4 (data, model) mesh: carry h "
+      "[8,32] sharded on 'data' (constrained in the body), stacked weights [3,32,32] sharded "
+      "on the contracting (input) dim over 'model' -> partial dot + all-reduce in the loop "
+      "body; per-layer mean |h| as stacked ys.",
+      (2, 4), ("data", "model"), rtol=1e-4, atol=1e-5)
+def _scan(c):
+    c.arg("h", (8, 32), "f32", P("data", None))
+    c.arg("ws", (3, 32, 32), "f32", P(None, "model", None), scale=0.3)
+    c.arg("bs", (3, 32), "f32", P(None, None), scale=0.1)
+    c.out("h_final", P("data", None))
+    c.out("layer_means", P(None))
+
+    def f(h, ws, bs):
+        def body(h, wb):
+            w, b = wb
+            h = wsc(jnp.tanh(h @ w + b) + 0.5 * h, P("data", None))
+            return h, jnp.mean(jnp.abs(h))
+        h, ys = lax.scan(body, h, (ws, bs))
+        return h, ys
+    return f
+
+
+@case("cond_switch_2x4",
+      "lax.cond on a runtime s32 predicate (p=0 -> false branch) and lax.switch with 3 "
+      "branches (k=1) on x [16,16] tiled P('a','b') over a 2x4 mesh; branches use a dot with "
+      "a replicated w, sin/cos and a transpose -> HLO conditionals with sharded branches.",
+      (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _cond(c):
+    c.arg("x", (16, 16), "f32", P("a", "b"))
+    c.arg("w", (16, 16), "f32", P(None, None), scale=0.25)
+    c.arg("p", (), "s32", P(), value=0)
+    c.arg("k", (), "s32", P(), value=1)
+    c.out("cond", P("a", "b"))
+    c.out("switch", P("a", "b"))
+
+    def f(x, w, p, k):
+        y1 = lax.cond(p > 0, lambda x: x @ w, lambda x: x * 2.0 + 1.0, x)
+        y2 = lax.switch(k, [lambda x: jnp.sin(x),
+                            lambda x: jnp.cos(x) @ w,
+                            lambda x: x.T - x], x)
+        return y1, y2
+    return f
+
+
+# --- shard_map (manual collectives) -------------------------------------------------------
+
+@case("shard_map_psum_ppermute",
+      "jax.shard_map on an 8-way 'i' axis: a [16,64] column-sharded times b [64,8] "
+      "row-sharded locally, lax.psum over 'i' (all-reduce) -> replicated; lax.ppermute of "
+      "the a shards by +3 (collective-permute); lax.pmax of per-shard maxima.",
+      (8,), ("i",), rtol=1e-5, atol=1e-5, manual=True)
+def _sm1(c):
+    c.arg("a", (16, 64), "f32", P(None, "i"))
+    c.arg("b", (64, 8), "f32", P("i", None), scale=0.25)
+    c.out("psum_matmul", P(None, None))
+    c.out("shifted", P(None, "i"))
+    c.out("global_max", P(None))
+
+    def local(a, b):
+        y = lax.psum(a @ b, "i")
+        shifted = lax.ppermute(a, "i", [(s, (s + 3) % 8) for s in range(8)])
+        m = lax.pmax(jnp.max(a, keepdims=True)[0], "i")
+        return y, shifted, m
+
+    def f(a, b):
+        return smap(local, (P(None, "i"), P("i", None)),
+                    (P(None, None), P(None, "i"), P(None)))(a, b)
+    return f
+
+
+@case("shard_map_allgather_psum_scatter",
+      "jax.shard_map on a 2x4 (dp, tp) mesh: x [8,32] tiled P('dp','tp'); tiled all_gather "
+      "over 'tp' along dim 1 (to='invarying'), then psum_scatter (reduce-scatter) over 'tp' "
+      "along dim 1 of x_full * sum(x_local); also an untiled all_gather over 'dp' (stacks a new dim).",
+      (2, 4), ("dp", "tp"), rtol=1e-5, atol=1e-5, manual=True)
+def _sm2(c):
+    c.arg("x", (8, 32), "f32", P("dp", "tp"))
+    c.out("gathered_tp", P("dp", None))
+    c.out("scattered", P("dp", "tp"))
+    c.out("stacked_dp", P(None, None, "tp"))
+
+    def local(x):
+        full = lax.all_gather(x, "tp", axis=1, tiled=True, to="invarying")
+        rs = lax.psum_scatter(full * x.sum(), "tp", scatter_dimension=1, tiled=True)
+        st = lax.all_gather(x, "dp", axis=0, tiled=False, to="invarying")
+        return full, rs, st
+
+    def f(x):
+        return smap(local, (P("dp", "tp"),),
+                    (P("dp", None), P("dp", "tp"), P(None, None, "tp")))(x)
+    return f
+
+
+@case("shard_map_all_to_all_axis_index",
+      "jax.shard_map on a 4x2 (a, b) mesh: x [16,32] tiled P('a','b') (local [4,16]); "
+      "lax.all_to_all over 'a' splitting dim 1 and concatenating dim 0 (-> [16,4] local, "
+      "out spec P(None, ('b','a'))); lax.axis_index('a') scaling; psum over both axes.",
+      (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5, manual=True)
+def _sm3(c):
+    c.arg("x", (16, 32), "f32", P("a", "b"))
+    c.out("all_to_all", P(None, ("b", "a")))
+    c.out("scaled", P("a", "b"))
+    c.out("total", P(None))
+
+    def local(x):
+        t = lax.all_to_all(x, "a", 1, 0, tiled=True)
+        idx = lax.axis_index("a").astype(jnp.float32)
+        tot = lax.psum(jnp.sum(x, keepdims=True)[0], ("a", "b"))
+        return t, x * (idx + 1.0), tot
+
+    def f(x):
+        return smap(local, (P("a", "b"),),
+                    (P(None, ("b", "a")), P("a", "b"), P(None)))(x)
+    return f
+
+
+# --- uneven / dot patterns ---------------------------------------------------------------
+
+@case("uneven_sharding_slices",
+      "Uneven (padded) shardings inside the program on an 8-way mesh: x [24,10] evenly "
+      "row-sharded (3 rows/shard); x[2:22]*2 (20 rows) constrained 8-way (shards of 3, last "
+      "shard mostly padding) then summed over rows; x[:, :7] constrained column-sharded 8-way "
+      "(7 cols over 8 shards) then max-reduced per row. Outputs replicated.",
+      (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _uneven(c):
+    c.arg("x", (24, 10), "f32", P("x", None))
+    c.out("sliced_scaled", P(None, None))
+    c.out("colsum", P(None))
+    c.out("rowmax", P(None))
+
+    def f(x):
+        s = wsc(x[2:22] * 2.0, P("x", None))
+        e = wsc(jnp.exp(x[:, :7]), P(None, "x"))
+        return wsc(s, P(None, None)), jnp.sum(s, axis=0), jnp.max(e, axis=1)
+    return f
+
+
+@case("dot_reduce_scatter_2x4",
+      "dot [16,64]x[64,32] on a 2x4 (a, b) mesh with the contracting dim sharded 4-way over "
+      "'b' on both operands (replicated over 'a') and the result requested sharded on dim 0 "
+      "over 'b' -> partial dot + all-reduce + dynamic-slice(partition-id) (GSPMD does not "
+      "form reduce-scatter itself).",
+      (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _dot_rs(c):
+    c.arg("a", (16, 64), "f32", P(None, "b"))
+    c.arg("b", (64, 32), "f32", P("b", None), scale=0.125)
+    c.out("c", P("b", None))
+
+    def f(a, b):
+        return (a @ b,)
+    return f
+
+
+@case("bf16_matmul_f32_accum",
+      "bf16 x bf16 dot on a 2x4 (a, b) mesh: a [16,64] tiled P('a','b'), b [64,32] sharded on "
+      "the contracting dim over 'b'; (1) preferred_element_type=f32 (f32 partial sums and "
+      "all-reduce), (2) plain bf16 result (bf16 all-reduce), (3) bf16 elementwise a*a+1. bf16 "
+      "args/outputs stored in .npy as exactly-widened float32.",
+      (2, 4), ("a", "b"), rtol=1e-2, atol=1e-2)
+def _bf16(c):
+    c.arg("a", (16, 64), "bf16", P("a", "b"))
+    c.arg("b", (64, 32), "bf16", P("b", None), scale=0.125)
+    c.out("f32_acc", P("a", None))
+    c.out("bf16_dot", P("a", None))
+    c.out("bf16_elementwise", P("a", "b"))
+
+    def f(a, b):
+        return (jnp.dot(a, b, preferred_element_type=jnp.float32), jnp.dot(a, b),
+                a * a + jnp.bfloat16(1.0))
+    return f
+
+
+# --- elementwise ------------------------------------------------------------------------
+
+@case("elementwise_math_2x4",
+      "Float elementwise coverage on [16,32] tiled P('a','b') over a 2x4 mesh: exp, log1p, "
+      "tanh, erf, logistic, pow, atan2, rem, round-half-even, round-away, clamp, expm1, sqrt, "
+      "cbrt, sign, floor, ceil, sin, cos, min/max, select, erf_inv, divide, integer_pow, "
+      "f32->s32 convert and is_finite(log(a)) (pred). No communication.",
+      (2, 4), ("a", "b"), rtol=1e-5, atol=1e-6)
+def _elem(c):
+    c.arg("a", (16, 32), "f32", P("a", "b"), scale=3.0)
+    c.arg("b", (16, 32), "f32", P("a", "b"), scale=3.0)
+    ops = [
+        ("exp", lambda a, b: jnp.exp(a)),
+        ("log1p_abs", lambda a, b: jnp.log1p(jnp.abs(a))),
+        ("tanh", lambda a, b: jnp.tanh(a)),
+        ("erf", lambda a, b: lax.erf(a)),
+        ("logistic", lambda a, b: jax.nn.sigmoid(a)),
+        ("pow", lambda a, b: jnp.power(jnp.abs(a) + 0.5, b)),
+        ("atan2", lambda a, b: jnp.arctan2(a, b)),
+        ("rem", lambda a, b: lax.rem(a, jnp.abs(b) + 0.25)),
+        ("round_even", lambda a, b: jnp.round(a * 2.0)),
+        ("round_away", lambda a, b: lax.round(a * 2.0, lax.RoundingMethod.AWAY_FROM_ZERO)),
+        ("clamp", lambda a, b: jnp.clip(a, -0.5, 0.7)),
+        ("expm1", lambda a, b: jnp.expm1(a * 0.5)),
+        ("sqrt_abs", lambda a, b: jnp.sqrt(jnp.abs(a))),
+        ("cbrt", lambda a, b: jnp.cbrt(a)),
+        ("sign", lambda a, b: jnp.sign(a)),
+        ("floor", lambda a, b: jnp.floor(a)),
+        ("ceil", lambda a, b: jnp.ceil(a)),
+        ("sin", lambda a, b: jnp.sin(a)),
+        ("cos", lambda a, b: jnp.cos(a)),
+        ("maximum", lambda a, b: jnp.maximum(a, b)),
+        ("minimum", lambda a, b: jnp.minimum(a, b)),
+        ("select_gt", lambda a, b: jnp.where(a > b, a * b, a - b)),
+        ("erf_inv", lambda a, b: lax.erf_inv(a / 3.5)),
+        ("div", lambda a, b: a / (jnp.abs(b) + 0.5)),
+        ("integer_pow3", lambda a, b: a ** 3),
+        ("to_s32", lambda a, b: (a * 10.0).astype(jnp.int32)),
+        ("is_finite_log", lambda a, b: jnp.isfinite(jnp.log(a))),
+    ]
+    for n, _ in ops:
+        c.out(n, P("a", "b"))
+
+    def f(a, b):
+        return tuple(fn(a, b) for _, fn in ops)
+    return f
+
+
+@case("integer_bool_ops_4x2",
+      "Integer / bool coverage on [16,16] s32 tiled P('a','b') over a 4x2 mesh: add, mul "
+      "(wrapping), floor_divide, trunc div/rem, jnp.mod, shifts, and/or/xor/not, abs, neg, "
+      "min/max, popcount, clz, all 6 comparisons (pred outputs), u32 multiply wrap, s32->u8 "
+      "convert, plus reductions over the sharded dims: s32 sum over dim 0, any/all (pred "
+      "or/and all-reduce) over dim 1, count of i>j. All outputs exact.",
+      (4, 2), ("a", "b"), rtol=0.0, atol=0.0)
+def _ints(c):
+    c.arg("i", (16, 16), "s32", P("a", "b"), lo=-1000, hi=1000)
+    c.arg("j", (16, 16), "s32", P("a", "b"), lo=1, hi=50)
+    c.arg("u", (16, 16), "u32", P("a", "b"), lo=0, hi=4000000000)
+    ops = [
+        ("add", lambda i, j, u: i + j),
+        ("mul", lambda i, j, u: i * j * 99991),
+        ("floor_divide", lambda i, j, u: jnp.floor_divide(i, j)),
+        ("trunc_div", lambda i, j, u: lax.div(i, j)),
+        ("trunc_rem", lambda i, j, u: lax.rem(i, j)),
+        ("mod", lambda i, j, u: jnp.mod(i, j)),
+        ("shl", lambda i, j, u: lax.shift_left(i, j % 16)),
+        ("shr_arith", lambda i, j, u: lax.shift_right_arithmetic(i, j % 8)),
+        ("shr_logical", lambda i, j, u: lax.shift_right_logical(i, j % 8)),
+        ("and_or_xor", lambda i, j, u: (i & j) | (i ^ (j << 3))),
+        ("not", lambda i, j, u: ~i),
+        ("abs_neg", lambda i, j, u: jnp.abs(i) - (-j)),
+        ("min_max", lambda i, j, u: jnp.maximum(i, j * 10) - jnp.minimum(i, -j)),
+        ("popcount", lambda i, j, u: lax.population_count(i)),
+        ("clz", lambda i, j, u: lax.clz(i)),
+        ("eq", lambda i, j, u: (i % 7) == (j % 7)),
+        ("ne", lambda i, j, u: i != j),
+        ("lt", lambda i, j, u: i < j),
+        ("le", lambda i, j, u: i <= -j),
+        ("gt", lambda i, j, u: i > j * 5),
+        ("ge", lambda i, j, u: i >= 0),
+        ("u32_mul_wrap", lambda i, j, u: u * jnp.uint32(2654435761) + jnp.uint32(7)),
+        ("u32_shr_cmp", lambda i, j, u: (u >> jnp.uint32(20)) < jnp.uint32(2000)),
+        ("to_u8", lambda i, j, u: i.astype(jnp.uint8)),
+        ("logical_mix", lambda i, j, u: jnp.logical_xor(i > 0, jnp.logical_and(j > 25, i < 500))),
+    ]
+    for n, _ in ops:
+        c.out(n, P("a", "b"))
+    c.out("sum_dim0", P("b"))
+    c.out("any_dim1", P("a"))
+    c.out("all_dim1", P("a"))
+    c.out("count_gt", P())
+
+    def f(i, j, u):
+        outs = tuple(fn(i, j, u) for _, fn in ops)
+        red = (jnp.sum(i, axis=0), jnp.any(i > 900, axis=1), jnp.all(i > -900, axis=1),
+               jnp.sum((i > j).astype(jnp.int32)))
+        return outs + red
+    return f
+
+
+# --- 3-D mesh ---------------------------------------------------------------------------
+
+@case("mesh3d_matmul_xyz",
+      "dot on a 2x2x2 (x, y, z) mesh: a [8,16] P('x','y'), b [16,8] P('y','z') -> c P('x','z'): "
+      "contracting dim sharded over 'y' -> all-reduce over 'y'.",
+      (2, 2, 2), ("x", "y", "z"), rtol=1e-5, atol=1e-5)
+def _m3_matmul(c):
+    c.arg("a", (8, 16), "f32", P("x", "y"))
+    c.arg("b", (16, 8), "f32", P("y", "z"), scale=0.25)
+    c.out("c", P("x", "z"))
+
+    def f(a, b):
+        return (a @ b,)
+    return f
+
+
+@case("mesh3d_mlp_dp_fsdp_tp",
+      "MLP on a 2x2x2 (dp, fsdp, tp) mesh: batch on 'dp'; w1 [16,32] stored P('fsdp','tp') and "
+      "all-gathered over 'fsdp' to P(None,'tp') (column-parallel); w2 [32,16] stored "
+      "P('tp','fsdp') and gathered to P('tp',None) (row-parallel) -> all-gathers over 'fsdp' "
+      "and an all-reduce over 'tp'.",
+      (2, 2, 2), ("dp", "fsdp", "tp"), rtol=1e-4, atol=1e-5)
+def _m3_mlp(c):
+    c.arg("x", (8, 16), "f32", P("dp", None))
+    c.arg("w1", (16, 32), "f32", P("fsdp", "tp"), scale=0.25)
+    c.arg("w2", (32, 16), "f32", P("tp", "fsdp"), scale=0.18)
+    c.out("y", P("dp", None))
+
+    def f(x, w1, w2):
+        h = jax.nn.gelu(x @ wsc(w1, P(None, "tp")), approximate=True)
+        return (h @ wsc(w2, P("tp", None)),)
+    return f
+
+
+@case("mesh3d_reshard_rotate_axes",
+      "On a 2x2x2 (x, y, z) mesh: [8,8,4] tiled P('x','y','z') -> P('z','x','y') (every dim "
+      "changes axis) and -> P(('x','y','z'), None, None) (8-way on dim 0).",
+      (2, 2, 2), ("x", "y", "z"), rtol=0.0, atol=0.0)
+def _m3_reshard(c):
+    c.arg("t", (8, 8, 4), "f32", P("x", "y", "z"))
+    c.out("rotated", P("z", "x", "y"))
+    c.out("dim0_8way", P(("x", "y", "z"), None, None))
+
+    def f(t):
+        return wsc(t + 1.0, P("z", "x", "y")), wsc(t * 0.5, P(("x", "y", "z"), None, None))
+    return f
+
+
+# ---------------------------------------------------------------------------
+# Running a case.
+# ---------------------------------------------------------------------------
+
+def spec_to_json(spec):
+    out = []
+    for e in tuple(spec):
+        if e is None:
+            out.append(None)
+        elif isinstance(e, (tuple, list)):
+            out.append(list(e) if len(e) != 1 else e[0])
+        else:
+            out.append(e)
+    return out
+
+
+def full_spec(spec, rank):
+    """PartitionSpec padded with None up to `rank` entries (as JSON)."""
+    s = spec_to_json(spec)
+    return s + [None] * (rank - len(s))
+
+
+def _device_arrays(c, mesh):
+    vals = []
+    for a in c.args:
+        d = a["data"]
+        if a["dtype"] == "bf16":
+            d = d.astype(ml_dtypes.bfloat16)
+        vals.append(jax.device_put(d, NamedSharding(mesh, a["spec"])))
+    return vals
+
+
+def _host(x):
+    x = np.asarray(x)
+    hlo = NP_TO_HLO[x.dtype.name]
+    if hlo == "bf16":
+        x = x.astype(np.float32)
+    return np.array(x, order="C", copy=True), hlo
+
+
+def _module_dumps(fn_name, before):
+    pat = re.compile(r"^module_\d+\.jit_%s\.(\d{4}\..*\.txt)$" % re.escape(fn_name))
+    found = {}
+    for f in sorted(os.listdir(_DUMP_DIR)):
+        if f in before:
+            continue
+        m = pat.match(f)
+        if m:
+            found[m.group(1)] = os.path.join(_DUMP_DIR, f)
+    return found
+
+
+def _pick(dumps, needle):
+    hits = [k for k in sorted(dumps) if needle in k]
+    if len(hits) != 1:
+        raise RuntimeError("expected one dump containing %r, got %r" % (needle, sorted(dumps)))
+    return hits[0]
+
+
+def run_case(name, out_root):
+    builder, meta = CASES[name]
+    c = Case(name, **meta)
+    devices = np.array(jax.devices()[:NUM_DEVICES]).reshape(c.mesh_shape)
+    mesh = Mesh(devices, tuple(c.axis_names))
+    Ctx.mesh, Ctx.single = mesh, False
+    fn = builder(c)
+
+    # The HLO module is named jit_<fn.__name__>; parameter names come from
+    # the function's own argument names, so rename rather than wrap.
+    sharded = fn
+    sharded.__name__ = sharded.__qualname__ = name
+
+    in_sh = tuple(NamedSharding(mesh, a["spec"]) for a in c.args)
+    out_sh = tuple(NamedSharding(mesh, s) for _, s in c.outs)
+    jitted = jax.jit(sharded, in_shardings=in_sh, out_shardings=out_sh)
+
+    before = set(os.listdir(_DUMP_DIR))
+    outs = jitted(*_device_arrays(c, mesh))
+    outs = jax.tree_util.tree_leaves(outs)
+    if len(outs) != len(c.outs):
+        raise RuntimeError("%s: %d outputs, %d out specs" % (name, len(outs), len(c.outs)))
+    host_outs = [_host(o) for o in outs]
+
+    dumps = _module_dumps(name, before)
+    files = {
+        "input.hlo": _pick(dumps, "before_sharding-propagation"),
+        "propagated.hlo": _pick(dumps, "after_sharding-propagation.before_spmd-partitioning"),
+        "xla_partitioned.hlo": _pick(dumps, "after_spmd-partitioning"),
+    }
+
+    # Single-device rerun (sharding constraints removed) as a sanity check.
+    if c.manual:
+        sdc = {"skipped": "shard_map needs the 8-device mesh"}
+    else:
+        Ctx.single = True
+        fn1 = builder(Case(name, **meta))
+
+        single = fn1
+        single.__name__ = single.__qualname__ = name + "_single_device"
+        dev0 = jax.devices()[0]
+        args1 = []
+        for a in c.args:
+            d = a["data"].astype(ml_dtypes.bfloat16) if a["dtype"] == "bf16" else a["data"]
+            args1.append(jax.device_put(d, dev0))
+        ref = jax.tree_util.tree_leaves(jax.jit(single)(*args1))
+        Ctx.single = False
+        diffs, ok = [], True
+        for (o, hlo), r in zip(host_outs, ref):
+            r, _ = _host(r)
+            if o.dtype == np.bool_ or np.issubdtype(o.dtype, np.integer):
+                d = float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) if o.size else 0.0
+                ok = ok and d == 0.0
+            else:
+                d = float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) if o.size else 0.0
+                ok = ok and bool(np.allclose(o, r, rtol=c.rtol, atol=c.atol))
+            diffs.append(d)
+        sdc = {"max_abs_diff": diffs, "within_rtol_atol": bool(ok)}
+        if not ok:
+            print("WARNING: %s: single-device rerun differs: %r" % (name, diffs), file=sys.stderr)
+
+    # ---- write the case directory -----------------------------------------
+    case_dir = os.path.join(out_root, "cases", name)
+    if os.path.isdir(case_dir):
+        shutil.rmtree(case_dir)
+    os.makedirs(os.path.join(case_dir, "args"))
+    os.makedirs(os.path.join(case_dir, "expected"))
+    texts = {}
+    for dst, src in files.items():
+        with open(dumps[src], encoding="utf-8") as f:
+            texts[dst] = clean_hlo(f.read())
+        with open(os.path.join(case_dir, dst), "w", encoding="utf-8", newline="\n") as f:
+            f.write(texts[dst])
+    for i, a in enumerate(c.args):
+        np.save(os.path.join(case_dir, "args", "arg%d.npy" % i),
+                np.array(a["data"], order="C", copy=True), allow_pickle=False)
+    for i, (o, _) in enumerate(host_outs):
+        np.save(os.path.join(case_dir, "expected", "out%d.npy" % i), o, allow_pickle=False)
+
+    counts, total_bytes, by_op, hist = collective_stats(texts["xla_partitioned.hlo"])
+    args_json = []
+    for i, a in enumerate(c.args):
+        args_json.append({
+            "index": i, "name": a["name"], "shape": a["shape"], "dtype": a["dtype"],
+            "spec": full_spec(a["spec"], len(a["shape"])), "generator": a["generator"],
+            "npy_dtype": HLO_TYPES[a["dtype"]][0],
+        })
+    outs_json = []
+    for i, ((oname, ospec), (o, hlo)) in enumerate(zip(c.outs, host_outs)):
+        outs_json.append({
+            "index": i, "name": oname, "shape": list(o.shape), "dtype": hlo,
+            "npy_dtype": o.dtype.name, "spec": full_spec(ospec, o.ndim),
+            "exact": bool(o.dtype == np.bool_ or np.issubdtype(o.dtype, np.integer)),
+        })
+    meta_json = {
+        "name": name,
+        "description": c.description,
+        "mesh_shape": c.mesh_shape,
+        "axis_names": c.axis_names,
+        "device_order": "row-major iota over the mesh: devices 0..7 reshaped to mesh_shape",
+        "num_partitions": NUM_DEVICES,
+        "in_specs": [a["spec"] for a in args_json],
+        "out_specs": [o["spec"] for o in outs_json],
+        "args": args_json,
+        "outputs": outs_json,
+        "args_stored": True,
+        "expected_stored": True,
+        "xla_collectives": counts,
+        "xla_collective_bytes": total_bytes,
+        "xla_collective_bytes_by_op": by_op,
+        "xla_collective_counting": (
+            "static count over all computations of xla_partitioned.hlo (instructions inside "
+            "while/conditional bodies counted once; async -start forms counted as their "
+            "collective); bytes = per-device result-shape bytes, tuple results summed"),
+        "xla_partitioned_opcode_histogram": hist,
+        "rtol": c.rtol,
+        "atol": c.atol,
+        "single_device_check": sdc,
+        "xla_dump_files": files,
+        "xla_spmd_dump_files_all": sorted(dumps),
+        "generator_note": (
+            "Inputs from hash_u32 / hash_uniform_float / hash_uniform_int in "
+            "tools/testdata_gen/generate.py (murmur3 fmix32 of the row-major flat index plus "
+            "seed*0x9E3779B9, see testdata/README.md); 'explicit' args hold the recorded value; "
+            "bf16 tensors are stored in .npy as exactly-widened float32."),
+        "jax_version": jax.__version__,
+    }
+    with open(os.path.join(case_dir, "case.json"), "w", encoding="utf-8", newline="\n") as f:
+        f.write(format_case_json(meta_json))
+    return meta_json
+
+
+def _inline(v):
+    return json.dumps(v, ensure_ascii=True, allow_nan=False)
+
+
+def format_case_json(d):
+    """Top-level keys one per line; args expanded one key per line; outputs
+    one per line; everything else inline.  Key order is fixed by run_case."""
+    lines = ["{"]
+    items = list(d.items())
+    for n, (k, v) in enumerate(items):
+        comma = "," if n + 1 < len(items) else ""
+        if k == "args":
+            lines.append(' "args": [')
+            for m, a in enumerate(v):
+                lines.append("  {")
+                sub = list(a.items())
+                for q, (ak, av) in enumerate(sub):
+                    lines.append("   %s: %s%s" % (_inline(ak), _inline(av), "," if q + 1 < len(sub) else ""))
+                lines.append("  }" + ("," if m + 1 < len(v) else ""))
+            lines.append(" ]" + comma)
+        elif k == "outputs":
+            lines.append(' "outputs": [')
+            for m, o in enumerate(v):
+                lines.append("  " + _inline(o) + ("," if m + 1 < len(v) else ""))
+            lines.append(" ]" + comma)
+        else:
+            lines.append(" %s: %s%s" % (_inline(k), _inline(v), comma))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def dir_size(path):
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            total += os.path.getsize(os.path.join(root, f))
+    return total
+
+
+def write_index(out_root):
+    cases_dir = os.path.join(out_root, "cases")
+    entries = []
+    for name in sorted(os.listdir(cases_dir)):
+        p = os.path.join(cases_dir, name, "case.json")
+        if not os.path.isfile(p):
+            continue
+        with open(p, encoding="utf-8") as f:
+            d = json.load(f)
+        entries.append({
+            "name": d["name"],
+            "mesh_shape": d["mesh_shape"],
+            "axis_names": d["axis_names"],
+            "num_args": len(d["args"]),
+            "num_outputs": len(d["outputs"]),
+            "xla_collectives": {k: v for k, v in d["xla_collectives"].items() if v},
+            "xla_collective_bytes": d["xla_collective_bytes"],
+            "manual": "skipped" in d.get("single_device_check", {}),
+            "size_bytes": dir_size(os.path.join(cases_dir, name)),
+            "description": d["description"],
+        })
+    index = {
+        "generator": "tools/testdata_gen/generate.py",
+        "jax_version": jax.__version__,
+        "num_partitions": NUM_DEVICES,
+        "num_cases": len(entries),
+        "total_size_bytes": sum(e["size_bytes"] for e in entries),
+        "cases": entries,
+    }
+    lines = ["{"]
+    keys = list(index)
+    for n, k in enumerate(keys):
+        comma = "," if n + 1 < len(keys) else ""
+        if k == "cases":
+            lines.append(' "cases": [')
+            for m, e in enumerate(entries):
+                lines.append("  " + _inline(e) + ("," if m + 1 < len(entries) else ""))
+            lines.append(" ]" + comma)
+        else:
+            lines.append(" %s: %s%s" % (_inline(k), _inline(index[k]), comma))
+    lines.append("}")
+    with open(os.path.join(out_root, "index.json"), "w", encoding="utf-8", newline="\n") as f:
+        f.write("\n".join(lines) + "\n")
+    return index
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Generate XLA SPMD testdata cases.")
+    ap.add_argument("--out", default=os.path.join(REPO_ROOT, "testdata"),
+                    help="output root (cases go to OUT/cases/<name>; default: <repo>/testdata)")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="generate only this case (repeatable, or comma-separated)")
+    ap.add_argument("--list", action="store_true", help="list case names and exit")
+    ap.add_argument("--keep-dumps", action="store_true",
+                    help="keep XLA's raw dump folder (its path is printed)")
+    args = ap.parse_args(argv)
+
+    if args.list:
+        for n in CASES:
+            print(n)
+        return 0
+    if jax.__version__ != "0.10.2":
+        print("WARNING: jax %s (testdata was made with 0.10.2)" % jax.__version__, file=sys.stderr)
+    if len(jax.devices()) < NUM_DEVICES:
+        print("need %d host devices, got %d" % (NUM_DEVICES, len(jax.devices())), file=sys.stderr)
+        return 2
+
+    names = []
+    for o in args.only:
+        names.extend(x for x in o.split(",") if x)
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        print("unknown case(s): %s" % ", ".join(unknown), file=sys.stderr)
+        return 2
+    names = names or list(CASES)
+
+    os.makedirs(os.path.join(args.out, "cases"), exist_ok=True)
+    failed = []
+    try:
+        for n in names:
+            try:
+                m = run_case(n, args.out)
+            except Exception as e:  # report and keep going
+                failed.append(n)
+                print("FAILED %s: %s: %s" % (n, type(e).__name__, e), file=sys.stderr)
+                continue
+            coll = ", ".join("%s:%d" % (k, v) for k, v in m["xla_collectives"].items() if v) or "none"
+            print("%-36s %-10s %-60s %8d B" % (n, "x".join(map(str, m["mesh_shape"])), coll,
+                                              m["xla_collective_bytes"]))
+        index = write_index(args.out)
+        print("%d cases in %s, %.1f KiB" % (index["num_cases"], args.out,
+                                             index["total_size_bytes"] / 1024.0))
+    finally:
+        if args.keep_dumps:
+            _KEEP_DUMPS.append(True)
+            print("raw dumps kept in %s" % _DUMP_DIR)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
