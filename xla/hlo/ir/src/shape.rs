@@ -227,8 +227,11 @@ impl fmt::Display for Layout {
         write_joined(f, &self.minor_to_major, ",")?;
         if !self.is_plain() {
             f.write_str(":")?;
+            if !self.tiles.is_empty() {
+                f.write_str("T")?;
+            }
             for tile in &self.tiles {
-                f.write_str("T(")?;
+                f.write_str("(")?;
                 for (i, &d) in tile.iter().enumerate() {
                     if i > 0 {
                         f.write_str(",")?;
