@@ -67,12 +67,18 @@ impl<'a> Cursor<'a> {
 
     /// Skips whitespace, `/* ... */` and `// ...` comments.
     pub fn skip_ws(&mut self) {
+        match self.bytes.get(self.pos) {
+            Some(b) if !b.is_ascii_whitespace() && *b != b'/' => return,
+            None => return,
+            _ => {}
+        }
         loop {
             while self.pos < self.bytes.len() && self.bytes[self.pos].is_ascii_whitespace() {
                 self.pos += 1;
             }
             if self.bytes[self.pos..].starts_with(b"/*") {
-                match self.src[self.pos + 2..].find("*/") {
+                let body = &self.bytes[self.pos + 2..];
+                match body.windows(2).position(|w| w == b"*/") {
                     Some(end) => self.pos += 2 + end + 2,
                     None => self.pos = self.bytes.len(),
                 }
@@ -256,6 +262,23 @@ impl<'a> Cursor<'a> {
         Ok(&self.src[start..p])
     }
 
+    /// Skips a quoted string starting at the current position (no unescaping).
+    pub fn skip_string(&mut self) -> PResult<()> {
+        let start = self.pos;
+        let Some(&quote) = self.bytes.get(self.pos) else {
+            return Err(self.expected("a quoted string"));
+        };
+        let mut p = self.pos + 1;
+        while let Some(&b) = self.bytes.get(p) {
+            if b == quote {
+                self.pos = p + 1;
+                return Ok(());
+            }
+            p += if b == b'\\' { 2 } else { 1 };
+        }
+        Err(self.error_at(start, "unterminated string"))
+    }
+
     /// Reads a quoted string (`"..."` or `'...'`) and returns its unescaped contents.
     pub fn string(&mut self) -> PResult<String> {
         self.skip_ws();
@@ -264,6 +287,16 @@ impl<'a> Cursor<'a> {
             Some(&q @ (b'"' | b'\'')) => q,
             _ => return Err(self.expected("a quoted string")),
         };
+        // Fast path: no escapes before the closing quote.
+        if let Some(len) = self.bytes[start + 1..]
+            .iter()
+            .position(|&b| b == quote || b == b'\\')
+        {
+            if self.bytes[start + 1 + len] == quote {
+                self.pos = start + 1 + len + 1;
+                return Ok(self.src[start + 1..start + 1 + len].to_string());
+            }
+        }
         let mut out = String::new();
         let mut p = self.pos + 1;
         loop {
@@ -352,7 +385,7 @@ impl<'a> Cursor<'a> {
                 }
                 b'"' => {
                     self.pos = p;
-                    self.string()?;
+                    self.skip_string()?;
                     p = self.pos;
                     continue;
                 }
@@ -373,7 +406,7 @@ impl<'a> Cursor<'a> {
             Some(b'{') | Some(b'(') | Some(b'[') => self.balanced(),
             Some(b'"') | Some(b'\'') => {
                 let start = self.pos;
-                self.string()?;
+                self.skip_string()?;
                 Ok(&self.src[start..self.pos])
             }
             _ => {

@@ -100,7 +100,8 @@ enum RefSlot {
 struct PendingComp<'a> {
     comp: usize,
     instr: usize,
-    attr: usize,
+    /// Attribute keys are unique per instruction (duplicates are rejected).
+    attr: AttrKey,
     index: usize,
     name: &'a str,
     pos: usize,
@@ -183,10 +184,15 @@ impl<'a> Parser<'a> {
             let Some(&target) = comp_names.get(p.name) else {
                 return Err(self.err(p.pos, format!("computation '{}' is not defined", p.name)));
             };
-            let attr = &mut computations[p.comp].instructions[p.instr].attrs[p.attr].value;
-            match attr {
-                AttrValue::Computation(c) => *c = target,
-                AttrValue::Computations(cs) => cs[p.index] = target,
+            let instr = &mut computations[p.comp].instructions[p.instr];
+            match instr
+                .attrs
+                .iter_mut()
+                .find(|a| a.key == p.attr)
+                .map(|a| &mut a.value)
+            {
+                Some(AttrValue::Computation(c)) => *c = target,
+                Some(AttrValue::Computations(cs)) => cs[p.index] = target,
                 _ => {}
             }
         }
@@ -389,11 +395,16 @@ impl<'a> Parser<'a> {
             self.shape()?;
         }
         self.c.expect(b'{')?;
+        // Size the arenas from the text up to the closing brace of the body
+        // (instructions average well over 40 bytes of text).
+        let body_len = self.c.src[self.c.pos..].find("\n}").unwrap_or(0);
+        let estimate = body_len / 48;
         let mut state = ComputationState {
             comp: HloComputation::new(name),
-            names: FxHashMap::default(),
+            names: FxHashMap::with_capacity_and_hasher(estimate, Default::default()),
             pending: Vec::new(),
         };
+        state.comp.instructions.reserve(estimate);
         let mut pending_comps = Vec::new();
         let mut root: Option<InstrId> = None;
         loop {
@@ -574,6 +585,11 @@ impl<'a> Parser<'a> {
         while self.c.eat(b',') {
             self.attribute(&mut instr, state, comp_id, pending_comps)?;
         }
+        // The printer writes trailing attributes (metadata, backend_config, ...)
+        // last; keep the same order so that parse(print(m)) == m.
+        if instr.attrs.iter().any(|a| a.key.is_trailing()) {
+            instr.attrs.sort_by_key(|a| a.key.is_trailing());
+        }
 
         if shape.is_none() {
             instr.shape = self.infer(state, &instr, op_pos)?;
@@ -656,12 +672,11 @@ impl<'a> Parser<'a> {
         if duplicate {
             return Err(self.err(key_pos, format!("duplicate attribute '{key_text}'")));
         }
-        let attr_index = instr.attrs.len();
         let mut comp_ref = |name: &'a str, pos: usize, index: usize| {
             pending_comps.push(PendingComp {
                 comp: comp_id.index(),
                 instr: state.comp.instructions.len(),
-                attr: attr_index,
+                attr: key,
                 index,
                 name,
                 pos,

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Prints every HLO file we have (../shared/corpus, ../shared/xla-hlo,
+# testdata/cases) through our parser and printer (`hlo-opt FILE -o OUT`), then
+# checks that XLA's own parser (jaxlib) accepts every printed file.
+# Skips with a message when jaxlib is not installed. Exit 1 on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! python3 -c 'import jax' >/dev/null 2>&1; then
+  echo "check_printed_hlo_with_xla: jaxlib not installed: skipping"
+  exit 0
+fi
+
+cargo build --release -q -p hlo-opt
+HLO_OPT=target/release/hlo-opt
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+files=()
+[ -d ../shared ] && while IFS= read -r f; do files+=("$f"); done < <(find ../shared/corpus ../shared/xla-hlo -name '*.hlo' | sort)
+while IFS= read -r f; do files+=("$f"); done < <(find testdata -name '*.hlo' | sort)
+[ -d ../shared ] || echo "note: ../shared not found; checking testdata only"
+
+list="$out/list.txt"
+i=0
+for f in "${files[@]}"; do
+  i=$((i + 1))
+  dst="$out/$i.hlo"
+  "$HLO_OPT" "$f" -o "$dst"
+  echo "$dst" >> "$list"
+done
+echo "printed ${#files[@]} files with hlo-opt; checking them with XLA's parser"
+if python3 tools/check_xla_parses.py --from-list "$list" > "$out/result.txt"; then
+  echo "XLA's parser accepted all ${#files[@]} printed files"
+else
+  grep -v '^OK' "$out/result.txt" || true
+  echo "XLA's parser rejected some printed files" >&2
+  exit 1
+fi
