@@ -1,0 +1,729 @@
+#!/usr/bin/env python3
+"""Check that the Bazel build files agree with the Cargo manifests.
+
+Usage:
+    python3 tools/check_bazel_cargo.py [--root DIR] [-v]
+
+Cargo is the source of truth; every crate of the Cargo workspace is mirrored by
+a BUILD.bazel next to its Cargo.toml (rules_rust + crate_universe).  This
+script reads Cargo.toml files with tomllib and BUILD.bazel / MODULE.bazel with
+Python's `ast` module (Starlark is Python syntax), evaluating just enough of it
+(lists, `+`, glob(), select(), module-level constants and the crate_universe
+macros) to compare the two.  It checks, for every crate:
+
+  * the crate directory has a BUILD.bazel;
+  * the [lib] has a rust_library whose crate_name is the lib name, and every
+    binary ([[bin]], src/main.rs, src/bin/*.rs) a rust_binary of the same name;
+    no other rust_library / rust_binary (benches and examples excepted);
+  * first-party (path) [dependencies] == first-party labels in the library's and
+    binaries' deps (binaries also depend on their own library); third-party
+    dependencies come in through all_crate_deps(normal = True) (or explicit
+    @crates//:name labels), proc macros through all_crate_deps(proc_macro = True);
+  * unit tests: a rust_test with crate = the library and each binary (unless
+    Cargo says test = false), whose deps add the first-party [dev-dependencies]
+    and all_crate_deps(normal_dev = True) when there are third-party dev deps;
+  * integration tests: every tests/*.rs, tests/*/main.rs and [[test]] is
+    covered by a rust_test or rust_test_suite whose deps are the library, the
+    first-party normal and dev dependencies and all_crate_deps(normal,
+    normal_dev); a test source that mentions "testdata" must have //testdata in
+    its data, one that mentions "../shared" must be tagged "external";
+  * benches and examples are covered by some rust target;
+  * crate_features: the library/binaries carry exactly the features Cargo turns
+    on in a workspace build (the `default` closure plus features that other
+    members request), and tests carry at least those; every crate_features
+    value must be a feature declared in Cargo.toml;
+  * workspace: root Cargo.toml `members` == the crate directories found on
+    disk == the member manifests listed in MODULE.bazel's crate.from_cargo
+    (which must also list //:Cargo.toml and use cargo_lockfile //:Cargo.lock).
+
+Crates with their own [workspace] table (e.g. the cargo-fuzz crate) or listed
+in workspace.exclude are separate Cargo workspaces and are not checked.
+
+Prints `bazel/cargo consistency: N crates OK` and exits 0, or prints one line
+per mismatch (naming the crate) and exits 1.  Python 3.11+ stdlib only.
+"""
+
+import argparse
+import ast
+import fnmatch
+import os
+import re
+import sys
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    sys.exit("check_bazel_cargo: needs Python 3.11+ (tomllib)")
+
+SKIP_DIRS = {".git", "target", "node_modules", "__pycache__", ".vendor"}
+BUILD_NAMES = ("BUILD.bazel", "BUILD")
+LIB_RULES = ("rust_library", "rust_proc_macro", "rust_shared_library", "rust_static_library")
+THIRD_PARTY_REPO = "@crates"
+
+
+# --------------------------------------------------------------------------- #
+# Starlark evaluation (the small subset BUILD files use)
+# --------------------------------------------------------------------------- #
+
+
+class CrateDeps:
+    """The value of an all_crate_deps(...) call: which dependency kinds it covers."""
+
+    KINDS = ("normal", "normal_dev", "proc_macro", "proc_macro_dev", "build", "build_proc_macro")
+
+    def __init__(self, kinds):
+        self.kinds = frozenset(kinds) or frozenset({"normal"})  # no flags = normal
+
+    def __repr__(self):
+        return "all_crate_deps(%s)" % ", ".join(sorted(self.kinds))
+
+
+class Unknown:
+    def __repr__(self):
+        return "<unknown>"
+
+
+UNKNOWN = Unknown()
+
+
+def split_path(p):
+    return [s for s in p.split("/") if s not in ("", ".")]
+
+
+def glob_match(pattern, rel):
+    """Bazel glob semantics: '**' spans any number of path segments."""
+
+    def rec(ps, ss):
+        if not ps:
+            return not ss
+        if ps[0] == "**":
+            return any(rec(ps[1:], ss[i:]) for i in range(len(ss) + 1))
+        return bool(ss) and fnmatch.fnmatchcase(ss[0], ps[0]) and rec(ps[1:], ss[1:])
+
+    return rec(split_path(pattern), split_path(rel))
+
+
+def package_files(pkg_dir):
+    """Files of a Bazel package, relative to it (subpackages excluded)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(pkg_dir):
+        d = Path(dirpath)
+        if d != pkg_dir and any((d / b).is_file() for b in BUILD_NAMES):
+            dirnames[:] = []
+            continue
+        dirnames[:] = [n for n in dirnames if n not in SKIP_DIRS]
+        for f in filenames:
+            out.append((d / f).relative_to(pkg_dir).as_posix())
+    return sorted(out)
+
+
+class BuildFile:
+    """Module-level rule calls of a BUILD/MODULE file, with evaluated attributes."""
+
+    def __init__(self, path, pkg_dir):
+        self.path = path
+        self.pkg_dir = pkg_dir
+        self.env = {}
+        self.rules = []  # (kind, {attr: value}) ; method calls are "obj.method"
+        self._files = None
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for stmt in tree.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                self.env[stmt.targets[0].id] = self.ev(stmt.value)
+            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+                call = stmt.value
+                kind = self.callee(call)
+                if kind and kind != "load":
+                    attrs = {kw.arg: self.ev(kw.value) for kw in call.keywords if kw.arg}
+                    self.rules.append((kind, attrs))
+
+    @staticmethod
+    def callee(call):
+        f = call.func
+        if isinstance(f, ast.Name):
+            return f.id
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            return f.value.id + "." + f.attr
+        return None
+
+    def files(self):
+        if self._files is None:
+            self._files = package_files(self.pkg_dir)
+        return self._files
+
+    def glob(self, include, exclude=()):
+        inc = include if isinstance(include, list) else []
+        exc = exclude if isinstance(exclude, list) else []
+        return [
+            f
+            for f in self.files()
+            if any(glob_match(p, f) for p in inc) and not any(glob_match(p, f) for p in exc)
+        ]
+
+    def ev(self, node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [self.ev(e) for e in node.elts]
+        if isinstance(node, ast.Dict):
+            return {self.ev(k): self.ev(v) for k, v in zip(node.keys, node.values) if k is not None}
+        if isinstance(node, ast.Name):
+            return self.env.get(node.id, UNKNOWN)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            a, b = self.ev(node.left), self.ev(node.right)
+            if isinstance(a, list) and isinstance(b, list):
+                return a + b
+            if isinstance(a, str) and isinstance(b, str):
+                return a + b
+            return UNKNOWN
+        if isinstance(node, ast.Call):
+            name = self.callee(node)
+            args = [self.ev(a) for a in node.args]
+            kwargs = {kw.arg: self.ev(kw.value) for kw in node.keywords if kw.arg}
+            if name == "glob":
+                include = args[0] if args else kwargs.get("include", [])
+                exclude = args[1] if len(args) > 1 else kwargs.get("exclude", [])
+                return self.glob(include, exclude)
+            if name == "all_crate_deps":
+                return [CrateDeps(k for k in CrateDeps.KINDS if kwargs.get(k) is True)]
+            if name == "select":
+                branches = args[0] if args else kwargs.get("x", {})
+                merged = []
+                if isinstance(branches, dict):
+                    for v in branches.values():
+                        if isinstance(v, list):
+                            merged += [x for x in v if x not in merged]
+                return merged
+            return UNKNOWN
+        return UNKNOWN
+
+    def targets(self, *kinds):
+        return [(k, a) for k, a in self.rules if k in kinds]
+
+
+# --------------------------------------------------------------------------- #
+# Labels
+# --------------------------------------------------------------------------- #
+
+
+def norm_label(label, pkg):
+    """Canonical '//pkg:name' for a main-repo label; other repos unchanged."""
+    if not isinstance(label, str):
+        return None
+    for prefix in ("@@//", "@//"):
+        if label.startswith(prefix):
+            label = label[len(prefix) - 2 :]
+    if label.startswith("@"):
+        return label
+    if label.startswith("//"):
+        path, _, name = label[2:].partition(":")
+        return "//%s:%s" % (path, name or path.rsplit("/", 1)[-1])
+    return "//%s:%s" % (pkg, label.lstrip(":"))
+
+
+def strings(value):
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def crate_deps_kinds(value):
+    kinds = set()
+    if isinstance(value, list):
+        for v in value:
+            if isinstance(v, CrateDeps):
+                kinds |= v.kinds
+    return kinds
+
+
+# --------------------------------------------------------------------------- #
+# Cargo
+# --------------------------------------------------------------------------- #
+
+
+def load_toml(path):
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+class Crate:
+    def __init__(self, root, rel_dir, manifest, workspace_deps):
+        self.root = root
+        self.rel = rel_dir  # "" for the root
+        self.dir = root / rel_dir if rel_dir else root
+        self.pkg = rel_dir  # Bazel package name
+        self.m = manifest
+        p = manifest["package"]
+        self.name = p["name"]
+        self.label = "%s (%s)" % (self.name, rel_dir or ".")
+        self.features = manifest.get("features", {})
+        self.deps = {"normal": [], "dev": [], "build": []}
+        self.ws_deps = workspace_deps
+        self._collect_deps(manifest)
+        self.optional = {d["key"] for kind in self.deps.values() for d in kind if d["optional"]}
+
+        # Library.
+        lib = manifest.get("lib")
+        self.lib = None
+        if lib is not None or (self.dir / "src/lib.rs").is_file():
+            lib = lib or {}
+            if manifest.get("package", {}).get("autolib", True) or "lib" in manifest:
+                self.lib = {
+                    "name": lib.get("name", self.name.replace("-", "_")),
+                    "path": lib.get("path", "src/lib.rs"),
+                    "test": lib.get("test", True),
+                    "proc_macro": lib.get("proc-macro", False),
+                }
+
+        # Binaries.
+        bins = [
+            {"name": b["name"], "path": b.get("path"), "test": b.get("test", True)}
+            for b in manifest.get("bin", [])
+        ]
+        if p.get("autobins", True):
+            auto = []
+            if (self.dir / "src/main.rs").is_file():
+                auto.append((self.name, "src/main.rs"))
+            for f in sorted((self.dir / "src/bin").glob("*.rs")):
+                auto.append((f.stem, "src/bin/" + f.name))
+            for f in sorted((self.dir / "src/bin").glob("*/main.rs")):
+                auto.append((f.parent.name, "src/bin/%s/main.rs" % f.parent.name))
+            for name, path in auto:
+                if not any(b["name"] == name or b["path"] == path for b in bins):
+                    bins.append({"name": name, "path": path, "test": True})
+        for b in bins:
+            if b["path"] is None:
+                b["path"] = "src/main.rs" if b["name"] == self.name else "src/bin/%s.rs" % b["name"]
+        self.bins = bins
+
+        # Integration tests, benches, examples.
+        self.tests = self._auto_targets("test", "tests", p.get("autotests", True))
+        self.benches = self._auto_targets("bench", "benches", p.get("autobenches", True))
+        self.examples = self._auto_targets("example", "examples", p.get("autoexamples", True))
+
+    def _auto_targets(self, key, folder, auto):
+        paths = []
+        for t in self.m.get(key, []):
+            paths.append(t.get("path", "%s/%s.rs" % (folder, t["name"])))
+        if auto:
+            d = self.dir / folder
+            for f in sorted(d.glob("*.rs")):
+                paths.append("%s/%s" % (folder, f.name))
+            for f in sorted(d.glob("*/main.rs")):
+                paths.append("%s/%s/main.rs" % (folder, f.parent.name))
+        return sorted(set(paths))
+
+    def _collect_deps(self, m):
+        tables = [m]
+        for tgt in m.get("target", {}).values():
+            tables.append(tgt)
+        for t in tables:
+            for kind, key in (("normal", "dependencies"), ("dev", "dev-dependencies"), ("build", "build-dependencies")):
+                for dep_key, spec in t.get(key, {}).items():
+                    self.deps[kind].append(self._resolve(dep_key, spec))
+
+    def _resolve(self, key, spec):
+        if isinstance(spec, str):
+            spec = {"version": spec}
+        base_dir = self.dir
+        merged = dict(spec)
+        if spec.get("workspace") is True:
+            ws = self.ws_deps.get(key, {})
+            if isinstance(ws, str):
+                ws = {"version": ws}
+            merged = dict(ws)
+            merged["features"] = list(ws.get("features", [])) + list(spec.get("features", []))
+            merged["optional"] = spec.get("optional", False)
+            base_dir = self.root
+        path = merged.get("path")
+        return {
+            "key": key,
+            "package": merged.get("package", key),
+            "path": (base_dir / path).resolve() if path else None,
+            "features": list(merged.get("features", [])),
+            "optional": merged.get("optional", False),
+        }
+
+
+def enabled_features(crates):
+    """Features Cargo turns on for each member in a workspace build (a fixpoint)."""
+    by_dir = {c.dir.resolve(): c for c in crates}
+    enabled = {c.name: ({"default"} if "default" in c.features else set()) for c in crates}
+    enabled_deps = {c.name: set() for c in crates}
+    changed = True
+    while changed:
+        changed = False
+
+        def add(crate_name, feat):
+            nonlocal changed
+            if feat not in enabled[crate_name]:
+                enabled[crate_name].add(feat)
+                changed = True
+
+        for c in crates:
+            deps = {d["key"]: d for d in c.deps["normal"]}
+            for f in list(enabled[c.name]):
+                for entry in c.features.get(f, []):
+                    if entry.startswith("dep:"):
+                        enabled_deps[c.name].add(entry[4:])
+                    elif "/" in entry:
+                        dep, _, feat = entry.partition("/")
+                        weak = dep.endswith("?")
+                        dep = dep.rstrip("?")
+                        if not weak:
+                            enabled_deps[c.name].add(dep)
+                        d = deps.get(dep)
+                        if d and d["path"] in by_dir and (not weak or dep in enabled_deps[c.name]):
+                            add(by_dir[d["path"]].name, feat)
+                    elif entry in c.features or entry in c.optional:
+                        add(c.name, entry)
+                        if entry in c.optional:
+                            enabled_deps[c.name].add(entry)
+            for d in c.deps["normal"]:
+                t = by_dir.get(d["path"]) if d["path"] else None
+                if t is None or (d["optional"] and d["key"] not in enabled_deps[c.name]):
+                    continue
+                for feat in d["features"]:
+                    add(t.name, feat)
+    return enabled, enabled_deps
+
+
+# --------------------------------------------------------------------------- #
+# The check
+# --------------------------------------------------------------------------- #
+
+
+class Checker:
+    def __init__(self, root, verbose=False):
+        self.root = root
+        self.verbose = verbose
+        self.errors = []
+
+    def err(self, who, msg):
+        self.errors.append("%s: %s" % (who, msg))
+
+    def find_crate_dirs(self):
+        """Directories holding a Cargo.toml with [package], minus separate workspaces."""
+        found, separate = [], []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = sorted(n for n in dirnames if n not in SKIP_DIRS and not n.startswith("bazel-"))
+            if "Cargo.toml" not in filenames:
+                continue
+            d = Path(dirpath)
+            m = load_toml(d / "Cargo.toml")
+            if "package" not in m:
+                continue
+            rel = d.relative_to(self.root).as_posix()
+            rel = "" if rel == "." else rel
+            if "workspace" in m and rel:
+                separate.append(rel)
+            else:
+                found.append(rel)
+        return found, separate
+
+    def run(self):
+        root_manifest = load_toml(self.root / "Cargo.toml")
+        ws = root_manifest.get("workspace", {})
+        excluded = {e.rstrip("/") for e in ws.get("exclude", [])}
+        members = []
+        for pat in ws.get("members", []):
+            hits = [p for p in sorted(self.root.glob(pat)) if (p / "Cargo.toml").is_file()]
+            if not any(c in pat for c in "*?["):
+                hits = [self.root / pat]
+            for h in hits:
+                rel = h.relative_to(self.root).as_posix()
+                if rel not in excluded:
+                    members.append(rel)
+        if "package" in root_manifest:
+            members.append("")
+
+        on_disk, separate = self.find_crate_dirs()
+        on_disk = [d for d in on_disk if d not in excluded and not any(d.startswith(e + "/") for e in excluded)]
+        if self.verbose:
+            for s in separate:
+                print("skipping %s: it has its own [workspace]" % s)
+
+        ws_who = "workspace (Cargo.toml)"
+        for d in sorted(set(members) - set(on_disk)):
+            self.err(ws_who, "member %r has no Cargo.toml with a [package]" % d)
+        for d in sorted(set(on_disk) - set(members)):
+            self.err(ws_who, "crate directory %r is not listed in [workspace] members" % (d or "."))
+
+        self.check_module(sorted(set(members) & set(on_disk)))
+
+        ws_deps = ws.get("dependencies", {})
+        crates = []
+        for d in sorted(set(members) & set(on_disk)):
+            crates.append(Crate(self.root, d, load_toml((self.root / d) / "Cargo.toml"), ws_deps))
+        enabled, enabled_deps = enabled_features(crates)
+
+        builds = {}
+        for c in crates:
+            bf = next((c.dir / b for b in BUILD_NAMES if (c.dir / b).is_file()), None)
+            if bf is None:
+                self.err(c.label, "no BUILD.bazel next to Cargo.toml")
+                continue
+            try:
+                builds[c.name] = BuildFile(bf, c.dir)
+            except SyntaxError as e:
+                self.err(c.label, "cannot parse %s: %s" % (bf.relative_to(self.root), e))
+
+        # Label of each crate's library target (what dependents put in deps).
+        lib_labels = {}
+        for c in crates:
+            b = builds.get(c.name)
+            if b is None or c.lib is None:
+                continue
+            for _, a in b.targets(*LIB_RULES):
+                if self.crate_name_of(a) == c.lib["name"]:
+                    lib_labels[c.name] = norm_label(":" + a.get("name", ""), c.pkg)
+                    break
+            else:
+                lib_labels[c.name] = norm_label("//" + c.pkg, c.pkg)  # for messages only
+
+        by_dir = {c.dir.resolve(): c for c in crates}
+        for c in crates:
+            if c.name in builds:
+                self.check_crate(c, builds[c.name], by_dir, lib_labels, enabled[c.name], enabled_deps[c.name])
+        return len(crates)
+
+    def check_module(self, members):
+        who = "MODULE.bazel"
+        path = self.root / "MODULE.bazel"
+        if not path.is_file():
+            self.err(who, "missing")
+            return
+        mod = BuildFile(path, self.root)
+        calls = [a for k, a in mod.rules if k.endswith(".from_cargo")]
+        if len(calls) != 1:
+            self.err(who, "expected exactly one crate.from_cargo(...), found %d" % len(calls))
+            return
+        a = calls[0]
+        if a.get("cargo_lockfile") != "//:Cargo.lock":
+            self.err(who, "crate.from_cargo cargo_lockfile should be \"//:Cargo.lock\", is %r" % a.get("cargo_lockfile"))
+        listed = set(strings(a.get("manifests")))
+        want = {"//:Cargo.toml"} | {"//%s:Cargo.toml" % m for m in members if m}
+        for m in sorted(want - listed):
+            self.err(who, "crate.from_cargo manifests lacks %r" % m)
+        for m in sorted(listed - want):
+            self.err(who, "crate.from_cargo manifests lists %r, which is not a workspace member" % m)
+
+    @staticmethod
+    def crate_name_of(attrs):
+        n = attrs.get("crate_name")
+        if isinstance(n, str):
+            return n
+        return str(attrs.get("name", "")).replace("-", "_").replace("/", "_")
+
+    @staticmethod
+    def src_files(attrs):
+        files = set(strings(attrs.get("srcs")))
+        root = attrs.get("crate_root")
+        if isinstance(root, str):
+            files.add(root)
+        return files
+
+    def check_crate(self, c, b, by_dir, lib_labels, feats, enabled_deps):
+        who = c.label
+        pkg = c.pkg
+        declared = set(c.features) | c.optional
+
+        def fp_labels(kind):
+            """First-party deps of a kind -> library labels; third-party -> package names."""
+            fp, tp = set(), set()
+            for d in c.deps[kind]:
+                if d["optional"] and d["key"] not in enabled_deps:
+                    continue
+                t = by_dir.get(d["path"]) if d["path"] else None
+                if t is not None:
+                    if t is not c and t.name in lib_labels:
+                        fp.add(lib_labels[t.name])
+                else:
+                    tp.add(d["package"])
+            return fp, tp
+
+        normal_fp, normal_tp = fp_labels("normal")
+        dev_fp, dev_tp = fp_labels("dev")
+        own_lib = lib_labels.get(c.name) if c.lib else None
+        all_fp = set(lib_labels.values())
+
+        def got_fp(attrs, attr="deps"):
+            labels = {norm_label(s, pkg) for s in strings(attrs.get(attr))}
+            return {l for l in labels if l and l.startswith("//")}
+
+        def explicit_tp(attrs):
+            out = set()
+            for s in strings(attrs.get("deps")) + strings(attrs.get("proc_macro_deps")):
+                if s.startswith(THIRD_PARTY_REPO + "//:"):
+                    out.add(s.split(":", 1)[1])
+            return out
+
+        def compare(target, got, want, allowed=frozenset()):
+            for l in sorted(want - got):
+                self.err(who, "%s: deps lack %s (a Cargo dependency)" % (target, l))
+            for l in sorted(got - want - allowed):
+                why = "not a dependency in Cargo.toml" if l in all_fp else "not a Cargo crate's library"
+                self.err(who, "%s: deps have %s, %s" % (target, l, why))
+
+        def need_crate_deps(target, attrs, third_party, kind, attr="deps"):
+            if not third_party:
+                return
+            if kind in crate_deps_kinds(attrs.get(attr)):
+                return
+            missing = sorted(third_party - explicit_tp(attrs))
+            if missing:
+                self.err(
+                    who,
+                    "%s: %s lack all_crate_deps(%s = True) for third-party %s"
+                    % (target, attr, kind, ", ".join(missing)),
+                )
+
+        def check_features(target, attrs, exact):
+            got = set(strings(attrs.get("crate_features")))
+            for f in sorted(got - declared):
+                self.err(who, "%s: crate_features has %r, not a feature in Cargo.toml" % (target, f))
+            for f in sorted(feats - got):
+                self.err(who, "%s: crate_features lacks %r (enabled by Cargo)" % (target, f))
+            if exact:
+                for f in sorted((got & declared) - feats):
+                    self.err(who, "%s: crate_features has %r, which Cargo does not enable" % (target, f))
+
+        libs = b.targets(*LIB_RULES)
+        bins = b.targets("rust_binary")
+        tests = b.targets("rust_test")
+        suites = b.targets("rust_test_suite")
+
+        # --- library ---------------------------------------------------------
+        primary = {}  # normalized label -> (description, attrs)
+        if c.lib:
+            match = [(k, a) for k, a in libs if self.crate_name_of(a) == c.lib["name"]]
+            if not match:
+                self.err(who, "no rust_library with crate_name = %r ([lib] name)" % c.lib["name"])
+            for kind, a in match[:1]:
+                t = "%s %r" % (kind, a.get("name"))
+                if c.lib["proc_macro"] != (kind == "rust_proc_macro"):
+                    self.err(who, "%s: Cargo's proc-macro = %s needs %s" % (
+                        t, str(c.lib["proc_macro"]).lower(),
+                        "rust_proc_macro" if c.lib["proc_macro"] else "rust_library"))
+                if c.lib["path"] not in self.src_files(a):
+                    self.err(who, "%s: srcs do not contain %s" % (t, c.lib["path"]))
+                compare(t, got_fp(a), normal_fp)
+                need_crate_deps(t, a, normal_tp, "normal")
+                need_crate_deps(t, a, normal_tp, "proc_macro", "proc_macro_deps")
+                check_features(t, a, exact=True)
+                primary[own_lib] = (t, a, c.lib["test"])
+        for _, a in libs:
+            if not c.lib or self.crate_name_of(a) != c.lib["name"]:
+                self.err(who, "rust_library %r has no [lib] of that name in Cargo.toml" % a.get("name"))
+
+        # --- binaries --------------------------------------------------------
+        extra_ok = set(c.benches) | set(c.examples)
+        bin_names = {x["name"]: x for x in c.bins}
+        for _, a in bins:
+            name = a.get("name")
+            if name in bin_names:
+                continue
+            if self.src_files(a) & extra_ok:
+                continue
+            self.err(who, "rust_binary %r is not a binary in Cargo.toml" % name)
+        for cb in c.bins:
+            match = [a for _, a in bins if a.get("name") == cb["name"]]
+            if not match:
+                self.err(who, "no rust_binary named %r ([[bin]] name)" % cb["name"])
+                continue
+            a = match[0]
+            t = "rust_binary %r" % cb["name"]
+            if cb["path"] not in self.src_files(a):
+                self.err(who, "%s: srcs do not contain %s" % (t, cb["path"]))
+            compare(t, got_fp(a), normal_fp | ({own_lib} if own_lib else set()))
+            need_crate_deps(t, a, normal_tp, "normal")
+            need_crate_deps(t, a, normal_tp, "proc_macro", "proc_macro_deps")
+            check_features(t, a, exact=True)
+            primary[norm_label(":" + cb["name"], pkg)] = (t, a, cb["test"])
+
+        # --- unit tests (rust_test with crate = ...) -------------------------
+        unit_for = {}
+        for _, a in tests:
+            crate = a.get("crate")
+            if not isinstance(crate, str):
+                continue
+            target = norm_label(crate, pkg)
+            t = "rust_test %r" % a.get("name")
+            if target not in primary:
+                self.err(who, "%s: crate = %r is not this crate's library or a binary" % (t, crate))
+                continue
+            unit_for.setdefault(target, []).append(a)
+            compare(t, got_fp(a), dev_fp - normal_fp, allowed=normal_fp | dev_fp)
+            need_crate_deps(t, a, dev_tp, "normal_dev")
+            check_features(t, a, exact=False)
+        for target, (desc, _, wants_test) in sorted(primary.items()):
+            if wants_test and target not in unit_for:
+                self.err(who, "no rust_test with crate = %s (unit tests of %s)" % (target.split(":")[1], desc))
+
+        # --- integration tests -----------------------------------------------
+        integ = []  # (description, attrs, set of test sources it builds)
+        for _, a in tests:
+            if isinstance(a.get("crate"), str):
+                continue
+            srcs = self.src_files(a)
+            root = a.get("crate_root")
+            roots = {root} if isinstance(root, str) else (srcs if len(srcs) == 1 else set())
+            integ.append(("rust_test %r" % a.get("name"), a, roots))
+        for _, a in suites:
+            shared = set(strings(a.get("shared_srcs")))
+            integ.append(("rust_test_suite %r" % a.get("name"), a, set(strings(a.get("srcs"))) - shared))
+        want = normal_fp | dev_fp | ({own_lib} if own_lib else set())
+        for desc, a, roots in integ:
+            if not roots:
+                continue
+            compare(desc, got_fp(a), want)
+            need_crate_deps(desc, a, normal_tp, "normal")
+            need_crate_deps(desc, a, dev_tp, "normal_dev")
+            check_features(desc, a, exact=False)
+        for src in c.tests:
+            covering = [(d, a) for d, a, roots in integ if src in roots]
+            if not covering:
+                self.err(who, "%s is not covered by any rust_test or rust_test_suite" % src)
+                continue
+            text = (c.dir / src).read_text(errors="replace")
+            for d, a in covering:
+                data = {norm_label(s, pkg) for s in strings(a.get("data"))}
+                if "testdata" in text and not any(l and l.startswith("//testdata:") for l in data):
+                    self.err(who, "%s: %s reads testdata but data lacks //testdata:all" % (d, src))
+                if "../shared" in text and "external" not in strings(a.get("tags")):
+                    self.err(who, "%s: %s reads ../shared (outside the workspace) but is not tagged \"external\"" % (d, src))
+
+        # --- benches and examples --------------------------------------------
+        all_srcs = set()
+        for _, a in b.targets("rust_binary", "rust_test", "rust_test_suite"):
+            all_srcs |= self.src_files(a)
+        for src in c.benches + c.examples:
+            if src not in all_srcs:
+                self.err(who, "%s is not built by any rust target" % src)
+        for _, a in bins:
+            if a.get("name") in bin_names or not (self.src_files(a) & extra_ok):
+                continue
+            t = "rust_binary %r" % a.get("name")
+            compare(t, got_fp(a), want)
+            need_crate_deps(t, a, normal_tp, "normal")
+            need_crate_deps(t, a, dev_tp, "normal_dev")
+            check_features(t, a, exact=False)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    checker = Checker(args.root.resolve(), args.verbose)
+    n = checker.run()
+    if checker.errors:
+        for e in checker.errors:
+            print("check_bazel_cargo: " + e, file=sys.stderr)
+        print("bazel/cargo consistency: %d mismatch(es) in %d crates" % (len(checker.errors), n), file=sys.stderr)
+        return 1
+    print("bazel/cargo consistency: %d crates OK" % n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
