@@ -1424,7 +1424,11 @@ impl<'a> Parser<'a> {
             let next = self.c.peek();
             self.c.pos = save;
             if next.is_some_and(|b| b.is_ascii_digit() || b == b':') {
-                shape.layout = Some(self.layout()?);
+                let layout = self.layout()?;
+                // `{:}` says nothing; keep it as "no layout" so it prints back parseably.
+                if !layout.minor_to_major.is_empty() || !layout.is_plain() {
+                    shape.layout = Some(layout);
+                }
             }
         }
         Ok(Shape::Array(shape))

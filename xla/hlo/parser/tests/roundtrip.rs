@@ -4,8 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
+/// The workspace root: Bazel's runfiles tree under `bazel test`, the source tree under cargo.
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
+    match std::env::var("TEST_SRCDIR") {
+        Ok(dir) => Path::new(&dir).join("_main"),
+        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.."),
+    }
 }
 
 /// All .hlo files under the shared folder and the project's testdata.
@@ -37,6 +41,7 @@ pub fn hlo_files() -> Vec<PathBuf> {
         }
     }
     files.sort();
+    assert!(!files.is_empty(), "no .hlo files found under {}", root.display());
     files
 }
 

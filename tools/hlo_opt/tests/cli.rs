@@ -1,0 +1,113 @@
+//! End-to-end tests of the `hlo-opt` binary: printing, atomic `-o`, `--stats`
+//! against XLA's own collective counts (case.json), and bad input.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn hlo_opt() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_hlo-opt"))
+}
+
+fn workspace_root() -> PathBuf {
+    match std::env::var("TEST_SRCDIR") {
+        Ok(dir) => Path::new(&dir).join("_main"),
+        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    }
+}
+
+/// Case directories (with case.json) in testdata and, if present, ../shared/corpus.
+fn case_dirs() -> Vec<PathBuf> {
+    let root = workspace_root();
+    let mut parents = vec![root.join("testdata/cases")];
+    let shared = root.join("../shared/corpus/cases");
+    if shared.is_dir() {
+        parents.push(shared);
+    } else {
+        eprintln!("note: ../shared/corpus not found; checking testdata only");
+    }
+    let mut dirs: Vec<PathBuf> = parents
+        .iter()
+        .filter_map(|p| std::fs::read_dir(p).ok())
+        .flat_map(|rd| rd.flatten().map(|e| e.path()))
+        .filter(|p| p.join("case.json").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+#[test]
+fn stats_match_xlas_collective_counts_and_bytes() {
+    let dirs = case_dirs();
+    assert!(!dirs.is_empty(), "no cases found");
+    for dir in &dirs {
+        let case: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+        let out = hlo_opt().arg(dir.join("xla_partitioned.hlo")).arg("--stats").output().unwrap();
+        assert!(out.status.success(), "{}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+        let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(stats["collective_bytes"], case["xla_collective_bytes"], "{}", dir.display());
+        for (op, count) in case["xla_collectives"].as_object().unwrap() {
+            let ours = stats["collectives"].get(op).cloned().unwrap_or(Value::from(0));
+            assert_eq!(&ours, count, "{}: {op}", dir.display());
+        }
+        let histogram = case["xla_partitioned_opcode_histogram"].as_object().unwrap();
+        for (op, count) in histogram {
+            assert_eq!(&stats["opcodes"][op], count, "{}: opcode {op}", dir.display());
+        }
+        let total: u64 = histogram.values().map(|v| v.as_u64().unwrap()).sum();
+        assert_eq!(stats["instructions"].as_u64().unwrap(), total, "{}", dir.display());
+    }
+}
+
+#[test]
+fn prints_to_stdout_and_writes_atomically() {
+    let input = workspace_root().join("testdata/cases/tp_mlp_erf_gelu/input.hlo");
+    let out = hlo_opt().arg(&input).output().unwrap();
+    assert!(out.status.success());
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(printed.starts_with("HloModule "));
+
+    let dir = tempdir();
+    let dst = dir.join("out.hlo");
+    let status = hlo_opt().arg(&input).arg("-o").arg(&dst).status().unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read_to_string(&dst).unwrap(), printed);
+    // No temporary files are left behind.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_writes_nothing() {
+    let dir = tempdir();
+    let bad = dir.join("bad.hlo");
+    std::fs::write(&bad, "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n  ROOT b = f32[2] add(a, nope)\n}\n").unwrap();
+    let dst = dir.join("out.hlo");
+    let out = hlo_opt().arg(&bad).arg("-o").arg(&dst).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.hlo:4:26"), "{stderr}");
+    assert!(stderr.contains("'nope' is not defined"), "{stderr}");
+    assert!(!dst.exists(), "no output on error");
+
+    // A module that parses but does not verify: the verifier names the instruction.
+    std::fs::write(&bad, "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n  ROOT b = f32[3] add(a, a)\n}\n").unwrap();
+    let out = hlo_opt().arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("does not verify") && stderr.contains('b'), "{stderr}");
+
+    let out = hlo_opt().arg(dir.join("missing.hlo")).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
+}
+
+fn tempdir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "hlo-opt-test-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
