@@ -1,0 +1,104 @@
+//! Every HLO module file of the shared corpus (`shared/corpus/cases/*/`,
+//! `shared/xla-hlo/`) and of the repository's `testdata/cases/*/` must parse
+//! and verify with zero errors: they are real XLA modules, so any verifier
+//! error is a false positive (or a parser bug). Folders that are absent are
+//! skipped with a message.
+
+use std::path::{Path, PathBuf};
+
+fn workspace_root() -> PathBuf {
+    // xla/hlo/verifier -> workspace root
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
+}
+
+fn hlo_files_in(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for p in paths {
+        if p.is_file() && p.extension().is_some_and(|e| e == "hlo") {
+            out.push(p);
+        }
+    }
+}
+
+/// `.hlo` files directly in `dir` (when `cases` is false) or in its subfolders.
+fn collect(dir: &Path, cases: bool) -> Option<Vec<PathBuf>> {
+    if !dir.is_dir() {
+        println!("skipping {}: not present", dir.display());
+        return None;
+    }
+    let mut out = Vec::new();
+    if cases {
+        let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_dir())
+            .collect();
+        subdirs.sort();
+        for d in subdirs {
+            hlo_files_in(&d, &mut out);
+        }
+    } else {
+        hlo_files_in(dir, &mut out);
+    }
+    Some(out)
+}
+
+fn check_files(files: &[PathBuf]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            failures.push(format!("{}: unreadable", f.display()));
+            continue;
+        };
+        match xla_hlo_parser::parse_module(&text) {
+            Err(e) => failures.push(format!("{}: parse error: {e}", f.display())),
+            Ok(m) => {
+                if let Err(errs) = xla_hlo_verifier::verify(&m) {
+                    let shown: Vec<String> =
+                        errs.iter().take(20).map(|e| format!("  {e}")).collect();
+                    failures.push(format!(
+                        "{}: {} verifier error(s):\n{}",
+                        f.display(),
+                        errs.len(),
+                        shown.join("\n")
+                    ));
+                }
+            }
+        }
+    }
+    failures
+}
+
+fn run(dir: PathBuf, cases: bool) {
+    let Some(files) = collect(&dir, cases) else {
+        return;
+    };
+    println!("{}: {} files", dir.display(), files.len());
+    let failures = check_files(&files);
+    assert!(
+        failures.is_empty(),
+        "{} of {} files failed:\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn shared_corpus_cases_verify() {
+    run(workspace_root().join("../shared/corpus/cases"), true);
+}
+
+#[test]
+fn shared_xla_hlo_files_verify() {
+    run(workspace_root().join("../shared/xla-hlo"), false);
+}
+
+#[test]
+fn repo_testdata_cases_verify() {
+    run(workspace_root().join("testdata/cases"), true);
+}
