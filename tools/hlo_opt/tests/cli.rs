@@ -41,21 +41,51 @@ fn stats_match_xlas_collective_counts_and_bytes() {
     let dirs = case_dirs();
     assert!(!dirs.is_empty(), "no cases found");
     for dir in &dirs {
-        let case: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
-        let out = hlo_opt().arg(dir.join("xla_partitioned.hlo")).arg("--stats").output().unwrap();
-        assert!(out.status.success(), "{}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+        let case: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+        let out = hlo_opt()
+            .arg(dir.join("xla_partitioned.hlo"))
+            .arg("--stats")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(stats["collective_bytes"], case["xla_collective_bytes"], "{}", dir.display());
+        assert_eq!(
+            stats["collective_bytes"],
+            case["xla_collective_bytes"],
+            "{}",
+            dir.display()
+        );
         for (op, count) in case["xla_collectives"].as_object().unwrap() {
-            let ours = stats["collectives"].get(op).cloned().unwrap_or(Value::from(0));
+            let ours = stats["collectives"]
+                .get(op)
+                .cloned()
+                .unwrap_or(Value::from(0));
             assert_eq!(&ours, count, "{}: {op}", dir.display());
         }
-        let histogram = case["xla_partitioned_opcode_histogram"].as_object().unwrap();
+        let histogram = case["xla_partitioned_opcode_histogram"]
+            .as_object()
+            .unwrap();
         for (op, count) in histogram {
-            assert_eq!(&stats["opcodes"][op], count, "{}: opcode {op}", dir.display());
+            assert_eq!(
+                &stats["opcodes"][op],
+                count,
+                "{}: opcode {op}",
+                dir.display()
+            );
         }
         let total: u64 = histogram.values().map(|v| v.as_u64().unwrap()).sum();
-        assert_eq!(stats["instructions"].as_u64().unwrap(), total, "{}", dir.display());
+        assert_eq!(
+            stats["instructions"].as_u64().unwrap(),
+            total,
+            "{}",
+            dir.display()
+        );
     }
 }
 
@@ -80,7 +110,11 @@ fn prints_to_stdout_and_writes_atomically() {
 fn bad_input_is_a_clear_error_and_writes_nothing() {
     let dir = tempdir();
     let bad = dir.join("bad.hlo");
-    std::fs::write(&bad, "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n  ROOT b = f32[2] add(a, nope)\n}\n").unwrap();
+    std::fs::write(
+        &bad,
+        "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n  ROOT b = f32[2] add(a, nope)\n}\n",
+    )
+    .unwrap();
     let dst = dir.join("out.hlo");
     let out = hlo_opt().arg(&bad).arg("-o").arg(&dst).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -90,11 +124,18 @@ fn bad_input_is_a_clear_error_and_writes_nothing() {
     assert!(!dst.exists(), "no output on error");
 
     // A module that parses but does not verify: the verifier names the instruction.
-    std::fs::write(&bad, "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n  ROOT b = f32[3] add(a, a)\n}\n").unwrap();
+    std::fs::write(
+        &bad,
+        "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n  ROOT b = f32[3] add(a, a)\n}\n",
+    )
+    .unwrap();
     let out = hlo_opt().arg(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("does not verify") && stderr.contains('b'), "{stderr}");
+    assert!(
+        stderr.contains("does not verify") && stderr.contains('b'),
+        "{stderr}"
+    );
 
     let out = hlo_opt().arg(dir.join("missing.hlo")).output().unwrap();
     assert_eq!(out.status.code(), Some(1));

@@ -1,7 +1,8 @@
 //! Literals (constant values) of every element type, stored densely in
 //! row-major order, and their HLO text form.
 //!
-//! Storage invariant: `data.len() == element_count * storage_bytes(ty)`, each
+//! Storage invariant: `data.len() == element_count * storage_bytes(ty)` (empty
+//! for literals whose values the text elided), each
 //! element little-endian; sub-byte integers occupy one byte holding the value
 //! (sign-extended for signed types); f8/f6/f4 occupy one byte holding their
 //! bit pattern; complex numbers are (real, imag) pairs; pred is 0 or 1.
@@ -25,7 +26,7 @@ pub enum Literal {
 pub struct ArrayLiteral {
     pub shape: ArrayShape,
     pub data: Vec<u8>,
-    /// True when the text elided the values (`{...}`); `data` is then zeros.
+    /// True when the text elided the values (`{...}`); `data` is then empty.
     pub elided: bool,
 }
 
@@ -55,13 +56,10 @@ impl ArrayLiteral {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Storage of element `i`; empty when out of range (or elided).
     fn bytes(&self, i: usize) -> &[u8] {
         let w = storage_bytes(self.element_type());
-        &self.data[i * w..(i + 1) * w]
-    }
-    fn bytes_mut(&mut self, i: usize) -> &mut [u8] {
-        let w = storage_bytes(self.element_type());
-        &mut self.data[i * w..(i + 1) * w]
+        self.data.get(i * w..(i + 1) * w).unwrap_or(&[])
     }
 
     /// Raw little-endian bits of element `i` (complex: the real part's bits in
@@ -72,11 +70,13 @@ impl ArrayLiteral {
         buf[..b.len()].copy_from_slice(b);
         u128::from_le_bytes(buf)
     }
+    /// Sets element `i`'s bits; out-of-range indices (and elided literals) are ignored.
     pub fn set_bits(&mut self, i: usize, bits: u128) {
         let le = bits.to_le_bytes();
-        let dst = self.bytes_mut(i);
-        let n = dst.len();
-        dst.copy_from_slice(&le[..n]);
+        let w = storage_bytes(self.element_type());
+        if let Some(dst) = self.data.get_mut(i * w..(i + 1) * w) {
+            dst.copy_from_slice(&le[..w]);
+        }
     }
 
     /// Element `i` as an integer (pred: 0/1; floats truncate).

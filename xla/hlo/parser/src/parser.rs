@@ -33,6 +33,9 @@ use xla_hlo_ir::{Opcode, PrimitiveType, TypeClass};
 /// against allocating absurd amounts for hostile input.
 const MAX_LITERAL_ELEMENTS: i64 = 1 << 31;
 
+/// Parameter numbers beyond this are rejected (XLA's largest modules have a few thousand).
+const MAX_PARAMETERS: i64 = 1 << 20;
+
 /// Parses a whole HLO module.
 pub fn parse_module(text: &str) -> Result<HloModule, ParseError> {
     let mut p = Parser {
@@ -544,8 +547,8 @@ impl<'a> Parser<'a> {
         match opcode {
             Opcode::Parameter => {
                 let n = self.c.int()?;
-                if n < 0 {
-                    return Err(self.err(op_pos, "parameter number must be non-negative"));
+                if !(0..MAX_PARAMETERS).contains(&n) {
+                    return Err(self.err(op_pos, format!("parameter number {n} is out of range")));
                 }
                 instr.parameter_number = Some(n);
                 self.c.expect(b')')?;
@@ -1546,16 +1549,30 @@ impl<'a> Parser<'a> {
                         format!("a {} constant cannot be written", a.element_type),
                     ));
                 }
-                let mut lit = ArrayLiteral::zeros(ArrayShape {
+                let shape = ArrayShape {
                     layout: None,
                     ..a.clone()
-                });
+                };
+                if !a.dims.is_empty() && self.c.eat_str("{...}") {
+                    return Ok(Literal::Array(ArrayLiteral {
+                        shape,
+                        data: Vec::new(),
+                        elided: true,
+                    }));
+                }
+                // Every written element takes at least one byte of text.
+                let remaining = self.c.src.len() - self.c.pos;
+                if shape.element_count() as usize > remaining + 1 {
+                    return Err(self.err(
+                        pos,
+                        format!(
+                            "literal of shape {shape} has more elements than the text has bytes"
+                        ),
+                    ));
+                }
+                let mut lit = ArrayLiteral::zeros(shape);
                 if a.dims.is_empty() {
                     self.element(&mut lit, 0)?;
-                    return Ok(Literal::Array(lit));
-                }
-                if self.c.eat_str("{...}") {
-                    lit.elided = true;
                     return Ok(Literal::Array(lit));
                 }
                 let mut next = 0usize;

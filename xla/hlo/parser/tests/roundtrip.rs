@@ -41,7 +41,11 @@ pub fn hlo_files() -> Vec<PathBuf> {
         }
     }
     files.sort();
-    assert!(!files.is_empty(), "no .hlo files found under {}", root.display());
+    assert!(
+        !files.is_empty(),
+        "no .hlo files found under {}",
+        root.display()
+    );
     files
 }
 
