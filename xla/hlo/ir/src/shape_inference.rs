@@ -560,6 +560,11 @@ fn infer(opcode: Opcode, cx: &Cx) -> R<Shape> {
         | O::ShiftRightArithmetic
         | O::ShiftRightLogical => infer_binary(opcode, cx),
         O::Select => infer_select(cx),
+        // Copy takes any shape, tuples included (XLA's `InferUnaryOpShape`).
+        O::Copy => {
+            cx.exact_operands(1)?;
+            Ok(cx.op(0)?.clone())
+        }
         O::Clamp => infer_clamp(cx),
         op if op.category() == Category::ElementwiseUnary => infer_unary(op, cx),
 
@@ -656,6 +661,11 @@ fn infer(opcode: Opcode, cx: &Cx) -> R<Shape> {
                 let a = cx.array(i)?;
                 if a.dims != a0.dims {
                     invalid!("map operands must have the same dimensions");
+                }
+            }
+            if let Some(dims) = instr.ints_attr(AttrKey::Dimensions) {
+                if !dims.iter().copied().eq(0..a0.rank() as i64) {
+                    invalid!("map requires dimensions 0..{}, got {dims:?}", a0.rank());
                 }
             }
             let root = cx.comp_root_shape(AttrKey::ToApply)?;

@@ -9,8 +9,8 @@
 //!   Collectives' reducers are checked for arity and scalar-ness only.
 //! - `select-and-scatter`: `select` takes two scalars and returns `pred[]`,
 //!   `scatter` takes two scalars and returns a scalar.
-//! - `sort` comparators take two scalars per operand (of the operand's type)
-//!   and return `pred[]`; `map` functions take one scalar per operand and
+//! - `sort` comparators take two scalars per operand (of the operand's type,
+//!   up to floating-point precision) and return `pred[]`; `map` functions take one scalar per operand and
 //!   return a scalar.
 //! - `while`: condition and body take one parameter of the loop's shape; the
 //!   condition returns `pred[]`, the body the loop's shape.
@@ -87,7 +87,12 @@ pub(crate) fn check(at: &At, status: &Status, r: &mut Report) -> bool {
                     if let Some(params) = param_shapes(c) {
                         for (i, p) in params.iter().enumerate() {
                             let want = ops.get(i / 2).and_then(|s| elem(s));
-                            if want.is_some() && elem(p) != want {
+                            let got = elem(p);
+                            let ok = match (want, got) {
+                                (Some(w), Some(g)) => same_up_to_fp(w, g),
+                                _ => true,
+                            };
+                            if !ok {
                                 at.err(
                                     r,
                                     format!(

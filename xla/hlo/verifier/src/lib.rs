@@ -31,6 +31,8 @@ mod header;
 mod shapes;
 mod sharding;
 mod structure;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use xla_hlo_ir::{HloComputation, HloModule, InstrId, Shape};

@@ -15,7 +15,8 @@
 //!   mesh axes (sub-axes dividing their axis), no axis used twice.
 //!
 //! Shardings are checked whatever the state of the instruction's operands;
-//! device lists longer than `EXPAND_LIMIT` are not expanded.
+//! token-shaped instructions accept any sharding (as in XLA); device lists
+//! longer than `EXPAND_LIMIT` are not expanded.
 
 use crate::{show, At, Report};
 use std::collections::HashSet;
@@ -33,6 +34,11 @@ pub(crate) fn check(at: &At, r: &mut Report) {
     };
     let np = at.module.num_partitions();
     let shape = &instr.shape;
+    if shape.is_token() {
+        // XLA's `HloSharding::Validate` accepts any sharding on a token
+        // (outfeeds carry the tuple sharding of their data and token).
+        return;
+    }
     match sharding {
         HloSharding::Single(s) => {
             if shape.is_tuple() {
