@@ -56,10 +56,14 @@ pub(crate) fn check(at: &At, status: &Status, r: &mut Report) -> bool {
             }
         }
         Opcode::Scatter => {
-            let k = (n - 1) / 2;
+            let k = n.saturating_sub(1) / 2;
             let operands: Vec<Option<PrimitiveType>> = ops[..k].iter().map(|s| elem(s)).collect();
-            let updates: Vec<Option<PrimitiveType>> =
-                ops[k + 1..].iter().map(|s| elem(s)).collect();
+            let updates: Vec<Option<PrimitiveType>> = ops
+                .get(k + 1..)
+                .unwrap_or(&[])
+                .iter()
+                .map(|s| elem(s))
+                .collect();
             if let Some(c) = callee(at, AttrKey::ToApply) {
                 reducer(at, r, "to_apply", c, k, Some(&operands), Some(&updates));
             }

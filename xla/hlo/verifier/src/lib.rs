@@ -10,7 +10,10 @@
 //!    a use before its definition is not valid HLO), called computations in
 //!    range and the call graph acyclic.
 //! 2. Per-instruction form ([`attrs`]): operand counts (`Opcode::arity` plus
-//!    the variadic ops' own rules) and the attributes XLA's parser requires.
+//!    the variadic ops' own rules) and the attributes XLA's parser requires;
+//!    collective attributes ([`collectives`]): group mode, replica groups
+//!    naming `0..n` once each (of one size where XLA requires it),
+//!    collective-permute pairs.
 //! 3. Called-computation signatures ([`calls`]): reducers, comparators, map
 //!    functions, while condition/body, conditional branches, call, fusion and
 //!    async computations.
@@ -27,6 +30,7 @@
 
 mod attrs;
 mod calls;
+mod collectives;
 mod header;
 mod shapes;
 mod sharding;
@@ -99,8 +103,9 @@ pub fn verify(module: &HloModule) -> Result<(), VerifierErrors> {
                 instr_id: InstrId(ii as u32),
             };
             let form_ok = attrs::check(&at, cs.operands_ok[ii], &mut r);
+            let collectives_ok = collectives::check(&at, &mut r);
             let calls_ok = cs.calls_ok[ii];
-            if cs.operands_ok[ii] && form_ok && calls_ok {
+            if cs.operands_ok[ii] && form_ok && calls_ok && collectives_ok {
                 let sig_ok = calls::check(&at, &status, &mut r);
                 if sig_ok {
                     shapes::check(&at, &mut r);

@@ -1,0 +1,158 @@
+//! Collective attributes (XLA's `CheckReplicaGroups` and the
+//! collective-permute pair checks).
+//!
+//! - The group mode must be valid (`use_global_device_ids=true` needs a
+//!   `channel_id`); iota and mesh-axis lists must be well formed.
+//! - Explicit groups: none empty; no id repeated; together they name exactly
+//!   `0..n`; for `all-gather`, `reduce-scatter` and `all-to-all` every group
+//!   has the same size; in cross-replica mode (no `channel_id`) with
+//!   `replica_count` > 1, `n` equals the replica count.
+//! - `source_target_pairs`: pairs of two non-negative ids, no source and no
+//!   target used twice.
+//!
+//! Applies to the synchronous collectives, their native `-start` forms and
+//! sugared async starts; independent of the instruction's operands.
+
+use crate::{At, Report};
+use std::collections::HashSet;
+use xla_hlo_ir::shape_inference::{group_mode, written_group_size, GroupMode};
+use xla_hlo_ir::{AttrKey, AttrValue, CollectiveDeviceList, Opcode};
+
+/// Checks the collective attributes; true when nothing was reported.
+pub(crate) fn check(at: &At, r: &mut Report) -> bool {
+    let before = r.errors.len();
+    check_inner(at, r);
+    r.errors.len() == before
+}
+
+fn check_inner(at: &At, r: &mut Report) {
+    let instr = at.instr();
+    let op = match (instr.opcode, instr.async_wrapped) {
+        (Opcode::AsyncStart, Some(w)) => w,
+        (Opcode::AsyncUpdate | Opcode::AsyncDone, Some(_)) => return,
+        (op, _) => op.sync_collective().unwrap_or(op),
+    };
+    if matches!(
+        instr.opcode,
+        Opcode::AllGatherDone | Opcode::AllReduceDone | Opcode::CollectivePermuteDone
+    ) {
+        return;
+    }
+    let uniform = match op {
+        Opcode::AllGather | Opcode::ReduceScatter | Opcode::AllToAll => true,
+        Opcode::AllReduce
+        | Opcode::CollectiveBroadcast
+        | Opcode::RaggedAllToAll
+        | Opcode::CollectiveReduce => false,
+        Opcode::CollectivePermute => {
+            source_target_pairs(at, r);
+            return;
+        }
+        _ => return,
+    };
+    let mode = match group_mode(instr, op) {
+        Ok(m) => m,
+        Err(e) => {
+            at.err(r, e);
+            return;
+        }
+    };
+    if let Err(e) = written_group_size(instr.replica_groups()) {
+        at.err(r, format!("replica_groups: {e}"));
+        return;
+    }
+    let Some(CollectiveDeviceList::Explicit(groups)) = instr.replica_groups() else {
+        return;
+    };
+    if groups.is_empty() {
+        if mode == GroupMode::FlattenedId {
+            at.err(
+                r,
+                "replica_groups must be listed when use_global_device_ids=true",
+            );
+        }
+        return;
+    }
+    let mut seen = HashSet::new();
+    for g in groups {
+        if g.is_empty() {
+            at.err(r, "replica_groups contains an empty group");
+            return;
+        }
+        for &id in g {
+            if id < 0 {
+                at.err(r, format!("replica_groups contains negative id {id}"));
+                return;
+            }
+            if !seen.insert(id) {
+                at.err(r, format!("replica_groups repeats id {id}"));
+                return;
+            }
+        }
+    }
+    let n = seen.len() as i64;
+    if let Some(missing) = (0..n).find(|i| !seen.contains(i)) {
+        at.err(
+            r,
+            format!("replica_groups name {n} ids but not id {missing} (they must be 0..{n})"),
+        );
+        return;
+    }
+    if uniform {
+        let size = groups[0].len();
+        if groups.iter().any(|g| g.len() != size) {
+            at.err(
+                r,
+                format!(
+                    "{op} requires replica groups of one size, got sizes {:?}",
+                    groups.iter().map(|g| g.len()).collect::<Vec<_>>()
+                ),
+            );
+        }
+    }
+    let replicas = at.module.replica_count();
+    if mode == GroupMode::CrossReplica && replicas != 1 && n != replicas {
+        at.err(
+            r,
+            format!("replica_groups name {n} replicas but the module has replica_count={replicas}"),
+        );
+    }
+}
+
+fn source_target_pairs(at: &At, r: &mut Report) {
+    let Some(AttrValue::IntLists(pairs)) = at.instr().attr(AttrKey::SourceTargetPairs) else {
+        return;
+    };
+    let mut sources = HashSet::new();
+    let mut targets = HashSet::new();
+    for p in pairs {
+        let [s, t] = p.as_slice() else {
+            at.err(
+                r,
+                format!("source_target_pairs entry {p:?} is not a (source, target) pair"),
+            );
+            return;
+        };
+        if *s < 0 || *t < 0 {
+            at.err(
+                r,
+                format!("source_target_pairs entry {p:?} has a negative id"),
+            );
+            return;
+        }
+        if !sources.insert(*s) {
+            at.err(
+                r,
+                format!("source_target_pairs uses source {s} more than once"),
+            );
+            return;
+        }
+        if !targets.insert(*t) {
+            at.err(
+                r,
+                format!("source_target_pairs uses target {t} more than once"),
+            );
+            return;
+        }
+    }
+}
