@@ -1271,7 +1271,7 @@ fn infer_concatenate(cx: &Cx) -> R<Shape> {
 /// Splits reduce-style operands into inputs and init values.
 fn inputs_and_inits<'a>(cx: &Cx<'a>) -> R<(Vec<&'a ArrayShape>, Vec<&'a ArrayShape>)> {
     let n = cx.ops.len();
-    if n < 2 || n % 2 != 0 {
+    if n < 2 || n % 2 == 1 {
         invalid!(
             "{} needs N inputs followed by N init values, got {n} operands",
             cx.instr.opcode
@@ -1652,7 +1652,7 @@ fn infer_gather(cx: &Cx) -> R<Shape> {
 
 fn infer_scatter(cx: &Cx) -> R<Shape> {
     let n = cx.ops.len();
-    if n < 3 || n % 2 == 0 {
+    if n < 3 || n & 1 == 0 {
         invalid!("scatter needs N operands, the indices and N updates, got {n} operands");
     }
     let k = (n - 1) / 2;

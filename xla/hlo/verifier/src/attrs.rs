@@ -170,7 +170,7 @@ fn variadic_rule(op: Opcode, n: usize) -> Option<String> {
     use Opcode as O;
     let (good, expect) = match op {
         O::Reduce | O::ReduceWindow => (
-            n >= 2 && n % 2 == 0,
+            n >= 2 && n & 1 == 0,
             "takes N inputs and N init values (an even number, at least 2)",
         ),
         O::Scatter => (
