@@ -41,6 +41,8 @@ pub fn parse_module(text: &str) -> Result<HloModule, ParseError> {
     let mut p = Parser {
         c: Cursor::new(text),
         depth: 0,
+        computations: Vec::new(),
+        comp_names: FxHashMap::default(),
     };
     p.module()
 }
@@ -50,6 +52,8 @@ pub fn parse_shape(text: &str) -> Result<Shape, ParseError> {
     let mut p = Parser {
         c: Cursor::new(text),
         depth: 0,
+        computations: Vec::new(),
+        comp_names: FxHashMap::default(),
     };
     let s = p.shape()?;
     p.expect_end()?;
@@ -61,6 +65,8 @@ pub fn parse_sharding(text: &str) -> Result<HloSharding, ParseError> {
     let mut p = Parser {
         c: Cursor::new(text),
         depth: 0,
+        computations: Vec::new(),
+        comp_names: FxHashMap::default(),
     };
     let s = p.sharding()?;
     p.expect_end()?;
@@ -72,6 +78,8 @@ pub fn parse_replica_groups(text: &str) -> Result<CollectiveDeviceList, ParseErr
     let mut p = Parser {
         c: Cursor::new(text),
         depth: 0,
+        computations: Vec::new(),
+        comp_names: FxHashMap::default(),
     };
     let g = p.replica_groups()?;
     p.expect_end()?;
@@ -82,6 +90,10 @@ struct Parser<'a> {
     c: Cursor<'a>,
     /// Nesting depth of shapes/literals, bounded to keep recursion finite.
     depth: usize,
+    /// Computations read so far, and their names (for shape inference of
+    /// instructions that call them).
+    computations: Vec<HloComputation>,
+    comp_names: FxHashMap<&'a str, CompId>,
 }
 
 const MAX_DEPTH: usize = 256;
@@ -155,8 +167,6 @@ impl<'a> Parser<'a> {
         }
         let stack_frame_index = self.stack_frame_index()?;
 
-        let mut computations: Vec<HloComputation> = Vec::new();
-        let mut comp_names: FxHashMap<&'a str, CompId> = FxHashMap::default();
         let mut pending: Vec<PendingComp<'a>> = Vec::new();
         let mut entry: Option<CompId> = None;
         loop {
@@ -166,9 +176,9 @@ impl<'a> Parser<'a> {
             }
             let start = self.c.pos;
             let is_entry = self.c.eat_keyword("ENTRY");
-            let id = CompId(computations.len() as u32);
+            let id = CompId(self.computations.len() as u32);
             let (comp, comp_pending, comp_name) = self.computation(id)?;
-            if comp_names.insert(comp_name, id).is_some() {
+            if self.comp_names.insert(comp_name, id).is_some() {
                 return Err(self.err(start, format!("computation '{comp_name}' is defined twice")));
             }
             if is_entry {
@@ -178,8 +188,10 @@ impl<'a> Parser<'a> {
                 entry = Some(id);
             }
             pending.extend(comp_pending);
-            computations.push(comp);
+            self.computations.push(comp);
         }
+        let mut computations = std::mem::take(&mut self.computations);
+        let comp_names = std::mem::take(&mut self.comp_names);
         if computations.is_empty() {
             return Err(self.c.expected("a computation"));
         }
@@ -594,6 +606,28 @@ impl<'a> Parser<'a> {
             instr.attrs.sort_by_key(|a| a.key.is_trailing());
         }
 
+        // Calls to computations already read resolve now (so that shape
+        // inference can see them); later ones at the end of the module.
+        let here = state.comp.instructions.len();
+        pending_comps.retain(|p| {
+            if p.comp != comp_id.index() || p.instr != here {
+                return true;
+            }
+            let Some(&target) = self.comp_names.get(p.name) else {
+                return true;
+            };
+            match instr
+                .attrs
+                .iter_mut()
+                .find(|a| a.key == p.attr)
+                .map(|a| &mut a.value)
+            {
+                Some(AttrValue::Computation(c)) => *c = target,
+                Some(AttrValue::Computations(cs)) => cs[p.index] = target,
+                _ => {}
+            }
+            false
+        });
         if shape.is_none() {
             instr.shape = self.infer(state, &instr, op_pos)?;
         }
@@ -623,7 +657,7 @@ impl<'a> Parser<'a> {
                 }
             }
         }
-        xla_hlo_ir::shape_inference::infer_shape(None, &[], instr, &operand_shapes)
+        xla_hlo_ir::shape_inference::infer_shape(None, &self.computations, instr, &operand_shapes)
             .map_err(|e| self.err(pos, format!("missing shape and {e}")))
     }
 

@@ -338,3 +338,15 @@ fn hostile_input_never_panics() {
         assert!(parse_shape(&deep).is_err(), "nesting depth is bounded");
     }
 }
+
+#[test]
+fn shapeless_calls_see_their_computations() {
+    let m = round_trip(
+        "HloModule c\n%neg (x: f32[2]) -> f32[2] {\n  %x = f32[2] parameter(0)\n  ROOT %n = f32[2] negate(%x)\n}\nENTRY %e {\n  %a = f32[2] parameter(0)\n  %c = call(%a), to_apply=%neg\n  ROOT %w = f32[2] copy(%c)\n}\n",
+    );
+    let comp = m.entry_computation();
+    assert_eq!(
+        comp.instr(comp.find("c").unwrap()).shape,
+        Shape::array(PrimitiveType::F32, vec![2])
+    );
+}
