@@ -1,0 +1,32 @@
+//! Sharding algebra over `HloSharding` and named meshes.
+//!
+//! - [`sharding`]: `Sharding` (one array) and `InstrSharding` (an
+//!   instruction, tuples included), canonical forms of the IR's shardings;
+//!   `==` is equality modulo representation.
+//! - [`tile`]: tile arrays (explicit device arrays) and iota recovery.
+//! - [`ops`]: transpose, reshape (split/merge of sharded dims), reverse,
+//!   broadcast, reduce, partial replication, dim mappings.
+//! - [`merge`]: "more specific", sub-tiling, merging partial shardings, the
+//!   improvement rule used by propagation.
+//! - [`layout`]: `TiledLayout`, per-device tile shapes, offsets and groups.
+//! - [`named`]: JAX/Shardy-style named meshes and partition specs.
+//! - [`compare`]: comparing two modules' shardings instruction by instruction.
+//!
+//! Invariants: the crate depends only on the IR; nothing panics on malformed
+//! input (errors are `ShardingError`); every `Sharding` value is canonical,
+//! so structural equality is semantic equality.
+
+pub mod compare;
+pub mod error;
+pub mod layout;
+pub mod merge;
+pub mod named;
+pub mod ops;
+pub mod sharding;
+pub mod tile;
+
+pub use error::ShardingError;
+pub use layout::TiledLayout;
+pub use named::{NamedMesh, PartitionSpec};
+pub use sharding::{InstrSharding, Sharding, Tiled};
+pub use tile::TileArray;
