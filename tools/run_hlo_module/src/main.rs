@@ -1,0 +1,274 @@
+//! `run_hlo_module`: runs an HLO module on the reference interpreter with
+//! global (single-device) semantics, reading entry arguments from .npy files
+//! (or regenerating them from a corpus `case.json`), optionally writing the
+//! outputs and comparing them with expected arrays or an expected summary,
+//! and printing one JSON line with per-output errors and the wall time.
+//!
+//! Invariants: exit status 0 only when every comparison requested matched
+//! (or none was requested); every failure names the file, parameter or
+//! instruction at fault. Modules with manual-sharding regions or
+//! collectives run on `num_partitions` loopback devices so that global
+//! semantics hold; all others run on one device.
+
+mod generate;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+use serde_json::{json, Value as Json};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use xla_hlo_evaluator::npy::{load_argument, read_npy, write_npy};
+use xla_hlo_evaluator::{evaluate, evaluate_spmd, needs_spmd, Array, EvalContext, Value};
+use xla_hlo_ir::{HloModule, PrimitiveType};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "run_hlo_module",
+    about = "Run an HLO module on the reference interpreter"
+)]
+struct Cli {
+    /// The HLO text file.
+    file: PathBuf,
+    /// Folder with arg0.npy, arg1.npy, ... (entry parameter order).
+    #[arg(long)]
+    args: Option<PathBuf>,
+    /// Folder with out0.npy, out1.npy, ... to compare against.
+    #[arg(long)]
+    expected: Option<PathBuf>,
+    /// Relative tolerance for float outputs.
+    #[arg(long)]
+    rtol: Option<f64>,
+    /// Absolute tolerance for float outputs.
+    #[arg(long)]
+    atol: Option<f64>,
+    /// Folder to write out0.npy, out1.npy, ... into.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// A corpus case.json: regenerates arguments from its generators when
+    /// --args is absent, checks its expected_summary when --expected is
+    /// absent, and supplies default tolerances.
+    #[arg(long)]
+    case_json: Option<PathBuf>,
+    /// Number of loopback devices (default: num_partitions when the module
+    /// needs several devices for global semantics, else 1).
+    #[arg(long)]
+    devices: Option<i64>,
+    /// Also time XLA (jaxlib, CPU) on the same module and print the ratio.
+    #[arg(long)]
+    bench_xla: bool,
+    /// Runs of the module to time (the minimum is reported).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(ok) => std::process::exit(if ok { 0 } else { 1 }),
+        Err(e) => {
+            let line = json!({"file": cli.file.display().to_string(), "error": format!("{e:#}")});
+            println!("{line}");
+            eprintln!("error: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn parse_file(path: &Path) -> Result<HloModule> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    xla_hlo_parser::parse_module(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
+
+fn load_json(path: &Path) -> Result<Json> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+fn run(cli: &Cli) -> Result<bool> {
+    let t_total = Instant::now();
+    let module = parse_file(&cli.file)?;
+    let case = match &cli.case_json {
+        Some(p) => Some(load_json(p)?),
+        None => None,
+    };
+    let entry = module.entry_computation();
+    let mut args = Vec::new();
+    for (i, &p) in entry.parameters.iter().enumerate() {
+        let instr = entry
+            .instructions
+            .get(p.index())
+            .ok_or_else(|| anyhow!("entry parameter {i} is missing"))?;
+        let arr = match (&cli.args, &case) {
+            (Some(dir), _) => {
+                let path = dir.join(format!("arg{i}.npy"));
+                if !path.exists() {
+                    bail!(
+                        "missing argument file {} for parameter {i} (%{}, {})",
+                        path.display(),
+                        instr.name,
+                        instr.shape
+                    );
+                }
+                load_argument(&path, i, &instr.name, &instr.shape)?
+            }
+            (None, Some(case)) => generate::argument(case, i, &instr.name, &instr.shape)?,
+            (None, None) => bail!("give --args DIR or --case-json FILE"),
+        };
+        args.push(Value::Array(arr));
+    }
+    let devices = cli.devices.unwrap_or_else(|| {
+        if needs_spmd(&module) {
+            module.num_partitions()
+        } else {
+            1
+        }
+    });
+    let mut best = f64::INFINITY;
+    let mut outputs = Vec::new();
+    for _ in 0..cli.repeat.max(1) {
+        let t = Instant::now();
+        outputs = if devices > 1 {
+            evaluate_spmd(&module, &args, devices)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| anyhow!("no device produced outputs"))?
+        } else {
+            let ctx = EvalContext {
+                num_partitions: Some(1),
+                num_replicas: Some(1),
+                ..EvalContext::default()
+            };
+            evaluate(&module, &args, &ctx)?
+        };
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let flat: Vec<Array> = outputs
+        .iter()
+        .flat_map(|v| v.leaves().into_iter().cloned())
+        .collect();
+    if let Some(dir) = &cli.output {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (i, a) in flat.iter().enumerate() {
+            write_npy(&dir.join(format!("out{i}.npy")), a)?;
+        }
+    }
+    let case_tol = |k: &str| case.as_ref().and_then(|c| c.get(k)).and_then(Json::as_f64);
+    let rtol = cli.rtol.or_else(|| case_tol("rtol")).unwrap_or(1e-5);
+    let atol = cli.atol.or_else(|| case_tol("atol")).unwrap_or(1e-5);
+    let mut report = Vec::new();
+    let mut all_ok = true;
+    let mut compared = false;
+    if let Some(dir) = &cli.expected {
+        compared = true;
+        for (i, a) in flat.iter().enumerate() {
+            let path = dir.join(format!("out{i}.npy"));
+            let r = match read_npy(&path) {
+                Ok(e) => compare(i, a, &e, rtol, atol),
+                Err(e) => json!({"index": i, "matched": false, "error": e.to_string()}),
+            };
+            all_ok &= r["matched"].as_bool().unwrap_or(false);
+            report.push(r);
+        }
+        let extra = dir.join(format!("out{}.npy", flat.len()));
+        if extra.exists() {
+            all_ok = false;
+            report.push(json!({"index": flat.len(), "matched": false, "error": "expected has more outputs than the module produced"}));
+        }
+    } else if let Some(summary) = case
+        .as_ref()
+        .and_then(|c| c.get("expected_summary"))
+        .and_then(Json::as_array)
+    {
+        compared = true;
+        for (i, a) in flat.iter().enumerate() {
+            let r = match summary.get(i) {
+                Some(s) => generate::check_summary(i, a, s, rtol, atol),
+                None => json!({"index": i, "matched": false, "error": "no expected summary"}),
+            };
+            all_ok &= r["matched"].as_bool().unwrap_or(false);
+            report.push(r);
+        }
+    } else {
+        for (i, a) in flat.iter().enumerate() {
+            report.push(json!({"index": i, "shape": a.shape().to_string()}));
+        }
+    }
+    let mut line = json!({
+        "file": cli.file.display().to_string(),
+        "devices": devices,
+        "outputs": report,
+        "eval_s": best,
+        "wall_s": t_total.elapsed().as_secs_f64(),
+    });
+    if compared {
+        line["all_matched"] = json!(all_ok);
+    }
+    if cli.bench_xla {
+        match generate::bench_xla(&cli.file, &args, cli.repeat.max(1)) {
+            Ok(xla_s) => {
+                line["xla_s"] = json!(xla_s);
+                line["ratio_vs_xla"] = json!(best / xla_s);
+            }
+            Err(e) => line["xla_error"] = json!(format!("{e:#}")),
+        }
+    }
+    println!("{line}");
+    Ok(!compared || all_ok)
+}
+
+/// Compares one output with its expected array.
+fn compare(index: usize, a: &Array, e: &Array, rtol: f64, atol: f64) -> Json {
+    let exact = !a.ty.is_float();
+    let mut out = json!({"index": index, "shape": a.shape().to_string()});
+    if a.dims != e.dims {
+        out["matched"] = json!(false);
+        out["error"] = json!(format!(
+            "shape {:?} differs from expected {:?}",
+            a.dims, e.dims
+        ));
+        return out;
+    }
+    let (mut max_abs, mut max_rel, mut bad) = (0f64, 0f64, 0usize);
+    let mut first_bad = None;
+    for i in 0..a.len() {
+        let (x, y) = (a.get_f64(i), e.get_f64(i));
+        let ok = if exact {
+            if a.ty == PrimitiveType::U64 || a.ty == PrimitiveType::S64 {
+                a.get_i64(i) == e.get_i64(i)
+            } else {
+                x == y
+            }
+        } else if x.is_nan() || y.is_nan() {
+            x.is_nan() && y.is_nan()
+        } else if x.is_infinite() || y.is_infinite() {
+            x == y
+        } else {
+            (x - y).abs() <= atol + rtol * y.abs()
+        };
+        if x.is_finite() && y.is_finite() {
+            let d = (x - y).abs();
+            max_abs = max_abs.max(d);
+            if y != 0.0 {
+                max_rel = max_rel.max(d / y.abs());
+            } else if d > 0.0 {
+                max_rel = f64::INFINITY.min(1e300);
+            }
+        }
+        if !ok {
+            bad += 1;
+            if first_bad.is_none() {
+                first_bad = Some((i, x, y));
+            }
+        }
+    }
+    out["max_abs_err"] = json!(max_abs);
+    out["max_rel_err"] = json!(max_rel);
+    out["mismatches"] = json!(bad);
+    out["matched"] = json!(bad == 0);
+    if let Some((i, x, y)) = first_bad {
+        out["first_mismatch"] = json!({"flat_index": i, "got": x, "expected": y});
+    }
+    out
+}

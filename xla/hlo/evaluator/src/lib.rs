@@ -1,0 +1,28 @@
+//! Reference HLO interpreter: evaluates every opcode of an `HloModule` on
+//! the CPU with XLA's semantics. It is the oracle that checks partitioning
+//! and scheduling passes (run a module before and after, compare), and the
+//! per-device runtime of the loopback multi-device runtime (collectives go
+//! through a `CollectiveHandler`).
+//!
+//! Invariants: evaluation never panics on malformed modules or inputs; every
+//! failure is an `EvalError` naming the instruction, parameter, opcode or
+//! type involved. Values are typed dense arrays (`Value`, `Array`, `Data`).
+
+pub mod collective;
+pub mod data;
+pub mod dot;
+pub mod elementwise;
+pub mod error;
+pub mod index;
+pub mod interp;
+pub mod npy;
+pub mod reduce;
+pub mod rng;
+pub mod value;
+
+pub use collective::{
+    evaluate_spmd, needs_spmd, CollectiveHandler, CollectiveOp, LoopbackCollectives,
+};
+pub use error::EvalError;
+pub use interp::{evaluate, evaluate_value, EvalContext, Evaluator};
+pub use value::{Array, Data, Value};
