@@ -1,0 +1,1 @@
+//! NCCL backend (cargo feature `nccl`): work in progress.
