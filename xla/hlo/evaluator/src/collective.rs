@@ -233,9 +233,16 @@ enum Mode {
 
 fn mode_of(instr: &HloInstruction, op: Opcode) -> Mode {
     let channel = instr.channel_id().is_some();
-    if matches!(
+    // Only all-reduce, all-gather and reduce-scatter carry
+    // use_global_device_ids; the others use cross-partition groups whenever
+    // they have a channel id (XLA's GetCollectiveOpGroupMode).
+    if !matches!(
         op,
-        Opcode::CollectivePermute | Opcode::CollectivePermuteStart
+        Opcode::AllReduce
+            | Opcode::AllReduceStart
+            | Opcode::AllGather
+            | Opcode::AllGatherStart
+            | Opcode::ReduceScatter
     ) {
         return if channel {
             Mode::CrossPartition
@@ -294,6 +301,11 @@ fn my_group(
             .collect(),
         Mode::Flattened => find(&groups, me, r_count * p_count)?,
     };
+    if let Some(&bad_id) = devices.iter().find(|&&d| d < 0 || d >= r_count * p_count) {
+        return bad(format!(
+            "replica_groups name device {bad_id} but only {r_count} replicas x {p_count} partitions exist ({mode:?} groups)"
+        ));
+    }
     let rank = devices
         .iter()
         .position(|&d| d == me)
