@@ -1,5 +1,8 @@
-//! `hlo-opt`: reads an HLO module, verifies it, and prints it (to stdout or
-//! atomically to `-o FILE`) or prints its statistics as JSON (`--stats`).
+//! `hlo-opt`: reads an HLO module, verifies it, optionally runs passes on it
+//! (`--passes=a,b,c`, verifying after each and dumping with
+//! `--dump-after-each DIR`), and prints it (to stdout or atomically to
+//! `-o FILE`), its statistics as JSON (`--stats`), or a JSON comparison of
+//! its shardings with another module's (`--compare-shardings OTHER.hlo`).
 //!
 //! Invariants: bad input gives one clear message on stderr (file, line:column,
 //! what was expected) and exit code 1, never a panic; `-o` writes through a
@@ -30,6 +33,23 @@ struct Args {
     /// Skip the verifier (for inspecting broken modules).
     #[arg(long)]
     no_verify: bool,
+    /// Run these passes in order, e.g. `--passes=sharding-propagation`
+    /// (known: sharding-propagation). The module is verified after each.
+    #[arg(long, value_delimiter = ',', value_name = "PASS,...")]
+    passes: Vec<String>,
+    /// Write the module after each pass to DIR/NN.<pass>.hlo.
+    #[arg(long, value_name = "DIR", requires = "passes")]
+    dump_after_each: Option<PathBuf>,
+    /// Print one JSON object {"matched": M, "total": T, "mismatches": [...]}
+    /// comparing each instruction's sharding (after the passes) with the
+    /// instruction of the same name in OTHER. An instruction counts when
+    /// either module gives it a sharding; it matches when both do and the
+    /// shardings are equal modulo representation (iota vs explicit devices,
+    /// device order within replication groups, tuple spelling). Instructions
+    /// sharded by neither module are not counted; one present or sharded in
+    /// only one module is a mismatch ("ours" or "other" is null).
+    #[arg(long, value_name = "OTHER.hlo", conflicts_with = "stats")]
+    compare_shardings: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -44,9 +64,73 @@ fn main() -> ExitCode {
     }
 }
 
+/// The passes `--passes` can name.
+fn registry() -> xla_hlo_pass::PassRegistry {
+    let mut r = xla_hlo_pass::PassRegistry::new();
+    r.register(
+        "sharding-propagation",
+        "complete user shardings to every instruction (XLA's GSPMD propagation)",
+        || Box::new(xla_sharding_propagation::ShardingPropagation::default()),
+    );
+    r
+}
+
+/// Runs `--passes` on the module.
+fn run_passes(args: &Args, module: &mut xla_hlo_ir::HloModule) -> Result<()> {
+    if args.passes.is_empty() {
+        return Ok(());
+    }
+    let mut pipeline = registry()
+        .pipeline("hlo-opt", &args.passes.join(","))?
+        .with_verifier(!args.no_verify);
+    if let Some(dir) = &args.dump_after_each {
+        pipeline = pipeline.dump_after_each(dir);
+    }
+    let report = pipeline.run(module)?;
+    for r in &report.runs {
+        log::info!(
+            "pass {}: {:.3} ms, {}",
+            r.name,
+            r.duration.as_secs_f64() * 1e3,
+            if r.changed { "changed" } else { "unchanged" }
+        );
+    }
+    Ok(())
+}
+
+/// The `--compare-shardings` JSON.
+fn comparison_json(ours: &xla_hlo_ir::HloModule, other: &xla_hlo_ir::HloModule) -> String {
+    let c = xla_hlo_utils::compare::compare_module_shardings(ours, other);
+    let mismatches: Vec<serde_json::Value> = c
+        .mismatches
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "instruction": m.instruction,
+                "computation": m.computation,
+                "opcode": m.opcode,
+                "ours": m.ours,
+                "other": m.other,
+            })
+        })
+        .collect();
+    let mut s = serde_json::json!({
+        "matched": c.matched,
+        "total": c.total,
+        "mismatches": mismatches,
+    })
+    .to_string();
+    s.push('\n');
+    s
+}
+
 fn run(args: &Args) -> Result<()> {
-    let module = load_module(&args.input, !args.no_verify)?;
-    let text = if args.stats {
+    let mut module = load_module(&args.input, !args.no_verify)?;
+    run_passes(args, &mut module)?;
+    let text = if let Some(other_path) = &args.compare_shardings {
+        let other = load_module(other_path, !args.no_verify)?;
+        comparison_json(&module, &other)
+    } else if args.stats {
         let mut s = ModuleStats::of(&module).to_json().to_string();
         s.push('\n');
         s

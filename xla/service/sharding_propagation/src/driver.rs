@@ -1,0 +1,809 @@
+//! The propagation driver: reads the module's shardings, prepares them as
+//! XLA's `ShardingPropagation::Run` does (Sharding custom-calls to copies,
+//! unspecified dims, shard groups, while/conditional/call boundaries, the
+//! set of user-provided shardings, unknown -> replicated), runs the
+//! fix-point sweeps per aggressiveness level, then writes the changed
+//! shardings back (untouched ones keep their original text).
+//!
+//! Invariants: user-provided shardings never change (only their
+//! unspecified dims are refined); the IR is edited only after propagation
+//! finished; the result does not depend on hash iteration order.
+
+use crate::graph::{Graph, Node};
+use crate::infer::{normalize, Prop};
+use crate::ShardingPropagationOptions;
+use rustc_hash::FxHashMap;
+use xla_hlo_ir::sharding::{ShardGroup, SingleSharding};
+use xla_hlo_ir::{
+    AttrKey, AttrValue, HloInstruction, HloModule, HloSharding, InstrId, Opcode, Shape,
+};
+use xla_hlo_utils::merge::{find_common_sharding, merge_sharding_if_compatible};
+use xla_hlo_utils::ops::partially_replicate_all_except;
+use xla_hlo_utils::{InstrSharding, Sharding};
+
+/// What a run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PropagationStats {
+    pub changed: bool,
+    /// Sweeps over a computation (forward + backward), all levels.
+    pub iterations: usize,
+    /// Instructions whose sharding was inferred or changed.
+    pub inferred: usize,
+    /// `Sharding` custom-calls turned into copies.
+    pub copies: usize,
+    /// Instructions still without a sharding.
+    pub unsharded: usize,
+}
+
+fn reject(instr: &HloInstruction, e: impl std::fmt::Display) -> String {
+    format!("instruction %{}: {e}", instr.name)
+}
+
+/// Parses `unspecified_dims=[1,2]` from a Sharding custom-call's backend config.
+fn unspecified_dims(instr: &HloInstruction) -> Vec<usize> {
+    let text = match instr.attr(AttrKey::BackendConfig) {
+        Some(AttrValue::Raw(t)) | Some(AttrValue::Str(t)) => t.as_str(),
+        _ => return vec![],
+    };
+    let Some(pos) = text.find("unspecified_dims=[") else {
+        return vec![];
+    };
+    let rest = &text[pos + "unspecified_dims=[".len()..];
+    let end = rest.find(']').unwrap_or(rest.len());
+    let mut v: Vec<usize> = rest[..end]
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// XLA's name uniquer for the prefix `copy`.
+struct CopyNames {
+    used: std::collections::BTreeSet<i64>,
+    next: i64,
+}
+
+impl CopyNames {
+    fn new(module: &HloModule) -> CopyNames {
+        let mut used = std::collections::BTreeSet::new();
+        for c in &module.computations {
+            for i in &c.instructions {
+                if i.name == "copy" {
+                    used.insert(0);
+                } else if let Some(n) = i
+                    .name
+                    .strip_prefix("copy.")
+                    .and_then(|s| s.parse::<i64>().ok())
+                {
+                    used.insert(n);
+                }
+            }
+        }
+        CopyNames { used, next: 0 }
+    }
+    fn next(&mut self) -> String {
+        let id = if self.used.insert(0) {
+            0
+        } else {
+            while !self.used.insert(self.next) {
+                self.next += 1;
+            }
+            let id = self.next;
+            self.next += 1;
+            id
+        };
+        if id == 0 {
+            "copy".into()
+        } else {
+            format!("copy.{id}")
+        }
+    }
+}
+
+fn flags(v: &Option<Vec<bool>>) -> (bool, Vec<bool>) {
+    match v {
+        Some(v) => (v.iter().any(|&b| b), v.clone()),
+        None => (false, vec![]),
+    }
+}
+
+/// Inserts a copy above a `while` entry root so that the while can still be
+/// resharded (XLA does this when the output sharding is fixed).
+fn copy_while_root(module: &mut HloModule, names: &mut CopyNames) -> bool {
+    let e = module.entry;
+    let comp = module.comp(e);
+    let root = comp.root;
+    let r = comp.instr(root);
+    if r.opcode != Opcode::While
+        || r.sharding.as_ref().is_some_and(|s| {
+            s.leaves()
+                .iter()
+                .all(|l| l.kind == xla_hlo_ir::ShardingKind::Unknown)
+        })
+    {
+        return false;
+    }
+    let mut copy = HloInstruction::new(names.next(), Opcode::Copy, r.shape.clone(), vec![root]);
+    copy.sharding = r.sharding.clone();
+    let comp = module.comp_mut(e);
+    let id = comp.add(copy);
+    comp.root = id;
+    true
+}
+
+/// Runs the whole pass.
+pub(crate) fn propagate(
+    module: &mut HloModule,
+    opts: &ShardingPropagationOptions,
+) -> Result<PropagationStats, String> {
+    let mut stats = PropagationStats::default();
+    let (allow_output, output_vec) =
+        flags(&opts.allow_propagation_to_output.clone().or_else(|| {
+            module
+                .config
+                .allow_spmd_sharding_propagation_to_output
+                .clone()
+        }));
+    let (allow_params, params_vec) =
+        flags(&opts.allow_propagation_to_parameters.clone().or_else(|| {
+            module
+                .config
+                .allow_spmd_sharding_propagation_to_parameters
+                .clone()
+        }));
+    let mut names = CopyNames::new(module);
+    // Sharding custom-calls are renamed before a possible root copy (XLA order).
+    let pre_graph_edit = !allow_output && {
+        let e = module.entry_computation();
+        e.root_instr().opcode == Opcode::While
+    };
+
+    // ---- read the shardings ----
+    let graph = Graph::new(module);
+    let n = graph.num_nodes();
+    let mut original: Vec<Option<InstrSharding>> = Vec::with_capacity(n);
+    for x in 0..n as Node {
+        let instr = graph.instr(x);
+        original.push(match &instr.sharding {
+            Some(s) => Some(InstrSharding::from_ir(s, &instr.shape).map_err(|e| reject(instr, e))?),
+            None => None,
+        });
+    }
+    let mut p = Prop {
+        g: graph,
+        sh: original.clone(),
+        allow_output,
+        allow_params,
+    };
+
+    // ---- ProcessShardingInstruction ----
+    let mut copies: Vec<(Node, String)> = Vec::new();
+    let mut unspecified: FxHashMap<Node, Vec<usize>> = FxHashMap::default();
+    let mut group_of: FxHashMap<Node, (bool, i64)> = FxHashMap::default();
+    let mut groups: Vec<((bool, i64), Vec<Node>)> = Vec::new();
+    for c in 0..p.g.post_orders.len() {
+        let order = p.g.post_orders[c].clone();
+        for &x in order.iter().rev() {
+            let instr = p.g.instr(x);
+            let group = instr
+                .sharding
+                .as_ref()
+                .and_then(|s| s.leaves().first().and_then(|l| l.shard_group));
+            if p.g.is_custom_call(x, "Sharding") {
+                let Some(s) = p.sh[x as usize].clone() else {
+                    return Err(reject(instr, "a Sharding custom-call needs a sharding"));
+                };
+                let op0 =
+                    p.g.operand(x, 0)
+                        .ok_or_else(|| reject(instr, "a Sharding custom-call needs an operand"))?;
+                let replaced = opts.replace_sharding_custom_calls
+                    && (!s.is_unknown() || p.g.opcode(op0) == Opcode::Parameter);
+                if replaced {
+                    copies.push((x, names.next()));
+                }
+                let spec = unspecified_dims(instr);
+                if !spec.is_empty() {
+                    unspecified.insert(x, spec);
+                } else if p.sh[op0 as usize].is_none() {
+                    let s = normalize(p.g.shape(op0), s);
+                    p.sh[op0 as usize] = Some(s);
+                }
+            }
+            if let Some(gr) = group {
+                let key = match gr {
+                    ShardGroup::As(id) => (true, id),
+                    ShardGroup::Like(id) => (false, id),
+                };
+                group_of.insert(x, key);
+                match groups.iter_mut().find(|g| g.0 == key) {
+                    Some(g) => g.1.push(x),
+                    None => groups.push((key, vec![x])),
+                }
+            }
+        }
+    }
+    stats.copies = copies.len();
+
+    // ---- while / conditional / call boundaries ----
+    for x in 0..n as Node {
+        if matches!(
+            p.g.opcode(x),
+            Opcode::While | Opcode::Conditional | Opcode::Call
+        ) {
+            let related = related(&p, x);
+            if let Some(first) = related.iter().find_map(|&r| p.sh[r as usize].clone()) {
+                for &r in &related {
+                    let s = normalize(p.g.shape(r), first.clone());
+                    p.sh[r as usize] = Some(s);
+                }
+            }
+        }
+    }
+
+    // ---- provided shardings ----
+    let entry_root = p.g.entry_root();
+    let mut provided = vec![false; n];
+    for x in 0..n as Node {
+        if let Some(s) = &p.sh[x as usize] {
+            if x != entry_root && p.g.opcode(x) != Opcode::Parameter && !s.is_unknown() {
+                provided[x as usize] = true;
+            }
+        }
+    }
+    if !allow_output
+        && p.sh[entry_root as usize]
+            .as_ref()
+            .is_none_or(|s| !s.is_unknown())
+    {
+        provided[entry_root as usize] = true;
+    }
+    if !allow_params {
+        let e = p.g.module.entry;
+        for k in 0..p.g.module.comp(e).parameters.len() {
+            if let Some(x) = p.g.parameter(e, k) {
+                if p.sh[x as usize].as_ref().is_some_and(|s| !s.is_unknown()) {
+                    provided[x as usize] = true;
+                }
+            }
+        }
+    }
+    let saved_root = p.sh[entry_root as usize].clone();
+    let saved_params: Vec<Option<InstrSharding>> = {
+        let e = p.g.module.entry;
+        (0..p.g.module.comp(e).parameters.len())
+            .map(|k| p.g.parameter(e, k).and_then(|x| p.sh[x as usize].clone()))
+            .collect()
+    };
+
+    // ---- unknown -> replicated ----
+    for x in 0..n {
+        if let Some(s) = &p.sh[x] {
+            if s.leaves().iter().any(Sharding::is_unknown) {
+                let leaves: Vec<Sharding> = s
+                    .leaves()
+                    .iter()
+                    .map(|l| {
+                        if l.is_unknown() {
+                            Sharding::Replicated
+                        } else {
+                            l.clone()
+                        }
+                    })
+                    .collect();
+                p.sh[x] = Some(match s {
+                    InstrSharding::Single(_) => InstrSharding::Single(leaves[0].clone()),
+                    InstrSharding::Tuple(_) => InstrSharding::Tuple(leaves),
+                });
+            }
+        }
+    }
+
+    // ---- fix points ----
+    let mut fx = FixPoint {
+        provided: &provided,
+        unspecified: &unspecified,
+        group_of: &group_of,
+        groups: &groups,
+        iterations: 0,
+    };
+    for level in 0..4 {
+        fx.run(&mut p, level, true);
+    }
+    // Align shard_as groups.
+    for (key, members) in &groups {
+        if !key.0 {
+            continue;
+        }
+        let mut shardings = Vec::new();
+        let mut default: Option<Sharding> = None;
+        for &m in members {
+            if let Some(InstrSharding::Single(s)) = &p.sh[m as usize] {
+                shardings.push(s.clone());
+                if default.as_ref().is_none_or(|d| d.is_replicated()) {
+                    default = Some(s.clone());
+                }
+            }
+        }
+        let common = find_common_sharding(&shardings, default.as_ref()).or(default);
+        if let Some(common) = common {
+            for &m in members {
+                if provided[m as usize] {
+                    if let (Some(spec), Some(InstrSharding::Single(cur))) =
+                        (unspecified.get(&m), p.sh[m as usize].clone())
+                    {
+                        let partial = partially_replicate_all_except(&common, spec);
+                        let mut s = cur;
+                        let min = s.num_tiles() + 1;
+                        merge_sharding_if_compatible(&partial, min, &mut s);
+                    }
+                }
+                p.sh[m as usize] = Some(normalize(
+                    p.g.shape(m),
+                    InstrSharding::Single(common.clone()),
+                ));
+            }
+        }
+    }
+    fx.run(&mut p, 3, true);
+    stats.iterations = fx.iterations;
+
+    // ---- output / parameter permissions ----
+    if allow_output {
+        if let (Some(InstrSharding::Tuple(saved)), Some(InstrSharding::Tuple(cur))) =
+            (&saved_root, p.sh[entry_root as usize].clone())
+        {
+            if saved.len() == output_vec.len() {
+                let mut cur = cur;
+                for (i, s) in saved.iter().enumerate() {
+                    if !output_vec[i] && !s.is_unknown() {
+                        cur[i] = s.clone();
+                    }
+                }
+                p.sh[entry_root as usize] = Some(InstrSharding::Tuple(cur));
+            }
+        }
+        let shape = p.g.shape(entry_root).clone();
+        if let Some(s) = p.sh[entry_root as usize].clone() {
+            p.sh[entry_root as usize] = Some(replicate_uneven(&shape, s, |i| {
+                output_vec.get(i).copied().unwrap_or(true)
+            }));
+        }
+    }
+    if allow_params {
+        let e = p.g.module.entry;
+        let count = p.g.module.comp(e).parameters.len();
+        if params_vec.len() == count {
+            for (k, saved) in saved_params.iter().enumerate() {
+                let Some(x) = p.g.parameter(e, k) else {
+                    continue;
+                };
+                if !params_vec[k] {
+                    p.sh[x as usize] = saved.clone().filter(|s| !s.is_unknown());
+                } else if let Some(s) = p.sh[x as usize].clone() {
+                    let shape = p.g.shape(x).clone();
+                    p.sh[x as usize] = Some(replicate_uneven(&shape, s, |_| true));
+                }
+            }
+        }
+    }
+
+    // ---- completion (optional) ----
+    if opts.complete_with_replicated {
+        for x in 0..n as Node {
+            let c = p.g.comp_of(x);
+            let partitioned = c == p.g.module.entry || p.g.caller.contains_key(&c);
+            if partitioned && p.sh[x as usize].is_none() && !p.g.shape(x).is_token() {
+                p.sh[x as usize] = Some(normalize(
+                    p.g.shape(x),
+                    InstrSharding::Single(Sharding::Replicated),
+                ));
+            }
+        }
+    }
+
+    // ---- write back ----
+    let mut updates: Vec<(Node, Option<HloSharding>)> = Vec::new();
+    for x in 0..n {
+        if p.sh[x] != original[x] {
+            updates.push((x as Node, p.sh[x].as_ref().map(InstrSharding::to_ir)));
+        }
+    }
+    let locate: Vec<(xla_hlo_ir::CompId, InstrId)> = (0..n as Node)
+        .map(|x| (p.g.comp_of(x), p.g.local(x)))
+        .collect();
+    stats.unsharded = p.sh.iter().filter(|s| s.is_none()).count();
+    drop(p);
+    stats.inferred = updates.len();
+    for (x, s) in updates {
+        let (c, i) = locate[x as usize];
+        let instr = module.comp_mut(c).instr_mut(i);
+        instr.sharding = s;
+        // Shard groups are consumed by propagation.
+        if let Some(HloSharding::Single(SingleSharding { shard_group, .. })) = &mut instr.sharding {
+            *shard_group = None;
+        }
+    }
+    for &(x, ref name) in &copies {
+        let (c, i) = locate[x as usize];
+        let instr = module.comp_mut(c).instr_mut(i);
+        instr.opcode = Opcode::Copy;
+        instr.name = name.clone();
+        instr.attrs.clear();
+        instr.operands.truncate(1);
+    }
+    let root_copy = pre_graph_edit && copy_while_root(module, &mut names);
+    stats.changed = stats.inferred > 0 || !copies.is_empty() || root_copy;
+    Ok(stats)
+}
+
+/// Replicates leaves whose tiling does not divide the shape evenly.
+fn replicate_uneven(
+    shape: &Shape,
+    s: InstrSharding,
+    allowed: impl Fn(usize) -> bool,
+) -> InstrSharding {
+    let leaves = shape.leaves();
+    let fix = |l: &Sharding, sh: &Shape| -> Sharding {
+        match l {
+            Sharding::Tiled(t)
+                if sh
+                    .dims()
+                    .iter()
+                    .enumerate()
+                    .any(|(i, &d)| d % t.tiles().dim(i) != 0) =>
+            {
+                Sharding::Replicated
+            }
+            _ => l.clone(),
+        }
+    };
+    match s {
+        InstrSharding::Single(l) => InstrSharding::Single(fix(&l, shape)),
+        InstrSharding::Tuple(v) => InstrSharding::Tuple(
+            v.iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    if allowed(i) {
+                        leaves
+                            .get(i)
+                            .map(|sh| fix(l, sh))
+                            .unwrap_or_else(|| l.clone())
+                    } else {
+                        l.clone()
+                    }
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Instructions that share a sharding across a computation boundary
+/// (`GetRelatedInstructions`).
+fn related(p: &Prop, x: Node) -> Vec<Node> {
+    let g = &p.g;
+    let i = g.instr(x);
+    match i.opcode {
+        Opcode::While => {
+            let mut v = vec![x];
+            if let Some(body) = i.computation_attr(AttrKey::Body) {
+                v.push(g.root_of(body));
+                v.extend(g.parameter(body, 0));
+            }
+            if let Some(cond) = i.computation_attr(AttrKey::Condition) {
+                v.extend(g.parameter(cond, 0));
+            }
+            v
+        }
+        Opcode::Conditional => {
+            let mut v = vec![x];
+            v.extend(i.called_computations().into_iter().map(|c| g.root_of(c)));
+            v
+        }
+        Opcode::Call => {
+            let mut v = vec![x];
+            if let Some(c) = i.called_computations().first() {
+                v.push(g.root_of(*c));
+            }
+            v
+        }
+        Opcode::Parameter => {
+            let comp = g.comp_of(x);
+            let Some(&caller) = g.caller.get(&comp) else {
+                return vec![];
+            };
+            match g.opcode(caller) {
+                Opcode::Conditional => {
+                    let branches = g.instr(caller).called_computations();
+                    match branches
+                        .iter()
+                        .position(|&c| c == comp)
+                        .and_then(|b| g.operand(caller, b + 1))
+                    {
+                        Some(o) => vec![x, o],
+                        None => vec![],
+                    }
+                }
+                Opcode::Call => {
+                    let pn = i.parameter_number.unwrap_or(0).max(0) as usize;
+                    match g.operand(caller, pn) {
+                        Some(o) => vec![x, o],
+                        None => vec![],
+                    }
+                }
+                _ => vec![],
+            }
+        }
+        _ => vec![],
+    }
+}
+
+struct FixPoint<'a> {
+    provided: &'a [bool],
+    unspecified: &'a FxHashMap<Node, Vec<usize>>,
+    group_of: &'a FxHashMap<Node, (bool, i64)>,
+    groups: &'a [((bool, i64), Vec<Node>)],
+    iterations: usize,
+}
+
+struct Dirty {
+    fwd: Vec<bool>,
+    bwd: Vec<bool>,
+    grp: Vec<bool>,
+}
+
+impl FixPoint<'_> {
+    fn members(&self, x: Node) -> Option<&[Node]> {
+        let key = self.group_of.get(&x)?;
+        self.groups
+            .iter()
+            .find(|g| &g.0 == key)
+            .map(|g| g.1.as_slice())
+    }
+
+    /// `MaybeComputationPropagation`: pushes `x`'s sharding across
+    /// computation boundaries; records every node changed.
+    fn computation_propagation(&self, p: &mut Prop, x: Node, changed: &mut Vec<Node>) {
+        let op = p.g.opcode(x);
+        if matches!(
+            op,
+            Opcode::Conditional | Opcode::While | Opcode::CustomCall | Opcode::Call
+        ) {
+            self.propagate_to(p, x, x, changed);
+        }
+        if op == Opcode::Parameter || p.g.is_root(x) {
+            if let Some(&caller) = p.g.caller.get(&p.g.comp_of(x)) {
+                self.propagate_to(p, caller, x, changed);
+                if op == Opcode::Parameter
+                    && matches!(p.g.opcode(caller), Opcode::Conditional | Opcode::Call)
+                {
+                    self.propagate_to(p, x, x, changed);
+                }
+            }
+        }
+    }
+
+    fn propagate_to(&self, p: &mut Prop, search: Node, x: Node, changed: &mut Vec<Node>) {
+        let rel = related(p, search);
+        if !rel.contains(&x) {
+            return;
+        }
+        let Some(s) = p.sh[x as usize].clone() else {
+            return;
+        };
+        for r in rel {
+            if self.provided[r as usize] {
+                continue;
+            }
+            let new = normalize(p.g.shape(r), s.clone());
+            if p.sh[r as usize].as_ref() != Some(&new) {
+                p.sh[r as usize] = Some(new);
+                changed.push(r);
+                self.computation_propagation(p, r, changed);
+            }
+        }
+    }
+
+    fn clear(&self, p: &Prop, d: &mut Dirty, h: Node, for_users: Option<Node>) {
+        for o in p.g.operands(h) {
+            d.bwd[o as usize] = false;
+        }
+        for &u in p.g.users(for_users.unwrap_or(h)) {
+            d.fwd[u as usize] = false;
+            for c in p.g.instr(u).called_computations() {
+                for k in 0..p.g.module.comp(c).parameters.len() {
+                    if let Some(param) = p.g.parameter(c, k) {
+                        d.fwd[param as usize] = false;
+                    }
+                }
+            }
+        }
+        if let Some(members) = self.members(h) {
+            for &m in members {
+                if m != h {
+                    d.grp[m as usize] = false;
+                }
+            }
+        }
+    }
+
+    fn after_change(&self, p: &mut Prop, d: &mut Dirty, x: Node) {
+        let mut changed = Vec::new();
+        self.computation_propagation(p, x, &mut changed);
+        self.clear(p, d, x, None);
+        for h in changed {
+            self.clear(p, d, h, None);
+        }
+    }
+
+    /// Refines a provided sharding's unspecified dims from `from`.
+    fn refine_unspecified(&self, p: &mut Prop, x: Node, from: &Sharding) -> bool {
+        let Some(spec) = self.unspecified.get(&x) else {
+            return false;
+        };
+        if !from.is_tiled() {
+            return false;
+        }
+        let Some(InstrSharding::Single(cur)) = p.sh[x as usize].clone() else {
+            return false;
+        };
+        let partial = partially_replicate_all_except(from, spec);
+        let mut s = cur;
+        let min = s.num_tiles() + 1;
+        if merge_sharding_if_compatible(&partial, min, &mut s) {
+            p.sh[x as usize] = Some(InstrSharding::Single(s));
+            return true;
+        }
+        false
+    }
+
+    /// Is `x` the operand of a manual conversion op (not supported for
+    /// unspecified-dims refinement)?
+    fn feeds_manual_conversion(p: &Prop, x: Node) -> bool {
+        let users = p.g.users(x);
+        users.len() == 1
+            && (p.g.is_custom_call(users[0], "SPMDFullToShardShape")
+                || p.g.is_custom_call(users[0], "SPMDShardToFullShape"))
+    }
+
+    /// `RunToFixPoint` for one aggressiveness level; returns whether
+    /// anything changed.
+    fn run(&mut self, p: &mut Prop, level: i64, use_groups: bool) -> bool {
+        let n = p.sh.len();
+        let mut d = Dirty {
+            fwd: vec![false; n],
+            bwd: vec![false; n],
+            grp: vec![false; n],
+        };
+        let may_merge = level > 0;
+        let mut any = false;
+        loop {
+            let mut changed_last = false;
+            for c in 0..p.g.post_orders.len() {
+                self.iterations += 1;
+                let len = p.g.post_orders[c].len();
+                if use_groups && !self.group_of.is_empty() {
+                    for k in 0..len {
+                        let x = p.g.post_orders[c][k];
+                        if d.grp[x as usize] || !self.group_of.contains_key(&x) {
+                            continue;
+                        }
+                        let members = self.members(x).unwrap_or(&[]).to_vec();
+                        if self.provided[x as usize] {
+                            if !may_merge || !self.unspecified.contains_key(&x) {
+                                continue;
+                            }
+                            let mut refined = false;
+                            for &m in &members {
+                                if m == x {
+                                    continue;
+                                }
+                                if let Some(InstrSharding::Single(ms)) = p.sh[m as usize].clone() {
+                                    refined |= self.refine_unspecified(p, x, &ms);
+                                }
+                            }
+                            if refined {
+                                self.clear(p, &mut d, x, None);
+                                d.grp[x as usize] = true;
+                                changed_last = true;
+                            }
+                            continue;
+                        }
+                        d.grp[x as usize] = true;
+                        if p.infer_from_group(x, level, &members) {
+                            any = true;
+                            changed_last = true;
+                            self.after_change(p, &mut d, x);
+                        }
+                    }
+                }
+                for k in 0..len {
+                    let x = p.g.post_orders[c][k];
+                    if d.fwd[x as usize] {
+                        continue;
+                    }
+                    if self.provided[x as usize] {
+                        if !may_merge
+                            || !self.unspecified.contains_key(&x)
+                            || Self::feeds_manual_conversion(p, x)
+                        {
+                            continue;
+                        }
+                        let Some(op) = p.g.operand(x, 0) else {
+                            continue;
+                        };
+                        let Some(InstrSharding::Single(os)) = p.sh[op as usize].clone() else {
+                            continue;
+                        };
+                        if self.refine_unspecified(p, x, &os) {
+                            self.clear(p, &mut d, x, None);
+                            d.fwd[x as usize] = true;
+                            changed_last = true;
+                        }
+                        continue;
+                    }
+                    d.fwd[x as usize] = true;
+                    if p.infer_from_operands(x, level) {
+                        any = true;
+                        changed_last = true;
+                        self.after_change(p, &mut d, x);
+                    }
+                }
+                for k in (0..len).rev() {
+                    let x = p.g.post_orders[c][k];
+                    if (p.g.is_custom_call(x, "SPMDFullToShardShape")
+                        || p.g.is_custom_call(x, "SPMDShardToFullShape"))
+                        && !d.bwd[x as usize]
+                    {
+                        if let Some(o) = p.g.operand(x, 0) {
+                            d.bwd[o as usize] = false;
+                        }
+                    }
+                    if d.bwd[x as usize] {
+                        continue;
+                    }
+                    if self.provided[x as usize] {
+                        if !may_merge
+                            || !self.unspecified.contains_key(&x)
+                            || Self::feeds_manual_conversion(p, x)
+                        {
+                            continue;
+                        }
+                        let users: Vec<Node> = p.g.users(x).to_vec();
+                        let mut refined = false;
+                        for u in users {
+                            if !p.sh[u as usize]
+                                .as_ref()
+                                .and_then(|s| s.as_single())
+                                .is_some_and(Sharding::is_tiled)
+                            {
+                                continue;
+                            }
+                            if let Some(InstrSharding::Single(us)) =
+                                p.sharding_from_user(x, u, level)
+                            {
+                                refined |= self.refine_unspecified(p, x, &us);
+                            }
+                        }
+                        if refined {
+                            self.clear(p, &mut d, x, None);
+                            d.bwd[x as usize] = true;
+                            changed_last = true;
+                        }
+                        continue;
+                    }
+                    d.bwd[x as usize] = true;
+                    if p.infer_from_users(x, level) {
+                        any = true;
+                        changed_last = true;
+                        self.after_change(p, &mut d, x);
+                    }
+                }
+            }
+            if !changed_last {
+                break;
+            }
+        }
+        any
+    }
+}

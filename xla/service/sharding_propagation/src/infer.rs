@@ -1,0 +1,1690 @@
+//! The per-opcode propagation rules: what an instruction's sharding can be
+//! given its operands' (forward) or one user's (backward), and the rule for
+//! accepting a candidate (`maybe_improve`: only strictly better or
+//! compatible refinements, see `xla_hlo_utils::merge::return_improved`).
+//!
+//! These follow XLA's `InferShardingFromOperands`, `GetShardingFromUser`
+//! and `InferShardingFromUsers`, including the aggressiveness levels:
+//! level 0 only passes through elementwise ops, copies, reshapes,
+//! transposes, tuples, GTEs, whiles, calls, dynamic slices and
+//! concatenates; level 1 adds every other op; level 2 lets broadcasts take
+//! shardings from their users; level 3 lets them push forward.
+//!
+//! Invariant: rules only read the graph and the current shardings, and
+//! write only the instruction they infer (`self.sh[x]`).
+
+use crate::dims::{self, DotDims, GsDims};
+use crate::graph::{
+    compatible_ignoring_element_type, has_side_effect, is_elementwise, Graph, Node,
+};
+use xla_hlo_ir::{AttrKey, Opcode, Shape};
+use xla_hlo_utils::merge::{
+    is_leaf_more_specific, is_more_specific, is_subtiling_or_equal, merge_sharding,
+    merge_sharding_if_compatible, merge_sharding_leaf, return_improved,
+};
+use xla_hlo_utils::ops::{
+    broadcast_operand_sharding, broadcast_sharding, partially_replicate_all_except,
+    partially_replicate_on_dims, propagate_along_dims, propagate_through_reshape, reduce_sharding,
+    replicate_all_data_dims, reverse_sharding, transpose_sharding, transpose_with_collapsed_dims,
+};
+use xla_hlo_utils::sharding::leaf_count;
+use xla_hlo_utils::{InstrSharding, Sharding, TileArray};
+
+pub(crate) const MAX_LEVEL: i64 = i64::MAX;
+
+/// Propagation state: the graph and each node's current sharding.
+pub(crate) struct Prop<'m> {
+    pub g: Graph<'m>,
+    pub sh: Vec<Option<InstrSharding>>,
+    pub allow_output: bool,
+    pub allow_params: bool,
+}
+
+fn usize_dims(v: &[i64]) -> Vec<usize> {
+    v.iter().filter(|&&d| d >= 0).map(|&d| d as usize).collect()
+}
+
+/// The sharding `s` shaped for `shape` (one leaf per tuple leaf).
+pub(crate) fn normalize(shape: &Shape, s: InstrSharding) -> InstrSharding {
+    match (shape, s) {
+        (Shape::Tuple(_), InstrSharding::Single(x)) => InstrSharding::single_for(shape, x),
+        (_, s) => s,
+    }
+}
+
+fn single(s: &InstrSharding) -> Option<&Sharding> {
+    s.as_single()
+}
+
+impl<'m> Prop<'m> {
+    // ----- helpers -----
+
+    pub fn has(&self, n: Node) -> bool {
+        self.sh[n as usize].is_some()
+    }
+    pub fn get(&self, n: Node) -> Option<&InstrSharding> {
+        self.sh[n as usize].as_ref()
+    }
+    /// The leaf sharding of an array node.
+    fn leaf(&self, n: Node) -> Option<&Sharding> {
+        self.get(n).and_then(single)
+    }
+    pub fn set(&mut self, n: Node, s: InstrSharding) {
+        let s = normalize(self.g.shape(n), s);
+        self.sh[n as usize] = Some(s);
+    }
+    fn sp(&self, n: Node) -> bool {
+        self.get(n)
+            .is_some_and(InstrSharding::is_spatially_partitioned)
+    }
+    fn is_manual(&self, n: Node) -> bool {
+        self.get(n).is_some_and(InstrSharding::is_manual)
+    }
+
+    /// Applies `s` to `n` if it improves it (`MaybeImproveInstructionSharding`).
+    pub fn maybe_improve(
+        &mut self,
+        n: Node,
+        s: InstrSharding,
+        may_combine: bool,
+        aggressive: bool,
+    ) -> bool {
+        let shape = self.g.shape(n);
+        let s = normalize(shape, s);
+        let dims = (!shape.is_tuple()).then(|| shape.dims());
+        match return_improved(&s, self.get(n), dims, may_combine, aggressive) {
+            Some(new) => {
+                self.sh[n as usize] = Some(new);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn improve_leaf(&mut self, n: Node, s: Sharding, may_combine: bool, aggressive: bool) -> bool {
+        self.maybe_improve(n, InstrSharding::Single(s), may_combine, aggressive)
+    }
+
+    /// Improves leaf `index` of a tuple-shaped node (or the node itself).
+    fn maybe_improve_sub(
+        &mut self,
+        n: Node,
+        s: Sharding,
+        index: usize,
+        may_combine: bool,
+        aggressive: bool,
+    ) -> bool {
+        let shape = self.g.shape(n);
+        if !shape.is_tuple() {
+            return self.improve_leaf(n, s, may_combine, aggressive);
+        }
+        let Some(elem) = shape.tuple_elements().get(index) else {
+            return false;
+        };
+        let current = self.get(n).and_then(|c| c.sub_sharding(shape, index));
+        let sub = InstrSharding::single_for(elem, s);
+        let dims = (!elem.is_tuple()).then(|| elem.dims());
+        let Some(new_sub) = return_improved(&sub, current.as_ref(), dims, may_combine, aggressive)
+        else {
+            return false;
+        };
+        let mut leaves = match self.get(n) {
+            Some(InstrSharding::Tuple(v)) => v.clone(),
+            _ => vec![Sharding::Replicated; leaf_count(shape)],
+        };
+        let off = InstrSharding::leaf_offset(shape, index);
+        for (k, l) in new_sub.leaves().iter().enumerate() {
+            if let Some(slot) = leaves.get_mut(off + k) {
+                *slot = l.clone();
+            }
+        }
+        self.sh[n as usize] = Some(InstrSharding::Tuple(leaves));
+        true
+    }
+
+    fn maybe_tuple(&self, n: Node, s: Sharding) -> InstrSharding {
+        match self.g.shape(n) {
+            Shape::Tuple(e) => InstrSharding::Tuple(vec![s; e.len()]),
+            _ => InstrSharding::Single(s),
+        }
+    }
+
+    fn nru1(&self, n: Node) -> bool {
+        self.g.non_root_users(n) == 1
+    }
+
+    // ----- predicates -----
+
+    /// `CanPropagateThroughAtAggressiveLevel`.
+    pub fn can_propagate_through(&self, n: Node, level: i64) -> bool {
+        let op = self.g.opcode(n);
+        if is_elementwise(op)
+            || self.g.is_custom_call(n, "Sharding")
+            || matches!(
+                op,
+                Opcode::Call
+                    | Opcode::Concatenate
+                    | Opcode::Copy
+                    | Opcode::DynamicSlice
+                    | Opcode::DynamicUpdateSlice
+                    | Opcode::GetTupleElement
+                    | Opcode::OptimizationBarrier
+                    | Opcode::Reshape
+                    | Opcode::Tuple
+                    | Opcode::Transpose
+                    | Opcode::While
+            )
+        {
+            return true;
+        }
+        if op == Opcode::Broadcast {
+            return level >= 2;
+        }
+        level >= 1
+    }
+
+    /// Pass-through custom calls (`IsPassthroughCustomOps`).
+    fn is_passthrough_custom(&self, n: Node) -> bool {
+        let Some(t) = self.g.custom_call_target(n) else {
+            return false;
+        };
+        if matches!(t, "Sharding" | "X64Combine" | "LayoutConstraint") {
+            return true;
+        }
+        let i = self.g.instr(n);
+        let Some(op) = self.g.operand(n, 0) else {
+            return false;
+        };
+        if i.operands.len() != 1
+            || i.shape.is_tuple()
+            || self.g.shape(op).is_tuple()
+            || self.g.shape(op).rank() != i.shape.rank()
+        {
+            return false;
+        }
+        matches!(
+            t,
+            "ResizeNearest"
+                | "ResizeBilinear"
+                | "ResizeNearestGrad"
+                | "ResizeBilinearGrad"
+                | "Cholesky"
+                | "MoveToHost"
+                | "MoveToDevice"
+                | "PinToDevice"
+                | "PinToDeviceSram"
+        )
+    }
+
+    /// `SupportSpatialPartitioning`.
+    pub fn supports_spatial(&self, n: Node, allow_output: bool, allow_params: bool) -> bool {
+        let g = &self.g;
+        if g.is_root(n) && !g.in_partitioned_callee(n) && !(n == g.entry_root() && allow_output) {
+            return false;
+        }
+        let op = g.opcode(n);
+        if is_elementwise(op) {
+            return true;
+        }
+        match op {
+            Opcode::Broadcast
+            | Opcode::Concatenate
+            | Opcode::Conditional
+            | Opcode::Constant
+            | Opcode::Convolution
+            | Opcode::OptimizationBarrier
+            | Opcode::Dot
+            | Opcode::DynamicSlice
+            | Opcode::DynamicUpdateSlice
+            | Opcode::Gather
+            | Opcode::GetTupleElement
+            | Opcode::Infeed
+            | Opcode::Iota
+            | Opcode::Pad
+            | Opcode::ReduceWindow
+            | Opcode::Reshape
+            | Opcode::Scatter
+            | Opcode::SelectAndScatter
+            | Opcode::Slice
+            | Opcode::Sort
+            | Opcode::Transpose
+            | Opcode::Tuple
+            | Opcode::While
+            | Opcode::Reduce
+            | Opcode::RngBitGenerator
+            | Opcode::AllReduce
+            | Opcode::CollectivePermute
+            | Opcode::ReduceScatter
+            | Opcode::Reverse => true,
+            Opcode::Parameter => allow_params || g.in_partitioned_callee(n),
+            Opcode::CustomCall => self.is_passthrough_custom(n),
+            _ => false,
+        }
+    }
+
+    /// `PickRepresentativeOperand`.
+    fn representative_operand(&self, n: Node) -> Option<Node> {
+        let op = self.g.opcode(n);
+        match op {
+            Opcode::Map
+            | Opcode::Pad
+            | Opcode::Power
+            | Opcode::OptimizationBarrier
+            | Opcode::RaggedAllToAll
+            | Opcode::Reverse
+            | Opcode::Slice
+            | Opcode::ShiftLeft
+            | Opcode::ShiftRightArithmetic
+            | Opcode::ShiftRightLogical => {
+                let o = self.g.operand(n, 0)?;
+                self.has(o).then_some(o)
+            }
+            Opcode::CustomCall => {
+                if self.is_passthrough_custom(n) {
+                    self.g.operand(n, 0)
+                } else {
+                    None
+                }
+            }
+            _ if (is_elementwise(op) && op != Opcode::Rng)
+                || matches!(
+                    op,
+                    Opcode::Concatenate
+                        | Opcode::AllGather
+                        | Opcode::AllReduce
+                        | Opcode::ReduceScatter
+                        | Opcode::AllToAll
+                        | Opcode::CollectiveBroadcast
+                        | Opcode::CollectivePermute
+                        | Opcode::TopK
+                        | Opcode::Sort
+                        | Opcode::While
+                ) =>
+            {
+                let mut best: Option<Node> = None;
+                for o in self.g.operands(n) {
+                    let Some(s) = self.get(o) else { continue };
+                    match best {
+                        None => best = Some(o),
+                        Some(b) => {
+                            let bs = self.get(b).expect("best has a sharding");
+                            if bs.is_tuple() == s.is_tuple() && is_more_specific(s, bs) {
+                                best = Some(o);
+                            }
+                        }
+                    }
+                }
+                best
+            }
+            _ => None,
+        }
+    }
+
+    // ----- forward -----
+
+    /// `InferShardingFromOperands`: returns whether `x` changed.
+    pub fn infer_from_operands(&mut self, x: Node, level: i64) -> bool {
+        if !self.can_propagate_through(x, level) {
+            return false;
+        }
+        if self.is_manual(x) {
+            return false;
+        }
+        let g = &self.g;
+        let opcode = g.opcode(x);
+        let shape = g.shape(x);
+        let tile_maximal_or_none = self.get(x).is_none_or(InstrSharding::is_tile_maximal);
+        if tile_maximal_or_none
+            && (!shape.is_tuple()
+                || matches!(opcode, Opcode::Reduce | Opcode::Sort | Opcode::ReduceWindow)
+                || (opcode == Opcode::CustomCall && shape.is_tuple()))
+        {
+            let ops: Vec<Node> = g.operands(x).collect();
+            for op in ops {
+                if !self.is_manual(op) {
+                    continue;
+                }
+                if self.g.is_custom_call(x, "SPMDShardToFullShape") {
+                    return false;
+                }
+                if level == 0 && matches!(opcode, Opcode::Concatenate | Opcode::DynamicSlice) {
+                    return false;
+                }
+                self.set(x, InstrSharding::Single(Sharding::Manual));
+                return true;
+            }
+        }
+        let may_combine = level > 0;
+        if !self.supports_spatial(x, self.allow_output, false) {
+            let g = &self.g;
+            if shape.is_tuple()
+                || g.operand_count(x) == 0
+                || g.is_root(x)
+                || has_side_effect(g.instr(x))
+            {
+                return false;
+            }
+            let ops: Vec<Node> = g.operands(x).collect();
+            for op in ops {
+                if let Some(s) = self.get(op) {
+                    if s.is_tile_maximal() && !s.leaves().iter().any(Sharding::is_maximal_device) {
+                        let s = s.clone();
+                        return self.maybe_improve(x, s, may_combine, false);
+                    }
+                }
+            }
+            return false;
+        }
+        let nru1 = self.nru1(x);
+        let instr = self.g.instr(x);
+        match opcode {
+            Opcode::GetTupleElement => {
+                let Some(op) = self.g.operand(x, 0) else {
+                    return false;
+                };
+                if !self.sp(op) {
+                    return false;
+                }
+                let idx = instr.int_attr(AttrKey::Index).unwrap_or(0).max(0) as usize;
+                let Some(new) = self
+                    .get(op)
+                    .and_then(|s| s.sub_sharding(self.g.shape(op), idx))
+                else {
+                    return false;
+                };
+                if new.is_manual() {
+                    let changed = self.get(x) != Some(&new);
+                    self.set(x, new);
+                    return changed;
+                }
+                self.maybe_improve(x, new, may_combine, nru1)
+            }
+            Opcode::Tuple => self.infer_tuple(x),
+            Opcode::Reduce => self.infer_reduce(x, may_combine),
+            Opcode::Broadcast => {
+                if level < 3 {
+                    return false;
+                }
+                let Some(op) = self.g.operand(x, 0) else {
+                    return false;
+                };
+                if !self.sp(op) {
+                    return false;
+                }
+                let Some(s) = self.leaf(op).cloned() else {
+                    return false;
+                };
+                if s.is_replicated() {
+                    return false;
+                }
+                let new = broadcast_sharding(&s, &usize_dims(instr.dimensions()), shape.rank());
+                self.improve_leaf(x, new, may_combine, nru1)
+            }
+            Opcode::Concatenate => {
+                let Some(op) = self.representative_operand(x) else {
+                    return false;
+                };
+                if !self.sp(op) {
+                    return false;
+                }
+                if level == 0 {
+                    let ops: Vec<Node> = self.g.operands(x).collect();
+                    for co in ops {
+                        if !self.concat_operand_can_pass_through(co) {
+                            return false;
+                        }
+                        let s = self.leaf(co);
+                        for &dim in instr.dimensions() {
+                            if s.is_some_and(|s| s.tile_dim(dim as usize) > 1) {
+                                return false;
+                            }
+                        }
+                    }
+                }
+                let Some(s) = self.get(op).cloned() else {
+                    return false;
+                };
+                self.maybe_improve(x, s, may_combine, nru1)
+            }
+            Opcode::Convolution => self.infer_conv(x, may_combine),
+            Opcode::Transpose => {
+                let Some(op) = self.g.operand(x, 0) else {
+                    return false;
+                };
+                if !self.sp(op) {
+                    return false;
+                }
+                let Some(s) = self.leaf(op) else { return false };
+                let new = transpose_sharding(s, &usize_dims(instr.dimensions()));
+                self.improve_leaf(x, new, may_combine, nru1)
+            }
+            Opcode::ReduceWindow => {
+                if let Some(w) = instr.window() {
+                    if w.dims
+                        .iter()
+                        .any(|d| d.lhs_dilation > 1 || d.rhs_dilation > 1)
+                    {
+                        return false;
+                    }
+                }
+                let n_inputs = self.g.operand_count(x) / 2;
+                let mut changed = false;
+                for k in 0..n_inputs {
+                    let Some(op) = self.g.operand(x, k) else {
+                        continue;
+                    };
+                    if !self.sp(op) {
+                        continue;
+                    }
+                    let Some(s) = self.leaf(op).cloned() else {
+                        continue;
+                    };
+                    let t = self.maybe_tuple(x, s);
+                    changed |= self.maybe_improve(x, t, may_combine, nru1);
+                }
+                changed
+            }
+            Opcode::SelectAndScatter => {
+                let Some(op) = self.g.operand(x, 0) else {
+                    return false;
+                };
+                if !self.sp(op) {
+                    return false;
+                }
+                if instr
+                    .window()
+                    .is_some_and(|w| w.dims.iter().any(|d| d.lhs_dilation > 1))
+                {
+                    return false;
+                }
+                let Some(s) = self.get(op).cloned() else {
+                    return false;
+                };
+                self.maybe_improve(x, s, may_combine, nru1)
+            }
+            Opcode::Reshape => {
+                let Some(op) = self.g.operand(x, 0) else {
+                    return false;
+                };
+                if !self.sp(op) {
+                    return false;
+                }
+                let Some(s) = self.leaf(op) else { return false };
+                let new = propagate_through_reshape(self.g.shape(op).dims(), shape.dims(), s);
+                self.improve_leaf(x, new, may_combine, nru1)
+            }
+            Opcode::Reverse => {
+                let Some(op) = self.g.operand(x, 0) else {
+                    return false;
+                };
+                if !self.sp(op) {
+                    return false;
+                }
+                let Some(s) = self.leaf(op) else { return false };
+                let new = reverse_sharding(s, &usize_dims(instr.dimensions()));
+                self.improve_leaf(x, new, may_combine, nru1)
+            }
+            Opcode::Dot => {
+                let dd = dims::dot_dims(&self.g, x);
+                self.infer_dot(x, &dd, may_combine)
+            }
+            Opcode::Parameter => {
+                let comp = self.g.comp_of(x);
+                let Some(&caller) = self.g.caller.get(&comp) else {
+                    return false;
+                };
+                let operand = match self.g.opcode(caller) {
+                    Opcode::Conditional => {
+                        let branches = self.g.instr(caller).called_computations();
+                        branches
+                            .iter()
+                            .position(|&c| c == comp)
+                            .and_then(|b| self.g.operand(caller, b + 1))
+                    }
+                    Opcode::Call => {
+                        let pn = instr.parameter_number.unwrap_or(0).max(0) as usize;
+                        self.g.operand(caller, pn)
+                    }
+                    _ => None,
+                };
+                let Some(o) = operand else { return false };
+                let Some(s) = self.get(o).cloned() else {
+                    return false;
+                };
+                self.maybe_improve(x, s, may_combine, false)
+            }
+            Opcode::Sort => {
+                let Some(op) = self.representative_operand(x) else {
+                    return false;
+                };
+                if !self.sp(op) {
+                    return false;
+                }
+                let Some(s) = self.leaf(op).cloned() else {
+                    return false;
+                };
+                let sort_dim = instr.dimensions().first().copied().unwrap_or(0).max(0) as usize;
+                if s.is_tiled()
+                    && s.tile_dim(sort_dim) != 1
+                    && first_target_dim_to_move(self.g.shape(op).dims(), &s, sort_dim).is_none()
+                {
+                    return false;
+                }
+                let new = InstrSharding::single_for(shape, s);
+                self.maybe_improve(x, new, may_combine, nru1)
+            }
+            Opcode::DynamicSlice => self.infer_ds_from_update(x, may_combine),
+            Opcode::DynamicUpdateSlice => {
+                let mut changed = self.infer_ds_from_update(x, may_combine);
+                if let Some(op) = self.g.operand(x, 0) {
+                    if self.sp(op) {
+                        let s = self.get(op).cloned().expect("sharded");
+                        changed |= self.maybe_improve(x, s, may_combine, false);
+                    }
+                }
+                changed
+            }
+            Opcode::Gather => self.infer_gather(x, may_combine),
+            Opcode::Scatter => self.infer_scatter(x, may_combine),
+            Opcode::While => {
+                let Some(op) = self.g.operand(x, 0) else {
+                    return false;
+                };
+                let Some(mut s) = self.get(op).cloned() else {
+                    return false;
+                };
+                if let Some(cur) = self.get(x) {
+                    merge_sharding(cur, &mut s, may_combine);
+                }
+                self.maybe_improve(x, s, may_combine, false)
+            }
+            Opcode::CustomCall => {
+                let Some(op) = self.representative_operand(x) else {
+                    return false;
+                };
+                if !self.sp(op) {
+                    return false;
+                }
+                let s = self.get(op).cloned().expect("sharded");
+                self.maybe_improve(x, s, may_combine, nru1)
+            }
+            _ => {
+                if is_elementwise(opcode) && may_combine {
+                    let ops: Vec<Node> = self.g.operands(x).collect();
+                    let single_operand = ops.len() == 1;
+                    let mut changed = false;
+                    for op in ops {
+                        if !self.sp(op) {
+                            continue;
+                        }
+                        let s = self.get(op).cloned().expect("sharded");
+                        if opcode == Opcode::Rng {
+                            if let Some(l) = single(&s) {
+                                let r = replicate_all_data_dims(l, Some(shape.rank()));
+                                changed |= self.improve_leaf(x, r, may_combine, nru1);
+                            }
+                            continue;
+                        }
+                        changed |= self.maybe_improve(x, s, may_combine, single_operand && nru1);
+                    }
+                    return changed;
+                }
+                let Some(op) = self.representative_operand(x) else {
+                    return false;
+                };
+                if !self.sp(op) {
+                    return false;
+                }
+                let s = self.get(op).cloned().expect("sharded");
+                self.maybe_improve(x, s, may_combine, nru1)
+            }
+        }
+    }
+
+    fn concat_operand_can_pass_through(&self, co: Node) -> bool {
+        self.sp(co)
+            && self.leaf(co).is_some_and(|s| s.num_tiles() > 1)
+            && self.g.opcode(co) == Opcode::Reshape
+            && self.g.operand(co, 0).is_some_and(|o| {
+                matches!(
+                    self.g.opcode(o),
+                    Opcode::Parameter | Opcode::GetTupleElement
+                )
+            })
+    }
+
+    fn infer_tuple(&mut self, x: Node) -> bool {
+        let ops: Vec<Node> = self.g.operands(x).collect();
+        if !ops.iter().any(|&o| self.sp(o)) {
+            return false;
+        }
+        let shape = self.g.shape(x);
+        let had = self.has(x);
+        let mut subs: Vec<Sharding> = match self.get(x) {
+            Some(InstrSharding::Tuple(v)) => v.clone(),
+            Some(InstrSharding::Single(s)) => vec![s.clone(); leaf_count(shape)],
+            None => vec![Sharding::Replicated; leaf_count(shape)],
+        };
+        let mut idx = 0usize;
+        for &op in &ops {
+            let op_shape = self.g.shape(op);
+            if let Some(s) = self.get(op) {
+                for (k, leaf) in s.leaves().iter().enumerate() {
+                    if let Some(slot) = subs.get_mut(idx + k) {
+                        if !had || is_leaf_more_specific(leaf, slot) {
+                            *slot = leaf.clone();
+                        }
+                    }
+                }
+            }
+            idx += leaf_count(op_shape);
+        }
+        let new = InstrSharding::Tuple(subs);
+        if self.get(x) != Some(&new) {
+            self.sh[x as usize] = Some(new);
+            return true;
+        }
+        false
+    }
+
+    fn infer_reduce(&mut self, x: Node, may_combine: bool) -> bool {
+        let n_inputs = self.g.operand_count(x) / 2;
+        let dims = usize_dims(self.g.instr(x).dimensions());
+        let nru1 = self.nru1(x);
+        let mut changed = false;
+        for k in 0..n_inputs {
+            let Some(op) = self.g.operand(x, k) else {
+                continue;
+            };
+            if !self.sp(op) {
+                continue;
+            }
+            let Some(s) = self.leaf(op).cloned() else {
+                continue;
+            };
+            if s.is_manual() {
+                changed |= self.maybe_improve_sub(x, s, k, may_combine, nru1);
+                continue;
+            }
+            if s.is_replicated() {
+                let r = self.maybe_tuple(x, replicate_all_data_dims(&s, None));
+                changed |= self.maybe_improve(x, r, may_combine, nru1);
+                continue;
+            }
+            let after = partially_replicate_on_dims(&s, &dims);
+            if after.is_replicated() {
+                let r = self.maybe_tuple(x, after);
+                changed |= self.maybe_improve(x, r, may_combine, nru1);
+                continue;
+            }
+            let new = self.maybe_tuple(x, reduce_sharding(&s, &dims));
+            changed |= self.maybe_improve(x, new, may_combine, nru1);
+        }
+        changed
+    }
+
+    fn infer_ds_from_update(&mut self, x: Node, may_combine: bool) -> bool {
+        let idx = if self.g.opcode(x) == Opcode::DynamicSlice {
+            0
+        } else {
+            1
+        };
+        let Some(op) = self.g.operand(x, idx) else {
+            return false;
+        };
+        if !self.sp(op) {
+            return false;
+        }
+        let Some(s) = self.leaf(op).cloned() else {
+            return false;
+        };
+        if s.is_manual() {
+            return false;
+        }
+        let xd = self.g.shape(x).dims();
+        let od = self.g.shape(op).dims();
+        let slice_dims: Vec<usize> = (0..xd.len())
+            .filter(|&i| od.get(i) != Some(&xd[i]))
+            .collect();
+        let new = partially_replicate_on_dims(&s, &slice_dims);
+        let nru1 = self.nru1(x);
+        self.improve_leaf(x, new, may_combine, nru1)
+    }
+
+    /// Sharding of a dot's result from operand `i` (`from_operand`).
+    fn dot_from_operand(&self, x: Node, dd: &DotDims, i: usize) -> Option<Sharding> {
+        let op = self.g.operand(x, i)?;
+        let s = self.leaf(op)?;
+        if s.is_tile_maximal() {
+            return Some(s.clone());
+        }
+        let pick = |d: &dims::DimNums| if i == 0 { d.lhs } else { d.rhs };
+        let mut contracting: Vec<usize> = dd
+            .contracting
+            .iter()
+            .map(pick)
+            .filter(|&v| v >= 0)
+            .map(|v| v as usize)
+            .collect();
+        let other_nc = if i == 0 {
+            &dd.rhs_non_contracting
+        } else {
+            &dd.lhs_non_contracting
+        };
+        contracting.extend(
+            other_nc
+                .iter()
+                .map(pick)
+                .filter(|&v| v >= 0)
+                .map(|v| v as usize),
+        );
+        let rep = partially_replicate_on_dims(s, &contracting);
+        let out_rank = self.g.shape(x).rank();
+        let op_rank = self.g.shape(op).rank();
+        let mut out_to_op = vec![-1i64; out_rank];
+        let mut op_to_out = vec![-1i64; op_rank];
+        let own_nc = if i == 0 {
+            &dd.lhs_non_contracting
+        } else {
+            &dd.rhs_non_contracting
+        };
+        for d in dd.batch.iter().chain(own_nc.iter()) {
+            let od = pick(d);
+            if d.output >= 0 && (d.output as usize) < out_rank && od >= 0 && (od as usize) < op_rank
+            {
+                out_to_op[d.output as usize] = od;
+                op_to_out[od as usize] = d.output;
+            }
+        }
+        Some(
+            transpose_with_collapsed_dims(&rep, &op_to_out, &out_to_op)
+                .unwrap_or(Sharding::Replicated),
+        )
+    }
+
+    /// `InferDotShardingFromOperands`.
+    fn infer_dot(&mut self, x: Node, dd: &DotDims, may_combine: bool) -> bool {
+        let shape = self.g.shape(x);
+        let cur = self.get(x).cloned();
+        let mut improved: [Option<InstrSharding>; 2] = [None, None];
+        for (i, slot) in improved.iter_mut().enumerate() {
+            let Some(op) = self.g.operand(x, i) else {
+                continue;
+            };
+            if !self.sp(op) {
+                continue;
+            }
+            if let Some(s) = self.dot_from_operand(x, dd, i) {
+                *slot = return_improved(
+                    &InstrSharding::Single(s),
+                    cur.as_ref(),
+                    Some(shape.dims()),
+                    may_combine,
+                    false,
+                );
+            }
+        }
+        let [i0, i1] = improved;
+        let (a, b) = match (i0, i1) {
+            (None, None) => return false,
+            (Some(a), None) | (None, Some(a)) => {
+                self.set(x, a);
+                return true;
+            }
+            (Some(a), Some(b)) => (a, b),
+        };
+        let mut prio = [a, b];
+        let mut defined = false;
+        if let Some(la) = self.lookahead_user_sharding(x) {
+            if let (Some(l), Some(p0), Some(p1)) = (single(&la), single(&prio[0]), single(&prio[1]))
+            {
+                let s0 = is_subtiling_or_equal(shape.dims(), l, p0);
+                let s1 = is_subtiling_or_equal(shape.dims(), l, p1);
+                if s0 && !s1 {
+                    defined = true;
+                }
+                if !s0 && s1 {
+                    prio.swap(0, 1);
+                    defined = true;
+                }
+            }
+        }
+        if !defined {
+            let b0 = self
+                .g
+                .operand(x, 0)
+                .map(|o| self.g.shape(o).byte_size())
+                .unwrap_or(0);
+            let b1 = self
+                .g
+                .operand(x, 1)
+                .map(|o| self.g.shape(o).byte_size())
+                .unwrap_or(0);
+            if b0 < b1 {
+                prio.swap(0, 1);
+            }
+        }
+        let [first, second] = prio;
+        self.set(x, first);
+        self.maybe_improve(x, second, may_combine, false);
+        true
+    }
+
+    /// `LookaheadUserSharding`: the sharding the single-user chain below `x`
+    /// would ask of it.
+    fn lookahead_user_sharding(&mut self, x: Node) -> Option<InstrSharding> {
+        let users = self.g.users(x);
+        if users.len() != 1 {
+            return None;
+        }
+        let mut chain = vec![x, users[0]];
+        let mut cur = users[0];
+        while !self.has(cur) {
+            let u = self.g.users(cur);
+            if u.len() != 1 {
+                return None;
+            }
+            cur = u[0];
+            chain.push(cur);
+        }
+        let mut sharding = None;
+        let mut temp: Vec<Node> = Vec::new();
+        for i in (1..chain.len()).rev() {
+            let (user, current) = (chain[i], chain[i - 1]);
+            sharding = self.sharding_from_user(current, user, MAX_LEVEL);
+            match &sharding {
+                Some(s) if i != 1 => {
+                    self.sh[current as usize] = Some(normalize(self.g.shape(current), s.clone()));
+                    temp.push(current);
+                }
+                _ => break,
+            }
+        }
+        for t in temp {
+            self.sh[t as usize] = None;
+        }
+        sharding
+    }
+
+    /// `InferConvolutionShardingFromOperands`.
+    fn infer_conv(&mut self, x: Node, may_combine: bool) -> bool {
+        let Some(dd) = dims::conv_dims(&self.g, x) else {
+            return false;
+        };
+        let parts = |me: &Self, i: usize| -> i64 {
+            let Some(s) = me.g.operand(x, i).and_then(|o| me.leaf(o)) else {
+                return 1;
+            };
+            if !s.is_tiled() {
+                return 1;
+            }
+            dd.conv_spatial
+                .iter()
+                .map(|d| s.tile_dim((if i == 0 { d.lhs } else { d.rhs }).max(0) as usize))
+                .product()
+        };
+        let instr = self.g.instr(x);
+        let groups = instr.int_attr(AttrKey::BatchGroupCount).unwrap_or(1) == 1
+            && instr.int_attr(AttrKey::FeatureGroupCount).unwrap_or(1) == 1;
+        if dd.conv_spatial.is_empty() || (parts(self, 0) == 1 && parts(self, 1) == 1 && groups) {
+            return self.infer_dot(x, &dd, may_combine);
+        }
+        let Some(lhs) = self.g.operand(x, 0) else {
+            return false;
+        };
+        if !self.sp(lhs) {
+            return false;
+        }
+        let Some(ls) = self.leaf(lhs).cloned() else {
+            return false;
+        };
+        if ls.is_tile_maximal() {
+            return self.improve_leaf(x, ls, may_combine, false);
+        }
+        let Some(cd) = instr.conv_dimension_numbers() else {
+            return false;
+        };
+        if dims::conv_kernel_small(&self.g, x) {
+            if ls.tile_dim(cd.input_feature.max(0) as usize) > 1 {
+                return false;
+            }
+            let rank = instr.shape.rank();
+            let mut out_to_lhs = vec![0usize; rank];
+            let mut put = |o: i64, l: i64| {
+                if o >= 0 && (o as usize) < rank {
+                    out_to_lhs[o as usize] = l.max(0) as usize;
+                }
+            };
+            put(cd.output_batch, cd.input_batch);
+            put(cd.output_feature, cd.input_feature);
+            for (k, &o) in cd.output_spatial.iter().enumerate() {
+                put(o, cd.input_spatial.get(k).copied().unwrap_or(0));
+            }
+            let new = transpose_sharding(&ls, &out_to_lhs);
+            return self.improve_leaf(x, new, may_combine, false);
+        }
+        let new = partially_replicate_all_except(&ls, &[cd.input_batch.max(0) as usize]);
+        self.improve_leaf(x, new, may_combine, false)
+    }
+
+    fn gather_dims(
+        &self,
+        x: Node,
+    ) -> Option<(xla_hlo_ir::attrs::GatherDimensionNumbers, Vec<i64>)> {
+        let i = self.g.instr(x);
+        let dn = i.gather_dimension_numbers();
+        let sizes = i.ints_attr(AttrKey::SliceSizes)?.to_vec();
+        Some((dn, sizes))
+    }
+
+    fn infer_gather_parallel(&mut self, x: Node, pd: &GsDims, may_combine: bool) -> bool {
+        let rank = self.g.shape(x).rank();
+        let mut changed = false;
+        for (k, src) in [(0usize, &pd.operand), (1usize, &pd.indices)] {
+            let Some(op) = self.g.operand(x, k) else {
+                continue;
+            };
+            if !self.sp(op) {
+                continue;
+            }
+            let Some(s) = self.leaf(op) else { continue };
+            let new = propagate_along_dims(s, src, &pd.output, rank);
+            changed |= self.improve_leaf(x, new, may_combine, false);
+        }
+        changed
+    }
+
+    fn gather_parallel(&self, x: Node) -> Option<GsDims> {
+        let (dn, sizes) = self.gather_dims(x)?;
+        dims::batch_parallel_dims(
+            &self.g,
+            self.g.operand(x, 0)?,
+            self.g.operand(x, 1)?,
+            &sizes,
+            dn.index_vector_dim,
+            &dn.start_index_map,
+            &dn.start_indices_batching_dims,
+            &dn.offset_dims,
+        )
+    }
+
+    fn infer_gather(&mut self, x: Node, may_combine: bool) -> bool {
+        let Some((dn, sizes)) = self.gather_dims(x) else {
+            return false;
+        };
+        let rank = self.g.shape(x).rank();
+        let mut changed = false;
+        if !dn.operand_batching_dims.is_empty() {
+            let mut pd = GsDims {
+                operand: usize_dims(&dn.operand_batching_dims),
+                indices: usize_dims(&dn.start_indices_batching_dims),
+                output: vec![],
+            };
+            dims::fill_output_dims(&mut pd, dn.index_vector_dim, &dn.offset_dims);
+            changed |= self.infer_gather_parallel(x, &pd, may_combine);
+        }
+        if let Some(ind) = self.g.operand(x, 1) {
+            if self.sp(ind) {
+                if let Some(s) = self.leaf(ind) {
+                    let new = if s.is_tiled() {
+                        let (idims, odims) = dims::connected_index_dims(
+                            self.g.shape(ind).rank(),
+                            dn.index_vector_dim,
+                            rank,
+                            &dn.offset_dims,
+                        );
+                        propagate_along_dims(s, &idims, &odims, rank)
+                    } else {
+                        s.clone()
+                    };
+                    changed |= self.improve_leaf(x, new, may_combine, false);
+                }
+            }
+        }
+        let parallel = self.gather_parallel(x);
+        if let Some(pd) = &parallel {
+            changed |= self.infer_gather_parallel(x, pd, may_combine);
+        }
+        if let Some(op) = self.g.operand(x, 0) {
+            if self.sp(op) {
+                let s = self.leaf(op).cloned();
+                if let Some(s) = s {
+                    let pdims = parallel
+                        .as_ref()
+                        .map(|p| p.operand.clone())
+                        .unwrap_or_default();
+                    let filtered = partially_replicate_on_dims(&s, &pdims);
+                    if filtered.is_tiled() {
+                        let (od, outd) = dims::passthrough_dims(
+                            self.g.shape(op).dims(),
+                            &dn.collapsed_slice_dims,
+                            &dn.operand_batching_dims,
+                            &dn.offset_dims,
+                            &sizes,
+                        );
+                        let r = propagate_along_dims(&filtered, &od, &outd, rank);
+                        if !r.is_tile_maximal() {
+                            changed |= self.improve_leaf(x, r, may_combine, false);
+                        }
+                    }
+                }
+            }
+        }
+        changed
+    }
+
+    /// Operands, indices and updates of a scatter.
+    fn scatter_parts(&self, x: Node) -> (Vec<Node>, Option<Node>, Vec<Node>) {
+        let ops: Vec<Node> = self.g.operands(x).collect();
+        let n = ops.len().saturating_sub(1) / 2;
+        if ops.len() < 3 {
+            return (vec![], None, vec![]);
+        }
+        (ops[..n].to_vec(), Some(ops[n]), ops[n + 1..].to_vec())
+    }
+
+    fn scatter_slice_sizes(&self, x: Node) -> Option<Vec<i64>> {
+        let (ops, _, upd) = self.scatter_parts(x);
+        let dn = self.g.instr(x).scatter_dimension_numbers();
+        let od = self.g.shape(*ops.first()?).dims();
+        let ud = self.g.shape(*upd.first()?).dims();
+        let mut sizes = vec![1i64; od.len()];
+        let mut k = 0;
+        for (i, s) in sizes.iter_mut().enumerate() {
+            if dn.inserted_window_dims.contains(&(i as i64))
+                || dn.input_batching_dims.contains(&(i as i64))
+            {
+                continue;
+            }
+            let w = *dn.update_window_dims.get(k)?;
+            *s = *ud.get(w as usize)?;
+            k += 1;
+        }
+        Some(sizes)
+    }
+
+    fn infer_scatter(&mut self, x: Node, may_combine: bool) -> bool {
+        let (ops, ind, upd) = self.scatter_parts(x);
+        let Some(ind) = ind else { return false };
+        let dn = self.g.instr(x).scatter_dimension_numbers();
+        let mut changed = false;
+        for (i, &op) in ops.iter().enumerate() {
+            if self.sp(op) {
+                if let Some(s) = self.leaf(op).cloned() {
+                    changed |= self.maybe_improve_sub(x, s, i, may_combine, false);
+                }
+            }
+        }
+        if !self.sp(ind) && !upd.iter().any(|&u| self.sp(u)) {
+            return changed;
+        }
+        let Some(sizes) = self.scatter_slice_sizes(x) else {
+            return changed;
+        };
+        let op_dims = self.g.shape(ops[0]).dims().to_vec();
+        for (i, &u) in upd.iter().enumerate() {
+            if !self.sp(u) {
+                continue;
+            }
+            let Some(s) = self.leaf(u).cloned() else {
+                continue;
+            };
+            if !s.is_tiled() {
+                continue;
+            }
+            let (od, ud) = dims::passthrough_dims(
+                &op_dims,
+                &dn.inserted_window_dims,
+                &dn.input_batching_dims,
+                &dn.update_window_dims,
+                &sizes,
+            );
+            let r = propagate_along_dims(&s, &ud, &od, op_dims.len());
+            if !r.is_tile_maximal() {
+                changed |= self.maybe_improve_sub(x, r, i, may_combine, false);
+            }
+        }
+        changed
+    }
+
+    // ----- backward -----
+
+    /// `GetShardingFromUser`: the sharding `user` asks of its operand `x`.
+    pub fn sharding_from_user(&self, x: Node, user: Node, level: i64) -> Option<InstrSharding> {
+        if !self.can_propagate_through(user, level) || !self.sp(user) {
+            return None;
+        }
+        let may_combine = level > 0;
+        let g = &self.g;
+        let us = self.get(user)?;
+        let ui = g.instr(user);
+        let single_of = |s: Sharding| Some(InstrSharding::Single(s));
+        match ui.opcode {
+            Opcode::Broadcast => {
+                let s = single(us)?;
+                single_of(broadcast_operand_sharding(
+                    s,
+                    &usize_dims(ui.dimensions()),
+                    ui.shape.rank(),
+                ))
+            }
+            Opcode::Concatenate => {
+                if level == 0 {
+                    return None;
+                }
+                Some(us.clone())
+            }
+            Opcode::Convolution => {
+                let dd = dims::conv_dims(g, user)?;
+                if !dd.conv_spatial.is_empty() {
+                    return None;
+                }
+                let idx = g.operand_index(user, x)?;
+                single_of(self.dot_operand_sharding(user, idx, &dd, may_combine))
+            }
+            Opcode::DynamicSlice | Opcode::DynamicUpdateSlice => {
+                if level == 0 {
+                    return None;
+                }
+                if us.is_replicated() {
+                    return Some(us.clone());
+                }
+                if ui.opcode == Opcode::DynamicUpdateSlice && g.operand(user, 0) == Some(x) {
+                    return Some(us.clone());
+                }
+                let operand = g.operand(
+                    user,
+                    if ui.opcode == Opcode::DynamicSlice {
+                        0
+                    } else {
+                        1
+                    },
+                )?;
+                if operand != x {
+                    return None;
+                }
+                let ud = ui.shape.dims();
+                let od = g.shape(operand).dims();
+                let slice_dims: Vec<usize> = (0..ud.len())
+                    .filter(|&i| od.get(i) != Some(&ud[i]))
+                    .collect();
+                single_of(partially_replicate_on_dims(single(us)?, &slice_dims))
+            }
+            Opcode::ReduceWindow => {
+                let n = g.operand_count(user) / 2;
+                let idx = g.operand_index(user, x)?;
+                if idx >= n {
+                    return None;
+                }
+                if ui.shape.is_tuple() {
+                    us.sub_sharding(&ui.shape, idx)
+                } else {
+                    Some(us.clone())
+                }
+            }
+            Opcode::Reshape => single_of(propagate_through_reshape(
+                ui.shape.dims(),
+                g.shape(x).dims(),
+                single(us)?,
+            )),
+            Opcode::Pad => (g.operand(user, 0) == Some(x)).then(|| us.clone()),
+            Opcode::Slice => Some(us.clone()),
+            Opcode::Transpose => {
+                let d = ui.dimensions();
+                let mut rev = vec![0usize; d.len()];
+                for (i, &p) in d.iter().enumerate() {
+                    if p >= 0 && (p as usize) < rev.len() {
+                        rev[p as usize] = i;
+                    }
+                }
+                single_of(transpose_sharding(single(us)?, &rev))
+            }
+            Opcode::Tuple => {
+                let idx = g.operand_index(user, x)?;
+                let mut sub = us.sub_sharding(&ui.shape, idx)?;
+                for (i, o) in g.operands(user).enumerate() {
+                    if o == x && i != idx {
+                        if let Some(alt) = us.sub_sharding(&ui.shape, i) {
+                            if alt.is_tuple() == sub.is_tuple() && is_more_specific(&alt, &sub) {
+                                sub = alt;
+                            }
+                        }
+                    }
+                }
+                Some(sub)
+            }
+            Opcode::GetTupleElement => {
+                let xs = g.shape(x);
+                let ti = ui.int_attr(AttrKey::Index).unwrap_or(0).max(0) as usize;
+                let off = InstrSharding::leaf_offset(xs, ti);
+                let base = |template: &Sharding| -> InstrSharding {
+                    match self.get(x) {
+                        Some(InstrSharding::Tuple(v)) => InstrSharding::Tuple(v.clone()),
+                        Some(InstrSharding::Single(s)) => InstrSharding::single_for(xs, s.clone()),
+                        None => InstrSharding::Tuple(
+                            xs.leaves()
+                                .iter()
+                                .map(|l| replicate_all_data_dims(template, Some(l.rank())))
+                                .collect(),
+                        ),
+                    }
+                };
+                match us {
+                    InstrSharding::Single(s) => {
+                        let InstrSharding::Tuple(mut v) = base(s) else {
+                            return None;
+                        };
+                        *v.get_mut(off)? = s.clone();
+                        Some(InstrSharding::Tuple(v))
+                    }
+                    InstrSharding::Tuple(leaves) => {
+                        let first = leaves.first()?;
+                        let InstrSharding::Tuple(mut v) = base(first) else {
+                            return None;
+                        };
+                        for (k, l) in leaves.iter().enumerate() {
+                            *v.get_mut(off + k)? = l.clone();
+                        }
+                        Some(InstrSharding::Tuple(v))
+                    }
+                }
+            }
+            Opcode::Dot => {
+                let idx = g.operand_index(user, x)?;
+                let dd = dims::dot_dims(g, user);
+                single_of(self.dot_operand_sharding(user, idx, &dd, may_combine))
+            }
+            Opcode::Reduce => {
+                let xs = g.shape(x);
+                if xs.rank() == 0 {
+                    return None;
+                }
+                let idx = g.operand_index(user, x)?;
+                let mut s = if ui.shape.is_tuple() {
+                    single(&us.sub_sharding(&ui.shape, idx)?)?.clone()
+                } else {
+                    single(us)?.clone()
+                };
+                if let Sharding::Tiled(t) = &s {
+                    let dims = ui.dimensions();
+                    let total = xs.rank() + t.subgroups().len();
+                    let mut target = vec![1i64; total];
+                    let mut next = 0usize;
+                    for (i, slot) in target.iter_mut().enumerate() {
+                        if !dims.contains(&(i as i64)) {
+                            *slot = t.tiles().dims().get(next).copied().unwrap_or(1);
+                            next += 1;
+                        }
+                    }
+                    if target.iter().product::<i64>() == t.tiles().num_elements() {
+                        let tiles = t.tiles().reshape(target);
+                        s = if s.replicate_on_last_tile_dim() {
+                            Sharding::partial_tile(tiles)
+                        } else {
+                            Sharding::subgroup(tiles, s.xla_subgroup_types())
+                        };
+                    }
+                }
+                let n = g.operand_count(user) / 2;
+                for k in 0..n {
+                    let Some(o) = g.operand(user, k) else {
+                        continue;
+                    };
+                    if o == x {
+                        continue;
+                    }
+                    if let Some(os) = self.leaf(o) {
+                        if os.is_tiled() && !s.is_manual() {
+                            let min = s.num_tiles() + 1;
+                            merge_sharding_if_compatible(os, min, &mut s);
+                        }
+                    }
+                }
+                single_of(s)
+            }
+            Opcode::Sort => {
+                if us.is_tuple() {
+                    us.sub_sharding(&ui.shape, g.operand_index(user, x)?)
+                } else {
+                    Some(us.clone())
+                }
+            }
+            Opcode::Reverse => {
+                single_of(reverse_sharding(single(us)?, &usize_dims(ui.dimensions())))
+            }
+            Opcode::Outfeed => None,
+            Opcode::Gather => self.gather_operand_from_user(x, user),
+            Opcode::Scatter => self.scatter_operand_from_user(x, user),
+            Opcode::CustomCall => {
+                compatible_ignoring_element_type(g.shape(x), &ui.shape).then(|| us.clone())
+            }
+            _ => compatible_ignoring_element_type(g.shape(x), &ui.shape).then(|| us.clone()),
+        }
+    }
+
+    /// `InferDotOperandSharding` (considering the other operand).
+    fn dot_operand_sharding(
+        &self,
+        dot: Node,
+        idx: usize,
+        dd: &DotDims,
+        may_combine: bool,
+    ) -> Sharding {
+        let g = &self.g;
+        let pick = |d: &dims::DimNums, i: usize| if i == 0 { d.lhs } else { d.rhs };
+        let other_idx = 1 - idx;
+        let (own_nc, other_nc) = if idx == 0 {
+            (&dd.lhs_non_contracting, &dd.rhs_non_contracting)
+        } else {
+            (&dd.rhs_non_contracting, &dd.lhs_non_contracting)
+        };
+        let mut out_rep: Vec<usize> = other_nc
+            .iter()
+            .filter(|d| d.output >= 0)
+            .map(|d| d.output as usize)
+            .collect();
+        out_rep.extend(
+            dd.contracting
+                .iter()
+                .filter(|d| d.output >= 0)
+                .map(|d| d.output as usize),
+        );
+        let mut other_rep: Vec<usize> = other_nc
+            .iter()
+            .map(|d| pick(d, other_idx))
+            .filter(|&v| v >= 0)
+            .map(|v| v as usize)
+            .collect();
+        other_rep.extend(
+            own_nc
+                .iter()
+                .map(|d| pick(d, other_idx))
+                .filter(|&v| v >= 0)
+                .map(|v| v as usize),
+        );
+        let out_rank = g.shape(dot).rank();
+        let op_rank = g.operand(dot, idx).map(|o| g.shape(o).rank()).unwrap_or(0);
+        let mut sharding = Sharding::Replicated;
+        if let Some(ds) = self.leaf(dot) {
+            let rep = partially_replicate_on_dims(ds, &out_rep);
+            let mut out_to_op = vec![-1i64; out_rank];
+            let mut op_to_out = vec![-1i64; op_rank];
+            for d in dd.batch.iter().chain(own_nc.iter()) {
+                let od = pick(d, idx);
+                if d.output >= 0
+                    && (d.output as usize) < out_rank
+                    && od >= 0
+                    && (od as usize) < op_rank
+                {
+                    out_to_op[d.output as usize] = od;
+                    op_to_out[od as usize] = d.output;
+                }
+            }
+            sharding = transpose_with_collapsed_dims(&rep, &out_to_op, &op_to_out)
+                .unwrap_or(Sharding::Replicated);
+        }
+        if let Some(other) = g.operand(dot, other_idx) {
+            if let Some(os) = self.leaf(other) {
+                if os.is_spatially_partitioned() {
+                    let rep = partially_replicate_on_dims(os, &other_rep);
+                    let other_rank = g.shape(other).rank();
+                    let mut other_to_op = vec![-1i64; other_rank];
+                    let mut op_to_other = vec![-1i64; op_rank];
+                    for d in dd.batch.iter().chain(dd.contracting.iter()) {
+                        let (o, m) = (pick(d, other_idx), pick(d, idx));
+                        if o >= 0 && (o as usize) < other_rank && m >= 0 && (m as usize) < op_rank {
+                            other_to_op[o as usize] = m;
+                            op_to_other[m as usize] = o;
+                        }
+                    }
+                    if let Some(mut from_other) =
+                        transpose_with_collapsed_dims(&rep, &other_to_op, &op_to_other)
+                    {
+                        if merge_sharding_leaf(&sharding, &mut from_other, may_combine) {
+                            sharding = from_other;
+                        }
+                    }
+                }
+            }
+        }
+        sharding
+    }
+
+    fn gather_operand_from_user(&self, x: Node, user: Node) -> Option<InstrSharding> {
+        let g = &self.g;
+        let us = self.leaf(user)?;
+        let (dn, sizes) = self.gather_dims(user)?;
+        let rank = g.shape(user).rank();
+        if g.operand(user, 1) == Some(x) {
+            if !us.is_tiled() {
+                return Some(InstrSharding::Single(us.clone()));
+            }
+            let (idims, odims) = dims::connected_index_dims(
+                g.shape(x).rank(),
+                dn.index_vector_dim,
+                rank,
+                &dn.offset_dims,
+            );
+            return Some(InstrSharding::Single(propagate_along_dims(
+                us,
+                &odims,
+                &idims,
+                g.shape(x).rank(),
+            )));
+        }
+        if g.operand(user, 0) != Some(x) {
+            return None;
+        }
+        if !us.is_tiled() {
+            return Some(InstrSharding::Single(us.clone()));
+        }
+        let op_rank = g.shape(x).rank();
+        // Parallel dims (explicit batching and iota-detected).
+        let mut pd = GsDims::default();
+        if !dn.operand_batching_dims.is_empty() {
+            pd.operand = usize_dims(&dn.operand_batching_dims);
+            pd.indices = usize_dims(&dn.start_indices_batching_dims);
+            dims::fill_output_dims(&mut pd, dn.index_vector_dim, &dn.offset_dims);
+        }
+        if let Some(p) = self.gather_parallel(user) {
+            pd.operand.extend(p.operand);
+            pd.indices.extend(p.indices);
+            pd.output.extend(p.output);
+        }
+        let parallel = (!pd.operand.is_empty())
+            .then(|| propagate_along_dims(us, &pd.output, &pd.operand, op_rank));
+        let (od, outd) = dims::passthrough_dims(
+            g.shape(x).dims(),
+            &dn.collapsed_slice_dims,
+            &dn.operand_batching_dims,
+            &dn.offset_dims,
+            &sizes,
+        );
+        let passthrough = {
+            let r = propagate_along_dims(us, &outd, &od, op_rank);
+            (!r.is_tile_maximal()).then_some(r)
+        };
+        let out = match (parallel, passthrough) {
+            (p, None) => p,
+            (None, q) => q,
+            (Some(p), Some(mut q)) => {
+                if merge_sharding_leaf(&p, &mut q, true) {
+                    Some(q)
+                } else {
+                    let mut p2 = p.clone();
+                    if merge_sharding_leaf(&q, &mut p2, true) {
+                        Some(p2)
+                    } else {
+                        Some(p)
+                    }
+                }
+            }
+        };
+        out.map(InstrSharding::Single)
+    }
+
+    fn scatter_operand_from_user(&self, x: Node, user: Node) -> Option<InstrSharding> {
+        let g = &self.g;
+        let (ops, ind, upd) = self.scatter_parts(user);
+        let us = self.get(user)?;
+        let ui = g.instr(user);
+        if let Some(i) = ops.iter().position(|&o| o == x) {
+            return if us.is_tuple() {
+                us.sub_sharding(&ui.shape, i)
+            } else {
+                Some(us.clone())
+            };
+        }
+        let dn = ui.scatter_dimension_numbers();
+        let ind = ind?;
+        let upd_rank = g.shape(*upd.first()?).rank();
+        let ind_rank = g.shape(ind).rank();
+        let (idims, udims) = dims::connected_index_dims(
+            ind_rank,
+            dn.index_vector_dim,
+            upd_rank,
+            &dn.update_window_dims,
+        );
+        if x == ind {
+            let mut shardings = Vec::new();
+            for &u in &upd {
+                if let Some(s) = self.leaf(u) {
+                    if s.is_spatially_partitioned() {
+                        shardings.push(if s.is_tiled() {
+                            propagate_along_dims(s, &udims, &idims, ind_rank)
+                        } else {
+                            s.clone()
+                        });
+                    }
+                }
+            }
+            return xla_hlo_utils::merge::find_common_sharding(&shardings, None)
+                .map(InstrSharding::Single);
+        }
+        let ui_idx = upd.iter().position(|&u| u == x)?;
+        let from_indices = match self.leaf(ind) {
+            Some(s) if s.is_tiled() => propagate_along_dims(s, &idims, &udims, upd_rank),
+            Some(s) if s.is_spatially_partitioned() => s.clone(),
+            _ => Sharding::Replicated,
+        };
+        let out_s = if us.is_tuple() {
+            us.sub_sharding(&ui.shape, ui_idx)?
+        } else {
+            us.clone()
+        };
+        if let (Some(os), Some(sizes)) = (single(&out_s), self.scatter_slice_sizes(user)) {
+            if os.is_tiled() {
+                let (od, ud) = dims::passthrough_dims(
+                    g.shape(ops[0]).dims(),
+                    &dn.inserted_window_dims,
+                    &dn.input_batching_dims,
+                    &dn.update_window_dims,
+                    &sizes,
+                );
+                let mut from_output = propagate_along_dims(os, &od, &ud, upd_rank);
+                if !from_output.is_tile_maximal() {
+                    if from_indices.is_tiled() {
+                        let min = from_output.num_tiles() + 1;
+                        merge_sharding_if_compatible(&from_indices, min, &mut from_output);
+                    }
+                    return Some(InstrSharding::Single(from_output));
+                }
+            }
+        }
+        (!from_indices.is_tile_maximal()).then_some(InstrSharding::Single(from_indices))
+    }
+
+    /// `InferShardingFromUsers`: returns whether `x` changed.
+    pub fn infer_from_users(&mut self, x: Node, level: i64) -> bool {
+        let opcode = self.g.opcode(x);
+        if level < 2 && opcode == Opcode::Broadcast {
+            return false;
+        }
+        if self.is_manual(x) {
+            return false;
+        }
+        if self.get(x).is_none_or(InstrSharding::is_tile_maximal) {
+            let users: Vec<Node> = self.g.users(x).to_vec();
+            for u in users {
+                if !self.has(u) || self.g.is_custom_call(u, "SPMDFullToShardShape") {
+                    continue;
+                }
+                if !self.g.shape(x).is_tuple() && self.is_manual(u) {
+                    self.set(x, InstrSharding::Single(Sharding::Manual));
+                    return true;
+                }
+                if let Some(s) = self.sharding_from_user(x, u, level) {
+                    if s.is_manual() {
+                        self.set(x, s);
+                        return true;
+                    }
+                }
+            }
+        }
+        if !self.supports_spatial(x, false, self.allow_params) {
+            return false;
+        }
+        let may_combine = level > 0;
+        let mut improved = false;
+        let users: Vec<Node> = self.g.users(x).to_vec();
+        for u in users {
+            if self.g.opcode(u) == Opcode::RngBitGenerator {
+                let changed = self.get(x).is_none_or(|s| !s.is_replicated());
+                self.set(x, InstrSharding::Single(Sharding::Replicated));
+                return changed;
+            }
+            if let Some(s) = self.sharding_from_user(x, u, level) {
+                improved |= self.maybe_improve(x, s, may_combine, false);
+            }
+        }
+        improved
+    }
+
+    /// Applies a shard group's members to `x` (`InferShardingFromShardGroup`).
+    pub fn infer_from_group(&mut self, x: Node, level: i64, members: &[Node]) -> bool {
+        if !self.can_propagate_through(x, level) || self.is_manual(x) {
+            return false;
+        }
+        if self.get(x).is_none_or(InstrSharding::is_tile_maximal) {
+            for &m in members {
+                if m != x && self.is_manual(m) {
+                    let s = self.get(m).cloned().expect("manual");
+                    self.set(x, s);
+                    return true;
+                }
+            }
+        }
+        let may_combine = level > 0;
+        let mut changed = false;
+        for &m in members {
+            if m == x {
+                continue;
+            }
+            if let Some(s) = self.get(m).cloned() {
+                if s.is_tuple() == self.g.shape(x).is_tuple() {
+                    changed |= self.maybe_improve(x, s, may_combine, false);
+                }
+            }
+        }
+        changed
+    }
+}
+
+/// `GetFirstTargetDimToMoveShardingTiles`.
+pub(crate) fn first_target_dim_to_move(
+    shape: &[i64],
+    s: &Sharding,
+    source: usize,
+) -> Option<usize> {
+    if shape.len() < 2 || shape.get(source) == Some(&1) || !s.is_tiled() || s.tile_dim(source) == 1
+    {
+        return None;
+    }
+    (0..shape.len()).find(|&d| d != source && shape[d] % (s.tile_dim(source) * s.tile_dim(d)) == 0)
+}
+
+/// A tiled sharding over `dims` with iota devices (tests and helpers).
+#[allow(dead_code)]
+pub(crate) fn iota_tiled(dims: Vec<i64>) -> Sharding {
+    Sharding::tile(TileArray::iota(dims))
+}
