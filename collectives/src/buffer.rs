@@ -84,10 +84,132 @@ pub fn cast_slice_mut<T: Pod>(bytes: &mut [u8]) -> Option<&mut [T]> {
 
 /// Byte storage aligned to 8 bytes (so it can be viewed as any [`Pod`]
 /// element slice).
-#[derive(Clone, PartialEq, Eq)]
+///
+/// Storage made by a [`Recycler`] goes back to it when dropped, so that
+/// large buffers are not unmapped and faulted in again on every collective.
 pub struct HostBytes {
     words: Vec<u64>,
     len: usize,
+    recycler: Option<Arc<Recycler>>,
+}
+
+impl Clone for HostBytes {
+    fn clone(&self) -> HostBytes {
+        HostBytes {
+            words: self.words.clone(),
+            len: self.len,
+            recycler: None,
+        }
+    }
+}
+
+impl PartialEq for HostBytes {
+    fn eq(&self, other: &HostBytes) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for HostBytes {}
+
+impl Drop for HostBytes {
+    fn drop(&mut self) {
+        if let Some(r) = self.recycler.take() {
+            r.put(std::mem::take(&mut self.words));
+        }
+    }
+}
+
+/// A bounded pool of large allocations. Freshly mapped memory costs a page
+/// fault per page on first touch (as much as the data traffic of an
+/// all-reduce); recycled memory is already mapped.
+///
+/// Invariant: the pool holds at most `capacity` bytes; buffers below
+/// `MIN_RECYCLED` bytes are left to the allocator.
+pub struct Recycler {
+    free: std::sync::Mutex<Vec<Vec<u64>>>,
+    capacity: usize,
+}
+
+/// Buffers smaller than this are not pooled.
+const MIN_RECYCLED: usize = 256 << 10;
+
+impl Recycler {
+    /// A pool keeping at most `capacity` bytes of free buffers.
+    pub fn new(capacity: usize) -> Arc<Recycler> {
+        Arc::new(Recycler {
+            free: std::sync::Mutex::new(Vec::new()),
+            capacity,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u64>>> {
+        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `len` bytes of unspecified (but initialized) content; the caller
+    /// overwrites all of them.
+    pub fn take_uninit(self: &Arc<Self>, len: usize) -> HostBytes {
+        let words = len.div_ceil(8);
+        if len < MIN_RECYCLED {
+            return HostBytes::zeroed(len);
+        }
+        let reused = {
+            let mut free = self.lock();
+            // Best fit within 2x, so small requests do not pin big buffers.
+            let pick = free
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.capacity() >= words && v.capacity() <= 2 * words)
+                .min_by_key(|(_, v)| v.capacity())
+                .map(|(i, _)| i);
+            pick.map(|i| free.swap_remove(i))
+        };
+        let v = match reused {
+            Some(mut v) => {
+                // Recycled words are initialized; any tail is zeroed.
+                v.truncate(words);
+                v.resize(words, 0);
+                v
+            }
+            // Fresh zeroed pages (calloc) are mapped lazily, on first write.
+            None => vec![0u64; words],
+        };
+        HostBytes {
+            words: v,
+            len,
+            recycler: Some(self.clone()),
+        }
+    }
+
+    /// `len` zero bytes.
+    pub fn take_zeroed(self: &Arc<Self>, len: usize) -> HostBytes {
+        let mut h = self.take_uninit(len);
+        h.as_bytes_mut().fill(0);
+        h
+    }
+
+    fn put(&self, words: Vec<u64>) {
+        let bytes = words.capacity() * 8;
+        if bytes < MIN_RECYCLED || bytes > self.capacity {
+            return;
+        }
+        let mut free = self.lock();
+        let mut held: usize = free.iter().map(|v| v.capacity() * 8).sum();
+        while held + bytes > self.capacity && !free.is_empty() {
+            held -= free.remove(0).capacity() * 8;
+        }
+        free.push(words);
+    }
+
+    /// Bytes currently pooled.
+    pub fn pooled_bytes(&self) -> usize {
+        self.lock().iter().map(|v| v.capacity() * 8).sum()
+    }
+
+    /// Frees every pooled buffer.
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
 }
 
 impl HostBytes {
@@ -96,6 +218,7 @@ impl HostBytes {
         HostBytes {
             words: vec![0u64; len.div_ceil(8)],
             len,
+            recycler: None,
         }
     }
 

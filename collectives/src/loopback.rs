@@ -32,7 +32,7 @@
 //! ranks and read only after all of them passed the finish barrier.
 
 use crate::bootstrap::{self, UniqueId};
-use crate::buffer::{element_size, DeviceBuffer, HostBytes};
+use crate::buffer::{element_size, DeviceBuffer, HostBytes, Recycler};
 use crate::communicator::{rank_in_group, Communicator};
 use crate::error::{CallSite, CollectiveError, CollectiveKind, Result};
 use crate::groups::DeviceId;
@@ -47,6 +47,9 @@ use xla_hlo_ir::PrimitiveType;
 /// Default time a member waits for the others.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Default bound on the memory a world keeps for reuse by large results.
+pub const DEFAULT_POOL_BYTES: usize = 1 << 30;
+
 /// A set of loopback devices sharing one rendezvous table.
 #[derive(Clone)]
 pub struct LoopbackWorld {
@@ -57,6 +60,7 @@ struct Shared {
     id: UniqueId,
     num_devices: usize,
     timeout: Duration,
+    recycler: Arc<Recycler>,
     state: Mutex<State>,
     cv: Condvar,
 }
@@ -158,6 +162,8 @@ struct Work {
     outputs: Vec<SharedOutput>,
     /// Output (type, dims) per operand, for shared-output ops.
     output_shapes: Vec<(PrimitiveType, Vec<i64>)>,
+    /// Where large result buffers come from.
+    recycler: Arc<Recycler>,
 }
 
 /// An output buffer that several ranks write in disjoint ranges.
@@ -176,8 +182,9 @@ unsafe impl Send for SharedOutput {}
 unsafe impl Sync for SharedOutput {}
 
 impl SharedOutput {
-    fn new(len: usize) -> SharedOutput {
-        let mut bytes = HostBytes::zeroed(len);
+    /// Every byte must be written before [`SharedOutput::take`].
+    fn new(len: usize, recycler: &Arc<Recycler>) -> SharedOutput {
+        let mut bytes = recycler.take_uninit(len);
         let ptr = bytes.as_mut_ptr();
         SharedOutput {
             ptr,
@@ -217,6 +224,7 @@ impl Work {
         inputs: Vec<Vec<DeviceBuffer>>,
         group: &[DeviceId],
         call: &CallSite,
+        recycler: &Arc<Recycler>,
     ) -> Result<Work> {
         let n = inputs.len();
         let mut outputs = Vec::new();
@@ -289,7 +297,7 @@ impl Work {
         if op.shared_output() && n > 1 {
             for (dtype, dims) in &output_shapes {
                 let len = crate::buffer::element_count(dims)? * element_size(*dtype)?;
-                outputs.push(SharedOutput::new(len));
+                outputs.push(SharedOutput::new(len, recycler));
             }
         }
         Ok(Work {
@@ -298,6 +306,7 @@ impl Work {
             inputs,
             outputs,
             output_shapes,
+            recycler: recycler.clone(),
         })
     }
 
@@ -355,7 +364,8 @@ impl Work {
                     let (outer, dim, inner) =
                         layout::split_at(mine.dims(), *d, mine.element_size());
                     let seg = dim / n * inner;
-                    let mut out = HostBytes::zeroed(outer * seg);
+                    // Every byte is written below.
+                    let mut out = self.recycler.take_uninit(outer * seg);
                     for o in 0..outer {
                         let start = o * dim * inner + rank * seg;
                         let srcs: Vec<&[u8]> = self
@@ -382,7 +392,10 @@ impl Work {
                     let esize = mine.element_size();
                     let mut piece: Vec<usize> = mine.dims().iter().map(|&x| x as usize).collect();
                     piece[*s] /= n;
-                    let mut out = HostBytes::zeroed(crate::buffer::element_count(&dims)? * esize);
+                    // The blocks of all members tile the output.
+                    let mut out = self
+                        .recycler
+                        .take_uninit(crate::buffer::element_count(&dims)? * esize);
                     for (j, ops) in self.inputs.iter().enumerate() {
                         let mut src_start = vec![0; piece.len()];
                         src_start[*s] = rank * piece[*s];
@@ -414,7 +427,10 @@ impl Work {
                     }
                     None => Ok(Some(
                         mine.iter()
-                            .map(|b| DeviceBuffer::zeros(b.dtype(), b.dims().to_vec()))
+                            .map(|b| {
+                                let zeros = self.recycler.take_zeroed(b.bytes().len());
+                                DeviceBuffer::new(b.dtype(), b.dims().to_vec(), zeros)
+                            })
                             .collect::<Result<_>>()?,
                     )),
                 }
@@ -490,6 +506,7 @@ impl LoopbackWorld {
             id: UniqueId::random(),
             num_devices,
             timeout,
+            recycler: Recycler::new(DEFAULT_POOL_BYTES),
             state: Mutex::new(State {
                 claimed: vec![false; num_devices],
                 ..State::default()
@@ -722,7 +739,7 @@ impl LoopbackCommunicator {
                     .iter_mut()
                     .map(|i| i.take().unwrap_or_default())
                     .collect();
-                match Work::build(op.clone(), inputs, group, &call) {
+                match Work::build(op.clone(), inputs, group, &call, &shared.recycler) {
                     Ok(w) => slot.work = Some(Arc::new(w)),
                     Err(e) => slot.fail(e),
                 }

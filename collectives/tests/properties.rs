@@ -118,6 +118,21 @@ proptest! {
         check_all(&got, &want, &format!("all-reduce {kind:?}"));
     }
 
+    /// Long arrays: several kernel blocks, more than four inputs per pass,
+    /// uneven 1/N chunks.
+    #[test]
+    fn all_reduce_long_arrays(n in 1usize..=16, len in 0i64..20000, dtype_pick in 0..DTYPES.len(), kind_pick in 0usize..6, seed in any::<u64>()) {
+        let mut rng = SplitMix(seed);
+        let dtype = DTYPES[dtype_pick];
+        let kind = ReductionKind::ALL[kind_pick];
+        let kind = if kind.supports(dtype) { kind } else { ReductionKind::Sum };
+        let ins: Vec<Vec<DeviceBuffer>> = (0..n).map(|_| vec![random_buffer(dtype, &[len], &mut rng)]).collect();
+        let groups = vec![(0..n).collect::<Vec<_>>()];
+        let got = run_world(n, TIMEOUT, |d, c| c.all_reduce(&groups[0], kind, &ins[d]).unwrap());
+        let want = expected(&groups, &ins, |g| reference::all_reduce(kind, g).unwrap());
+        check_all(&got, &want, &format!("long all-reduce {kind:?} {dtype}"));
+    }
+
     #[test]
     fn all_gather_matches_reference(case in case_strategy(), dim_pick in 0usize..4, equal in any::<bool>()) {
         let mut rng = SplitMix(case.seed);
