@@ -10,8 +10,11 @@
 //!   device ids.
 //! * [`loopback`]: N devices as threads of one process, pure Rust, with
 //!   timeouts and failure propagation.
-//! * `nccl` (cargo feature `nccl`): the same interface over NCCL through
-//!   cudarc, one communicator per GPU.
+//! * [`staged`]: the same interface over any library offering NCCL's
+//!   primitives (native world collectives, grouped send/recv), with call
+//!   agreement and host-side fallbacks; tested on the CPU with threads.
+//! * `nccl` (cargo feature `nccl`): the staged layer over NCCL through
+//!   cudarc, one communicator per GPU, on a dedicated stream.
 //! * [`store`] and [`bootstrap`]: key-value stores (in-memory, file, TCP)
 //!   and the unique-id exchange NCCL needs; the loopback backend joins
 //!   through the same code.
@@ -36,6 +39,7 @@ pub mod loopback;
 pub mod nccl;
 pub mod reduce;
 pub mod reference;
+pub mod staged;
 pub mod store;
 
 pub use buffer::{DeviceBuffer, Element, HostBytes};
@@ -44,4 +48,5 @@ pub use error::{CallSite, CollectiveError, CollectiveKind, Result, StoreError};
 pub use groups::{DeviceId, GroupMode, ParticipantGroups, PermutePlan, Topology};
 pub use loopback::{InjectedFault, LoopbackCommunicator, LoopbackWorld};
 pub use reduce::ReductionKind;
+pub use staged::{StagedCommunicator, ThreadTransport, Transport};
 pub use store::{FileStore, InMemoryStore, KeyValueStore, TcpStore, TcpStoreServer};
