@@ -161,3 +161,18 @@ pub fn check_reduction_operands(kind: ReductionKind, operands: &[DeviceBuffer]) 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The interpreter holds communicators as trait objects.
+    #[test]
+    fn object_safe_and_group_checks() {
+        fn _takes(_: &mut dyn Communicator) {}
+        assert_eq!(rank_in_group(&[3, 1, 2], 1, 4).unwrap(), 1);
+        assert!(rank_in_group(&[3, 1], 2, 4).is_err());
+        assert!(rank_in_group(&[1, 1], 1, 4).is_err());
+        assert!(rank_in_group(&[1, 9], 1, 4).is_err());
+    }
+}

@@ -441,6 +441,26 @@ mod tests {
     }
 
     #[test]
+    fn mesh_axes_list() {
+        use xla_hlo_ir::mesh::{AxisRef, Mesh};
+        let t = Topology::new(1, 8).unwrap();
+        let list = CollectiveDeviceList::MeshAxes {
+            mesh: Mesh::new(vec![("x".into(), 2), ("y".into(), 4)]),
+            axes: vec![AxisRef::axis("x")],
+        };
+        let g = ParticipantGroups::from_hlo(&list, Some(3), Some(true), t).unwrap();
+        assert_eq!(
+            g.groups(),
+            &[vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
+        );
+        let bad = CollectiveDeviceList::MeshAxes {
+            mesh: Mesh::new(vec![("x".into(), 2)]),
+            axes: vec![AxisRef::axis("nope")],
+        };
+        assert!(ParticipantGroups::from_hlo(&bad, Some(3), Some(true), t).is_err());
+    }
+
+    #[test]
     fn permute() {
         let t = Topology::new(2, 3).unwrap();
         // cross-partition: partition pairs inside replica 1

@@ -65,11 +65,19 @@ pub fn all_to_all_dims(dims: &[i64], split: usize, concat: usize, n: usize) -> R
 }
 
 /// `(outer, dim, inner_bytes)` of `dims` around dimension `d`: the array is
-/// `outer` rows of `dim` slabs of `inner_bytes` each.
+/// `outer` rows of `dim` slabs of `inner_bytes` each. A `d` past the last
+/// dimension reads as a trailing dimension of size 1.
 pub fn split_at(dims: &[i64], d: usize, esize: usize) -> (usize, usize, usize) {
-    let outer: usize = dims[..d].iter().map(|&x| x as usize).product();
-    let inner: usize = dims[d + 1..].iter().map(|&x| x as usize).product();
-    (outer, dims[d] as usize, inner * esize)
+    let d = d.min(dims.len());
+    let outer: usize = dims[..d].iter().map(|&x| x.max(0) as usize).product();
+    let inner: usize = dims
+        .get(d + 1..)
+        .unwrap_or(&[])
+        .iter()
+        .map(|&x| x.max(0) as usize)
+        .product();
+    let dim = dims.get(d).map_or(1, |&x| x.max(0) as usize);
+    (outer, dim, inner * esize)
 }
 
 /// Copies the hyper-rectangle of extent `extent` starting at `src_start` in

@@ -541,6 +541,15 @@ impl<T: Transport> Communicator for StagedCommunicator<T> {
         let (rank, call) = self.start(CollectiveKind::AllToAll, group)?;
         let descs = self.agree_shapes_free(&call, rank, "tuple all-to-all", operands)?;
         let n = group.len();
+        if operands.len() != n {
+            return Err(CollectiveError::Mismatch {
+                call: call.clone(),
+                detail: format!(
+                    "rank {rank} passed {} operands to a tuple all-to-all over {n} ranks",
+                    operands.len()
+                ),
+            });
+        }
         // Member j's shape list must match: j sends its operand `rank` to us,
         // whose shape must be our operand j's.
         let lists: Vec<Vec<&str>> = descs.iter().map(|d| d.split(';').collect()).collect();
@@ -599,8 +608,7 @@ impl<T: Transport> Communicator for StagedCommunicator<T> {
         pairs: &[(DeviceId, DeviceId)],
         operands: &[DeviceBuffer],
     ) -> Result<Vec<DeviceBuffer>> {
-        let (_, call) = self.start(CollectiveKind::CollectivePermute, group)?;
-        let rank = rank_in_group(group, self.me(), self.transport.world_size())?;
+        let (rank, call) = self.start(CollectiveKind::CollectivePermute, group)?;
         self.agree(
             &call,
             rank,

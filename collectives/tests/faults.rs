@@ -10,7 +10,9 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 use xla_hlo_ir::PrimitiveType;
 
-const TIMEOUT: Duration = Duration::from_millis(400);
+// Long enough that thread start-up on a loaded 2-core machine never looks
+// like a missing rank; the stall and late-rank tests wait a few of these.
+const TIMEOUT: Duration = Duration::from_millis(1000);
 
 fn f32s(v: &[f32]) -> DeviceBuffer {
     DeviceBuffer::from_slice(vec![v.len() as i64], v).unwrap()
