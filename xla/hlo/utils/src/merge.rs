@@ -39,7 +39,7 @@ pub fn is_more_specific(a: &InstrSharding, b: &InstrSharding) -> bool {
                 return false;
             }
             let mut better = false;
-            for (l, r) in x.iter().zip(y) {
+            for (l, r) in x.iter().zip(y.iter()) {
                 if is_leaf_more_specific(r, l) {
                     return false;
                 }
@@ -65,7 +65,7 @@ pub fn is_strictly_better(a: &InstrSharding, b: &InstrSharding) -> bool {
                 return false;
             }
             let mut mask = 0;
-            for (l, r) in x.iter().zip(y) {
+            for (l, r) in x.iter().zip(y.iter()) {
                 if leaf_strictly_better(l, r) {
                     mask |= 1;
                 }
@@ -381,9 +381,11 @@ pub fn merge_sharding(
     match (to_merge, dst) {
         (InstrSharding::Tuple(a), InstrSharding::Tuple(b)) => {
             let mut changed = false;
-            for (x, y) in a.iter().zip(b.iter_mut()) {
+            let mut leaves = b.to_vec();
+            for (x, y) in a.iter().zip(leaves.iter_mut()) {
                 changed |= merge_sharding_leaf(x, y, may_combine);
             }
+            *b = leaves.into();
             changed
         }
         (InstrSharding::Single(a), InstrSharding::Single(b)) => {

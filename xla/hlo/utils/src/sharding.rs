@@ -16,6 +16,7 @@
 
 use crate::error::ShardingError;
 use crate::tile::TileArray;
+use std::sync::Arc;
 use xla_hlo_ir::sharding::{ShardingKind, SingleSharding, SubgroupType};
 use xla_hlo_ir::{HloSharding, Shape};
 
@@ -28,7 +29,8 @@ pub enum Sharding {
     Unreduced,
     /// All data on one device.
     Maximal(i64),
-    Tiled(Tiled),
+    /// Shared: cloning a tiled sharding never copies it.
+    Tiled(Arc<Tiled>),
 }
 
 /// A tiled sharding: tile array over data dims then subgroup dims.
@@ -43,7 +45,8 @@ pub struct Tiled {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum InstrSharding {
     Single(Sharding),
-    Tuple(Vec<Sharding>),
+    /// Shared: cloning never copies the leaves.
+    Tuple(Arc<[Sharding]>),
 }
 
 fn type_rank(t: SubgroupType) -> u8 {
@@ -80,11 +83,11 @@ impl Sharding {
             return Sharding::Replicated;
         }
         let r = tiles.num_dims();
-        Sharding::Tiled(Tiled {
+        Sharding::Tiled(Arc::new(Tiled {
             tiles,
             data_rank: r,
             subgroups: Vec::new(),
-        })
+        }))
     }
 
     /// A tiled sharding whose last tile dim is replication (`PartialTile`).
@@ -99,11 +102,11 @@ impl Sharding {
             let dims = tiles.dims()[..nd - 1].to_vec();
             return Sharding::tile(tiles.reshape(dims));
         }
-        Sharding::Tiled(Tiled {
+        Sharding::Tiled(Arc::new(Tiled {
             tiles: tiles.sort_groups(last as usize),
             data_rank: nd - 1,
             subgroups: vec![SubgroupType::Replicated],
-        })
+        }))
     }
 
     /// A tiled sharding whose trailing `types.len()` tile dims are subgroups
@@ -193,11 +196,11 @@ impl Sharding {
         } else {
             tiles
         };
-        Sharding::Tiled(Tiled {
+        Sharding::Tiled(Arc::new(Tiled {
             data_rank: nd - merged_types.len(),
             tiles,
             subgroups: merged_types,
-        })
+        }))
     }
 
     // ----- predicates (XLA's HloSharding leaf predicates) -----
@@ -385,7 +388,9 @@ impl InstrSharding {
     /// `sharding` on every leaf of `shape` (XLA's `HloSharding::Single`).
     pub fn single_for(shape: &Shape, sharding: Sharding) -> InstrSharding {
         match shape {
-            Shape::Tuple(_) => InstrSharding::Tuple(vec![sharding; leaf_count(shape).max(1)]),
+            Shape::Tuple(_) => {
+                InstrSharding::Tuple(vec![sharding; leaf_count(shape).max(1)].into())
+            }
             _ => InstrSharding::Single(sharding),
         }
     }
@@ -394,6 +399,10 @@ impl InstrSharding {
             InstrSharding::Single(s) => std::slice::from_ref(s),
             InstrSharding::Tuple(v) => v,
         }
+    }
+    /// A tuple sharding from its leaves.
+    pub fn tuple(leaves: Vec<Sharding>) -> InstrSharding {
+        InstrSharding::Tuple(leaves.into())
     }
     pub fn as_single(&self) -> Option<&Sharding> {
         match self {
@@ -435,7 +444,7 @@ impl InstrSharding {
                 let n = leaf_count(elem);
                 let slice = leaves.get(start..start + n)?;
                 Some(match elem {
-                    Shape::Tuple(_) => InstrSharding::Tuple(slice.to_vec()),
+                    Shape::Tuple(_) => InstrSharding::Tuple(slice.into()),
                     _ => InstrSharding::Single(slice[0].clone()),
                 })
             }
@@ -472,7 +481,7 @@ impl InstrSharding {
                         leaves.len()
                     )));
                 }
-                Ok(InstrSharding::Tuple(leaves))
+                Ok(InstrSharding::Tuple(leaves.into()))
             }
         }
     }

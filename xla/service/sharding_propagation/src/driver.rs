@@ -29,6 +29,8 @@ pub struct PropagationStats {
     pub iterations: usize,
     /// Instructions whose sharding was inferred or changed.
     pub inferred: usize,
+    /// Calls of the forward and backward rules (all levels).
+    pub rule_calls: usize,
     /// `Sharding` custom-calls turned into copies.
     pub copies: usize,
     /// Instructions still without a sharding.
@@ -173,6 +175,8 @@ pub(crate) fn propagate(
     let mut p = Prop {
         g: graph,
         sh: original.clone(),
+        epoch: 0,
+        stamp: vec![0; n],
         allow_output,
         allow_params,
     };
@@ -293,7 +297,7 @@ pub(crate) fn propagate(
                     .collect();
                 p.sh[x] = Some(match s {
                     InstrSharding::Single(_) => InstrSharding::Single(leaves[0].clone()),
-                    InstrSharding::Tuple(_) => InstrSharding::Tuple(leaves),
+                    InstrSharding::Tuple(_) => InstrSharding::tuple(leaves),
                 });
             }
         }
@@ -306,6 +310,9 @@ pub(crate) fn propagate(
         group_of: &group_of,
         groups: &groups,
         iterations: 0,
+        rule_calls: 0,
+        fwd_memo: vec![(0, 0); n],
+        bwd_memo: vec![(0, 0); n],
     };
     for level in 0..4 {
         fx.run(&mut p, level, true);
@@ -338,15 +345,16 @@ pub(crate) fn propagate(
                         merge_sharding_if_compatible(&partial, min, &mut s);
                     }
                 }
-                p.sh[m as usize] = Some(normalize(
-                    p.g.shape(m),
-                    InstrSharding::Single(common.clone()),
-                ));
+                let new = normalize(p.g.shape(m), InstrSharding::Single(common.clone()));
+                if p.sh[m as usize].as_ref() != Some(&new) {
+                    p.write(m, new);
+                }
             }
         }
     }
     fx.run(&mut p, 3, true);
     stats.iterations = fx.iterations;
+    stats.rule_calls = fx.rule_calls;
 
     // ---- output / parameter permissions ----
     if allow_output {
@@ -354,13 +362,13 @@ pub(crate) fn propagate(
             (&saved_root, p.sh[entry_root as usize].clone())
         {
             if saved.len() == output_vec.len() {
-                let mut cur = cur;
+                let mut cur = cur.to_vec();
                 for (i, s) in saved.iter().enumerate() {
                     if !output_vec[i] && !s.is_unknown() {
                         cur[i] = s.clone();
                     }
                 }
-                p.sh[entry_root as usize] = Some(InstrSharding::Tuple(cur));
+                p.sh[entry_root as usize] = Some(InstrSharding::tuple(cur));
             }
         }
         let shape = p.g.shape(entry_root).clone();
@@ -460,7 +468,7 @@ fn replicate_uneven(
     };
     match s {
         InstrSharding::Single(l) => InstrSharding::Single(fix(&l, shape)),
-        InstrSharding::Tuple(v) => InstrSharding::Tuple(
+        InstrSharding::Tuple(v) => InstrSharding::tuple(
             v.iter()
                 .enumerate()
                 .map(|(i, l)| {
@@ -544,12 +552,72 @@ struct FixPoint<'a> {
     group_of: &'a FxHashMap<Node, (bool, i64)>,
     groups: &'a [((bool, i64), Vec<Node>)],
     iterations: usize,
+    rule_calls: usize,
+    /// Per node: `epoch + 1` when the forward (backward) rule last returned
+    /// "no change", and the rule's level class then (0 = no memo).
+    fwd_memo: Vec<(u64, u8)>,
+    bwd_memo: Vec<(u64, u8)>,
 }
 
 struct Dirty {
     fwd: Vec<bool>,
     bwd: Vec<bool>,
     grp: Vec<bool>,
+}
+
+/// How the forward rule of `x` depends on the level (255: does nothing).
+fn fwd_class(p: &Prop, x: Node, level: i64) -> u8 {
+    if !p.can_propagate_through(x, level) {
+        return 255;
+    }
+    if p.g.opcode(x) == Opcode::Broadcast {
+        return if level >= 3 { 3 } else { 255 };
+    }
+    u8::from(level > 0)
+}
+
+/// How the backward rule of `x` depends on the level (255: does nothing).
+fn bwd_class(p: &Prop, x: Node, level: i64) -> u8 {
+    let bcast = p.g.opcode(x) == Opcode::Broadcast;
+    if level < 2 && bcast {
+        return 255;
+    }
+    match level {
+        0 => 0,
+        1 => 1,
+        _ if bcast
+            || p.g
+                .users(x)
+                .iter()
+                .any(|&u| p.g.opcode(u) == Opcode::Broadcast) =>
+        {
+            2
+        }
+        _ => 1,
+    }
+}
+
+/// Nothing the forward rule of `x` reads changed since `memo`. Dot and
+/// convolution (look-ahead through users) and parameters (read their
+/// caller's operand) are always re-run.
+fn fwd_fresh(p: &Prop, x: Node, memo: u64) -> bool {
+    memo != 0
+        && !matches!(
+            p.g.opcode(x),
+            Opcode::Dot | Opcode::Convolution | Opcode::Parameter
+        )
+        && p.stamp[x as usize] < memo
+        && p.g.operands(x).all(|o| p.stamp[o as usize] < memo)
+}
+
+/// Nothing the backward rule of `x` reads (itself, its users and their
+/// operands) changed since `memo`.
+fn bwd_fresh(p: &Prop, x: Node, memo: u64) -> bool {
+    memo != 0
+        && p.stamp[x as usize] < memo
+        && p.g.users(x).iter().all(|&u| {
+            p.stamp[u as usize] < memo && p.g.operands(u).all(|o| p.stamp[o as usize] < memo)
+        })
 }
 
 impl FixPoint<'_> {
@@ -597,7 +665,7 @@ impl FixPoint<'_> {
             }
             let new = normalize(p.g.shape(r), s.clone());
             if p.sh[r as usize].as_ref() != Some(&new) {
-                p.sh[r as usize] = Some(new);
+                p.write(r, new);
                 changed.push(r);
                 self.computation_propagation(p, r, changed);
             }
@@ -610,12 +678,8 @@ impl FixPoint<'_> {
         }
         for &u in p.g.users(for_users.unwrap_or(h)) {
             d.fwd[u as usize] = false;
-            for c in p.g.instr(u).called_computations() {
-                for k in 0..p.g.module.comp(c).parameters.len() {
-                    if let Some(param) = p.g.parameter(c, k) {
-                        d.fwd[param as usize] = false;
-                    }
-                }
+            for &param in p.g.callee_params(u) {
+                d.fwd[param as usize] = false;
             }
         }
         if let Some(members) = self.members(h) {
@@ -651,7 +715,7 @@ impl FixPoint<'_> {
         let mut s = cur;
         let min = s.num_tiles() + 1;
         if merge_sharding_if_compatible(&partial, min, &mut s) {
-            p.sh[x as usize] = Some(InstrSharding::Single(s));
+            p.write(x, InstrSharding::Single(s));
             return true;
         }
         false
@@ -661,9 +725,7 @@ impl FixPoint<'_> {
     /// unspecified-dims refinement)?
     fn feeds_manual_conversion(p: &Prop, x: Node) -> bool {
         let users = p.g.users(x);
-        users.len() == 1
-            && (p.g.is_custom_call(users[0], "SPMDFullToShardShape")
-                || p.g.is_custom_call(users[0], "SPMDShardToFullShape"))
+        users.len() == 1 && p.g.is_manual_conversion(users[0])
     }
 
     /// `RunToFixPoint` for one aggressiveness level; returns whether
@@ -743,7 +805,17 @@ impl FixPoint<'_> {
                         continue;
                     }
                     d.fwd[x as usize] = true;
-                    if p.infer_from_operands(x, level) {
+                    let class = fwd_class(p, x, level);
+                    let (memo, memo_class) = self.fwd_memo[x as usize];
+                    if class == 255 || (memo_class == class && fwd_fresh(p, x, memo)) {
+                        continue;
+                    }
+                    self.rule_calls += 1;
+                    let changed = p.infer_from_operands(x, level);
+                    if !changed {
+                        self.fwd_memo[x as usize] = (p.epoch + 1, class);
+                    }
+                    if changed {
                         any = true;
                         changed_last = true;
                         self.after_change(p, &mut d, x);
@@ -751,10 +823,7 @@ impl FixPoint<'_> {
                 }
                 for k in (0..len).rev() {
                     let x = p.g.post_orders[c][k];
-                    if (p.g.is_custom_call(x, "SPMDFullToShardShape")
-                        || p.g.is_custom_call(x, "SPMDShardToFullShape"))
-                        && !d.bwd[x as usize]
-                    {
+                    if p.g.is_manual_conversion(x) && !d.bwd[x as usize] {
                         if let Some(o) = p.g.operand(x, 0) {
                             d.bwd[o as usize] = false;
                         }
@@ -793,7 +862,17 @@ impl FixPoint<'_> {
                         continue;
                     }
                     d.bwd[x as usize] = true;
-                    if p.infer_from_users(x, level) {
+                    let class = bwd_class(p, x, level);
+                    let (memo, memo_class) = self.bwd_memo[x as usize];
+                    if class == 255 || (memo_class == class && bwd_fresh(p, x, memo)) {
+                        continue;
+                    }
+                    self.rule_calls += 1;
+                    let changed = p.infer_from_users(x, level);
+                    if !changed {
+                        self.bwd_memo[x as usize] = (p.epoch + 1, class);
+                    }
+                    if changed {
                         any = true;
                         changed_last = true;
                         self.after_change(p, &mut d, x);

@@ -26,6 +26,28 @@ pub(crate) struct Graph<'m> {
     pub post_orders: Vec<Vec<Node>>,
     /// Partitioned called computation -> calling node.
     pub caller: FxHashMap<CompId, Node>,
+    /// Every node's instruction.
+    instrs: Vec<&'m HloInstruction>,
+    /// Custom-call kind of every node.
+    cc: Vec<CustomCallKind>,
+    /// Parameters of the computations each node calls.
+    callee_params: Vec<Vec<Node>>,
+    /// Whether the node's computation is called by a while/conditional/call.
+    partitioned_callee: Vec<bool>,
+    /// Root of each node's computation.
+    roots: Vec<Node>,
+    /// Shapes ignoring element types, interned: equal ids = compatible.
+    shape_class: Vec<u32>,
+}
+
+/// Custom-call targets the rules distinguish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CustomCallKind {
+    None,
+    Sharding,
+    FullToShard,
+    ShardToFull,
+    Other,
 }
 
 impl<'m> Graph<'m> {
@@ -48,10 +70,29 @@ impl<'m> Graph<'m> {
                         continue;
                     }
                     let list: &mut Vec<Node> = &mut users[(off + op.0) as usize];
-                    if !list.contains(&me) {
+                    // Users are visited in order, so a repeat is the last entry.
+                    if list.last() != Some(&me) {
                         list.push(me);
                     }
                 }
+            }
+        }
+        let mut instrs = Vec::with_capacity(total as usize);
+        let mut cc = Vec::with_capacity(total as usize);
+        for c in &module.computations {
+            for i in &c.instructions {
+                instrs.push(i);
+                cc.push(match (i.opcode, i.ident_attr(AttrKey::CustomCallTarget)) {
+                    (Opcode::CustomCall, Some("Sharding")) => CustomCallKind::Sharding,
+                    (Opcode::CustomCall, Some("SPMDFullToShardShape")) => {
+                        CustomCallKind::FullToShard
+                    }
+                    (Opcode::CustomCall, Some("SPMDShardToFullShape")) => {
+                        CustomCallKind::ShardToFull
+                    }
+                    (Opcode::CustomCall, _) => CustomCallKind::Other,
+                    _ => CustomCallKind::None,
+                });
             }
         }
         let mut g = Graph {
@@ -61,7 +102,22 @@ impl<'m> Graph<'m> {
             users,
             post_orders: Vec::new(),
             caller: FxHashMap::default(),
+            instrs,
+            cc,
+            callee_params: vec![Vec::new(); total as usize],
+            partitioned_callee: vec![false; total as usize],
+            roots: Vec::with_capacity(total as usize),
+            shape_class: Vec::with_capacity(total as usize),
         };
+        let mut classes: FxHashMap<Vec<i64>, u32> = FxHashMap::default();
+        let mut key = Vec::new();
+        for x in 0..total as usize {
+            key.clear();
+            shape_key(&g.instrs[x].shape, &mut key);
+            let next = classes.len() as u32;
+            let id = *classes.entry(key.clone()).or_insert(next);
+            g.shape_class.push(id);
+        }
         g.post_orders = (0..module.computations.len())
             .map(|c| g.post_order(CompId(c as u32)))
             .collect();
@@ -84,6 +140,26 @@ impl<'m> Graph<'m> {
                     }
                     _ => {}
                 }
+            }
+        }
+        for x in 0..total {
+            let c = g.comp_of[x as usize];
+            g.partitioned_callee[x as usize] = g.caller.contains_key(&c);
+            let root = g.offsets[c.index()] + module.comp(c).root.0;
+            g.roots.push(root);
+            let called = g.instrs[x as usize].called_computations();
+            if !called.is_empty() {
+                let mut params = Vec::new();
+                for cc in called {
+                    let comp = module.comp(cc);
+                    params.extend(
+                        comp.parameters
+                            .iter()
+                            .filter(|p| p.index() < comp.instructions.len())
+                            .map(|p| g.offsets[cc.index()] + p.0),
+                    );
+                }
+                g.callee_params[x as usize] = params;
             }
         }
         g
@@ -152,8 +228,18 @@ impl<'m> Graph<'m> {
         InstrId(n - self.offsets[self.comp_of(n).index()])
     }
     pub fn instr(&self, n: Node) -> &'m HloInstruction {
-        let c = self.comp_of(n);
-        self.module.comp(c).instr(self.local(n))
+        self.instrs[n as usize]
+    }
+    /// Same dims (and tuple structure) ignoring element types and layouts.
+    pub fn compatible_shapes(&self, a: Node, b: Node) -> bool {
+        self.shape_class[a as usize] == self.shape_class[b as usize]
+    }
+    pub fn cc_kind(&self, n: Node) -> CustomCallKind {
+        self.cc[n as usize]
+    }
+    /// Parameters of the computations `n` calls.
+    pub fn callee_params(&self, n: Node) -> &[Node] {
+        &self.callee_params[n as usize]
     }
     pub fn shape(&self, n: Node) -> &'m Shape {
         &self.instr(n).shape
@@ -187,7 +273,7 @@ impl<'m> Graph<'m> {
         self.node(c, self.module.comp(c).root)
     }
     pub fn is_root(&self, n: Node) -> bool {
-        self.root_of(self.comp_of(n)) == n
+        self.roots[n as usize] == n
     }
     pub fn entry_root(&self) -> Node {
         self.root_of(self.module.entry)
@@ -201,12 +287,18 @@ impl<'m> Graph<'m> {
     }
     /// Users that are not the computation's root.
     pub fn non_root_users(&self, n: Node) -> usize {
-        let root = self.root_of(self.comp_of(n));
+        let root = self.roots[n as usize];
         self.users(n).iter().filter(|&&u| u != root).count()
     }
     pub fn is_custom_call(&self, n: Node, target: &str) -> bool {
         let i = self.instr(n);
         i.opcode == Opcode::CustomCall && i.ident_attr(AttrKey::CustomCallTarget) == Some(target)
+    }
+    pub fn is_manual_conversion(&self, n: Node) -> bool {
+        matches!(
+            self.cc[n as usize],
+            CustomCallKind::FullToShard | CustomCallKind::ShardToFull
+        )
     }
     pub fn custom_call_target(&self, n: Node) -> Option<&'m str> {
         let i = self.instr(n);
@@ -216,7 +308,7 @@ impl<'m> Graph<'m> {
     }
     /// The computation `n` belongs to is called by a while, conditional or call.
     pub fn in_partitioned_callee(&self, n: Node) -> bool {
-        self.caller.contains_key(&self.comp_of(n))
+        self.partitioned_callee[n as usize]
     }
 }
 
@@ -245,16 +337,22 @@ pub(crate) fn has_side_effect(i: &HloInstruction) -> bool {
     }
 }
 
-/// Same dims (ignoring element types and layouts), recursively for tuples.
-pub(crate) fn compatible_ignoring_element_type(a: &Shape, b: &Shape) -> bool {
-    match (a, b) {
-        (Shape::Tuple(x), Shape::Tuple(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .zip(y)
-                    .all(|(p, q)| compatible_ignoring_element_type(p, q))
+/// A key equal for shapes with the same dims and tuple structure
+/// (element types and layouts ignored; tokens distinct).
+fn shape_key(s: &Shape, out: &mut Vec<i64>) {
+    match s {
+        Shape::Tuple(e) => {
+            out.push(-1);
+            out.push(e.len() as i64);
+            for x in e {
+                shape_key(x, out);
+            }
         }
-        (Shape::Tuple(_), _) | (_, Shape::Tuple(_)) => false,
-        _ => a.dims() == b.dims() && a.is_token() == b.is_token(),
+        _ if s.is_token() => out.push(-3),
+        _ => {
+            out.push(-2);
+            out.push(s.rank() as i64);
+            out.extend_from_slice(s.dims());
+        }
     }
 }

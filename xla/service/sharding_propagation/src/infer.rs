@@ -14,9 +14,8 @@
 //! write only the instruction they infer (`self.sh[x]`).
 
 use crate::dims::{self, DotDims, GsDims};
-use crate::graph::{
-    compatible_ignoring_element_type, has_side_effect, is_elementwise, Graph, Node,
-};
+use crate::graph::CustomCallKind;
+use crate::graph::{has_side_effect, is_elementwise, Graph, Node};
 use xla_hlo_ir::{AttrKey, Opcode, Shape};
 use xla_hlo_utils::merge::{
     is_leaf_more_specific, is_more_specific, is_subtiling_or_equal, merge_sharding,
@@ -36,6 +35,9 @@ pub(crate) const MAX_LEVEL: i64 = i64::MAX;
 pub(crate) struct Prop<'m> {
     pub g: Graph<'m>,
     pub sh: Vec<Option<InstrSharding>>,
+    /// Counts sharding writes; `stamp[n]` is the count at `n`'s last write.
+    pub epoch: u64,
+    pub stamp: Vec<u64>,
     pub allow_output: bool,
     pub allow_params: bool,
 }
@@ -71,6 +73,12 @@ impl<'m> Prop<'m> {
     }
     pub fn set(&mut self, n: Node, s: InstrSharding) {
         let s = normalize(self.g.shape(n), s);
+        self.write(n, s);
+    }
+    /// Stores a (normalized) sharding and stamps the node as changed.
+    pub fn write(&mut self, n: Node, s: InstrSharding) {
+        self.epoch += 1;
+        self.stamp[n as usize] = self.epoch;
         self.sh[n as usize] = Some(s);
     }
     fn sp(&self, n: Node) -> bool {
@@ -91,10 +99,13 @@ impl<'m> Prop<'m> {
     ) -> bool {
         let shape = self.g.shape(n);
         let s = normalize(shape, s);
+        if self.get(n) == Some(&s) {
+            return false;
+        }
         let dims = (!shape.is_tuple()).then(|| shape.dims());
         match return_improved(&s, self.get(n), dims, may_combine, aggressive) {
             Some(new) => {
-                self.sh[n as usize] = Some(new);
+                self.write(n, new);
                 true
             }
             None => false,
@@ -129,7 +140,7 @@ impl<'m> Prop<'m> {
             return false;
         };
         let mut leaves = match self.get(n) {
-            Some(InstrSharding::Tuple(v)) => v.clone(),
+            Some(InstrSharding::Tuple(v)) => v.to_vec(),
             _ => vec![Sharding::Replicated; leaf_count(shape)],
         };
         let off = InstrSharding::leaf_offset(shape, index);
@@ -138,13 +149,13 @@ impl<'m> Prop<'m> {
                 *slot = l.clone();
             }
         }
-        self.sh[n as usize] = Some(InstrSharding::Tuple(leaves));
+        self.write(n, InstrSharding::tuple(leaves));
         true
     }
 
     fn maybe_tuple(&self, n: Node, s: Sharding) -> InstrSharding {
         match self.g.shape(n) {
-            Shape::Tuple(e) => InstrSharding::Tuple(vec![s; e.len()]),
+            Shape::Tuple(e) => InstrSharding::tuple(vec![s; e.len()]),
             _ => InstrSharding::Single(s),
         }
     }
@@ -159,7 +170,7 @@ impl<'m> Prop<'m> {
     pub fn can_propagate_through(&self, n: Node, level: i64) -> bool {
         let op = self.g.opcode(n);
         if is_elementwise(op)
-            || self.g.is_custom_call(n, "Sharding")
+            || self.g.cc_kind(n) == CustomCallKind::Sharding
             || matches!(
                 op,
                 Opcode::Call
@@ -339,12 +350,12 @@ impl<'m> Prop<'m> {
                 || matches!(opcode, Opcode::Reduce | Opcode::Sort | Opcode::ReduceWindow)
                 || (opcode == Opcode::CustomCall && shape.is_tuple()))
         {
-            let ops: Vec<Node> = g.operands(x).collect();
-            for op in ops {
+            for k in 0..g.operand_count(x) {
+                let Some(op) = g.operand(x, k) else { continue };
                 if !self.is_manual(op) {
                     continue;
                 }
-                if self.g.is_custom_call(x, "SPMDShardToFullShape") {
+                if self.g.cc_kind(x) == CustomCallKind::ShardToFull {
                     return false;
                 }
                 if level == 0 && matches!(opcode, Opcode::Concatenate | Opcode::DynamicSlice) {
@@ -364,8 +375,8 @@ impl<'m> Prop<'m> {
             {
                 return false;
             }
-            let ops: Vec<Node> = g.operands(x).collect();
-            for op in ops {
+            for k in 0..g.operand_count(x) {
+                let Some(op) = g.operand(x, k) else { continue };
                 if let Some(s) = self.get(op) {
                     if s.is_tile_maximal() && !s.leaves().iter().any(Sharding::is_maximal_device) {
                         let s = s.clone();
@@ -394,7 +405,9 @@ impl<'m> Prop<'m> {
                 };
                 if new.is_manual() {
                     let changed = self.get(x) != Some(&new);
-                    self.set(x, new);
+                    if changed {
+                        self.set(x, new);
+                    }
                     return changed;
                 }
                 self.maybe_improve(x, new, may_combine, nru1)
@@ -610,10 +623,13 @@ impl<'m> Prop<'m> {
             }
             _ => {
                 if is_elementwise(opcode) && may_combine {
-                    let ops: Vec<Node> = self.g.operands(x).collect();
-                    let single_operand = ops.len() == 1;
+                    let count = self.g.operand_count(x);
+                    let single_operand = count == 1;
                     let mut changed = false;
-                    for op in ops {
+                    for k in 0..count {
+                        let Some(op) = self.g.operand(x, k) else {
+                            continue;
+                        };
                         if !self.sp(op) {
                             continue;
                         }
@@ -661,7 +677,7 @@ impl<'m> Prop<'m> {
         let shape = self.g.shape(x);
         let had = self.has(x);
         let mut subs: Vec<Sharding> = match self.get(x) {
-            Some(InstrSharding::Tuple(v)) => v.clone(),
+            Some(InstrSharding::Tuple(v)) => v.to_vec(),
             Some(InstrSharding::Single(s)) => vec![s.clone(); leaf_count(shape)],
             None => vec![Sharding::Replicated; leaf_count(shape)],
         };
@@ -679,9 +695,9 @@ impl<'m> Prop<'m> {
             }
             idx += leaf_count(op_shape);
         }
-        let new = InstrSharding::Tuple(subs);
+        let new = InstrSharding::tuple(subs);
         if self.get(x) != Some(&new) {
-            self.sh[x as usize] = Some(new);
+            self.write(x, new);
             return true;
         }
         false
@@ -1261,7 +1277,7 @@ impl<'m> Prop<'m> {
                     match self.get(x) {
                         Some(InstrSharding::Tuple(v)) => InstrSharding::Tuple(v.clone()),
                         Some(InstrSharding::Single(s)) => InstrSharding::single_for(xs, s.clone()),
-                        None => InstrSharding::Tuple(
+                        None => InstrSharding::tuple(
                             xs.leaves()
                                 .iter()
                                 .map(|l| replicate_all_data_dims(template, Some(l.rank())))
@@ -1271,21 +1287,26 @@ impl<'m> Prop<'m> {
                 };
                 match us {
                     InstrSharding::Single(s) => {
-                        let InstrSharding::Tuple(mut v) = base(s) else {
+                        let InstrSharding::Tuple(v) = base(s) else {
                             return None;
                         };
+                        if v.get(off) == Some(s) {
+                            return Some(InstrSharding::Tuple(v));
+                        }
+                        let mut v = v.to_vec();
                         *v.get_mut(off)? = s.clone();
-                        Some(InstrSharding::Tuple(v))
+                        Some(InstrSharding::tuple(v))
                     }
                     InstrSharding::Tuple(leaves) => {
                         let first = leaves.first()?;
-                        let InstrSharding::Tuple(mut v) = base(first) else {
+                        let InstrSharding::Tuple(v) = base(first) else {
                             return None;
                         };
+                        let mut v = v.to_vec();
                         for (k, l) in leaves.iter().enumerate() {
                             *v.get_mut(off + k)? = l.clone();
                         }
-                        Some(InstrSharding::Tuple(v))
+                        Some(InstrSharding::tuple(v))
                     }
                 }
             }
@@ -1355,10 +1376,8 @@ impl<'m> Prop<'m> {
             Opcode::Outfeed => None,
             Opcode::Gather => self.gather_operand_from_user(x, user),
             Opcode::Scatter => self.scatter_operand_from_user(x, user),
-            Opcode::CustomCall => {
-                compatible_ignoring_element_type(g.shape(x), &ui.shape).then(|| us.clone())
-            }
-            _ => compatible_ignoring_element_type(g.shape(x), &ui.shape).then(|| us.clone()),
+            Opcode::CustomCall => g.compatible_shapes(x, user).then(|| us.clone()),
+            _ => g.compatible_shapes(x, user).then(|| us.clone()),
         }
     }
 
@@ -1604,9 +1623,9 @@ impl<'m> Prop<'m> {
             return false;
         }
         if self.get(x).is_none_or(InstrSharding::is_tile_maximal) {
-            let users: Vec<Node> = self.g.users(x).to_vec();
-            for u in users {
-                if !self.has(u) || self.g.is_custom_call(u, "SPMDFullToShardShape") {
+            for k in 0..self.g.users(x).len() {
+                let u = self.g.users(x)[k];
+                if !self.has(u) || self.g.cc_kind(u) == CustomCallKind::FullToShard {
                     continue;
                 }
                 if !self.g.shape(x).is_tuple() && self.is_manual(u) {
@@ -1626,11 +1645,13 @@ impl<'m> Prop<'m> {
         }
         let may_combine = level > 0;
         let mut improved = false;
-        let users: Vec<Node> = self.g.users(x).to_vec();
-        for u in users {
+        for k in 0..self.g.users(x).len() {
+            let u = self.g.users(x)[k];
             if self.g.opcode(u) == Opcode::RngBitGenerator {
                 let changed = self.get(x).is_none_or(|s| !s.is_replicated());
-                self.set(x, InstrSharding::Single(Sharding::Replicated));
+                if changed {
+                    self.set(x, InstrSharding::Single(Sharding::Replicated));
+                }
                 return changed;
             }
             if let Some(s) = self.sharding_from_user(x, u, level) {
