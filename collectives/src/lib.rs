@@ -8,6 +8,8 @@
 //! * [`groups`]: XLA's replica-group modes (cross-replica, cross-partition,
 //!   cross-replica-and-partition, flattened ids) mapped to groups of global
 //!   device ids.
+//! * [`hlo`]: from a collective instruction's attributes to the call, for
+//!   interpreters.
 //! * [`loopback`]: N devices as threads of one process, pure Rust, with
 //!   timeouts and failure propagation.
 //! * [`staged`]: the same interface over any library offering NCCL's
@@ -33,6 +35,7 @@ pub mod buffer;
 pub mod communicator;
 pub mod error;
 pub mod groups;
+pub mod hlo;
 pub mod layout;
 pub mod loopback;
 #[cfg(feature = "nccl")]
