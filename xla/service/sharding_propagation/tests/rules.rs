@@ -1,0 +1,361 @@
+//! Propagation rules per opcode family on small HLO text modules: each test
+//! states the user shardings and checks what propagation derives (in both
+//! directions), plus the pass-level guarantees (user shardings kept,
+//! Sharding custom-calls become copies, manual regions, control flow
+//! boundaries, idempotence, honest `changed`).
+
+use xla_hlo_ir::HloModule;
+use xla_hlo_pass::{Pass, Pipeline};
+use xla_hlo_utils::compare::equivalent;
+use xla_sharding_propagation::{ShardingPropagation, ShardingPropagationOptions};
+
+fn propagate(text: &str) -> HloModule {
+    let mut m = xla_hlo_parser::parse_module(text).unwrap_or_else(|e| panic!("{e}"));
+    Pipeline::new("t")
+        .add(ShardingPropagation::default())
+        .with_change_check(true)
+        .run(&mut m)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // A second run is a no-op.
+    let mut again = ShardingPropagation::default();
+    let before = m.clone();
+    assert!(!again.run(&mut m).unwrap(), "second run changed the module");
+    assert_eq!(before, m);
+    m
+}
+
+/// Asserts `name` has a sharding equivalent to `want` (or none).
+fn check(m: &HloModule, name: &str, want: Option<&str>) {
+    let (c, i) = m
+        .find_instruction(name)
+        .unwrap_or_else(|| panic!("no instruction {name}"));
+    let instr = m.comp(c).instr(i);
+    match (want, &instr.sharding) {
+        (None, None) => {}
+        (Some(w), Some(got)) => {
+            let w = xla_hlo_parser::parse_sharding(w).unwrap();
+            assert!(
+                equivalent(got, &w, &instr.shape),
+                "{name}: got {got}, want {w}"
+            );
+        }
+        (w, got) => panic!("{name}: got {got:?}, want {w:?}"),
+    }
+}
+
+const HEADER: &str = "HloModule m, num_partitions=8\n\n";
+
+#[test]
+fn elementwise_forward_and_backward() {
+    let m = propagate(&format!(
+        "{HEADER}ENTRY %e (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {{
+  %p = f32[8,4] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %q = f32[8,4] parameter(1)
+  %e = f32[8,4] exponential(%q)
+  %a = f32[8,4] add(%p, %e)
+  ROOT %n = f32[8,4] negate(%a), sharding={{devices=[8,1]<=[8]}}
+}}"
+    ));
+    check(&m, "a", Some("{devices=[8,1]<=[8]}"));
+    check(&m, "e", Some("{devices=[8,1]<=[8]}"));
+    // Parameters without a sharding stay as they are (no propagation to
+    // parameters unless the module allows it).
+    check(&m, "q", None);
+}
+
+#[test]
+fn user_shardings_are_never_overwritten() {
+    let m = propagate(&format!(
+        "{HEADER}ENTRY %e (p: f32[8,8]) -> f32[8,8] {{
+  %p = f32[8,8] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %a = f32[8,8] abs(%p), sharding={{devices=[1,8]<=[8]}}
+  ROOT %n = f32[8,8] negate(%a), sharding={{replicated}}
+}}"
+    ));
+    check(&m, "p", Some("{devices=[8,1]<=[8]}"));
+    check(&m, "a", Some("{devices=[1,8]<=[8]}"));
+    check(&m, "n", Some("{replicated}"));
+}
+
+#[test]
+fn broadcast_reshape_transpose() {
+    let m = propagate(&format!(
+        "{HEADER}ENTRY %e (p: f32[64,8], b: f32[8]) -> f32[8,8,8] {{
+  %p = f32[64,8] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %b = f32[8] parameter(1), sharding={{replicated}}
+  %r = f32[8,8,8] reshape(%p)
+  %t = f32[8,8,8] transpose(%r), dimensions={{1,0,2}}
+  %bc = f32[8,8,8] broadcast(%b), dimensions={{2}}
+  %s = f32[8,8,8] add(%t, %bc)
+  ROOT %o = f32[8,8,8] copy(%s), sharding={{replicated}}
+}}"
+    ));
+    // [64,8] split into [8,8,8]: dim 0 keeps the 8-way tiling.
+    check(&m, "r", Some("{devices=[8,1,1]<=[8]}"));
+    check(&m, "t", Some("{devices=[1,8,1]<=[8]}"));
+    check(&m, "s", Some("{devices=[1,8,1]<=[8]}"));
+    // Broadcasts take their users' sharding (level 2).
+    check(&m, "bc", Some("{devices=[1,8,1]<=[8]}"));
+}
+
+#[test]
+fn megatron_dots() {
+    let m = propagate(&format!(
+        "{HEADER}ENTRY %e (x: f32[16,64], w1: f32[64,256], w2: f32[256,64]) -> f32[16,64] {{
+  %x = f32[16,64] parameter(0), sharding={{replicated}}
+  %w1 = f32[64,256] parameter(1), sharding={{devices=[1,8]<=[8]}}
+  %w2 = f32[256,64] parameter(2), sharding={{devices=[8,1]<=[8]}}
+  %h = f32[16,256] dot(%x, %w1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  %t = f32[16,256] tanh(%h)
+  %y = f32[16,64] dot(%t, %w2), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  ROOT %r = f32[16,64] copy(%y), sharding={{replicated}}
+}}"
+    ));
+    check(&m, "h", Some("{devices=[1,8]<=[8]}"));
+    check(&m, "t", Some("{devices=[1,8]<=[8]}"));
+    check(&m, "y", Some("{replicated}"));
+}
+
+#[test]
+fn batched_dot_with_partial_replication() {
+    let m = propagate(&format!(
+        "{HEADER}ENTRY %e (a: f32[4,16,32], b: f32[4,32,8]) -> f32[4,16,8] {{
+  %a = f32[4,16,32] parameter(0), sharding={{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}}
+  %b = f32[4,32,8] parameter(1), sharding={{devices=[2,1,4,1]<=[8] last_tile_dim_replicate}}
+  %d = f32[4,16,8] dot(%a, %b), lhs_batch_dims={{0}}, rhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, rhs_contracting_dims={{1}}
+  ROOT %r = f32[4,16,8] copy(%d)
+}}"
+    ));
+    // Batch from both, output feature from b: merged into [2,1,4].
+    check(&m, "d", Some("{devices=[2,1,4]<=[8]}"));
+}
+
+#[test]
+fn reduce_and_reduce_backward() {
+    let m = propagate(&format!(
+        "{HEADER}%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}}
+
+ENTRY %e (p: f32[16,32], q: f32[16,32]) -> f32[16] {{
+  %p = f32[16,32] parameter(0), sharding={{devices=[2,4]<=[8]}}
+  %z = f32[] constant(0)
+  %r = f32[16] reduce(%p, %z), dimensions={{1}}, to_apply=%add
+  %q = f32[16,32] parameter(1)
+  %n = f32[16,32] negate(%q)
+  %r2 = f32[16] reduce(%n, %z), dimensions={{1}}, to_apply=%add
+  %s = f32[16] add(%r, %r2)
+  ROOT %o = f32[16] copy(%s), sharding={{replicated}}
+}}"
+    ));
+    check(
+        &m,
+        "r",
+        Some("{devices=[2,4]<=[8] last_tile_dim_replicate}"),
+    );
+    check(
+        &m,
+        "s",
+        Some("{devices=[2,4]<=[8] last_tile_dim_replicate}"),
+    );
+    // Backward through a reduce: the reduced dim is left untiled.
+    check(
+        &m,
+        "n",
+        Some("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),
+    );
+    // Reducer bodies and scalar init values get no sharding (as in XLA).
+    check(&m, "z", None);
+    check(&m, "a", None);
+}
+
+#[test]
+fn concatenate_slice_pad_dynamic_slice() {
+    let m = propagate(&format!(
+        "{HEADER}ENTRY %e (p: f32[32,8], q: f32[16,8], i: s32[]) -> f32[48,8] {{
+  %p = f32[32,8] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %q = f32[16,8] parameter(1), sharding={{devices=[8,1]<=[8]}}
+  %i = s32[] parameter(2), sharding={{replicated}}
+  %c = f32[48,8] concatenate(%p, %q), dimensions={{0}}
+  %z = f32[] constant(0)
+  %pd = f32[48,10] pad(%c, %z), padding=0_0x1_1
+  %sl = f32[48,8] slice(%pd), slice={{[0:48], [1:9]}}
+  %ds = f32[48,4] dynamic-slice(%sl, %i, %i), dynamic_slice_sizes={{48,4}}
+  ROOT %o = f32[48,4] copy(%ds), sharding={{devices=[8,1]<=[8]}}
+}}"
+    ));
+    check(&m, "c", Some("{devices=[8,1]<=[8]}"));
+    check(&m, "pd", Some("{devices=[8,1]<=[8]}"));
+    check(&m, "sl", Some("{devices=[8,1]<=[8]}"));
+    check(&m, "ds", Some("{devices=[8,1]<=[8]}"));
+}
+
+#[test]
+fn sharding_custom_calls_become_copies() {
+    let m = propagate(&format!(
+        "{HEADER}ENTRY %e (p: f32[32,32]) -> f32[32,32] {{
+  %p = f32[32,32] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %a = f32[32,32] abs(%p)
+  %c1 = f32[32,32] custom-call(%a), custom_call_target=\"Sharding\", sharding={{devices=[1,8]<=[8]}}
+  %b = f32[32,32] negate(%c1)
+  %c2 = f32[32,32] custom-call(%b), custom_call_target=\"Sharding\", sharding={{replicated}}
+  ROOT %r = f32[32,32] copy(%c2), sharding={{replicated}}
+}}"
+    ));
+    // Named as XLA names them: reverse post order gets copy, copy.1.
+    check(&m, "copy.1", Some("{devices=[1,8]<=[8]}"));
+    check(&m, "copy", Some("{replicated}"));
+    // The operand of a constraint inherits it.
+    check(&m, "a", Some("{devices=[1,8]<=[8]}"));
+    check(&m, "b", Some("{replicated}"));
+    assert!(m.find_instruction("c1").is_none());
+}
+
+#[test]
+fn manual_regions() {
+    let m = propagate(&format!(
+        "{HEADER}ENTRY %e (p: f32[16,64]) -> f32[16,64] {{
+  %p = f32[16,64] parameter(0), sharding={{devices=[4,2]<=[8]}}
+  %s = f32[4,32] custom-call(%p), custom_call_target=\"SPMDFullToShardShape\", sharding={{manual}}
+  %a = f32[4,32] exponential(%s)
+  %b = f32[4,32] negate(%a)
+  %f = f32[16,64] custom-call(%b), custom_call_target=\"SPMDShardToFullShape\", sharding={{devices=[4,2]<=[8]}}
+  ROOT %r = f32[16,64] copy(%f), sharding={{devices=[4,2]<=[8]}}
+}}"
+    ));
+    check(&m, "a", Some("{manual}"));
+    check(&m, "b", Some("{manual}"));
+    check(&m, "f", Some("{devices=[4,2]<=[8]}"));
+}
+
+#[test]
+fn while_body_matches_the_loop() {
+    let m = propagate(&format!(
+        "{HEADER}%body (t: (s32[], f32[16,8])) -> (s32[], f32[16,8]) {{
+  %t = (s32[], f32[16,8]) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %one = s32[] constant(1)
+  %i2 = s32[] add(%i, %one)
+  %xb = f32[16,8] get-tuple-element(%t), index=1
+  %y = f32[16,8] tanh(%xb)
+  ROOT %o = (s32[], f32[16,8]) tuple(%i2, %y)
+}}
+
+%cond (tc: (s32[], f32[16,8])) -> pred[] {{
+  %tc = (s32[], f32[16,8]) parameter(0)
+  %ic = s32[] get-tuple-element(%tc), index=0
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%ic, %n), direction=LT
+}}
+
+ENTRY %e (x: f32[16,8]) -> f32[16,8] {{
+  %x = f32[16,8] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %z = s32[] constant(0)
+  %init = (s32[], f32[16,8]) tuple(%z, %x)
+  %w = (s32[], f32[16,8]) while(%init), condition=%cond, body=%body
+  ROOT %r = f32[16,8] get-tuple-element(%w), index=1, sharding={{devices=[8,1]<=[8]}}
+}}"
+    ));
+    let tuple = "{{replicated}, {devices=[8,1]<=[8]}}";
+    check(&m, "w", Some(tuple));
+    check(&m, "init", Some(tuple));
+    check(&m, "y", Some("{devices=[8,1]<=[8]}"));
+    check(&m, "lt", Some("{replicated}"));
+}
+
+#[test]
+fn conditional_branches_follow_operands() {
+    let m = propagate(&format!(
+        "{HEADER}%b0 (a: f32[8,4]) -> f32[8,4] {{
+  %a = f32[8,4] parameter(0)
+  ROOT %n = f32[8,4] negate(%a)
+}}
+
+%b1 (a1: f32[8,4]) -> f32[8,4] {{
+  %a1 = f32[8,4] parameter(0)
+  ROOT %n1 = f32[8,4] exponential(%a1)
+}}
+
+ENTRY %e (k: s32[], x: f32[8,4]) -> f32[8,4] {{
+  %k = s32[] parameter(0), sharding={{replicated}}
+  %x = f32[8,4] parameter(1), sharding={{devices=[8,1]<=[8]}}
+  %c = f32[8,4] conditional(%k, %x, %x), branch_computations={{%b0, %b1}}
+  ROOT %r = f32[8,4] copy(%c), sharding={{devices=[8,1]<=[8]}}
+}}"
+    ));
+    check(&m, "c", Some("{devices=[8,1]<=[8]}"));
+    check(&m, "a", Some("{devices=[8,1]<=[8]}"));
+}
+
+#[test]
+fn gather_from_sharded_indices() {
+    let m = propagate(&format!(
+        "{HEADER}ENTRY %e (t: f32[64,16], ids: s32[8,1]) -> f32[8,16] {{
+  %t = f32[64,16] parameter(0), sharding={{replicated}}
+  %ids = s32[8,1] parameter(1), sharding={{devices=[8,1]<=[8]}}
+  %g = f32[8,16] gather(%t, %ids), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,16}}
+  ROOT %r = f32[8,16] copy(%g)
+}}"
+    ));
+    check(&m, "g", Some("{devices=[8,1]<=[8]}"));
+}
+
+#[test]
+fn propagation_to_output_when_allowed() {
+    let text = format!(
+        "HloModule m, allow_spmd_sharding_propagation_to_output={{true}}, num_partitions=8\n\n\
+ENTRY %e (p: f32[8,4]) -> f32[8,4] {{
+  %p = f32[8,4] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  ROOT %n = f32[8,4] negate(%p)
+}}"
+    );
+    let m = propagate(&text);
+    check(&m, "n", Some("{devices=[8,1]<=[8]}"));
+    // Without permission the root keeps no sharding.
+    let mut m2 = xla_hlo_parser::parse_module(&text).unwrap();
+    let mut pass = ShardingPropagation::new(ShardingPropagationOptions {
+        allow_propagation_to_output: Some(vec![false]),
+        ..Default::default()
+    });
+    pass.run(&mut m2).unwrap();
+    check(&m2, "n", None);
+}
+
+#[test]
+fn completion_option_fills_partitioned_computations() {
+    let text = format!(
+        "{HEADER}ENTRY %e (p: f32[8,4]) -> f32[8,4] {{
+  %p = f32[8,4] parameter(0)
+  ROOT %n = f32[8,4] negate(%p)
+}}"
+    );
+    let mut m = xla_hlo_parser::parse_module(&text).unwrap();
+    let mut pass = ShardingPropagation::new(ShardingPropagationOptions {
+        complete_with_replicated: true,
+        ..Default::default()
+    });
+    assert!(pass.run(&mut m).unwrap());
+    check(&m, "p", Some("{replicated}"));
+    check(&m, "n", Some("{replicated}"));
+}
+
+#[test]
+fn nothing_to_do_reports_unchanged() {
+    let text = "HloModule m\n\nENTRY %e (p: f32[4]) -> f32[4] {\n  %p = f32[4] parameter(0)\n  ROOT %n = f32[4] negate(%p)\n}\n";
+    let mut m = xla_hlo_parser::parse_module(text).unwrap();
+    let before = m.clone();
+    assert!(!ShardingPropagation::default().run(&mut m).unwrap());
+    assert_eq!(m, before);
+}
+
+#[test]
+fn malformed_sharding_is_an_error_not_a_panic() {
+    // Device count does not match the tile dims: rejected by the pass
+    // (the verifier is skipped here on purpose).
+    let text = "HloModule m, num_partitions=8\n\nENTRY %e (p: f32[8]) -> f32[8] {\n  %p = f32[8] parameter(0), sharding={devices=[4]0,1,2}\n  ROOT %n = f32[8] negate(%p)\n}\n";
+    if let Ok(mut m) = xla_hlo_parser::parse_module(text) {
+        assert!(ShardingPropagation::default().run(&mut m).is_err());
+    }
+}
