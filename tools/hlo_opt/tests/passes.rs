@@ -1,0 +1,164 @@
+//! End-to-end tests of `hlo-opt --passes`, `--dump-after-each` and
+//! `--compare-shardings`: propagation output matches XLA's on the testdata
+//! cases, dumps are written, comparisons are JSON, bad pass names and
+//! unreadable comparison files are clear errors, `-o` stays atomic.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn hlo_opt() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_hlo-opt"))
+}
+
+fn workspace_root() -> PathBuf {
+    match std::env::var("TEST_SRCDIR") {
+        Ok(dir) => Path::new(&dir).join("_main"),
+        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    }
+}
+
+fn case(name: &str) -> PathBuf {
+    workspace_root().join("testdata/cases").join(name)
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hlo_opt_{tag}_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn compare_shardings_after_propagation_is_json() {
+    let dir = case("tp_mlp_erf_gelu");
+    let out = hlo_opt()
+        .arg(dir.join("input.hlo"))
+        .arg("--passes=sharding-propagation")
+        .arg("--compare-shardings")
+        .arg(dir.join("propagated.hlo"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let total = v["total"].as_u64().unwrap();
+    assert!(total > 0);
+    assert_eq!(v["matched"].as_u64().unwrap(), total, "{v}");
+    assert!(v["mismatches"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn compare_without_passes_lists_mismatches() {
+    let dir = case("tp_mlp_erf_gelu");
+    let out = hlo_opt()
+        .arg(dir.join("input.hlo"))
+        .arg("--compare-shardings")
+        .arg(dir.join("propagated.hlo"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = v["mismatches"].as_array().unwrap();
+    assert!(!m.is_empty());
+    assert!(v["matched"].as_u64().unwrap() < v["total"].as_u64().unwrap());
+    // An unsharded instruction on our side is reported with "ours": null.
+    assert!(
+        m.iter()
+            .any(|x| x["ours"].is_null() && x["other"].is_string()),
+        "{v}"
+    );
+}
+
+#[test]
+fn passes_print_a_propagated_module_and_dump() {
+    let dir = case("reshard_rows_to_cols");
+    let dump = temp_dir("dump");
+    let out_file = dump.join("out.hlo");
+    let out = hlo_opt()
+        .arg(dir.join("input.hlo"))
+        .arg("--passes")
+        .arg("sharding-propagation")
+        .arg("--dump-after-each")
+        .arg(&dump)
+        .arg("-o")
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = std::fs::read_to_string(&out_file).unwrap();
+    let dumped = std::fs::read_to_string(dump.join("01.sharding-propagation.hlo")).unwrap();
+    assert_eq!(printed, dumped);
+    let m = xla_hlo_parser::parse_module(&printed).unwrap();
+    xla_hlo_verifier::verify(&m).unwrap();
+    // Every instruction of the entry computation is sharded here.
+    assert!(m
+        .entry_computation()
+        .instructions
+        .iter()
+        .all(|i| i.sharding.is_some()));
+    let _ = std::fs::remove_dir_all(&dump);
+}
+
+#[test]
+fn unknown_pass_is_an_error() {
+    let out = hlo_opt()
+        .arg(case("reshard_rows_to_cols").join("input.hlo"))
+        .arg("--passes=sharding-propagation,no-such-pass")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no-such-pass") && err.contains("sharding-propagation"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn unreadable_comparison_file_is_an_error_and_output_untouched() {
+    let dir = temp_dir("cmp");
+    let out_file = dir.join("keep.json");
+    std::fs::write(&out_file, "previous").unwrap();
+    let out = hlo_opt()
+        .arg(case("reshard_rows_to_cols").join("input.hlo"))
+        .arg("--passes=sharding-propagation")
+        .arg("--compare-shardings")
+        .arg(dir.join("missing.hlo"))
+        .arg("-o")
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.hlo"));
+    assert_eq!(std::fs::read_to_string(&out_file).unwrap(), "previous");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn dump_requires_passes_and_compare_conflicts_with_stats() {
+    let input = case("reshard_rows_to_cols").join("input.hlo");
+    let out = hlo_opt()
+        .arg(&input)
+        .arg("--dump-after-each")
+        .arg("/tmp/x")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let out = hlo_opt()
+        .arg(&input)
+        .arg("--stats")
+        .arg("--compare-shardings")
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
