@@ -38,23 +38,13 @@ const MAX_PARAMETERS: i64 = 1 << 20;
 
 /// Parses a whole HLO module.
 pub fn parse_module(text: &str) -> Result<HloModule, ParseError> {
-    let mut p = Parser {
-        c: Cursor::new(text),
-        depth: 0,
-        computations: Vec::new(),
-        comp_names: FxHashMap::default(),
-    };
+    let mut p = Parser::new(text);
     p.module()
 }
 
 /// Parses one shape, e.g. `f32[2,3]{1,0}` or `(s32[], f32[4])`.
 pub fn parse_shape(text: &str) -> Result<Shape, ParseError> {
-    let mut p = Parser {
-        c: Cursor::new(text),
-        depth: 0,
-        computations: Vec::new(),
-        comp_names: FxHashMap::default(),
-    };
+    let mut p = Parser::new(text);
     let s = p.shape()?;
     p.expect_end()?;
     Ok(s)
@@ -62,12 +52,7 @@ pub fn parse_shape(text: &str) -> Result<Shape, ParseError> {
 
 /// Parses one sharding, e.g. `{devices=[2,1]<=[2]}`.
 pub fn parse_sharding(text: &str) -> Result<HloSharding, ParseError> {
-    let mut p = Parser {
-        c: Cursor::new(text),
-        depth: 0,
-        computations: Vec::new(),
-        comp_names: FxHashMap::default(),
-    };
+    let mut p = Parser::new(text);
     let s = p.sharding()?;
     p.expect_end()?;
     Ok(s)
@@ -75,12 +60,7 @@ pub fn parse_sharding(text: &str) -> Result<HloSharding, ParseError> {
 
 /// Parses a replica-group list, e.g. `[2,4]<=[8]` or `{{0,1},{2,3}}`.
 pub fn parse_replica_groups(text: &str) -> Result<CollectiveDeviceList, ParseError> {
-    let mut p = Parser {
-        c: Cursor::new(text),
-        depth: 0,
-        computations: Vec::new(),
-        comp_names: FxHashMap::default(),
-    };
+    let mut p = Parser::new(text);
     let g = p.replica_groups()?;
     p.expect_end()?;
     Ok(g)
@@ -97,6 +77,17 @@ struct Parser<'a> {
 }
 
 const MAX_DEPTH: usize = 256;
+
+impl<'a> Parser<'a> {
+    fn new(text: &'a str) -> Parser<'a> {
+        Parser {
+            c: Cursor::new(text),
+            depth: 0,
+            computations: Vec::new(),
+            comp_names: FxHashMap::default(),
+        }
+    }
+}
 
 /// A name used before its definition, to resolve later.
 struct PendingRef<'a> {
