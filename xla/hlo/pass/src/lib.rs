@@ -165,6 +165,7 @@ impl Pipeline {
         &self.name
     }
     /// Appends a pass.
+    #[allow(clippy::should_implement_trait)]
     pub fn add(mut self, pass: impl Pass + 'static) -> Pipeline {
         self.passes.push(Box::new(pass));
         self

@@ -212,14 +212,12 @@ pub fn merge_sharding_if_compatible(
         let mut order: Vec<usize> = (0..new_dims.len()).collect();
         loop {
             let mut local = perm.clone();
-            let mut c = counter;
             let mut reshape: Vec<i64> = old.to_vec();
-            for &i in &order {
+            for (c, &i) in (counter..).zip(order.iter()) {
                 reshape.push(new_dims[i]);
                 if let Some(slot) = local.get_mut(new_idx[i]) {
                     *slot = c;
                 }
-                c += 1;
             }
             if reshape.iter().product::<i64>() == tiles.num_elements()
                 && local

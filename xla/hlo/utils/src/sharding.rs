@@ -12,6 +12,7 @@
 //!   carries no meaning), so structural equality is semantic equality;
 //! - a tiled sharding with no data tiling and a single subgroup type is
 //!   `Replicated` / `Manual` / `Unreduced` instead.
+//!
 //! Metadata and shard groups are not part of the algebra (see `from_ir`).
 
 use crate::error::ShardingError;

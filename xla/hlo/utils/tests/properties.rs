@@ -76,7 +76,7 @@ fn spec_for(mesh: &NamedMesh, rank: usize, choices: &[u8]) -> PartitionSpec {
             } else {
                 spec.dims[slot].push(AxisRef::axis(name.clone()));
             }
-        } else if slot == rank && *size > 1 && c % 5 == 0 {
+        } else if slot == rank && *size > 1 && c / 5 * 5 == c {
             spec.manual.push(AxisRef::axis(name.clone()));
         }
     }

@@ -273,6 +273,7 @@ pub(crate) fn iota_dim(g: &Graph, n: Node) -> Option<usize> {
 
 /// `GetGatherScatterBatchParallelDims`: index dims that count with an iota
 /// along an operand dim of slice size 1.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn batch_parallel_dims(
     g: &Graph,
     operand: Node,

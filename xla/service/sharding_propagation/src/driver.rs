@@ -412,9 +412,9 @@ pub(crate) fn propagate(
 
     // ---- write back ----
     let mut updates: Vec<(Node, Option<HloSharding>)> = Vec::new();
-    for x in 0..n {
-        if p.sh[x] != original[x] {
-            updates.push((x as Node, p.sh[x].as_ref().map(InstrSharding::to_ir)));
+    for (x, (now, before)) in p.sh.iter().zip(&original).enumerate() {
+        if now != before {
+            updates.push((x as Node, now.as_ref().map(InstrSharding::to_ir)));
         }
     }
     let locate: Vec<(xla_hlo_ir::CompId, InstrId)> = (0..n as Node)

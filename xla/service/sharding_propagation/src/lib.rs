@@ -27,6 +27,7 @@
 //!    the sweep wins ties; for dot/convolution the operand whose result
 //!    sharding the (single-user chain) consumer wants wins, then the
 //!    larger operand in bytes.
+//!
 //! Manual regions: instructions fed by `{manual}` values become manual,
 //! except `SPMDShardToFullShape`, which keeps its own sharding; manual
 //! shardings are never changed.

@@ -304,12 +304,12 @@ fn gather_from_sharded_indices() {
 
 #[test]
 fn propagation_to_output_when_allowed() {
-    let text = format!(
-        "HloModule m, allow_spmd_sharding_propagation_to_output={{true}}, num_partitions=8\n\n\
-ENTRY %e (p: f32[8,4]) -> f32[8,4] {{
-  %p = f32[8,4] parameter(0), sharding={{devices=[8,1]<=[8]}}
+    let text = String::from(
+        "HloModule m, allow_spmd_sharding_propagation_to_output={true}, num_partitions=8\n\n\
+ENTRY %e (p: f32[8,4]) -> f32[8,4] {
+  %p = f32[8,4] parameter(0), sharding={devices=[8,1]<=[8]}
   ROOT %n = f32[8,4] negate(%p)
-}}"
+}",
     );
     let m = propagate(&text);
     check(&m, "n", Some("{devices=[8,1]<=[8]}"));
