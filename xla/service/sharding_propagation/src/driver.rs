@@ -559,10 +559,56 @@ struct FixPoint<'a> {
     bwd_memo: Vec<(u64, u8)>,
 }
 
+/// Per-level "already inferred" flags (XLA's caches), plus per-computation
+/// counts of nodes still to visit so clean computations are skipped.
 struct Dirty {
     fwd: Vec<bool>,
     bwd: Vec<bool>,
     grp: Vec<bool>,
+    /// Nodes of each computation not yet done (forward + backward + group).
+    open: Vec<usize>,
+    comp_of: Vec<u32>,
+}
+
+impl Dirty {
+    fn new(p: &Prop) -> Dirty {
+        let n = p.sh.len();
+        let comp_of: Vec<u32> = (0..n as Node).map(|x| p.g.comp_of(x).0).collect();
+        let mut open = vec![0usize; p.g.post_orders.len()];
+        for &c in &comp_of {
+            open[c as usize] += 3;
+        }
+        Dirty {
+            fwd: vec![false; n],
+            bwd: vec![false; n],
+            grp: vec![false; n],
+            open,
+            comp_of,
+        }
+    }
+    fn set(flags: &mut [bool], open: &mut [usize], comp: u32, x: Node, done: bool) {
+        let f = &mut flags[x as usize];
+        if *f != done {
+            *f = done;
+            if done {
+                open[comp as usize] -= 1;
+            } else {
+                open[comp as usize] += 1;
+            }
+        }
+    }
+    fn fwd(&mut self, x: Node, done: bool) {
+        let c = self.comp_of[x as usize];
+        Dirty::set(&mut self.fwd, &mut self.open, c, x, done);
+    }
+    fn bwd(&mut self, x: Node, done: bool) {
+        let c = self.comp_of[x as usize];
+        Dirty::set(&mut self.bwd, &mut self.open, c, x, done);
+    }
+    fn grp(&mut self, x: Node, done: bool) {
+        let c = self.comp_of[x as usize];
+        Dirty::set(&mut self.grp, &mut self.open, c, x, done);
+    }
 }
 
 /// How the forward rule of `x` depends on the level (255: does nothing).
@@ -674,18 +720,18 @@ impl FixPoint<'_> {
 
     fn clear(&self, p: &Prop, d: &mut Dirty, h: Node, for_users: Option<Node>) {
         for o in p.g.operands(h) {
-            d.bwd[o as usize] = false;
+            d.bwd(o, false);
         }
         for &u in p.g.users(for_users.unwrap_or(h)) {
-            d.fwd[u as usize] = false;
+            d.fwd(u, false);
             for &param in p.g.callee_params(u) {
-                d.fwd[param as usize] = false;
+                d.fwd(param, false);
             }
         }
         if let Some(members) = self.members(h) {
             for &m in members {
                 if m != h {
-                    d.grp[m as usize] = false;
+                    d.grp(m, false);
                 }
             }
         }
@@ -732,16 +778,20 @@ impl FixPoint<'_> {
     /// anything changed.
     fn run(&mut self, p: &mut Prop, level: i64, use_groups: bool) -> bool {
         let n = p.sh.len();
-        let mut d = Dirty {
-            fwd: vec![false; n],
-            bwd: vec![false; n],
-            grp: vec![false; n],
-        };
+        let mut d = Dirty::new(p);
+        for x in 0..n as Node {
+            if !use_groups || !self.group_of.contains_key(&x) {
+                d.grp(x, true);
+            }
+        }
         let may_merge = level > 0;
         let mut any = false;
         loop {
             let mut changed_last = false;
             for c in 0..p.g.post_orders.len() {
+                if d.open[c] == 0 {
+                    continue;
+                }
                 self.iterations += 1;
                 let len = p.g.post_orders[c].len();
                 if use_groups && !self.group_of.is_empty() {
@@ -766,12 +816,12 @@ impl FixPoint<'_> {
                             }
                             if refined {
                                 self.clear(p, &mut d, x, None);
-                                d.grp[x as usize] = true;
+                                d.grp(x, true);
                                 changed_last = true;
                             }
                             continue;
                         }
-                        d.grp[x as usize] = true;
+                        d.grp(x, true);
                         if p.infer_from_group(x, level, &members) {
                             any = true;
                             changed_last = true;
@@ -799,12 +849,12 @@ impl FixPoint<'_> {
                         };
                         if self.refine_unspecified(p, x, &os) {
                             self.clear(p, &mut d, x, None);
-                            d.fwd[x as usize] = true;
+                            d.fwd(x, true);
                             changed_last = true;
                         }
                         continue;
                     }
-                    d.fwd[x as usize] = true;
+                    d.fwd(x, true);
                     let class = fwd_class(p, x, level);
                     let (memo, memo_class) = self.fwd_memo[x as usize];
                     if class == 255 || (memo_class == class && fwd_fresh(p, x, memo)) {
@@ -825,7 +875,7 @@ impl FixPoint<'_> {
                     let x = p.g.post_orders[c][k];
                     if p.g.is_manual_conversion(x) && !d.bwd[x as usize] {
                         if let Some(o) = p.g.operand(x, 0) {
-                            d.bwd[o as usize] = false;
+                            d.bwd(o, false);
                         }
                     }
                     if d.bwd[x as usize] {
@@ -856,12 +906,12 @@ impl FixPoint<'_> {
                         }
                         if refined {
                             self.clear(p, &mut d, x, None);
-                            d.bwd[x as usize] = true;
+                            d.bwd(x, true);
                             changed_last = true;
                         }
                         continue;
                     }
-                    d.bwd[x as usize] = true;
+                    d.bwd(x, true);
                     let class = bwd_class(p, x, level);
                     let (memo, memo_class) = self.bwd_memo[x as usize];
                     if class == 255 || (memo_class == class && bwd_fresh(p, x, memo)) {

@@ -114,8 +114,14 @@ impl<'m> Graph<'m> {
         for x in 0..total as usize {
             key.clear();
             shape_key(&g.instrs[x].shape, &mut key);
-            let next = classes.len() as u32;
-            let id = *classes.entry(key.clone()).or_insert(next);
+            let id = match classes.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let id = classes.len() as u32;
+                    classes.insert(key.clone(), id);
+                    id
+                }
+            };
             g.shape_class.push(id);
         }
         g.post_orders = (0..module.computations.len())
