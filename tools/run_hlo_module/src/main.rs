@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use xla_hlo_evaluator::npy::{load_argument, read_npy, write_npy};
 use xla_hlo_evaluator::{evaluate, evaluate_spmd, needs_spmd, Array, EvalContext, Value};
-use xla_hlo_ir::{HloModule, PrimitiveType};
+use xla_hlo_ir::HloModule;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -220,54 +220,22 @@ fn run(cli: &Cli) -> Result<bool> {
 
 /// Compares one output with its expected array.
 fn compare(index: usize, a: &Array, e: &Array, rtol: f64, atol: f64) -> Json {
-    let exact = !a.ty.is_float();
-    let mut out = json!({"index": index, "shape": a.shape().to_string()});
-    if a.dims != e.dims {
-        out["matched"] = json!(false);
+    let c = xla_hlo_evaluator::compare::compare(a, e, rtol, atol);
+    let mut out = json!({
+        "index": index,
+        "shape": a.shape().to_string(),
+        "max_abs_err": c.max_abs_err,
+        "max_rel_err": c.max_rel_err,
+        "mismatches": c.mismatches,
+        "matched": c.matched(),
+    });
+    if !c.shape_ok {
         out["error"] = json!(format!(
             "shape {:?} differs from expected {:?}",
             a.dims, e.dims
         ));
-        return out;
     }
-    let (mut max_abs, mut max_rel, mut bad) = (0f64, 0f64, 0usize);
-    let mut first_bad = None;
-    for i in 0..a.len() {
-        let (x, y) = (a.get_f64(i), e.get_f64(i));
-        let ok = if exact {
-            if a.ty == PrimitiveType::U64 || a.ty == PrimitiveType::S64 {
-                a.get_i64(i) == e.get_i64(i)
-            } else {
-                x == y
-            }
-        } else if x.is_nan() || y.is_nan() {
-            x.is_nan() && y.is_nan()
-        } else if x.is_infinite() || y.is_infinite() {
-            x == y
-        } else {
-            (x - y).abs() <= atol + rtol * y.abs()
-        };
-        if x.is_finite() && y.is_finite() {
-            let d = (x - y).abs();
-            max_abs = max_abs.max(d);
-            if y != 0.0 {
-                max_rel = max_rel.max(d / y.abs());
-            } else if d > 0.0 {
-                max_rel = f64::INFINITY.min(1e300);
-            }
-        }
-        if !ok {
-            bad += 1;
-            if first_bad.is_none() {
-                first_bad = Some((i, x, y));
-            }
-        }
-    }
-    out["max_abs_err"] = json!(max_abs);
-    out["max_rel_err"] = json!(max_rel);
-    out["mismatches"] = json!(bad);
-    out["matched"] = json!(bad == 0);
-    if let Some((i, x, y)) = first_bad {
+    if let Some((i, x, y)) = c.first_mismatch {
         out["first_mismatch"] = json!({"flat_index": i, "got": x, "expected": y});
     }
     out

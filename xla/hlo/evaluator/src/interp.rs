@@ -100,6 +100,23 @@ pub struct Evaluator<'m> {
     plans: Mutex<HashMap<CompId, std::sync::Arc<Plan>>>,
     /// Per-device count of collectives issued, for rendezvous keys.
     pub(crate) collective_seq: Mutex<u64>,
+    /// Time per (opcode, shape) when `XLA_EVAL_PROFILE` is set.
+    profile: Option<Mutex<HashMap<String, (f64, usize)>>>,
+}
+
+impl Drop for Evaluator<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = &self.profile {
+            let p = p.lock().unwrap_or_else(|e| e.into_inner());
+            let mut rows: Vec<_> = p.iter().collect();
+            rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+            let total: f64 = rows.iter().map(|r| r.1 .0).sum();
+            eprintln!("profile: {total:.3}s in instructions");
+            for (k, (t, n)) in rows.iter().take(40) {
+                eprintln!("{t:9.4}s {n:6}x  {k}");
+            }
+        }
+    }
 }
 
 fn wrap(instr: &HloInstruction, e: EvalError) -> EvalError {
@@ -125,6 +142,7 @@ impl<'m> Evaluator<'m> {
             ctx,
             plans: Mutex::new(HashMap::new()),
             collective_seq: Mutex::new(0),
+            profile: std::env::var_os("XLA_EVAL_PROFILE").map(|_| Mutex::new(HashMap::new())),
         }
     }
 
@@ -179,10 +197,25 @@ impl<'m> Evaluator<'m> {
         let plan = self.plan(id, comp);
         let n = comp.instructions.len();
         let mut vals: Vec<Option<Value>> = vec![None; n];
+        let profile = self.profile.is_some();
         for (i, instr) in comp.instructions.iter().enumerate() {
+            let t = profile.then(std::time::Instant::now);
             let v = self
                 .eval_instr(comp, instr, &vals, args)
                 .map_err(|e| wrap(instr, e))?;
+            if let (Some(t), Some(p)) = (t, &self.profile) {
+                if !matches!(
+                    instr.opcode,
+                    Opcode::While | Opcode::Call | Opcode::Conditional | Opcode::Fusion
+                ) {
+                    let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+                    let e = p
+                        .entry(format!("{} {}", instr.opcode, instr.shape))
+                        .or_insert((0.0, 0));
+                    e.0 += t.elapsed().as_secs_f64();
+                    e.1 += 1;
+                }
+            }
             vals[i] = Some(v);
             for &d in &plan.drops[i] {
                 vals[d] = None;

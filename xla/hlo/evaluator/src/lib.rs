@@ -9,6 +9,7 @@
 //! type involved. Values are typed dense arrays (`Value`, `Array`, `Data`).
 
 pub mod collective;
+pub mod compare;
 pub mod data;
 pub mod dot;
 pub mod elementwise;

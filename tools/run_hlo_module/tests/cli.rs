@@ -1,0 +1,94 @@
+//! End-to-end tests of the run_hlo_module binary: a stored corpus case via
+//! --args/--expected, error messages, and (release builds only) the large
+//! perf_transformer_block case regenerated from its case.json and checked
+//! against its expected_summary.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn corpus() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/cases")
+}
+
+fn tool() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_run_hlo_module"))
+}
+
+#[test]
+fn stored_case_matches_and_prints_json() {
+    let c = corpus().join("megatron_mlp");
+    if !c.is_dir() {
+        eprintln!("skipping: {} not present", c.display());
+        return;
+    }
+    let out = tool()
+        .arg(c.join("input.hlo"))
+        .args(["--args".as_ref(), c.join("args").as_os_str()])
+        .args(["--expected".as_ref(), c.join("expected").as_os_str()])
+        .args(["--rtol", "1e-4", "--atol", "1e-5"])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{line} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(j["all_matched"], true);
+    assert!(j["outputs"][0]["max_abs_err"].as_f64().is_some());
+    assert!(j["wall_s"].as_f64().is_some());
+}
+
+#[test]
+fn mismatch_and_missing_files_fail_clearly() {
+    let c = corpus().join("megatron_mlp");
+    if !c.is_dir() {
+        eprintln!("skipping: {} not present", c.display());
+        return;
+    }
+    // Expected outputs of another case: shapes differ -> exit 1.
+    let out = tool()
+        .arg(c.join("input.hlo"))
+        .args(["--args".as_ref(), c.join("args").as_os_str()])
+        .args([
+            "--expected".as_ref(),
+            corpus().join("fsdp_mlp/expected").as_os_str(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let out = tool()
+        .arg(c.join("input.hlo"))
+        .args(["--args", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("arg0.npy") && err.contains("parameter 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn perf_transformer_block_matches_summary() {
+    if cfg!(debug_assertions) {
+        eprintln!("skipping perf_transformer_block: run `cargo test --release` for it");
+        return;
+    }
+    let c = corpus().join("perf_transformer_block");
+    if !c.is_dir() {
+        eprintln!("skipping: {} not present", c.display());
+        return;
+    }
+    let out = tool()
+        .arg(c.join("input.hlo"))
+        .args(["--case-json".as_ref(), c.join("case.json").as_os_str()])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{line}");
+    let j: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(j["all_matched"], true, "{line}");
+}
