@@ -573,7 +573,7 @@ struct Dirty {
 impl Dirty {
     fn new(p: &Prop) -> Dirty {
         let n = p.sh.len();
-        let comp_of: Vec<u32> = (0..n as Node).map(|x| p.g.comp_of(x).0).collect();
+        let comp_of: Vec<u32> = (0..n as Node).map(|x| p.g.comp_index(x)).collect();
         let mut open = vec![0usize; p.g.post_orders.len()];
         for &c in &comp_of {
             open[c as usize] += 3;
@@ -631,14 +631,7 @@ fn bwd_class(p: &Prop, x: Node, level: i64) -> u8 {
     match level {
         0 => 0,
         1 => 1,
-        _ if bcast
-            || p.g
-                .users(x)
-                .iter()
-                .any(|&u| p.g.opcode(u) == Opcode::Broadcast) =>
-        {
-            2
-        }
+        _ if bcast || p.g.has_broadcast_user(x) => 2,
         _ => 1,
     }
 }

@@ -38,6 +38,11 @@ pub(crate) struct Graph<'m> {
     roots: Vec<Node>,
     /// Shapes ignoring element types, interned: equal ids = compatible.
     shape_class: Vec<u32>,
+    /// Lowest aggressiveness level at which sharding passes through the
+    /// node (XLA's `CanPropagateThroughAtAggressiveLevel`).
+    min_level: Vec<i64>,
+    /// Some user of the node is a broadcast.
+    broadcast_user: Vec<bool>,
 }
 
 /// Custom-call targets the rules distinguish.
@@ -108,7 +113,39 @@ impl<'m> Graph<'m> {
             partitioned_callee: vec![false; total as usize],
             roots: Vec::with_capacity(total as usize),
             shape_class: Vec::with_capacity(total as usize),
+            min_level: Vec::with_capacity(total as usize),
+            broadcast_user: Vec::with_capacity(total as usize),
         };
+        for x in 0..total as usize {
+            let op = g.instrs[x].opcode;
+            let passthrough = is_elementwise(op)
+                || g.cc[x] == CustomCallKind::Sharding
+                || matches!(
+                    op,
+                    Opcode::Call
+                        | Opcode::Concatenate
+                        | Opcode::Copy
+                        | Opcode::DynamicSlice
+                        | Opcode::DynamicUpdateSlice
+                        | Opcode::GetTupleElement
+                        | Opcode::OptimizationBarrier
+                        | Opcode::Reshape
+                        | Opcode::Tuple
+                        | Opcode::Transpose
+                        | Opcode::While
+                );
+            g.min_level.push(if passthrough {
+                0
+            } else if op == Opcode::Broadcast {
+                2
+            } else {
+                1
+            });
+            let bu = g.users[x]
+                .iter()
+                .any(|&u| g.instrs[u as usize].opcode == Opcode::Broadcast);
+            g.broadcast_user.push(bu);
+        }
         let mut classes: FxHashMap<Vec<i64>, u32> = FxHashMap::default();
         let mut key = Vec::new();
         for x in 0..total as usize {
@@ -239,6 +276,15 @@ impl<'m> Graph<'m> {
     /// Same dims (and tuple structure) ignoring element types and layouts.
     pub fn compatible_shapes(&self, a: Node, b: Node) -> bool {
         self.shape_class[a as usize] == self.shape_class[b as usize]
+    }
+    pub fn min_level(&self, n: Node) -> i64 {
+        self.min_level[n as usize]
+    }
+    pub fn has_broadcast_user(&self, n: Node) -> bool {
+        self.broadcast_user[n as usize]
+    }
+    pub fn comp_index(&self, n: Node) -> u32 {
+        self.comp_of[n as usize].0
     }
     pub fn cc_kind(&self, n: Node) -> CustomCallKind {
         self.cc[n as usize]

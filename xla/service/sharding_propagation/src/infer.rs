@@ -168,30 +168,7 @@ impl<'m> Prop<'m> {
 
     /// `CanPropagateThroughAtAggressiveLevel`.
     pub fn can_propagate_through(&self, n: Node, level: i64) -> bool {
-        let op = self.g.opcode(n);
-        if is_elementwise(op)
-            || self.g.cc_kind(n) == CustomCallKind::Sharding
-            || matches!(
-                op,
-                Opcode::Call
-                    | Opcode::Concatenate
-                    | Opcode::Copy
-                    | Opcode::DynamicSlice
-                    | Opcode::DynamicUpdateSlice
-                    | Opcode::GetTupleElement
-                    | Opcode::OptimizationBarrier
-                    | Opcode::Reshape
-                    | Opcode::Tuple
-                    | Opcode::Transpose
-                    | Opcode::While
-            )
-        {
-            return true;
-        }
-        if op == Opcode::Broadcast {
-            return level >= 2;
-        }
-        level >= 1
+        level >= self.g.min_level(n)
     }
 
     /// Pass-through custom calls (`IsPassthroughCustomOps`).
