@@ -168,7 +168,21 @@ pub(crate) fn propagate(
     for x in 0..n as Node {
         let instr = graph.instr(x);
         original.push(match &instr.sharding {
-            Some(s) => Some(InstrSharding::from_ir(s, &instr.shape).map_err(|e| reject(instr, e))?),
+            Some(s) => {
+                let s = InstrSharding::from_ir(s, &instr.shape).map_err(|e| reject(instr, e))?;
+                let leaves = instr.shape.leaves();
+                for (k, leaf) in s.leaves().iter().enumerate() {
+                    let rank = leaves.get(k).map(|l| l.rank()).unwrap_or(0);
+                    xla_hlo_utils::sharding::check_rank(leaf, rank)
+                        .map_err(|e| reject(instr, e))?;
+                    if let Some(t) = leaf.tiles() {
+                        if let Some(&d) = t.devices().iter().find(|&&d| d < 0) {
+                            return Err(reject(instr, format!("negative device id {d}")));
+                        }
+                    }
+                }
+                Some(s)
+            }
             None => None,
         });
     }
@@ -201,8 +215,10 @@ pub(crate) fn propagate(
                 let op0 =
                     p.g.operand(x, 0)
                         .ok_or_else(|| reject(instr, "a Sharding custom-call needs an operand"))?;
-                let replaced = opts.replace_sharding_custom_calls
-                    && (!s.is_unknown() || p.g.opcode(op0) == Opcode::Parameter);
+                // XLA keeps `{unknown}` constraints as custom-calls (they only mark
+                // shard groups); they are replaced too so that a second run
+                // sees the same instructions (idempotence).
+                let replaced = opts.replace_sharding_custom_calls;
                 if replaced {
                     copies.push((x, names.next()));
                 }
