@@ -11,7 +11,8 @@ Python's `ast` module (Starlark is Python syntax), evaluating just enough of it
 (lists, `+`, glob(), select(), module-level constants and the crate_universe
 macros) to compare the two.  It checks, for every crate:
 
-  * the crate directory has a BUILD.bazel;
+  * the crate directory has a BUILD.bazel, and every source file its Rust
+    targets name (srcs, crate_root) exists;
   * the [lib] has a rust_library whose crate_name is the lib name, and every
     binary ([[bin]], src/main.rs, src/bin/*.rs) a rust_binary of the same name;
     no other rust_library / rust_binary (benches and examples excepted);
@@ -19,6 +20,8 @@ macros) to compare the two.  It checks, for every crate:
     binaries' deps (binaries also depend on their own library); third-party
     dependencies come in through all_crate_deps(normal = True) (or explicit
     @crates//:name labels), proc macros through all_crate_deps(proc_macro = True);
+    C/C++ targets of the same package in deps (cc_library, e.g. a cxx bridge)
+    are not Cargo dependencies and are not compared;
   * unit tests: a rust_test with crate = the library and each binary (unless
     Cargo says test = false), whose deps add the first-party [dev-dependencies]
     and all_crate_deps(normal_dev = True) when there are third-party dev deps;
@@ -59,6 +62,9 @@ except ImportError:  # Python < 3.11
 SKIP_DIRS = {".git", "target", "node_modules", "__pycache__", ".vendor"}
 BUILD_NAMES = ("BUILD.bazel", "BUILD")
 LIB_RULES = ("rust_library", "rust_proc_macro", "rust_shared_library", "rust_static_library")
+# Non-Rust targets a Rust target may depend on (C/C++ code linked into it);
+# they are not Cargo dependencies, so the comparison skips them.
+NATIVE_RULES = ("cc_library", "cc_import", "rust_cxx_bridge")
 THIRD_PARTY_REPO = "@crates"
 
 
@@ -546,9 +552,11 @@ class Checker:
         own_lib = lib_labels.get(c.name) if c.lib else None
         all_fp = set(lib_labels.values())
 
+        native = {norm_label(":" + str(a.get("name")), pkg) for _, a in b.targets(*NATIVE_RULES)}
+
         def got_fp(attrs, attr="deps"):
             labels = {norm_label(s, pkg) for s in strings(attrs.get(attr))}
-            return {l for l in labels if l and l.startswith("//")}
+            return {l for l in labels if l and l.startswith("//") and l not in native}
 
         def explicit_tp(attrs):
             out = set()
@@ -586,6 +594,16 @@ class Checker:
             if exact:
                 for f in sorted((got & declared) - feats):
                     self.err(who, "%s: crate_features has %r, which Cargo does not enable" % (target, f))
+
+        # --- sources named in BUILD.bazel exist ------------------------------
+        files = set(b.files())
+        for kind, a in b.targets(*(LIB_RULES + ("rust_binary", "rust_test", "rust_test_suite"))):
+            named = strings(a.get("srcs")) + strings(a.get("shared_srcs"))
+            if isinstance(a.get("crate_root"), str):
+                named.append(a["crate_root"])
+            for f in sorted(set(named)):
+                if ":" not in f and not f.startswith("//") and f not in files:
+                    self.err(who, "%s %r: source %s does not exist" % (kind, a.get("name"), f))
 
         libs = b.targets(*LIB_RULES)
         bins = b.targets("rust_binary")

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of the project: the cargo test suite (all crates), the
-# Cargo/Bazel consistency check, and the XLA cross-checks (XLA's parser on our
-# printed HLO). Python packages for the XLA cross-checks (jax/jaxlib, pinned in
+# Cargo/Bazel consistency check, the XLA cross-checks (XLA's parser on our
+# printed HLO), buildifier over the Bazel files, and the real Bazel test of
+# every target, offline, through the Debian chroot (tools/bazel/bazel_offline.sh;
+# needs root and the Debian mirror the first time, see README.md). Set
+# XLA_RS_SKIP_BAZEL=1 to skip the Bazel test on a machine that cannot run it. Python packages for the XLA cross-checks (jax/jaxlib, pinned in
 # tools/testdata_gen/requirements.txt) are installed when pip can reach the
 # registry; without them those checks skip with a message.
 set -euo pipefail
@@ -21,3 +24,15 @@ python3 tools/check_bazel_cargo.py
 
 echo "== XLA's parser accepts our printed HLO"
 tools/check_printed_hlo_with_xla.sh
+
+echo "== buildifier 8.2.1 (check + lint) over BUILD/MODULE/WORKSPACE/.bzl files"
+tools/bazel/buildifier.sh
+
+if [[ ${XLA_RS_SKIP_BAZEL:-0} == 1 ]]; then
+  echo "== Bazel test skipped (XLA_RS_SKIP_BAZEL=1)"
+else
+  echo "== Bazel: bazel test //... --config=ci, offline in the Debian sid chroot"
+  # --nocache_test_results: every test really runs, even when the disk cache
+  # of an earlier run has its result.
+  tools/bazel/bazel_offline.sh test //... --config=ci --nocache_test_results
+fi
