@@ -26,6 +26,14 @@ fn gcd(a: i64, b: i64) -> i64 {
     }
 }
 
+/// `p` lists each of `0..n` exactly once.
+fn is_permutation(p: &[usize], n: usize) -> bool {
+    let mut seen = vec![false; n];
+    p.len() == n
+        && p.iter()
+            .all(|&d| d < n && !std::mem::replace(&mut seen[d], true))
+}
+
 /// Rebuilds a sharding of the same kind over new tiles (XLA's
 /// `ReplicateOnLastTileDim() ? PartialTile : Subgroup(types)` idiom).
 fn rebuild_like(like: &Sharding, tiles: TileArray) -> Sharding {
@@ -48,7 +56,7 @@ pub fn transpose_sharding(s: &Sharding, perm: &[usize]) -> Sharding {
     if p.len() == t.data_rank() {
         p.extend(t.data_rank()..nd);
     }
-    if p.len() != nd {
+    if !is_permutation(&p, nd) {
         return s.clone();
     }
     let tiles = t.tiles().transpose(&p);
@@ -254,6 +262,16 @@ pub fn propagate_along_dims(
     };
     let as_src = argsort(source_dims);
     let as_tgt = argsort(target_dims);
+    if source_dims.iter().any(|&d| d >= rt.data_rank()) {
+        return Sharding::Replicated;
+    }
+    {
+        let mut sorted = source_dims.to_vec();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return Sharding::Replicated;
+        }
+    }
     let moved = if as_src != as_tgt {
         let mut perm: Vec<usize> = as_tgt.iter().map(|&i| source_dims[i]).collect();
         let mut next = 0usize;
@@ -293,8 +311,8 @@ pub fn broadcast_sharding(s: &Sharding, dims: &[usize], out_rank: usize) -> Shar
     let mut shape = Vec::with_capacity(out_rank + t.subgroups().len());
     for i in 0..out_rank {
         shape.push(match dims.iter().position(|&d| d == i) {
-            Some(src) => t.tiles().dim(src),
-            None => 1,
+            Some(src) if src < t.data_rank() => t.tiles().dim(src),
+            _ => 1,
         });
     }
     shape.extend_from_slice(&t.tiles().dims()[t.data_rank()..]);

@@ -125,9 +125,17 @@ impl TileArray {
         }
     }
 
-    /// Transposes: result dim `i` is source dim `perm[i]`.
+    /// Transposes: result dim `i` is source dim `perm[i]`. A `perm` that is
+    /// not a permutation of the dims leaves the array unchanged.
     pub fn transpose(&self, perm: &[usize]) -> TileArray {
-        debug_assert_eq!(perm.len(), self.dims.len());
+        let mut seen = vec![false; self.dims.len()];
+        if perm.len() != self.dims.len()
+            || perm
+                .iter()
+                .any(|&p| p >= seen.len() || std::mem::replace(&mut seen[p], true))
+        {
+            return self.clone();
+        }
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return self.clone();
         }
