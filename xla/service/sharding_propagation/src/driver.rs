@@ -134,11 +134,44 @@ fn copy_while_root(module: &mut HloModule, names: &mut CopyNames) -> bool {
     true
 }
 
+/// The ids the graph relies on are in range (the verifier checks this and
+/// more; the pass may run without it).
+fn check_structure(module: &HloModule) -> Result<(), String> {
+    let ncomp = module.computations.len();
+    if module.entry.index() >= ncomp {
+        return Err("the entry computation id is out of range".into());
+    }
+    for c in &module.computations {
+        let n = c.instructions.len();
+        if c.root.index() >= n {
+            return Err(format!("computation {}: root out of range", c.name));
+        }
+        if c.parameters.iter().any(|p| p.index() >= n) {
+            return Err(format!("computation {}: parameter id out of range", c.name));
+        }
+        for i in &c.instructions {
+            if i.operands
+                .iter()
+                .chain(&i.control_predecessors)
+                .any(|o| o.index() >= n)
+                || i.called_computations().iter().any(|cc| cc.index() >= ncomp)
+            {
+                return Err(format!(
+                    "instruction %{}: operand or callee id out of range",
+                    i.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs the whole pass.
 pub(crate) fn propagate(
     module: &mut HloModule,
     opts: &ShardingPropagationOptions,
 ) -> Result<PropagationStats, String> {
+    check_structure(module)?;
     let mut stats = PropagationStats::default();
     let (allow_output, output_vec) =
         flags(&opts.allow_propagation_to_output.clone().or_else(|| {
