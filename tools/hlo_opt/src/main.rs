@@ -34,7 +34,8 @@ struct Args {
     #[arg(long)]
     no_verify: bool,
     /// Run these passes in order, e.g. `--passes=sharding-propagation`
-    /// (known: sharding-propagation). The module is verified after each.
+    /// (known: sharding-propagation, complete-shardings). The module is
+    /// verified after each.
     #[arg(long, value_delimiter = ',', value_name = "PASS,...")]
     passes: Vec<String>,
     /// Write the module after each pass to DIR/NN.<pass>.hlo.
@@ -71,6 +72,11 @@ fn registry() -> xla_hlo_pass::PassRegistry {
         "sharding-propagation",
         "complete user shardings to every instruction (XLA's GSPMD propagation)",
         || Box::new(xla_sharding_propagation::ShardingPropagation::default()),
+    );
+    r.register(
+        "complete-shardings",
+        "give {replicated} to instructions still unsharded in partitioned computations",
+        || Box::new(xla_sharding_propagation::ShardingCompletion),
     );
     r
 }

@@ -445,20 +445,6 @@ pub(crate) fn propagate(
         }
     }
 
-    // ---- completion (optional) ----
-    if opts.complete_with_replicated {
-        for x in 0..n as Node {
-            let c = p.g.comp_of(x);
-            let partitioned = c == p.g.module.entry || p.g.caller.contains_key(&c);
-            if partitioned && p.sh[x as usize].is_none() && !p.g.shape(x).is_token() {
-                p.sh[x as usize] = Some(normalize(
-                    p.g.shape(x),
-                    InstrSharding::Single(Sharding::Replicated),
-                ));
-            }
-        }
-    }
-
     // ---- write back ----
     let mut updates: Vec<(Node, Option<HloSharding>)> = Vec::new();
     for (x, (now, before)) in p.sh.iter().zip(&original).enumerate() {

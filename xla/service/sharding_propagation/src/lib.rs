@@ -36,6 +36,7 @@
 //! its own output changes nothing; `run` returns `true` exactly when the
 //! module changed; malformed shardings are reported as errors, never panics.
 
+mod completion;
 mod dims;
 mod driver;
 mod graph;
@@ -44,6 +45,7 @@ mod infer;
 use xla_hlo_ir::HloModule;
 use xla_hlo_pass::{Pass, PassError};
 
+pub use completion::ShardingCompletion;
 pub use driver::PropagationStats;
 
 /// Options of the pass. The defaults are XLA's for SPMD partitioning.
@@ -58,10 +60,6 @@ pub struct ShardingPropagationOptions {
     /// Per-parameter permission to change entry parameter shardings; `None`
     /// reads `allow_spmd_sharding_propagation_to_parameters`.
     pub allow_propagation_to_parameters: Option<Vec<bool>>,
-    /// After propagation, give `{replicated}` to every still-unsharded
-    /// instruction of a partitioned computation (entry, while/conditional/
-    /// call bodies), as the partitioner would assume. XLA does not.
-    pub complete_with_replicated: bool,
 }
 
 impl Default for ShardingPropagationOptions {
@@ -70,7 +68,6 @@ impl Default for ShardingPropagationOptions {
             replace_sharding_custom_calls: true,
             allow_propagation_to_output: None,
             allow_propagation_to_parameters: None,
-            complete_with_replicated: false,
         }
     }
 }

@@ -7,7 +7,9 @@
 use xla_hlo_ir::HloModule;
 use xla_hlo_pass::{Pass, Pipeline};
 use xla_hlo_utils::compare::equivalent;
-use xla_sharding_propagation::{ShardingPropagation, ShardingPropagationOptions};
+use xla_sharding_propagation::{
+    ShardingCompletion, ShardingPropagation, ShardingPropagationOptions,
+};
 
 fn propagate(text: &str) -> HloModule {
     let mut m = xla_hlo_parser::parse_module(text).unwrap_or_else(|e| panic!("{e}"));
@@ -324,21 +326,34 @@ ENTRY %e (p: f32[8,4]) -> f32[8,4] {
 }
 
 #[test]
-fn completion_option_fills_partitioned_computations() {
+fn completion_pass_fills_partitioned_computations() {
     let text = format!(
-        "{HEADER}ENTRY %e (p: f32[8,4]) -> f32[8,4] {{
-  %p = f32[8,4] parameter(0)
-  ROOT %n = f32[8,4] negate(%p)
+        "{HEADER}%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}}
+
+ENTRY %e (p: f32[8,4]) -> f32[] {{
+  %p = f32[8,4] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %z = f32[] constant(0)
+  ROOT %r = f32[] reduce(%p, %z), dimensions={{0,1}}, to_apply=%add
 }}"
     );
     let mut m = xla_hlo_parser::parse_module(&text).unwrap();
-    let mut pass = ShardingPropagation::new(ShardingPropagationOptions {
-        complete_with_replicated: true,
-        ..Default::default()
-    });
-    assert!(pass.run(&mut m).unwrap());
-    check(&m, "p", Some("{replicated}"));
-    check(&m, "n", Some("{replicated}"));
+    let report = Pipeline::new("t")
+        .add(ShardingPropagation::default())
+        .add(ShardingCompletion)
+        .with_change_check(true)
+        .run(&mut m)
+        .unwrap();
+    assert!(report.runs[1].changed);
+    check(&m, "z", Some("{replicated}"));
+    check(&m, "r", Some("{replicated}"));
+    check(&m, "p", Some("{devices=[8,1]<=[8]}"));
+    // The reducer is not partitioned.
+    check(&m, "sum", None);
+    assert!(!ShardingCompletion.run(&mut m).unwrap());
 }
 
 #[test]
