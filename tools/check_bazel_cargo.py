@@ -19,7 +19,9 @@ macros) to compare the two.  It checks, for every crate:
   * first-party (path) [dependencies] == first-party labels in the library's and
     binaries' deps (binaries also depend on their own library); third-party
     dependencies come in through all_crate_deps(normal = True) (or explicit
-    @crates//:name labels), proc macros through all_crate_deps(proc_macro = True);
+    @crates//:name labels, which must name Cargo dependencies), proc macros
+    through all_crate_deps(proc_macro = True); all_crate_deps() itself is
+    computed from Cargo.toml, so it cannot disagree with it;
     C/C++ targets of the same package in deps (cc_library, e.g. a cxx bridge)
     are not Cargo dependencies and are not compared;
   * unit tests: a rust_test with crate = the library and each binary (unless
@@ -572,6 +574,13 @@ class Checker:
                 why = "not a dependency in Cargo.toml" if l in all_fp else "not a Cargo crate's library"
                 self.err(who, "%s: deps have %s, %s" % (target, l, why))
 
+        def check_explicit_tp(target, attrs, allowed):
+            """Explicit @crates//:name labels must be Cargo dependencies too."""
+            for name in sorted(explicit_tp(attrs)):
+                base = re.sub(r"-\d+\.\d+\.\d+.*$", "", name)
+                if name not in allowed and base not in allowed:
+                    self.err(who, "%s: deps have @crates//:%s, not a dependency in Cargo.toml" % (target, name))
+
         def need_crate_deps(target, attrs, third_party, kind, attr="deps"):
             if not third_party:
                 return
@@ -625,6 +634,7 @@ class Checker:
                 if c.lib["path"] not in self.src_files(a):
                     self.err(who, "%s: srcs do not contain %s" % (t, c.lib["path"]))
                 compare(t, got_fp(a), normal_fp)
+                check_explicit_tp(t, a, normal_tp)
                 need_crate_deps(t, a, normal_tp, "normal")
                 need_crate_deps(t, a, normal_tp, "proc_macro", "proc_macro_deps")
                 check_features(t, a, exact=True)
@@ -653,6 +663,7 @@ class Checker:
             if cb["path"] not in self.src_files(a):
                 self.err(who, "%s: srcs do not contain %s" % (t, cb["path"]))
             compare(t, got_fp(a), normal_fp | ({own_lib} if own_lib else set()))
+            check_explicit_tp(t, a, normal_tp)
             need_crate_deps(t, a, normal_tp, "normal")
             need_crate_deps(t, a, normal_tp, "proc_macro", "proc_macro_deps")
             check_features(t, a, exact=True)
@@ -671,6 +682,7 @@ class Checker:
                 continue
             unit_for.setdefault(target, []).append(a)
             compare(t, got_fp(a), dev_fp - normal_fp, allowed=normal_fp | dev_fp)
+            check_explicit_tp(t, a, normal_tp | dev_tp)
             need_crate_deps(t, a, dev_tp, "normal_dev")
             check_features(t, a, exact=False)
         for target, (desc, _, wants_test) in sorted(primary.items()):
@@ -694,6 +706,7 @@ class Checker:
             if not roots:
                 continue
             compare(desc, got_fp(a), want)
+            check_explicit_tp(desc, a, normal_tp | dev_tp)
             need_crate_deps(desc, a, normal_tp, "normal")
             need_crate_deps(desc, a, dev_tp, "normal_dev")
             check_features(desc, a, exact=False)

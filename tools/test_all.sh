@@ -21,6 +21,8 @@ cargo test --workspace --release
 
 echo "== Cargo.toml / BUILD.bazel consistency"
 python3 tools/check_bazel_cargo.py
+# ... and the check itself fails when one side loses a dependency.
+python3 tools/bazel/test_check_bazel_cargo.py
 
 echo "== XLA's parser accepts our printed HLO"
 tools/check_printed_hlo_with_xla.sh
