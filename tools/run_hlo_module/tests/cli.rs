@@ -92,3 +92,31 @@ fn perf_transformer_block_matches_summary() {
     let j: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
     assert_eq!(j["all_matched"], true, "{line}");
 }
+
+/// Differential tests against XLA (jaxlib CPU) for each opcode family; skipped
+/// with a message when python3 or jax is unavailable.
+#[test]
+fn differential_against_xla() {
+    let have_jax = Command::new("python3")
+        .args(["-c", "import jax, numpy, ml_dtypes"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !have_jax {
+        eprintln!("skipping XLA differential tests: python3 with jax is not installed");
+        return;
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("xla_diff.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_run_hlo_module"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}");
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

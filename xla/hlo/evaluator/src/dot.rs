@@ -447,6 +447,29 @@ pub fn convolution(
         if w.size as usize != k_sp[i] || w.stride < 1 || w.lhs_dilation < 1 || w.rhs_dilation < 1 {
             return bad("convolution: window does not match the kernel");
         }
+        let n = in_sp[i] as i64;
+        let dilated = if n == 0 {
+            0
+        } else {
+            (n - 1) * w.lhs_dilation + 1
+        };
+        let padded = dilated + w.padding_low + w.padding_high;
+        let span = if w.size == 0 {
+            0
+        } else {
+            (w.size - 1) * w.rhs_dilation + 1
+        };
+        let expect = if padded < span {
+            0
+        } else {
+            (padded - span) / w.stride + 1
+        };
+        if expect != o_sp[i] as i64 {
+            return bad(format!(
+                "convolution: spatial dimension {i} gives {expect} outputs but the result has {}",
+                o_sp[i]
+            ));
+        }
     }
     let kind = compute_kind(input.ty, kernel.ty, out_ty);
     let cin_in = crate::data::transpose(

@@ -490,6 +490,28 @@ fn window_tables(
         if wd.stride < 1 || wd.lhs_dilation < 1 || wd.rhs_dilation < 1 || wd.size < 0 {
             return bad("invalid window");
         }
+        let dilated_in = if in_dims[d] == 0 {
+            0
+        } else {
+            (in_dims[d] - 1) * wd.lhs_dilation + 1
+        };
+        let padded = dilated_in + wd.padding_low + wd.padding_high;
+        let span = if wd.size == 0 {
+            0
+        } else {
+            (wd.size - 1) * wd.rhs_dilation + 1
+        };
+        let expect = if padded < span {
+            0
+        } else {
+            (padded - span) / wd.stride + 1
+        };
+        if expect != out_dims[d] {
+            return bad(format!(
+                "window gives {expect} elements in dimension {d} but the result has {}",
+                out_dims[d]
+            ));
+        }
         let mut t = Vec::with_capacity((out_dims[d] * wd.size) as usize);
         for o in 0..out_dims[d] {
             for k in 0..wd.size {
