@@ -447,9 +447,13 @@ pub(crate) fn propagate(
 
     // ---- write back ----
     let mut updates: Vec<(Node, Option<HloSharding>)> = Vec::new();
+    let mut ir_cache: FxHashMap<*const xla_hlo_utils::Tiled, SingleSharding> = FxHashMap::default();
     for (x, (now, before)) in p.sh.iter().zip(&original).enumerate() {
         if now != before {
-            updates.push((x as Node, now.as_ref().map(InstrSharding::to_ir)));
+            updates.push((
+                x as Node,
+                now.as_ref().map(|s| to_ir_cached(s, &mut ir_cache)),
+            ));
         }
     }
     let locate: Vec<(xla_hlo_ir::CompId, InstrId)> = (0..n as Node)
@@ -478,6 +482,27 @@ pub(crate) fn propagate(
     let root_copy = pre_graph_edit && copy_while_root(module, &mut names);
     stats.changed = stats.inferred > 0 || !copies.is_empty() || root_copy;
     Ok(stats)
+}
+
+/// IR form of a sharding; tiled leaves shared between instructions (the
+/// same `Arc`) are converted once.
+fn to_ir_cached(
+    s: &InstrSharding,
+    cache: &mut FxHashMap<*const xla_hlo_utils::Tiled, SingleSharding>,
+) -> HloSharding {
+    let mut leaf = |l: &Sharding| -> SingleSharding {
+        match l {
+            Sharding::Tiled(t) => cache
+                .entry(std::sync::Arc::as_ptr(t))
+                .or_insert_with(|| l.to_ir())
+                .clone(),
+            _ => l.to_ir(),
+        }
+    };
+    match s {
+        InstrSharding::Single(l) => HloSharding::Single(leaf(l)),
+        InstrSharding::Tuple(v) => HloSharding::Tuple(v.iter().map(leaf).collect()),
+    }
 }
 
 /// Replicates leaves whose tiling does not divide the shape evenly.

@@ -190,7 +190,17 @@ impl<'m> Graph<'m> {
             g.partitioned_callee[x as usize] = g.caller.contains_key(&c);
             let root = g.offsets[c.index()] + module.comp(c).root.0;
             g.roots.push(root);
-            let called = g.instrs[x as usize].called_computations();
+            let instr = g.instrs[x as usize];
+            let calls_any = instr.attrs.iter().any(|a| {
+                matches!(
+                    a.value,
+                    xla_hlo_ir::AttrValue::Computation(_) | xla_hlo_ir::AttrValue::Computations(_)
+                )
+            });
+            if !calls_any {
+                continue;
+            }
+            let called = instr.called_computations();
             if !called.is_empty() {
                 let mut params = Vec::new();
                 for cc in called {
