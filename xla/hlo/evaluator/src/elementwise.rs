@@ -164,7 +164,11 @@ macro_rules! float_unary_impl {
 }
 
 fn float_unary_f32(op: Opcode, v: &[f32]) -> Option<Vec<f32>> {
-    float_unary_impl!(f32, op, v, erf_f32, logistic_f32)
+    match op {
+        Opcode::Exp => Some(map1(v, crate::fastmath::exp)),
+        Opcode::Tanh => Some(map1(v, crate::fastmath::tanh)),
+        _ => float_unary_impl!(f32, op, v, erf_f32, logistic_f32),
+    }
 }
 fn float_unary_f64(op: Opcode, v: &[f64]) -> Option<Vec<f64>> {
     float_unary_impl!(f64, op, v, libm::erf, logistic_f64)

@@ -88,9 +88,20 @@ pub fn evaluate_value(
     ev.call(module.entry, args)
 }
 
+/// What an instruction produced: a value, or a broadcast kept lazy.
+enum Slot {
+    Value(Value),
+    Lazy(crate::fused::LazyBroadcast),
+}
+
 /// Per-computation schedule data: values to drop after each instruction.
 struct Plan {
     drops: Vec<Vec<usize>>,
+    /// Broadcasts read lazily by their (binary elementwise f32) users.
+    lazy: Vec<bool>,
+    /// For each instruction, which operand positions die at it (last use,
+    /// used once by it): their buffers may be reused.
+    dying: Vec<Vec<bool>>,
 }
 
 /// Evaluates computations of one module.
@@ -179,7 +190,45 @@ impl<'m> Evaluator<'m> {
                         drops[l].push(v);
                     }
                 }
-                std::sync::Arc::new(Plan { drops })
+                let users = comp.users();
+                let is_f32 = |s: &Shape| s.element_type() == Some(PrimitiveType::F32);
+                let lazy: Vec<bool> = comp
+                    .instructions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, instr)| {
+                        instr.opcode == Opcode::Broadcast
+                            && i != comp.root.index()
+                            && is_f32(&instr.shape)
+                            && instr.shape.dims().iter().product::<i64>() >= 1024
+                            && !users[i].is_empty()
+                            && users[i].iter().all(|u| {
+                                let ui = &comp.instructions[u.index()];
+                                crate::fused::is_fusable_binary(ui.opcode)
+                                    && is_f32(&ui.shape)
+                                    && ui.operands.iter().filter(|o| o.index() == i).count() == 1
+                            })
+                    })
+                    .collect();
+                let dying: Vec<Vec<bool>> = comp
+                    .instructions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, instr)| {
+                        instr
+                            .operands
+                            .iter()
+                            .map(|o| {
+                                let k = o.index();
+                                k < n
+                                    && last[k] == i
+                                    && k != comp.root.index()
+                                    && instr.operands.iter().filter(|p| p.index() == k).count() == 1
+                            })
+                            .collect()
+                    })
+                    .collect();
+                std::sync::Arc::new(Plan { drops, lazy, dying })
             })
             .clone()
     }
@@ -197,12 +246,27 @@ impl<'m> Evaluator<'m> {
         let plan = self.plan(id, comp);
         let n = comp.instructions.len();
         let mut vals: Vec<Option<Value>> = vec![None; n];
+        let mut lazy: Vec<Option<crate::fused::LazyBroadcast>> = vec![None; n];
         let profile = self.profile.is_some();
         for (i, instr) in comp.instructions.iter().enumerate() {
             let t = profile.then(std::time::Instant::now);
-            let v = self
-                .eval_instr(comp, instr, &vals, args)
-                .map_err(|e| wrap(instr, e))?;
+            let v = match self.fast_path(instr, i, &plan, &mut vals, &mut lazy) {
+                Some(v) => v,
+                None => {
+                    for op in &instr.operands {
+                        let k = op.index();
+                        if vals.get(k).is_some_and(Option::is_none) {
+                            if let Some(l) = lazy.get(k).and_then(Option::as_ref) {
+                                vals[k] = Some(Value::Array(l.materialize()));
+                            }
+                        }
+                    }
+                    Slot::Value(
+                        self.eval_instr(comp, instr, &vals, args)
+                            .map_err(|e| wrap(instr, e))?,
+                    )
+                }
+            };
             if let (Some(t), Some(p)) = (t, &self.profile) {
                 if !matches!(
                     instr.opcode,
@@ -216,14 +280,93 @@ impl<'m> Evaluator<'m> {
                     e.1 += 1;
                 }
             }
-            vals[i] = Some(v);
+            match v {
+                Slot::Value(v) => vals[i] = Some(v),
+                Slot::Lazy(l) => lazy[i] = Some(l),
+            }
             for &d in &plan.drops[i] {
                 vals[d] = None;
+                lazy[d] = None;
             }
         }
         vals.get_mut(comp.root.index())
             .and_then(Option::take)
             .ok_or_else(|| EvalError::invalid(format!("computation {} has no root", comp.name)))
+    }
+
+    /// Fused and in-place f32 elementwise paths (see `fused`); None when the
+    /// instruction is not eligible, leaving `vals` as it was.
+    fn fast_path(
+        &self,
+        instr: &HloInstruction,
+        i: usize,
+        plan: &Plan,
+        vals: &mut [Option<Value>],
+        lazy: &mut [Option<crate::fused::LazyBroadcast>],
+    ) -> Option<Slot> {
+        use crate::fused::{LazyBroadcast, Operand};
+        let f32_array = |v: &Option<Value>, dims: &[i64]| matches!(v, Some(Value::Array(a)) if a.ty == PrimitiveType::F32 && a.dims == dims);
+        if plan.lazy[i] {
+            let src = vals
+                .get(instr.operands.first()?.index())?
+                .as_ref()?
+                .as_array()?
+                .clone();
+            return LazyBroadcast::new(src, instr.shape.dims().to_vec(), instr.dimensions())
+                .map(Slot::Lazy);
+        }
+        if instr.shape.element_type() != Some(PrimitiveType::F32) {
+            return None;
+        }
+        let dims = instr.shape.dims();
+        if crate::fused::is_fusable_binary(instr.opcode)
+            && instr.operands.len() == 2
+            && !dims.is_empty()
+        {
+            let (a, b) = (instr.operands[0].index(), instr.operands[1].index());
+            let ok = |k: usize| {
+                lazy.get(k)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|l| l.dims == dims && l.src.ty == PrimitiveType::F32)
+                    || vals.get(k).is_some_and(|v| f32_array(v, dims))
+            };
+            if !ok(a) || !ok(b) {
+                return None;
+            }
+            let take = |k: usize, pos: usize, vals: &mut [Option<Value>]| -> Option<Array> {
+                if plan.dying[i][pos] {
+                    vals[k].take()?.into_array()
+                } else {
+                    vals[k].as_ref()?.as_array().cloned()
+                }
+            };
+            let lazy_ro: &[Option<LazyBroadcast>] = lazy;
+            let oa = match lazy_ro[a].as_ref() {
+                Some(l) => Operand::Lazy(l),
+                None => Operand::Dense(take(a, 0, vals)?, plan.dying[i][0]),
+            };
+            let ob = match lazy_ro[b].as_ref() {
+                Some(l) => Operand::Lazy(l),
+                None => Operand::Dense(take(b, 1, vals)?, plan.dying[i][1]),
+            };
+            return crate::fused::binary_f32(instr.opcode, oa, ob, dims)
+                .map(|r| Slot::Value(Value::Array(r)));
+        }
+        if crate::fused::is_inplace_unary(instr.opcode)
+            && instr.operands.len() == 1
+            && plan.dying[i][0]
+        {
+            let k = instr.operands[0].index();
+            let unique = matches!(vals.get(k), Some(Some(Value::Array(a)))
+                if a.ty == PrimitiveType::F32 && a.dims == dims && std::sync::Arc::strong_count(&a.data) == 1);
+            if !unique {
+                return None;
+            }
+            let a = vals[k].take()?.into_array()?;
+            return crate::fused::unary_inplace(instr.opcode, a)
+                .map(|r| Slot::Value(Value::Array(r)));
+        }
+        None
     }
 
     /// Calls a computation on scalar/array arguments and expects an array.

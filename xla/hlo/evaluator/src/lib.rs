@@ -14,6 +14,8 @@ pub mod data;
 pub mod dot;
 pub mod elementwise;
 pub mod error;
+pub mod fastmath;
+pub mod fused;
 pub mod index;
 pub mod interp;
 pub mod npy;
