@@ -110,9 +110,10 @@ fn flags(v: &Option<Vec<bool>>) -> (bool, Vec<bool>) {
     }
 }
 
-/// Inserts a copy above a `while` entry root so that the while can still be
-/// resharded (XLA does this when the output sharding is fixed).
-fn copy_while_root(module: &mut HloModule, names: &mut CopyNames) -> bool {
+/// Inserts a copy above a `while` entry root so that the while itself can
+/// still be resharded (XLA does this when the output sharding is fixed);
+/// the copy is named later, in XLA's naming order.
+fn copy_while_root(module: &mut HloModule) -> Option<InstrId> {
     let e = module.entry;
     let comp = module.comp(e);
     let root = comp.root;
@@ -124,14 +125,14 @@ fn copy_while_root(module: &mut HloModule, names: &mut CopyNames) -> bool {
                 .all(|l| l.kind == xla_hlo_ir::ShardingKind::Unknown)
         })
     {
-        return false;
+        return None;
     }
-    let mut copy = HloInstruction::new(names.next(), Opcode::Copy, r.shape.clone(), vec![root]);
+    let mut copy = HloInstruction::new("copy", Opcode::Copy, r.shape.clone(), vec![root]);
     copy.sharding = r.sharding.clone();
     let comp = module.comp_mut(e);
     let id = comp.add(copy);
     comp.root = id;
-    true
+    Some(id)
 }
 
 /// The ids the graph relies on are in range (the verifier checks this and
@@ -188,10 +189,10 @@ pub(crate) fn propagate(
                 .clone()
         }));
     let mut names = CopyNames::new(module);
-    // Sharding custom-calls are renamed before a possible root copy (XLA order).
-    let pre_graph_edit = !allow_output && {
-        let e = module.entry_computation();
-        e.root_instr().opcode == Opcode::While
+    let root_copy = if allow_output {
+        None
+    } else {
+        copy_while_root(module)
     };
 
     // ---- read the shardings ----
@@ -277,6 +278,8 @@ pub(crate) fn propagate(
         }
     }
     stats.copies = copies.len();
+    // The root copy is named after the Sharding custom-calls (XLA order).
+    let root_copy = root_copy.map(|id| (id, names.next()));
 
     // ---- while / conditional / call boundaries ----
     for x in 0..n as Node {
@@ -479,8 +482,11 @@ pub(crate) fn propagate(
         instr.attrs.clear();
         instr.operands.truncate(1);
     }
-    let root_copy = pre_graph_edit && copy_while_root(module, &mut names);
-    stats.changed = stats.inferred > 0 || !copies.is_empty() || root_copy;
+    if let Some((id, name)) = &root_copy {
+        let e = module.entry;
+        module.comp_mut(e).instr_mut(*id).name = name.clone();
+    }
+    stats.changed = stats.inferred > 0 || !copies.is_empty() || root_copy.is_some();
     Ok(stats)
 }
 

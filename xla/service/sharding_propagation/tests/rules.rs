@@ -268,6 +268,41 @@ ENTRY %e (x: f32[16,8]) -> f32[16,8] {{
 }
 
 #[test]
+fn while_root_gets_a_copy_so_the_loop_can_be_resharded() {
+    let m = propagate(&format!(
+        "{HEADER}%body2 (t2: (s32[], f32[16,8])) -> (s32[], f32[16,8]) {{
+  %t2 = (s32[], f32[16,8]) parameter(0)
+  %i2 = s32[] get-tuple-element(%t2), index=0
+  %x2 = f32[16,8] get-tuple-element(%t2), index=1
+  %c2 = f32[16,8] custom-call(%x2), custom_call_target=\"Sharding\", sharding={{devices=[1,8]<=[8]}}
+  %y2 = f32[16,8] tanh(%c2)
+  ROOT %o2 = (s32[], f32[16,8]) tuple(%i2, %y2)
+}}
+
+%cond2 (tc2: (s32[], f32[16,8])) -> pred[] {{
+  %tc2 = (s32[], f32[16,8]) parameter(0)
+  %ic2 = s32[] get-tuple-element(%tc2), index=0
+  %n2 = s32[] constant(4)
+  ROOT %lt2 = pred[] compare(%ic2, %n2), direction=LT
+}}
+
+ENTRY %e (x: f32[16,8]) -> (s32[], f32[16,8]) {{
+  %x = f32[16,8] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %z = s32[] constant(0)
+  %init = (s32[], f32[16,8]) tuple(%z, %x)
+  ROOT %w = (s32[], f32[16,8]) while(%init), condition=%cond2, body=%body2, sharding={{{{replicated}}, {{replicated}}}}
+}}"
+    ));
+    // The constraint in the body is the first copy; the root copy comes next
+    // and keeps the output sharding, while the loop follows its body.
+    check(&m, "copy", Some("{devices=[1,8]<=[8]}"));
+    check(&m, "copy.1", Some("{{replicated}, {replicated}}"));
+    let e = m.entry_computation();
+    assert_eq!(e.root_instr().name, "copy.1");
+    check(&m, "w", Some("{{replicated}, {replicated}}"));
+}
+
+#[test]
 fn conditional_branches_follow_operands() {
     let m = propagate(&format!(
         "{HEADER}%b0 (a: f32[8,4]) -> f32[8,4] {{
