@@ -257,15 +257,79 @@ pub(crate) fn passthrough_dims(
     (op, out)
 }
 
-/// The iota dimension `n` counts along, if it is an iota (possibly
-/// broadcast) (`GetDimensionForIota`, without the constant/loop cases).
+/// The iota dimension `n` counts along, if it is an iota: an `iota`, a
+/// broadcast of one, an s32 constant equal to its indices along a dim, or a
+/// loop/branch parameter element passed through from one
+/// (`GetDimensionForIota`).
 pub(crate) fn iota_dim(g: &Graph, n: Node) -> Option<usize> {
+    iota_dim_depth(g, n, 0)
+}
+
+fn iota_dim_depth(g: &Graph, n: Node, depth: usize) -> Option<usize> {
+    if depth > 16 {
+        return None;
+    }
     let i = g.instr(n);
     match i.opcode {
         Opcode::Iota => i.int_attr(AttrKey::IotaDimension).map(|d| d as usize),
+        _ if i.shape.element_type() != Some(xla_hlo_ir::PrimitiveType::S32) => None,
+        Opcode::Constant => {
+            let xla_hlo_ir::Literal::Array(lit) = i.literal.as_deref()? else {
+                return None;
+            };
+            if lit.elided {
+                return None;
+            }
+            let dims = i.shape.dims();
+            let strides = {
+                let mut s = vec![1i64; dims.len()];
+                for d in (0..dims.len().saturating_sub(1)).rev() {
+                    s[d] = s[d + 1] * dims[d + 1];
+                }
+                s
+            };
+            let count = lit.len();
+            (0..dims.len()).find(|&d| {
+                dims[d] > 1
+                    && (0..count)
+                        .all(|e| lit.get_i128(e) == ((e as i64 / strides[d]) % dims[d]) as i128)
+            })
+        }
         Opcode::Broadcast => {
-            let od = iota_dim(g, g.operand(n, 0)?)?;
+            let od = iota_dim_depth(g, g.operand(n, 0)?, depth + 1)?;
             i.dimensions().get(od).map(|&d| d as usize)
+        }
+        Opcode::GetTupleElement => {
+            let param = g.operand(n, 0)?;
+            if g.opcode(param) != Opcode::Parameter {
+                return None;
+            }
+            let comp = g.comp_of(n);
+            let &caller = g.caller.get(&comp)?;
+            let index = i.int_attr(AttrKey::Index)?.max(0) as usize;
+            match g.opcode(caller) {
+                Opcode::While => {
+                    let init = g.operand(caller, 0)?;
+                    let root = g.root_of(comp);
+                    if g.opcode(init) != Opcode::Tuple
+                        || g.opcode(root) != Opcode::Tuple
+                        || g.operand(root, index) != Some(n)
+                    {
+                        return None;
+                    }
+                    iota_dim_depth(g, g.operand(init, index)?, depth + 1)
+                }
+                Opcode::Conditional => {
+                    let branches = g.instr(caller).called_computations();
+                    let b = branches.iter().position(|&c| c == comp)?;
+                    let arg = g.operand(caller, b + 1)?;
+                    if g.opcode(arg) != Opcode::Tuple {
+                        return None;
+                    }
+                    iota_dim_depth(g, g.operand(arg, index)?, depth + 1)
+                }
+                _ => None,
+            }
         }
         _ => None,
     }

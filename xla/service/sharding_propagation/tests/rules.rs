@@ -340,6 +340,23 @@ fn gather_from_sharded_indices() {
 }
 
 #[test]
+fn gather_with_iota_indices_is_parallel() {
+    // take_along_axis: indices = concat(iota over dim 0, ids): the gather is
+    // parallel along dim 0, so the operand's dim-0 tiling reaches the output.
+    let m = propagate(&format!(
+        "{HEADER}ENTRY %e (x: f32[8,16], ids: s32[8,4,1]) -> f32[8,4] {{
+  %x = f32[8,16] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %ids = s32[8,4,1] parameter(1), sharding={{replicated}}
+  %io = s32[8,4,1] iota(), iota_dimension=0
+  %idx = s32[8,4,2] concatenate(%io, %ids), dimensions={{2}}
+  %g = f32[8,4] gather(%x, %idx), offset_dims={{}}, collapsed_slice_dims={{0,1}}, start_index_map={{0,1}}, index_vector_dim=2, slice_sizes={{1,1}}
+  ROOT %r = f32[8,4] copy(%g)
+}}"
+    ));
+    check(&m, "g", Some("{devices=[8,1]<=[8]}"));
+}
+
+#[test]
 fn propagation_to_output_when_allowed() {
     let text = String::from(
         "HloModule m, allow_spmd_sharding_propagation_to_output={true}, num_partitions=8\n\n\
