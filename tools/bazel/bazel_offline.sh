@@ -83,6 +83,14 @@ cp toolchain/BUILD.debian_rust.bazel "$B/rust_toolchains/BUILD.bazel"
 : >"$B/rust_toolchains/REPO.bazel"
 
 # --- step 4: Bazel in the chroot, without network ---------------------------------
+# Output bases are per checkout (Bazel names them by the md5 of its path), and
+# CI clones into new folders: drop those unused for 3 days (the disk cache keeps
+# their actions), after marking this checkout's as used.
+obase=$CHROOT$OUTPUT_USER_ROOT/$(printf %s "$ROOT" | md5sum | cut -c1-32)
+if [[ -d $obase ]]; then touch "$obase"; fi
+find "$CHROOT$OUTPUT_USER_ROOT" -mindepth 1 -maxdepth 1 -type d -regextype egrep \
+  -regex '.*/[0-9a-f]{32}' -mtime +3 -exec rm -rf --one-file-system {} + 2>/dev/null || true
+
 log "bazel $* --config=debian_offline (in $CHROOT, no network, timeout ${TIMEOUT}s)"
 # The command, then the disk cache (before the user's flags, so that
 # `--disk_cache=` turns it off), the user's arguments, the offline config.

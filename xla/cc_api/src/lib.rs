@@ -56,7 +56,11 @@ pub struct Module(pub xla_hlo_ir::HloModule);
 
 /// Passes that XLA's SPMD pipeline has and this project is writing; naming one
 /// gives "not available yet" rather than "unknown".
-pub const PLANNED_PASSES: &[&str] = &["spmd-partitioning", "latency-hiding-scheduler"];
+pub const PLANNED_PASSES: &[&str] = &[
+    "spmd-partitioning",
+    "async-collective-creator",
+    "latency-hiding-scheduler",
+];
 
 /// The passes [`run_passes`] can run, by name.
 pub fn registry() -> PassRegistry {
@@ -65,6 +69,11 @@ pub fn registry() -> PassRegistry {
         "sharding-propagation",
         "complete user shardings to every instruction (XLA's GSPMD propagation)",
         || Box::new(xla_sharding_propagation::ShardingPropagation::default()),
+    );
+    r.register(
+        "complete-shardings",
+        "give {replicated} to instructions still unsharded in partitioned computations",
+        || Box::new(xla_sharding_propagation::ShardingCompletion),
     );
     r
 }
@@ -185,9 +194,18 @@ mod tests {
             e.contains("\"spmd-partitioning\" is not available in this build yet"),
             "{e}"
         );
-        assert!(e.contains("available: sharding-propagation"), "{e}");
+        assert!(
+            e.contains("available: sharding-propagation, complete-shardings"),
+            "{e}"
+        );
         let e = run_passes(&mut m, "no-such-pass").unwrap_err();
         assert!(e.contains("is not a known pass"), "{e}");
-        assert_eq!(available_passes(), vec!["sharding-propagation".to_string()]);
+        assert_eq!(
+            available_passes(),
+            vec![
+                "sharding-propagation".to_string(),
+                "complete-shardings".to_string()
+            ]
+        );
     }
 }

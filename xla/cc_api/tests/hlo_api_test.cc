@@ -97,14 +97,16 @@ void TestErrorsAsStatus() {
 
 void TestPassesByName() {
   std::vector<std::string> available = xla_rs::AvailablePasses();
-  CHECK(available.size() == 1 && available[0] == "sharding-propagation");
+  CHECK(available.size() == 2 && available[0] == "sharding-propagation" &&
+        available[1] == "complete-shardings");
 
   xla_rs::HloModule m = xla_rs::HloModule::Parse(kModule);
   const std::string before = m.ToString();
   std::vector<xla_rs::PassRun> runs;
-  xla_rs::Status st = xla_rs::RunPasses(m, "sharding-propagation", &runs);
+  xla_rs::Status st = xla_rs::RunPasses(m, "sharding-propagation, complete-shardings", &runs);
   CHECK(st.ok());
-  CHECK(runs.size() == 1 && runs[0].name == "sharding-propagation" && runs[0].changed);
+  CHECK(runs.size() == 2 && runs[0].name == "sharding-propagation" && runs[0].changed);
+  CHECK(runs[1].name == "complete-shardings");
   // Propagation gave the dot a sharding; the module still verifies.
   CHECK(Contains(m.ToString(), "dot(%x, %y), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding="));
   CHECK(xla_rs::VerifyHloModule(m).ok());
@@ -114,7 +116,7 @@ void TestPassesByName() {
   st = xla_rs::RunPasses(fresh, "sharding-propagation,spmd-partitioning");
   CHECK(!st.ok());
   CHECK(Contains(st.message(), "\"spmd-partitioning\" is not available in this build yet"));
-  CHECK(Contains(st.message(), "available: sharding-propagation"));
+  CHECK(Contains(st.message(), "available: sharding-propagation, complete-shardings"));
   CHECK(fresh.ToString() == before);
 
   bool thrown = false;
