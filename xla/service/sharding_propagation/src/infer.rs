@@ -1096,11 +1096,81 @@ impl<'m> Prop<'m> {
         Some(sizes)
     }
 
+    /// Scatter parallel dims (explicit batching dims, or iota-detected).
+    fn scatter_parallel(&self, x: Node, explicit: bool) -> Option<GsDims> {
+        let (ops, ind, upd) = self.scatter_parts(x);
+        let ind = ind?;
+        let dn = self.g.instr(x).scatter_dimension_numbers();
+        if explicit {
+            if dn.input_batching_dims.is_empty() {
+                return None;
+            }
+            let mut pd = GsDims {
+                operand: usize_dims(&dn.input_batching_dims),
+                indices: usize_dims(&dn.scatter_indices_batching_dims),
+                output: vec![],
+            };
+            dims::fill_output_dims(&mut pd, dn.index_vector_dim, &dn.update_window_dims);
+            return Some(pd);
+        }
+        let sizes = self.scatter_slice_sizes(x)?;
+        let _ = upd;
+        dims::batch_parallel_dims(
+            &self.g,
+            *ops.first()?,
+            ind,
+            &sizes,
+            dn.index_vector_dim,
+            &dn.scatter_dims_to_operand_dims,
+            &dn.scatter_indices_batching_dims,
+            &dn.update_window_dims,
+        )
+    }
+
+    /// `InferScatterParallelShardingFromOperands`.
+    fn infer_scatter_parallel(&mut self, x: Node, pd: &GsDims, may_combine: bool) -> bool {
+        let (ops, ind, upd) = self.scatter_parts(x);
+        let Some(ind) = ind else { return false };
+        let shape = self.g.shape(x);
+        let rank = if shape.is_tuple() {
+            shape
+                .tuple_elements()
+                .first()
+                .map(|e| e.rank())
+                .unwrap_or(0)
+        } else {
+            shape.rank()
+        };
+        let mut changed = false;
+        for (i, &op) in ops.iter().enumerate() {
+            if let Some(s) = self.leaf(op).filter(|s| s.is_spatially_partitioned()) {
+                let new = propagate_along_dims(s, &pd.operand, &pd.operand, rank);
+                changed |= self.maybe_improve_sub(x, new, i, may_combine, false);
+            }
+        }
+        if let Some(s) = self.leaf(ind).filter(|s| s.is_spatially_partitioned()) {
+            let new = propagate_along_dims(s, &pd.indices, &pd.operand, rank);
+            for i in 0..ops.len() {
+                changed |= self.maybe_improve_sub(x, new.clone(), i, may_combine, false);
+            }
+        }
+        for (i, &u) in upd.iter().enumerate() {
+            if let Some(s) = self.leaf(u).filter(|s| s.is_spatially_partitioned()) {
+                let new = propagate_along_dims(s, &pd.output, &pd.operand, rank);
+                changed |= self.maybe_improve_sub(x, new, i, may_combine, false);
+            }
+        }
+        changed
+    }
+
     fn infer_scatter(&mut self, x: Node, may_combine: bool) -> bool {
         let (ops, ind, upd) = self.scatter_parts(x);
         let Some(ind) = ind else { return false };
         let dn = self.g.instr(x).scatter_dimension_numbers();
         let mut changed = false;
+        if let Some(pd) = self.scatter_parallel(x, true) {
+            changed |= self.infer_scatter_parallel(x, &pd, may_combine);
+        }
         for (i, &op) in ops.iter().enumerate() {
             if self.sp(op) {
                 if let Some(s) = self.leaf(op).cloned() {
@@ -1110,6 +1180,9 @@ impl<'m> Prop<'m> {
         }
         if !self.sp(ind) && !upd.iter().any(|&u| self.sp(u)) {
             return changed;
+        }
+        if let Some(pd) = self.scatter_parallel(x, false) {
+            changed |= self.infer_scatter_parallel(x, &pd, may_combine);
         }
         let Some(sizes) = self.scatter_slice_sizes(x) else {
             return changed;
@@ -1122,20 +1195,24 @@ impl<'m> Prop<'m> {
             let Some(s) = self.leaf(u).cloned() else {
                 continue;
             };
-            if !s.is_tiled() {
-                continue;
-            }
-            let (od, ud) = dims::passthrough_dims(
-                &op_dims,
-                &dn.inserted_window_dims,
-                &dn.input_batching_dims,
-                &dn.update_window_dims,
-                &sizes,
-            );
-            let r = propagate_along_dims(&s, &ud, &od, op_dims.len());
-            if !r.is_tile_maximal() {
-                changed |= self.maybe_improve_sub(x, r, i, may_combine, false);
-            }
+            // A replicated or manual update gives the output its sharding as is.
+            let r = if s.is_tiled() {
+                let (od, ud) = dims::passthrough_dims(
+                    &op_dims,
+                    &dn.inserted_window_dims,
+                    &dn.input_batching_dims,
+                    &dn.update_window_dims,
+                    &sizes,
+                );
+                let r = propagate_along_dims(&s, &ud, &od, op_dims.len());
+                if r.is_tile_maximal() {
+                    continue;
+                }
+                r
+            } else {
+                s
+            };
+            changed |= self.maybe_improve_sub(x, r, i, may_combine, false);
         }
         changed
     }
