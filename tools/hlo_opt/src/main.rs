@@ -38,6 +38,10 @@ struct Args {
     /// verified after each.
     #[arg(long, value_delimiter = ',', value_name = "PASS,...")]
     passes: Vec<String>,
+    /// Number of partitions for the passes (spmd-partitioning); default:
+    /// the module header's num_partitions.
+    #[arg(long, value_name = "N")]
+    num_partitions: Option<i64>,
     /// Write the module after each pass to DIR/NN.<pass>.hlo.
     #[arg(long, value_name = "DIR", requires = "passes")]
     dump_after_each: Option<PathBuf>,
@@ -77,6 +81,11 @@ fn registry() -> xla_hlo_pass::PassRegistry {
         "complete-shardings",
         "give {replicated} to instructions still unsharded in partitioned computations",
         || Box::new(xla_sharding_propagation::ShardingCompletion),
+    );
+    r.register(
+        "spmd-partitioning",
+        "partition a sharded module into the per-device SPMD program (XLA's spmd-partitioning)",
+        || Box::new(xla_spmd_partitioner::SpmdPartitioner::default()),
     );
     r
 }
@@ -132,6 +141,9 @@ fn comparison_json(ours: &xla_hlo_ir::HloModule, other: &xla_hlo_ir::HloModule) 
 
 fn run(args: &Args) -> Result<()> {
     let mut module = load_module(&args.input, !args.no_verify)?;
+    if let Some(n) = args.num_partitions {
+        module.config.num_partitions = Some(n);
+    }
     run_passes(args, &mut module)?;
     let text = if let Some(other_path) = &args.compare_shardings {
         let other = load_module(other_path, !args.no_verify)?;

@@ -11,6 +11,7 @@
 //! semantics hold; all others run on one device.
 
 mod generate;
+mod partition;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
@@ -59,6 +60,12 @@ struct Cli {
     /// Runs of the module to time (the minimum is reported).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Propagate shardings, partition the module for --devices N (default:
+    /// its num_partitions) and run the per-device program on N loopback
+    /// devices: arguments are split and outputs assembled by the entry
+    /// shardings; the JSON line gains "partition" statistics.
+    #[arg(long)]
+    partition: bool,
 }
 
 fn main() {
@@ -125,11 +132,19 @@ fn run(cli: &Cli) -> Result<bool> {
             1
         }
     });
+    let partitioned = if cli.partition {
+        Some(partition::Partitioned::new(&module, cli.devices)?)
+    } else {
+        None
+    };
+    let devices = partitioned.as_ref().map(|p| p.devices).unwrap_or(devices);
     let mut best = f64::INFINITY;
     let mut outputs = Vec::new();
     for _ in 0..cli.repeat.max(1) {
         let t = Instant::now();
-        outputs = if devices > 1 {
+        outputs = if let Some(pm) = &partitioned {
+            pm.run(&args)?
+        } else if devices > 1 {
             evaluate_spmd(&module, &args, devices)?
                 .into_iter()
                 .next()
@@ -202,6 +217,9 @@ fn run(cli: &Cli) -> Result<bool> {
         "eval_s": best,
         "wall_s": t_total.elapsed().as_secs_f64(),
     });
+    if let Some(pm) = &partitioned {
+        line["partition"] = pm.stats();
+    }
     if compared {
         line["all_matched"] = json!(all_ok);
     }

@@ -1,0 +1,680 @@
+//! Emitting the per-device program: module-wide state (unique names,
+//! channel ids, reducer computations created on demand) and a `Builder`
+//! that appends instructions to one new computation, with helpers for every
+//! op the partitioner emits (collectives with explicit or iota replica
+//! groups, partition-id-indexed offset tables, masks, pads and slices).
+//!
+//! Invariants: every emitted instruction has its exact local shape (the
+//! verifier re-checks them all); names are unique across the module;
+//! collectives use `channel_id` + `use_global_device_ids=true` (all-reduce,
+//! all-gather, reduce-scatter) or cross-partition ids (all-to-all,
+//! collective-permute), so partition ids are device ids.
+
+use crate::error::{invalid, SpmdError};
+use crate::partition::VS;
+use rustc_hash::{FxHashMap, FxHashSet};
+use xla_hlo_ir::attrs::{PaddingDim, SliceDim};
+use xla_hlo_ir::literal::ArrayLiteral;
+use xla_hlo_ir::{
+    ArrayShape, AttrKey, AttrValue, CollectiveDeviceList, CompId, HloComputation, HloInstruction,
+    HloModule, InstrId, Literal, Opcode, PrimitiveType, Shape,
+};
+use xla_hlo_utils::TileArray;
+
+/// Module-wide state shared by every computation being partitioned.
+pub struct ModCtx {
+    /// Number of partitions (devices).
+    pub n: i64,
+    used_names: FxHashSet<String>,
+    reserved: FxHashSet<String>,
+    next_channel: i64,
+    /// Computations created by the partitioner (reducers), appended to the
+    /// module at the end; ids start at `first_new_comp`.
+    pub new_comps: Vec<HloComputation>,
+    pub first_new_comp: usize,
+    reducers: FxHashMap<(Opcode, PrimitiveType), CompId>,
+    /// Original computations replaced by their partitioned form.
+    pub replaced: FxHashMap<CompId, HloComputation>,
+    /// Partitioned called computations by (original, parameter shardings, root sharding).
+    #[allow(clippy::type_complexity)]
+    pub partitioned: FxHashMap<(CompId, Vec<VS>, Option<VS>), (CompId, VS)>,
+    /// Handler uses by `opcode:handler`.
+    pub handler_counts: std::collections::BTreeMap<String, usize>,
+}
+
+impl ModCtx {
+    pub fn new(module: &HloModule, n: i64) -> ModCtx {
+        let mut reserved = FxHashSet::default();
+        let mut next_channel = 1;
+        for c in &module.computations {
+            reserved.insert(c.name.clone());
+            for i in &c.instructions {
+                reserved.insert(i.name.clone());
+                if let Some(ch) = i.channel_id() {
+                    next_channel = next_channel.max(ch + 1);
+                }
+            }
+        }
+        ModCtx {
+            n,
+            used_names: FxHashSet::default(),
+            reserved,
+            next_channel,
+            new_comps: Vec::new(),
+            first_new_comp: module.computations.len(),
+            reducers: FxHashMap::default(),
+            replaced: FxHashMap::default(),
+            partitioned: FxHashMap::default(),
+            handler_counts: Default::default(),
+        }
+    }
+
+    /// `name` itself when no emitted instruction took it yet (original
+    /// names are kept for the clone of the original instruction).
+    pub fn orig_name(&mut self, name: &str) -> String {
+        if self.used_names.insert(name.to_string()) {
+            name.to_string()
+        } else {
+            self.fresh(name)
+        }
+    }
+
+    /// A new name `base.N` not used anywhere in the module.
+    pub fn fresh(&mut self, base: &str) -> String {
+        let stem = match base.rsplit_once('.') {
+            Some((s, tail)) if !s.is_empty() && tail.chars().all(|c| c.is_ascii_digit()) => s,
+            _ => base,
+        };
+        if !self.reserved.contains(stem) && self.used_names.insert(stem.to_string()) {
+            return stem.to_string();
+        }
+        let mut k = 1u64;
+        loop {
+            let cand = format!("{stem}.{k}");
+            if !self.reserved.contains(&cand) && self.used_names.insert(cand.clone()) {
+                return cand;
+            }
+            k += 1;
+        }
+    }
+
+    pub fn channel(&mut self) -> i64 {
+        let c = self.next_channel;
+        self.next_channel += 1;
+        c
+    }
+
+    /// A scalar `(x, y) -> op(x, y)` computation of element type `ty`.
+    pub fn reducer(&mut self, op: Opcode, ty: PrimitiveType) -> CompId {
+        if let Some(&c) = self.reducers.get(&(op, ty)) {
+            return c;
+        }
+        let name = self.fresh(&format!("{}.{}.spmd", op.name(), ty.name()));
+        let mut comp = HloComputation::new(name);
+        let s = Shape::scalar(ty);
+        let mut x = HloInstruction::new(self.fresh("x"), Opcode::Parameter, s.clone(), vec![]);
+        x.parameter_number = Some(0);
+        let mut y = HloInstruction::new(self.fresh("y"), Opcode::Parameter, s.clone(), vec![]);
+        y.parameter_number = Some(1);
+        let xi = comp.add(x);
+        let yi = comp.add(y);
+        let r = comp.add(HloInstruction::new(
+            self.fresh(op.name()),
+            op,
+            s,
+            vec![xi, yi],
+        ));
+        comp.root = r;
+        let id = CompId((self.first_new_comp + self.new_comps.len()) as u32);
+        self.new_comps.push(comp);
+        self.reducers.insert((op, ty), id);
+        id
+    }
+
+    /// Replica groups in the shortest form: iota when the groups are an iota
+    /// pattern, explicit lists otherwise.
+    pub fn groups(&self, groups: &[Vec<i64>]) -> CollectiveDeviceList {
+        let g = groups.len() as i64;
+        let s = groups.first().map(|x| x.len()).unwrap_or(0) as i64;
+        if g > 0 && s > 0 && groups.iter().all(|x| x.len() as i64 == s) {
+            let flat: Vec<i64> = groups.iter().flatten().copied().collect();
+            if let Ok(t) = TileArray::new(vec![g, s], flat) {
+                if let Some((reshape_dims, perm)) = t.to_iota() {
+                    return CollectiveDeviceList::Iota {
+                        num_groups: g,
+                        group_size: s,
+                        reshape_dims,
+                        perm,
+                    };
+                }
+            }
+        }
+        CollectiveDeviceList::Explicit(groups.to_vec())
+    }
+}
+
+/// Array shape helper (no layout).
+pub fn arr(ty: PrimitiveType, dims: Vec<i64>) -> Shape {
+    Shape::Array(ArrayShape::new(ty, dims))
+}
+
+/// The same shape with new dims, keeping element type and layout.
+pub fn with_dims(shape: &Shape, dims: &[i64]) -> Shape {
+    match shape {
+        Shape::Array(a) if a.dims.len() == dims.len() => Shape::Array(ArrayShape {
+            dims: dims.to_vec(),
+            ..a.clone()
+        }),
+        Shape::Array(a) => arr(a.element_type, dims.to_vec()),
+        other => other.clone(),
+    }
+}
+
+/// The element type of an array shape (errors for tuples).
+pub fn elem(shape: &Shape) -> Result<PrimitiveType, SpmdError> {
+    shape
+        .element_type()
+        .ok_or_else(|| SpmdError::Invalid(format!("expected an array shape, got {shape}")))
+}
+
+/// A scalar literal of `ty` holding `v` (integers and floats; pred: v != 0).
+pub fn scalar_literal(ty: PrimitiveType, v: f64) -> Literal {
+    let mut lit = ArrayLiteral::zeros(ArrayShape::new(ty, vec![]));
+    if ty.is_float() || ty.is_complex() {
+        lit.set_f64(0, v);
+    } else {
+        lit.set_int(0, v as i128);
+    }
+    Literal::Array(lit)
+}
+
+/// Appends instructions to one computation.
+pub struct Builder<'c> {
+    pub ctx: &'c mut ModCtx,
+    pub comp: HloComputation,
+    pid: Option<InstrId>,
+    tables: FxHashMap<Vec<i64>, InstrId>,
+    consts: FxHashMap<(PrimitiveType, i64), InstrId>,
+}
+
+impl<'c> Builder<'c> {
+    pub fn new(ctx: &'c mut ModCtx, name: &str) -> Builder<'c> {
+        Builder {
+            ctx,
+            comp: HloComputation::new(name),
+            pid: None,
+            tables: FxHashMap::default(),
+            consts: FxHashMap::default(),
+        }
+    }
+
+    pub fn n(&self) -> i64 {
+        self.ctx.n
+    }
+    pub fn shape(&self, id: InstrId) -> &Shape {
+        &self.comp.instr(id).shape
+    }
+    pub fn dims(&self, id: InstrId) -> Vec<i64> {
+        self.comp.instr(id).shape.dims().to_vec()
+    }
+    pub fn ty(&self, id: InstrId) -> Result<PrimitiveType, SpmdError> {
+        elem(self.shape(id))
+    }
+
+    /// Appends a fully built instruction.
+    pub fn push(&mut self, instr: HloInstruction) -> InstrId {
+        self.comp.add(instr)
+    }
+
+    /// Appends a new instruction named after `base`.
+    pub fn add(
+        &mut self,
+        base: &str,
+        op: Opcode,
+        shape: Shape,
+        operands: Vec<InstrId>,
+        attrs: Vec<(AttrKey, AttrValue)>,
+    ) -> InstrId {
+        let mut i = HloInstruction::new(self.ctx.fresh(base), op, shape, operands);
+        for (k, v) in attrs {
+            i.set_attr(k, v);
+        }
+        self.comp.add(i)
+    }
+
+    pub fn constant(&mut self, lit: Literal, shape: Shape) -> InstrId {
+        let mut i =
+            HloInstruction::new(self.ctx.fresh("constant"), Opcode::Constant, shape, vec![]);
+        i.literal = Some(Box::new(lit));
+        self.comp.add(i)
+    }
+
+    /// A scalar constant (cached per type and integral value).
+    pub fn scalar(&mut self, ty: PrimitiveType, v: i64) -> InstrId {
+        if let Some(&id) = self.consts.get(&(ty, v)) {
+            return id;
+        }
+        let id = self.constant(scalar_literal(ty, v as f64), Shape::scalar(ty));
+        self.consts.insert((ty, v), id);
+        id
+    }
+
+    pub fn partition_id(&mut self) -> InstrId {
+        if let Some(p) = self.pid {
+            return p;
+        }
+        let p = self.add(
+            "partition-id",
+            Opcode::PartitionId,
+            Shape::scalar(PrimitiveType::U32),
+            vec![],
+            vec![],
+        );
+        self.pid = Some(p);
+        p
+    }
+
+    /// A scalar s32 whose value on partition `p` is `table[p]` (a constant
+    /// when every entry is equal).
+    pub fn table(&mut self, table: &[i64]) -> InstrId {
+        if let Some(&first) = table.first() {
+            if table.iter().all(|&v| v == first) {
+                return self.scalar(PrimitiveType::S32, first);
+            }
+        }
+        if let Some(&id) = self.tables.get(table) {
+            return id;
+        }
+        let n = table.len() as i64;
+        let mut lit = ArrayLiteral::zeros(ArrayShape::new(PrimitiveType::S32, vec![n]));
+        for (i, &v) in table.iter().enumerate() {
+            lit.set_int(i, v as i128);
+        }
+        let c = self.constant(Literal::Array(lit), arr(PrimitiveType::S32, vec![n]));
+        let p = self.partition_id();
+        let ds = self.add(
+            "dynamic-slice",
+            Opcode::DynamicSlice,
+            arr(PrimitiveType::S32, vec![1]),
+            vec![c, p],
+            vec![(AttrKey::DynamicSliceSizes, AttrValue::Ints(vec![1]))],
+        );
+        let r = self.add(
+            "reshape",
+            Opcode::Reshape,
+            Shape::scalar(PrimitiveType::S32),
+            vec![ds],
+            vec![],
+        );
+        self.tables.insert(table.to_vec(), r);
+        r
+    }
+
+    pub fn reshape(&mut self, x: InstrId, dims: &[i64]) -> InstrId {
+        if self.dims(x) == dims {
+            return x;
+        }
+        let shape = with_dims(self.shape(x), dims);
+        let shape = if shape.rank() == self.shape(x).rank() {
+            shape
+        } else {
+            arr(
+                elem(self.shape(x)).unwrap_or(PrimitiveType::F32),
+                dims.to_vec(),
+            )
+        };
+        self.add("reshape", Opcode::Reshape, shape, vec![x], vec![])
+    }
+
+    pub fn transpose(&mut self, x: InstrId, perm: &[usize]) -> InstrId {
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return x;
+        }
+        let d = self.dims(x);
+        let nd: Vec<i64> = perm.iter().map(|&p| d[p]).collect();
+        let ty = self.ty(x).unwrap_or(PrimitiveType::F32);
+        self.add(
+            "transpose",
+            Opcode::Transpose,
+            arr(ty, nd),
+            vec![x],
+            vec![(
+                AttrKey::Dimensions,
+                AttrValue::Ints(perm.iter().map(|&p| p as i64).collect()),
+            )],
+        )
+    }
+
+    pub fn broadcast(&mut self, x: InstrId, dims: &[i64], map: &[i64]) -> InstrId {
+        let ty = self.ty(x).unwrap_or(PrimitiveType::F32);
+        self.add(
+            "broadcast",
+            Opcode::Broadcast,
+            arr(ty, dims.to_vec()),
+            vec![x],
+            vec![(AttrKey::Dimensions, AttrValue::Ints(map.to_vec()))],
+        )
+    }
+
+    /// Static slice `[start, start+size)` (stride 1) on the given dims.
+    pub fn slice(&mut self, x: InstrId, ranges: &[(i64, i64, i64)]) -> InstrId {
+        let d = self.dims(x);
+        if ranges
+            .iter()
+            .zip(&d)
+            .all(|(&(s, l, st), &x)| s == 0 && l == x && st == 1)
+        {
+            return x;
+        }
+        let sd: Vec<SliceDim> = ranges
+            .iter()
+            .map(|&(start, limit, stride)| SliceDim {
+                start,
+                limit,
+                stride,
+            })
+            .collect();
+        let nd: Vec<i64> = ranges
+            .iter()
+            .map(|&(s, l, st)| (l - s + st - 1) / st)
+            .collect();
+        let shape = with_dims(self.shape(x), &nd);
+        self.add(
+            "slice",
+            Opcode::Slice,
+            shape,
+            vec![x],
+            vec![(AttrKey::Slice, AttrValue::Slice(sd))],
+        )
+    }
+
+    /// Slices every dim to `[0, size)`.
+    pub fn slice_to(&mut self, x: InstrId, sizes: &[i64]) -> InstrId {
+        let r: Vec<(i64, i64, i64)> = sizes.iter().map(|&s| (0, s, 1)).collect();
+        self.slice(x, &r)
+    }
+
+    /// Pads with `value` (a scalar instruction) low/high per dim.
+    pub fn pad(&mut self, x: InstrId, value: InstrId, lo_hi: &[(i64, i64)]) -> InstrId {
+        if lo_hi.iter().all(|&(l, h)| l == 0 && h == 0) {
+            return x;
+        }
+        let d = self.dims(x);
+        let nd: Vec<i64> = d.iter().zip(lo_hi).map(|(&x, &(l, h))| x + l + h).collect();
+        let shape = with_dims(self.shape(x), &nd);
+        let p: Vec<PaddingDim> = lo_hi
+            .iter()
+            .map(|&(low, high)| PaddingDim {
+                low,
+                high,
+                interior: 0,
+            })
+            .collect();
+        self.add(
+            "pad",
+            Opcode::Pad,
+            shape,
+            vec![x, value],
+            vec![(AttrKey::Padding, AttrValue::Padding(p))],
+        )
+    }
+
+    /// A zero scalar of `x`'s element type.
+    pub fn zero_of(&mut self, x: InstrId) -> Result<InstrId, SpmdError> {
+        let ty = self.ty(x)?;
+        Ok(self.scalar(ty, 0))
+    }
+
+    pub fn pad_zero(&mut self, x: InstrId, lo_hi: &[(i64, i64)]) -> Result<InstrId, SpmdError> {
+        if lo_hi.iter().all(|&(l, h)| l == 0 && h == 0) {
+            return Ok(x);
+        }
+        let z = self.zero_of(x)?;
+        Ok(self.pad(x, z, lo_hi))
+    }
+
+    pub fn dynamic_slice(&mut self, x: InstrId, starts: Vec<InstrId>, sizes: &[i64]) -> InstrId {
+        let shape = with_dims(self.shape(x), sizes);
+        let mut ops = vec![x];
+        ops.extend(starts);
+        self.add(
+            "dynamic-slice",
+            Opcode::DynamicSlice,
+            shape,
+            ops,
+            vec![(AttrKey::DynamicSliceSizes, AttrValue::Ints(sizes.to_vec()))],
+        )
+    }
+
+    pub fn concatenate(&mut self, parts: Vec<InstrId>, dim: usize) -> InstrId {
+        if parts.len() == 1 {
+            return parts[0];
+        }
+        let mut d = self.dims(parts[0]);
+        d[dim] = parts
+            .iter()
+            .map(|&p| self.comp.instr(p).shape.dims()[dim])
+            .sum();
+        let shape = with_dims(self.shape(parts[0]), &d);
+        self.add(
+            "concatenate",
+            Opcode::Concatenate,
+            shape,
+            parts,
+            vec![(AttrKey::Dimensions, AttrValue::Ints(vec![dim as i64]))],
+        )
+    }
+
+    pub fn binary(&mut self, op: Opcode, a: InstrId, b: InstrId) -> InstrId {
+        let shape = self.shape(a).clone();
+        self.add(op.name(), op, shape, vec![a, b], vec![])
+    }
+
+    pub fn compare(&mut self, a: InstrId, b: InstrId, dir: &str) -> InstrId {
+        let d = self.dims(a);
+        self.add(
+            "compare",
+            Opcode::Compare,
+            arr(PrimitiveType::Pred, d),
+            vec![a, b],
+            vec![(AttrKey::Direction, AttrValue::Ident(dir.into()))],
+        )
+    }
+
+    pub fn select(&mut self, p: InstrId, a: InstrId, b: InstrId) -> InstrId {
+        let shape = self.shape(a).clone();
+        self.add("select", Opcode::Select, shape, vec![p, a, b], vec![])
+    }
+
+    pub fn iota(&mut self, ty: PrimitiveType, dims: &[i64], dim: usize) -> InstrId {
+        self.add(
+            "iota",
+            Opcode::Iota,
+            arr(ty, dims.to_vec()),
+            vec![],
+            vec![(AttrKey::IotaDimension, AttrValue::Int(dim as i64))],
+        )
+    }
+
+    /// A scalar broadcast to `dims`.
+    pub fn splat(&mut self, s: InstrId, dims: &[i64]) -> InstrId {
+        if dims.is_empty() {
+            return s;
+        }
+        self.broadcast(s, dims, &[])
+    }
+
+    /// A pred array over `dims`: true where `lo <= iota(dim) + offset < hi`
+    /// (`offset` an s32 scalar instruction).
+    pub fn range_mask(
+        &mut self,
+        dims: &[i64],
+        dim: usize,
+        offset: InstrId,
+        lo: Option<i64>,
+        hi: Option<i64>,
+    ) -> InstrId {
+        let io = self.iota(PrimitiveType::S32, dims, dim);
+        let ob = self.splat(offset, dims);
+        let idx = self.binary(Opcode::Add, io, ob);
+        let mut mask = None;
+        if let Some(lo) = lo {
+            let c = self.scalar(PrimitiveType::S32, lo);
+            let cb = self.splat(c, dims);
+            mask = Some(self.compare(idx, cb, "GE"));
+        }
+        if let Some(hi) = hi {
+            let c = self.scalar(PrimitiveType::S32, hi);
+            let cb = self.splat(c, dims);
+            let m = self.compare(idx, cb, "LT");
+            mask = Some(match mask {
+                Some(prev) => self.binary(Opcode::And, prev, m),
+                None => m,
+            });
+        }
+        match mask {
+            Some(m) => m,
+            None => {
+                let t = self.scalar(PrimitiveType::Pred, 1);
+                self.splat(t, dims)
+            }
+        }
+    }
+
+    // ----- collectives -----
+
+    pub fn all_gather(&mut self, x: InstrId, dim: usize, groups: &[Vec<i64>]) -> InstrId {
+        let mut d = self.dims(x);
+        let g = groups.first().map(|g| g.len()).unwrap_or(1) as i64;
+        d[dim] *= g;
+        let shape = with_dims(self.shape(x), &d);
+        let ch = self.ctx.channel();
+        let rg = self.ctx.groups(groups);
+        self.add(
+            "all-gather",
+            Opcode::AllGather,
+            shape,
+            vec![x],
+            vec![
+                (AttrKey::ChannelId, AttrValue::Int(ch)),
+                (AttrKey::ReplicaGroups, AttrValue::ReplicaGroups(rg)),
+                (AttrKey::Dimensions, AttrValue::Ints(vec![dim as i64])),
+                (AttrKey::UseGlobalDeviceIds, AttrValue::Bool(true)),
+            ],
+        )
+    }
+
+    /// All-reduce with the computation `to_apply`.
+    pub fn all_reduce_with(
+        &mut self,
+        x: InstrId,
+        groups: &[Vec<i64>],
+        to_apply: CompId,
+    ) -> InstrId {
+        let shape = self.shape(x).clone();
+        let ch = self.ctx.channel();
+        let rg = self.ctx.groups(groups);
+        self.add(
+            "all-reduce",
+            Opcode::AllReduce,
+            shape,
+            vec![x],
+            vec![
+                (AttrKey::ChannelId, AttrValue::Int(ch)),
+                (AttrKey::ReplicaGroups, AttrValue::ReplicaGroups(rg)),
+                (AttrKey::UseGlobalDeviceIds, AttrValue::Bool(true)),
+                (AttrKey::ToApply, AttrValue::Computation(to_apply)),
+            ],
+        )
+    }
+
+    /// All-reduce with a scalar binary op (`add`, `maximum`, `or`, ...).
+    pub fn all_reduce(
+        &mut self,
+        x: InstrId,
+        groups: &[Vec<i64>],
+        op: Opcode,
+    ) -> Result<InstrId, SpmdError> {
+        let ty = self.ty(x)?;
+        let op = if ty == PrimitiveType::Pred && op == Opcode::Add {
+            Opcode::Or
+        } else {
+            op
+        };
+        let c = self.ctx.reducer(op, ty);
+        Ok(self.all_reduce_with(x, groups, c))
+    }
+
+    pub fn reduce_scatter(
+        &mut self,
+        x: InstrId,
+        dim: usize,
+        groups: &[Vec<i64>],
+        op: Opcode,
+    ) -> Result<InstrId, SpmdError> {
+        let ty = self.ty(x)?;
+        let op = if ty == PrimitiveType::Pred && op == Opcode::Add {
+            Opcode::Or
+        } else {
+            op
+        };
+        let c = self.ctx.reducer(op, ty);
+        let mut d = self.dims(x);
+        let g = groups.first().map(|g| g.len()).unwrap_or(1) as i64;
+        if d[dim] % g != 0 {
+            return invalid("reduce-scatter of an indivisible dim");
+        }
+        d[dim] /= g;
+        let shape = with_dims(self.shape(x), &d);
+        let ch = self.ctx.channel();
+        let rg = self.ctx.groups(groups);
+        Ok(self.add(
+            "reduce-scatter",
+            Opcode::ReduceScatter,
+            shape,
+            vec![x],
+            vec![
+                (AttrKey::ChannelId, AttrValue::Int(ch)),
+                (AttrKey::ReplicaGroups, AttrValue::ReplicaGroups(rg)),
+                (AttrKey::UseGlobalDeviceIds, AttrValue::Bool(true)),
+                (AttrKey::Dimensions, AttrValue::Ints(vec![dim as i64])),
+                (AttrKey::ToApply, AttrValue::Computation(c)),
+            ],
+        ))
+    }
+
+    pub fn all_to_all(&mut self, x: InstrId, dim: usize, groups: &[Vec<i64>]) -> InstrId {
+        let shape = self.shape(x).clone();
+        let ch = self.ctx.channel();
+        let rg = self.ctx.groups(groups);
+        self.add(
+            "all-to-all",
+            Opcode::AllToAll,
+            shape,
+            vec![x],
+            vec![
+                (AttrKey::ChannelId, AttrValue::Int(ch)),
+                (AttrKey::ReplicaGroups, AttrValue::ReplicaGroups(rg)),
+                (AttrKey::Dimensions, AttrValue::Ints(vec![dim as i64])),
+            ],
+        )
+    }
+
+    pub fn collective_permute(&mut self, x: InstrId, pairs: &[(i64, i64)]) -> InstrId {
+        let shape = self.shape(x).clone();
+        let ch = self.ctx.channel();
+        self.add(
+            "collective-permute",
+            Opcode::CollectivePermute,
+            shape,
+            vec![x],
+            vec![
+                (AttrKey::ChannelId, AttrValue::Int(ch)),
+                (
+                    AttrKey::SourceTargetPairs,
+                    AttrValue::IntLists(pairs.iter().map(|&(a, b)| vec![a, b]).collect()),
+                ),
+            ],
+        )
+    }
+}

@@ -1,0 +1,419 @@
+//! Dot and convolution: both are einsums over an iteration space (batch,
+//! lhs-free, rhs-free and contracted dims). A partitioning is a grid over
+//! that space; the operand and output grids are its projections. Candidate
+//! iteration grids come from the output, from each operand and from
+//! combinations of them; each is costed as the bytes to reshard the
+//! operands plus the bytes to combine partial sums (all-reduce, or a
+//! reduce-scatter onto an output dim when that leaves the result closer to
+//! the wanted sharding) plus the bytes to reshard the result. The cheapest
+//! wins. This covers XLA's batch-parallel, non-contracting and contracting
+//! strategies on 1-D to 3-D meshes.
+//!
+//! Convolutions use the same machinery for batch and feature dims; sharded
+//! spatial dims get their input window through a halo exchange
+//! (`window::exchange`), the kernel's spatial dims stay whole.
+//!
+//! Invariant: uneven contracted dims are masked to zero in both operands
+//! before the local dot, so padding never reaches a sum.
+
+use crate::error::SpmdError;
+use crate::grid::{local_dims, Grid};
+use crate::handlers::{mask_padding, merge_grids};
+use crate::partition::{PValue, Part, VS};
+use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode};
+
+type Res = Result<Option<PValue>, SpmdError>;
+
+/// Emits the local op: `(part, lhs, lhs grid, rhs, rhs grid, result sharding)`.
+pub type EmitFn<'f> = dyn FnMut(
+        &mut Part<'_, '_>,
+        xla_hlo_ir::InstrId,
+        &Grid,
+        xla_hlo_ir::InstrId,
+        &Grid,
+        &VS,
+    ) -> Result<PValue, SpmdError>
+    + 'f;
+
+/// An einsum's dim mappings into its iteration space.
+pub struct Einsum {
+    /// Iteration-space rank.
+    pub ni: usize,
+    /// For each lhs / rhs / output dim, its iteration dim.
+    pub lhs: Vec<usize>,
+    pub rhs: Vec<usize>,
+    pub out: Vec<usize>,
+    /// Contracted iteration dims (partial sums when tiled).
+    pub contracted: Vec<usize>,
+    /// Iteration dims that must stay untiled.
+    pub whole: Vec<usize>,
+}
+
+enum Post {
+    None,
+    AllReduce,
+    ReduceScatter(usize, Grid),
+}
+
+fn elems(d: &[i64]) -> u64 {
+    d.iter().map(|&x| x.max(0) as u64).product()
+}
+
+fn project(i: &Grid, dims: &[usize]) -> Grid {
+    let map: Vec<Option<usize>> = dims.iter().map(|&d| Some(d)).collect();
+    i.remap(&map)
+}
+
+fn lift(g: &Grid, dims: &[usize], ni: usize) -> Grid {
+    let map: Vec<Option<usize>> = (0..ni).map(|i| dims.iter().position(|&d| d == i)).collect();
+    g.remap(&map)
+}
+
+struct Choice {
+    i: Grid,
+    post: Post,
+    cost: u64,
+}
+
+/// Partitions an einsum-like op: `emit(p, lhs, rhs, out_vs)` emits the
+/// local op on local operands for local result sharding `out_vs`.
+pub fn einsum(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    e: &Einsum,
+    lhs: &PValue,
+    rhs: &PValue,
+    out: &Grid,
+    emit: &mut EmitFn<'_>,
+) -> Res {
+    let (Some(lg), Some(rg)) = (lhs.vs.grid().cloned(), rhs.vs.grid().cloned()) else {
+        return Ok(None);
+    };
+    let ni = e.ni;
+    let out_shape = &instr.shape;
+    let bytes = out_shape
+        .element_type()
+        .map(|t| t.byte_width().max(1))
+        .unwrap_or(4) as u64;
+    let i_o = lift(out, &e.out, ni);
+    let i_l = lift(&lg, &e.lhs, ni);
+    let i_r = lift(&rg, &e.rhs, ni);
+    let l_only: Vec<usize> = (0..ni)
+        .filter(|d| e.lhs.contains(d) && !e.rhs.contains(d))
+        .collect();
+    let r_only: Vec<usize> = (0..ni)
+        .filter(|d| e.rhs.contains(d) && !e.lhs.contains(d))
+        .collect();
+    let mut cands = vec![i_o.clone(), i_l.clone(), i_r.clone()];
+    cands.extend(merge_grids(&i_l, &i_r, &r_only));
+    cands.extend(merge_grids(&i_r, &i_l, &l_only));
+    cands.extend(merge_grids(&i_o, &i_l, &e.contracted));
+    cands.extend(merge_grids(&i_o, &i_r, &e.contracted));
+    if let Some(m) = merge_grids(&i_l, &i_r, &r_only) {
+        let non_k: Vec<usize> = (0..ni).filter(|d| !e.contracted.contains(d)).collect();
+        cands.extend(merge_grids(&m, &i_o, &non_k));
+    }
+    let mut best: Option<(Choice, i64)> = None;
+    for c in cands {
+        let c = if e.whole.iter().any(|&d| c.tiles(d) > 1) {
+            c.replicate_dims(&e.whole)
+        } else {
+            c
+        };
+        let il = project(&c, &e.lhs);
+        let ir = project(&c, &e.rhs);
+        let mut cost = p.cost(lhs, &il) + p.cost(rhs, &ir);
+        let io = project(&c, &e.out);
+        let k_tiled: Vec<usize> = e
+            .contracted
+            .iter()
+            .copied()
+            .filter(|&d| c.tiles(d) > 1)
+            .collect();
+        let g: i64 = k_tiled.iter().map(|&d| c.tiles(d)).product();
+        let post = if g == 1 {
+            cost += p.cost_of(out_shape, &io, out);
+            Post::None
+        } else {
+            let lo = elems(&local_dims(out_shape.dims(), &io));
+            let mut bp = (lo * bytes + p.cost_of(out_shape, &io, out), Post::AllReduce);
+            for (od, &x) in out_shape.dims().iter().enumerate() {
+                let t = io.tiles(od);
+                if x % (t * g) != 0 {
+                    continue;
+                }
+                let rs = Grid::from_coords(
+                    &(0..io.rank())
+                        .map(|a| {
+                            if a == od {
+                                io.tiles(a) * g
+                            } else {
+                                io.tiles(a)
+                            }
+                        })
+                        .collect::<Vec<_>>(),
+                    c.num_devices(),
+                    |d| {
+                        let mut rank = 0;
+                        for &k in &k_tiled {
+                            rank = rank * c.tiles(k) + c.coord(d, k);
+                        }
+                        (0..io.rank())
+                            .map(|a| {
+                                let ca = io.coord(d, a);
+                                if a == od {
+                                    ca * g + rank
+                                } else {
+                                    ca
+                                }
+                            })
+                            .collect()
+                    },
+                );
+                let Some(rs) = rs else { continue };
+                let cc = lo / g as u64 * bytes + p.cost_of(out_shape, &rs, out);
+                if cc < bp.0 {
+                    bp = (cc, Post::ReduceScatter(od, rs));
+                }
+            }
+            cost += bp.0;
+            bp.1
+        };
+        let tiles = c.num_tiles();
+        let better = match &best {
+            None => true,
+            Some((b, bt)) => cost < b.cost || (cost == b.cost && tiles > *bt),
+        };
+        if better {
+            best = Some((Choice { i: c, post, cost }, tiles));
+        }
+    }
+    let Some((choice, _)) = best else {
+        return Ok(None);
+    };
+    let c = choice.i;
+    let il = project(&c, &e.lhs);
+    let ir = project(&c, &e.rhs);
+    let io = project(&c, &e.out);
+    let x = p.reshard_to_grid(lhs, &il)?;
+    let y = p.reshard_to_grid(rhs, &ir)?;
+    // Mask uneven contracted dims.
+    let k_lhs: Vec<usize> = (0..e.lhs.len())
+        .filter(|&a| e.contracted.contains(&e.lhs[a]))
+        .collect();
+    let k_rhs: Vec<usize> = (0..e.rhs.len())
+        .filter(|&a| e.contracted.contains(&e.rhs[a]))
+        .collect();
+    let zx = p.b.zero_of(x)?;
+    let x = mask_padding(p, x, &il, lhs.shape.dims(), &k_lhs, zx)?;
+    let zy = p.b.zero_of(y)?;
+    let y = mask_padding(p, y, &ir, rhs.shape.dims(), &k_rhs, zy)?;
+    let local = emit(p, x, &il, y, &ir, &VS::Grid(io.clone()))?;
+    let k_tiled: Vec<(usize, i64)> = e
+        .contracted
+        .iter()
+        .copied()
+        .filter(|&d| c.tiles(d) > 1)
+        .map(|d| (d, c.tiles(d)))
+        .collect();
+    match choice.post {
+        Post::None => Ok(Some(local)),
+        Post::AllReduce => {
+            let groups = c.factor_groups(&k_tiled);
+            let id = p.b.all_reduce(local.id, &groups, Opcode::Add)?;
+            Ok(Some(PValue { id, ..local }))
+        }
+        Post::ReduceScatter(od, rs) => {
+            let groups = c.factor_groups(&k_tiled);
+            let id = p.b.reduce_scatter(local.id, od, &groups, Opcode::Add)?;
+            Ok(Some(PValue {
+                id,
+                shape: instr.shape.clone(),
+                vs: VS::Grid(rs),
+            }))
+        }
+    }
+}
+
+/// `dot`.
+pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    let lhs = p.operand(instr, 0)?;
+    let rhs = p.operand(instr, 1)?;
+    let dn = instr.dot_dimension_numbers();
+    let (rl, rr) = (lhs.shape.rank(), rhs.shape.rank());
+    let to_us = |v: &[i64]| -> Vec<usize> { v.iter().map(|&d| d as usize).collect() };
+    let (lb, rb, lc, rc) = (
+        to_us(&dn.lhs_batch),
+        to_us(&dn.rhs_batch),
+        to_us(&dn.lhs_contracting),
+        to_us(&dn.rhs_contracting),
+    );
+    if lb.len() != rb.len() || lc.len() != rc.len() {
+        return Ok(None);
+    }
+    let lf: Vec<usize> = (0..rl)
+        .filter(|d| !lb.contains(d) && !lc.contains(d))
+        .collect();
+    let rf: Vec<usize> = (0..rr)
+        .filter(|d| !rb.contains(d) && !rc.contains(d))
+        .collect();
+    let (nb, nm, nn, nk) = (lb.len(), lf.len(), rf.len(), lc.len());
+    let ni = nb + nm + nn + nk;
+    if nb + nm + nn != instr.shape.rank() {
+        return Ok(None);
+    }
+    let mut lmap = vec![0usize; rl];
+    let mut rmap = vec![0usize; rr];
+    for i in 0..nb {
+        lmap[lb[i]] = i;
+        rmap[rb[i]] = i;
+    }
+    for (j, &d) in lf.iter().enumerate() {
+        lmap[d] = nb + j;
+    }
+    for (j, &d) in rf.iter().enumerate() {
+        rmap[d] = nb + nm + j;
+    }
+    for k in 0..nk {
+        lmap[lc[k]] = nb + nm + nn + k;
+        rmap[rc[k]] = nb + nm + nn + k;
+    }
+    let e = Einsum {
+        ni,
+        lhs: lmap,
+        rhs: rmap,
+        out: (0..nb + nm + nn).collect(),
+        contracted: (nb + nm + nn..ni).collect(),
+        whole: vec![],
+    };
+    p.note(instr, "dot");
+    einsum(p, instr, &e, &lhs, &rhs, &out, &mut |p, x, _, y, _, vs| {
+        p.emit_local(instr, vec![x, y], vs)
+    })
+}
+
+/// `convolution` (no feature or batch grouping): batch, output feature and
+/// input feature dims as an einsum; sharded spatial dims via halo exchange.
+pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    if instr.int_attr(AttrKey::FeatureGroupCount).unwrap_or(1) != 1
+        || instr.int_attr(AttrKey::BatchGroupCount).unwrap_or(1) != 1
+    {
+        return Ok(None);
+    }
+    let (Some(dn), Some(win)) = (
+        instr.conv_dimension_numbers().cloned(),
+        instr.window().cloned(),
+    ) else {
+        return Ok(None);
+    };
+    let lhs = p.operand(instr, 0)?;
+    let rhs = p.operand(instr, 1)?;
+    let ns = dn.input_spatial.len();
+    if dn.kernel_spatial.len() != ns || dn.output_spatial.len() != ns || win.dims.len() != ns {
+        return Ok(None);
+    }
+    // Iteration dims: 0 batch, 1 out feature, 2 in feature, 3.. out spatial,
+    // 3+ns.. kernel spatial.
+    let ni = 3 + 2 * ns;
+    let (rl, rr, ro) = (lhs.shape.rank(), rhs.shape.rank(), instr.shape.rank());
+    let mut lmap = vec![0usize; rl];
+    let mut rmap = vec![0usize; rr];
+    let mut omap = vec![0usize; ro];
+    let u = |d: i64| d as usize;
+    lmap[u(dn.input_batch)] = 0;
+    lmap[u(dn.input_feature)] = 2;
+    rmap[u(dn.kernel_input_feature)] = 2;
+    rmap[u(dn.kernel_output_feature)] = 1;
+    omap[u(dn.output_batch)] = 0;
+    omap[u(dn.output_feature)] = 1;
+    for s in 0..ns {
+        lmap[u(dn.input_spatial[s])] = 3 + s;
+        rmap[u(dn.kernel_spatial[s])] = 3 + ns + s;
+        omap[u(dn.output_spatial[s])] = 3 + s;
+    }
+    // Spatial dims sharded in the output use a halo exchange when the window
+    // allows it; otherwise they must be whole.
+    let mut halo_dims = Vec::new();
+    for s in 0..ns {
+        let od = u(dn.output_spatial[s]);
+        let w = &win.dims[s];
+        if out.tiles(od) > 1 && w.lhs_dilation == 1 && !w.reversal {
+            halo_dims.push(s);
+        }
+    }
+    let mut whole: Vec<usize> = (0..ns).map(|s| 3 + ns + s).collect();
+    whole.extend((0..ns).filter(|s| !halo_dims.contains(s)).map(|s| 3 + s));
+    let e = Einsum {
+        ni,
+        lhs: lmap,
+        rhs: rmap,
+        out: omap,
+        contracted: {
+            let mut c = vec![2];
+            c.extend((0..ns).map(|s| 3 + ns + s));
+            c
+        },
+        whole,
+    };
+    p.note(
+        instr,
+        if halo_dims.is_empty() {
+            "convolution"
+        } else {
+            "convolution-halo"
+        },
+    );
+    let lhs_dims = lhs.shape.dims().to_vec();
+    let out_dims = instr.shape.dims().to_vec();
+    einsum(p, instr, &e, &lhs, &rhs, &out, &mut |p, x, lg, y, _, vs| {
+        let VS::Grid(io) = vs else {
+            return Err(SpmdError::Invalid(
+                "convolution output is not an array".into(),
+            ));
+        };
+        let mut x = x;
+        let mut w = win.clone();
+        for &s in &halo_dims {
+            let ld = u(dn.input_spatial[s]);
+            let od = u(dn.output_spatial[s]);
+            let t = io.tiles(od);
+            if t <= 1 {
+                continue;
+            }
+            let wd = win.dims[s];
+            let so = crate::grid::tile_size(out_dims[od], t);
+            let span = (wd.size - 1) * wd.rhs_dilation + 1;
+            let len = (so - 1) * wd.stride + span;
+            // Output tile i reads input [i*so*stride - pad_low, ... + len).
+            let starts: Vec<i64> = (0..t)
+                .map(|i| i * so * wd.stride - wd.padding_low)
+                .collect();
+            let zero = p.b.zero_of(x)?;
+            x = crate::window::exchange(p, x, lg, &lhs_dims, ld, &starts, len, Some(zero))?;
+            w.dims[s].padding_low = 0;
+            w.dims[s].padding_high = 0;
+        }
+        let want = crate::partition::local_shape(&instr.shape, vs);
+        let id = p.clone_instr(instr, vec![x, y], want.clone());
+        p.b.comp
+            .instr_mut(id)
+            .set_attr(AttrKey::Window, AttrValue::Window(w));
+        let got = p.infer(p.b.comp.instr(id), &[p.b.shape(x), p.b.shape(y)])?;
+        if got.dims() != want.dims() {
+            return Err(SpmdError::Invalid(format!(
+                "local convolution shape {got} differs from {want}"
+            )));
+        }
+        Ok(PValue {
+            id,
+            shape: instr.shape.clone(),
+            vs: vs.clone(),
+        })
+    })
+}

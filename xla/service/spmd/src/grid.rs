@@ -1,0 +1,418 @@
+//! `Grid`: the partitioner's working form of an array sharding. A grid is a
+//! device array over `[tiles of dim 0, ..., tiles of dim r-1, replication]`;
+//! the device at tile coordinates `c` holds the padded tile
+//! `[c_a * ceil(X_a / t_a), (c_a + 1) * ceil(X_a / t_a))` of every dim `a`
+//! (XLA's uneven-sharding convention: every tile has the ceiling size, the
+//! valid part comes first, trailing tiles may be padding only).
+//!
+//! Invariants: `devs` lists every device `0..n` exactly once (a sharding that
+//! leaves devices out is rejected); devices inside one replication group are
+//! sorted, so `==` is semantic equality; `pos[d]` is device `d`'s flat index.
+//! Nothing panics on malformed input; constructors return `None`/errors.
+
+use crate::error::SpmdError;
+use xla_hlo_ir::sharding::SubgroupType;
+use xla_hlo_utils::{Sharding, TileArray};
+
+/// A normalized tiled sharding over all devices.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Grid {
+    /// Tile counts of the data dims, then the replication count (last).
+    dims: Vec<i64>,
+    /// Devices, row-major over `dims`.
+    devs: Vec<i64>,
+    /// Device -> flat index into `devs`.
+    pos: Vec<u32>,
+}
+
+fn strides(dims: &[i64]) -> Vec<i64> {
+    let mut s = vec![1i64; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * dims[d + 1];
+    }
+    s
+}
+
+/// Transposes a row-major device array: result axis `i` is source axis `perm[i]`.
+pub(crate) fn transpose_devices(
+    dims: &[i64],
+    devs: &[i64],
+    perm: &[usize],
+) -> (Vec<i64>, Vec<i64>) {
+    let s = strides(dims);
+    let new_dims: Vec<i64> = perm.iter().map(|&p| dims[p]).collect();
+    let new_strides: Vec<i64> = perm.iter().map(|&p| s[p]).collect();
+    let n = devs.len();
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0i64; new_dims.len()];
+    let mut src: i64 = 0;
+    for _ in 0..n {
+        out.push(devs[src as usize]);
+        for d in (0..new_dims.len()).rev() {
+            idx[d] += 1;
+            src += new_strides[d];
+            if idx[d] < new_dims[d] {
+                break;
+            }
+            src -= new_strides[d] * new_dims[d];
+            idx[d] = 0;
+        }
+    }
+    (new_dims, out)
+}
+
+impl Grid {
+    /// A grid from tile counts (data dims then replication) and devices.
+    pub fn new(dims: Vec<i64>, devs: Vec<i64>) -> Option<Grid> {
+        if dims.is_empty() || dims.iter().any(|&d| d < 1) {
+            return None;
+        }
+        let n: i64 = dims.iter().product();
+        if n != devs.len() as i64 {
+            return None;
+        }
+        let mut pos = vec![u32::MAX; devs.len()];
+        for (i, &d) in devs.iter().enumerate() {
+            let slot = pos.get_mut(usize::try_from(d).ok()?)?;
+            if *slot != u32::MAX {
+                return None;
+            }
+            *slot = i as u32;
+        }
+        let mut g = Grid { dims, devs, pos };
+        g.normalize();
+        Some(g)
+    }
+
+    fn normalize(&mut self) {
+        let r = *self.dims.last().unwrap_or(&1) as usize;
+        if r > 1 {
+            for chunk in self.devs.chunks_mut(r) {
+                chunk.sort_unstable();
+            }
+        }
+        for (i, &d) in self.devs.iter().enumerate() {
+            self.pos[d as usize] = i as u32;
+        }
+    }
+
+    /// Everything on every device.
+    pub fn replicated(rank: usize, n: i64) -> Grid {
+        let mut dims = vec![1; rank];
+        dims.push(n);
+        let devs: Vec<i64> = (0..n).collect();
+        let pos = (0..n as u32).collect();
+        Grid { dims, devs, pos }
+    }
+
+    /// The grid of an array sharding of `rank` dims over `n` devices
+    /// (maximal and unknown shardings count as replicated).
+    pub fn from_sharding(s: &Sharding, rank: usize, n: i64) -> Result<Grid, SpmdError> {
+        let bad = |m: String| SpmdError::Sharding {
+            instruction: String::new(),
+            message: m,
+        };
+        match s {
+            Sharding::Replicated
+            | Sharding::Maximal(_)
+            | Sharding::Unknown
+            | Sharding::Unreduced => Ok(Grid::replicated(rank, n)),
+            Sharding::Manual => Err(SpmdError::Unsupported(
+                "a manual sharding has no grid".into(),
+            )),
+            Sharding::Tiled(t) => {
+                if t.data_rank() != rank {
+                    return Err(bad(format!(
+                        "sharding of rank {} on a rank-{rank} array",
+                        t.data_rank()
+                    )));
+                }
+                let mut dims = t.data_dims().to_vec();
+                let mut repl = 1;
+                for (i, ty) in t.subgroups().iter().enumerate() {
+                    let size = t.tiles().dim(rank + i);
+                    match ty {
+                        SubgroupType::Replicated => repl *= size,
+                        other => {
+                            return Err(SpmdError::Unsupported(format!(
+                                "{} subgroups",
+                                other.name()
+                            )))
+                        }
+                    }
+                }
+                dims.push(repl);
+                let devs = t.tiles().devices().to_vec();
+                if devs.len() as i64 != n {
+                    return Err(bad(format!(
+                        "sharding over {} devices in a module of {n} partitions",
+                        devs.len()
+                    )));
+                }
+                Grid::new(dims, devs).ok_or_else(|| bad("devices are not 0..n once each".into()))
+            }
+        }
+    }
+
+    /// The canonical sharding of this grid.
+    pub fn to_sharding(&self) -> Sharding {
+        match TileArray::new(self.dims.clone(), self.devs.clone()) {
+            Ok(t) => Sharding::partial_tile(t),
+            Err(_) => Sharding::Replicated,
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.dims.len() - 1
+    }
+    pub fn dims(&self) -> &[i64] {
+        &self.dims
+    }
+    pub fn devs(&self) -> &[i64] {
+        &self.devs
+    }
+    /// Tile count of data dim `a`.
+    pub fn tiles(&self, a: usize) -> i64 {
+        self.dims[a]
+    }
+    pub fn repl(&self) -> i64 {
+        *self.dims.last().unwrap_or(&1)
+    }
+    pub fn num_devices(&self) -> i64 {
+        self.devs.len() as i64
+    }
+    pub fn num_tiles(&self) -> i64 {
+        self.dims[..self.rank()].iter().product()
+    }
+    pub fn is_replicated(&self) -> bool {
+        self.num_tiles() == 1
+    }
+    /// Data dims with more than one tile.
+    pub fn tiled_dims(&self) -> Vec<usize> {
+        (0..self.rank()).filter(|&a| self.dims[a] > 1).collect()
+    }
+
+    /// The coordinates (data dims then replica index) of device `d`.
+    pub fn coords(&self, d: i64) -> Vec<i64> {
+        let p = self.pos[d as usize] as i64;
+        let s = strides(&self.dims);
+        s.iter()
+            .zip(&self.dims)
+            .map(|(st, dim)| (p / st) % dim)
+            .collect()
+    }
+    /// The coordinate of device `d` along data dim `a`.
+    pub fn coord(&self, d: i64, a: usize) -> i64 {
+        let p = self.pos[d as usize] as i64;
+        let st: i64 = self.dims[a + 1..].iter().product();
+        (p / st) % self.dims[a]
+    }
+    /// The device at coordinates (data dims then replica index).
+    pub fn device_at(&self, coords: &[i64]) -> i64 {
+        let s = strides(&self.dims);
+        let flat: i64 = coords.iter().zip(&s).map(|(c, s)| c * s).sum();
+        self.devs[flat as usize]
+    }
+
+    /// A grid where device `d` sits at tile coordinates `coord_of(d)` over
+    /// data dims `dims`; every tile must get the same number of devices.
+    pub fn from_coords(dims: &[i64], n: i64, coord_of: impl Fn(i64) -> Vec<i64>) -> Option<Grid> {
+        let tiles: i64 = dims.iter().product();
+        if tiles <= 0 || n % tiles != 0 {
+            return None;
+        }
+        let repl = n / tiles;
+        let s = strides(dims);
+        let mut fill = vec![0i64; tiles as usize];
+        let mut devs = vec![-1i64; n as usize];
+        for d in 0..n {
+            let c = coord_of(d);
+            if c.len() != dims.len() || c.iter().zip(dims).any(|(&c, &t)| c < 0 || c >= t) {
+                return None;
+            }
+            let flat: i64 = c.iter().zip(&s).map(|(c, s)| c * s).sum();
+            let k = fill[flat as usize];
+            if k >= repl {
+                return None;
+            }
+            fill[flat as usize] += 1;
+            devs[(flat * repl + k) as usize] = d;
+        }
+        let mut full = dims.to_vec();
+        full.push(repl);
+        Grid::new(full, devs)
+    }
+
+    /// A grid over `map.len()` data dims: new dim `j` takes this grid's dim
+    /// `map[j]` (a new untiled dim when `None`); this grid's data dims that
+    /// no entry names are merged into replication.
+    pub fn remap(&self, map: &[Option<usize>]) -> Grid {
+        let r = self.rank();
+        let mut perm: Vec<usize> = map.iter().flatten().copied().collect();
+        let mut rest: Vec<usize> = (0..r).filter(|d| !perm.contains(d)).collect();
+        perm.append(&mut rest);
+        perm.push(r);
+        let (_, devs) = transpose_devices(&self.dims, &self.devs, &perm);
+        let mut dims: Vec<i64> = map
+            .iter()
+            .map(|m| m.map(|d| self.dims[d]).unwrap_or(1))
+            .collect();
+        let mapped: i64 = dims.iter().product();
+        dims.push(self.num_devices() / mapped.max(1));
+        Grid::new(dims, devs).unwrap_or_else(|| Grid::replicated(map.len(), self.num_devices()))
+    }
+
+    /// Device groups that vary over the minor factor `f` of each `(dim, f)`
+    /// (row-major over the factors in the order given), all other
+    /// coordinates fixed; every device is in exactly one group.
+    pub fn factor_groups(&self, factors: &[(usize, i64)]) -> Vec<Vec<i64>> {
+        let r = self.rank();
+        // Split each factored dim into (major, minor).
+        let mut dims = Vec::new();
+        let mut minor_axis = vec![usize::MAX; r];
+        let mut order_major = Vec::new();
+        for a in 0..=r {
+            let f = factors.iter().find(|x| x.0 == a).map(|x| x.1).unwrap_or(1);
+            if a < r && f > 1 {
+                order_major.push(dims.len());
+                dims.push(self.dims[a] / f);
+                minor_axis[a] = dims.len();
+                dims.push(f);
+            } else {
+                order_major.push(dims.len());
+                dims.push(self.dims[a]);
+            }
+        }
+        let mut perm = order_major;
+        let mut g = 1;
+        for &(a, f) in factors {
+            if a < r && f > 1 {
+                perm.push(minor_axis[a]);
+                g *= f;
+            }
+        }
+        let (_, devs) = transpose_devices(&dims, &self.devs, &perm);
+        devs.chunks(g.max(1) as usize).map(|c| c.to_vec()).collect()
+    }
+
+    /// The grid after gathering the minor factor `f` of each `(dim, f)`.
+    pub fn gathered(&self, factors: &[(usize, i64)]) -> Option<Grid> {
+        let mut dims = self.dims[..self.rank()].to_vec();
+        for &(a, f) in factors {
+            if f < 1 || dims[a] % f != 0 {
+                return None;
+            }
+            dims[a] /= f;
+        }
+        let fs: Vec<i64> = (0..self.rank())
+            .map(|a| factors.iter().find(|x| x.0 == a).map(|x| x.1).unwrap_or(1))
+            .collect();
+        Grid::from_coords(&dims, self.num_devices(), |d| {
+            let c = self.coords(d);
+            (0..dims.len()).map(|a| c[a] / fs[a]).collect()
+        })
+    }
+
+    /// The grid after an all-to-all moving the minor factor `f` of dim `a`
+    /// to a new minor factor of dim `b`.
+    pub fn all_to_all(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
+        if a == b || f < 2 || self.dims[a] % f != 0 {
+            return None;
+        }
+        let mut dims = self.dims[..self.rank()].to_vec();
+        dims[a] /= f;
+        dims[b] *= f;
+        Grid::from_coords(&dims, self.num_devices(), |d| {
+            let mut c = self.coords(d);
+            let r = c[a] % f;
+            c[a] /= f;
+            c[b] = c[b] * f + r;
+            c.truncate(dims.len());
+            c
+        })
+    }
+
+    /// This grid coarsened to `dims` tiles per data dim (each a divisor of
+    /// this grid's count): device `d` holds the coarse tile containing its tile.
+    pub fn coarsened(&self, dims: &[i64]) -> Option<Grid> {
+        if dims.len() != self.rank() {
+            return None;
+        }
+        let mut ratio = Vec::with_capacity(dims.len());
+        for (a, &t) in dims.iter().enumerate() {
+            if t < 1 || self.dims[a] % t != 0 {
+                return None;
+            }
+            ratio.push(self.dims[a] / t);
+        }
+        Grid::from_coords(dims, self.num_devices(), |d| {
+            let c = self.coords(d);
+            (0..dims.len()).map(|a| c[a] / ratio[a]).collect()
+        })
+    }
+
+    /// Replicates the given data dims (their tiles merge into replication).
+    pub fn replicate_dims(&self, dims: &[usize]) -> Grid {
+        let map: Vec<Option<usize>> = (0..self.rank())
+            .map(|a| if dims.contains(&a) { None } else { Some(a) })
+            .collect();
+        self.remap(&map)
+    }
+}
+
+/// Padded tile size of a dim of size `x` split into `t` tiles.
+pub fn tile_size(x: i64, t: i64) -> i64 {
+    if t <= 1 {
+        x
+    } else {
+        (x + t - 1) / t
+    }
+}
+
+/// Local (padded) dims of an array of `dims` under `g`.
+pub fn local_dims(dims: &[i64], g: &Grid) -> Vec<i64> {
+    dims.iter()
+        .enumerate()
+        .map(|(a, &x)| tile_size(x, g.tiles(a)))
+        .collect()
+}
+
+pub fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a.abs()
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remap_and_groups() {
+        // [4,2] iota: device = 2*i + j.
+        let g = Grid::new(vec![4, 2, 1], (0..8).collect()).unwrap();
+        assert_eq!(g.coords(5), vec![2, 1, 0]);
+        let groups = g.factor_groups(&[(1, 2)]);
+        assert_eq!(groups, vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]);
+        let groups = g.factor_groups(&[(0, 4)]);
+        assert_eq!(groups, vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]);
+        let r = g.replicate_dims(&[1]);
+        assert_eq!(r.dims(), &[4, 1, 2]);
+        let t = g.remap(&[Some(1), Some(0)]);
+        assert_eq!(t.dims(), &[2, 4, 1]);
+        assert_eq!(t.device_at(&[1, 2, 0]), 5);
+    }
+
+    #[test]
+    fn all_to_all_moves_minor_factor() {
+        // dim0 8-way -> dim0 4-way, dim1 2-way.
+        let g = Grid::new(vec![8, 1, 1], (0..8).collect()).unwrap();
+        let t = g.all_to_all(0, 1, 2).unwrap();
+        assert_eq!(t.dims(), &[4, 2, 1]);
+        assert_eq!(t.devs(), &(0..8).collect::<Vec<_>>()[..]);
+        let full = g.gathered(&[(0, 8)]).unwrap();
+        assert!(full.is_replicated());
+    }
+}

@@ -1,0 +1,757 @@
+//! Per-opcode handlers: elementwise ops, broadcast, transpose, reshape,
+//! reduce, iota, constants, tuples, control flow (while, conditional,
+//! call), the sharding custom-calls and the generic fallback. Windowed and
+//! data-movement ops are in `window`, dot and convolution in `dot`, gather in
+//! `gather`.
+//!
+//! Each handler chooses the operand shardings to compute in among a few
+//! candidates (the output's, the operands' own, combinations) by the bytes
+//! the reshards would move, emits the local op and returns the value in the
+//! sharding it was computed in; the driver reshards it to the instruction's
+//! own sharding.
+//!
+//! Invariant: the generic fallback (replicate operands, run the op on the
+//! global shape) is correct for every side-effect-free op; handlers that
+//! cannot prove their preconditions use it.
+
+use crate::builder::with_dims;
+use crate::error::{unsupported, SpmdError};
+use crate::grid::{local_dims, tile_size, Grid};
+use crate::partition::{local_shape, PValue, Part, VS};
+use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode, PrimitiveType, Shape};
+
+/// Dispatches `instr` to its handler.
+pub fn dispatch(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &VS,
+) -> Result<PValue, SpmdError> {
+    let op = instr.opcode;
+    let res = match op {
+        Opcode::Constant => {
+            p.note(instr, "constant");
+            let id = p.clone_instr(instr, vec![], instr.shape.clone());
+            return Ok(PValue {
+                id,
+                shape: instr.shape.clone(),
+                vs: VS::replicated(&instr.shape, p.n()),
+            });
+        }
+        Opcode::Iota => iota(p, instr, target),
+        Opcode::Tuple => tuple(p, instr),
+        Opcode::GetTupleElement => gte(p, instr),
+        Opcode::Broadcast => broadcast(p, instr, target),
+        Opcode::Transpose => transpose(p, instr, target),
+        Opcode::Reshape => reshape(p, instr, target),
+        Opcode::Reduce => reduce(p, instr, target),
+        Opcode::Dot => crate::dot::dot(p, instr, target),
+        Opcode::Convolution => crate::dot::convolution(p, instr, target),
+        Opcode::While => while_loop(p, instr, target),
+        Opcode::Conditional => conditional(p, instr, target),
+        Opcode::Call => call(p, instr, target),
+        Opcode::CustomCall => custom_call(p, instr, target),
+        Opcode::Slice => crate::window::slice(p, instr, target),
+        Opcode::Pad => crate::window::pad(p, instr, target),
+        Opcode::ReduceWindow => crate::window::reduce_window(p, instr, target),
+        Opcode::Concatenate => crate::window::concatenate(p, instr, target),
+        Opcode::DynamicSlice => crate::window::dynamic_slice(p, instr, target),
+        Opcode::DynamicUpdateSlice => crate::window::dynamic_update_slice(p, instr, target),
+        Opcode::Sort => crate::window::sort(p, instr, target),
+        Opcode::Reverse => crate::window::reverse(p, instr, target),
+        Opcode::Gather => crate::gather::gather(p, instr, target),
+        Opcode::OptimizationBarrier => pass_through(p, instr),
+        Opcode::BitcastConvert
+            if instr.shape.rank()
+                != instr
+                    .operands
+                    .first()
+                    .map(|&o| p.oc.instr(o).shape.rank())
+                    .unwrap_or(0) =>
+        {
+            Ok(None)
+        }
+        Opcode::Rng | Opcode::RngBitGenerator => Ok(None),
+        _ if op.is_elementwise() || op == Opcode::Map => elementwise(p, instr, target),
+        _ => Ok(None),
+    }?;
+    match res {
+        Some(v) => Ok(v),
+        None => {
+            p.note(instr, "fallback");
+            fallback(p, instr)
+        }
+    }
+}
+
+/// Replicates every operand and runs the op on the global shape.
+pub fn fallback(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Result<PValue, SpmdError> {
+    let mut ops = Vec::new();
+    for k in 0..instr.operands.len() {
+        let v = p.operand(instr, k)?;
+        ops.push(p.replicate(&v)?.id);
+    }
+    let id = p.clone_instr(instr, ops, instr.shape.clone());
+    Ok(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs: VS::replicated(&instr.shape, p.n()),
+    })
+}
+
+/// The grid of an array target, or `None` (the handler then falls back).
+fn grid_of(target: &VS) -> Option<Grid> {
+    target.grid().cloned()
+}
+
+/// Picks the candidate with the lowest cost (first wins ties).
+pub fn cheapest<T: Clone>(cands: &[(T, u64)]) -> Option<T> {
+    let mut best: Option<&(T, u64)> = None;
+    for c in cands {
+        if best.map(|b| c.1 < b.1).unwrap_or(true) {
+            best = Some(c);
+        }
+    }
+    best.map(|b| b.0.clone())
+}
+
+type Res = Result<Option<PValue>, SpmdError>;
+
+fn elementwise(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = grid_of(target) else {
+        return Ok(None);
+    };
+    let rank = instr.shape.rank();
+    let mut vals = Vec::new();
+    for k in 0..instr.operands.len() {
+        vals.push(p.operand(instr, k)?);
+    }
+    if vals
+        .iter()
+        .any(|v| v.shape.rank() != rank && v.shape.rank() != 0)
+    {
+        return Ok(None);
+    }
+    let mut cands = vec![out.clone()];
+    for v in &vals {
+        if let VS::Grid(g) = &v.vs {
+            if v.shape.rank() == rank && rank > 0 && !cands.contains(g) {
+                cands.push(g.clone());
+            }
+        } else {
+            return Ok(None);
+        }
+    }
+    let costed: Vec<(Grid, u64)> = cands
+        .into_iter()
+        .map(|c| {
+            let mut cost = p.cost_of(&instr.shape, &c, &out);
+            for v in &vals {
+                if v.shape.rank() == rank && rank > 0 {
+                    cost += p.cost(v, &c);
+                }
+            }
+            (c, cost)
+        })
+        .collect();
+    let Some(c) = cheapest(&costed) else {
+        return Ok(None);
+    };
+    let mut ops = Vec::new();
+    for v in &vals {
+        let g = if v.shape.rank() == rank {
+            c.clone()
+        } else {
+            Grid::replicated(0, p.n())
+        };
+        ops.push(p.reshard_to_grid(v, &g)?);
+    }
+    p.note(instr, "elementwise");
+    Ok(Some(p.emit_local(instr, ops, &VS::Grid(c))?))
+}
+
+fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = grid_of(target) else {
+        return Ok(None);
+    };
+    let dim = instr.int_attr(AttrKey::IotaDimension).unwrap_or(0) as usize;
+    let dims = instr.shape.dims().to_vec();
+    let ld = local_dims(&dims, &out);
+    let shape = with_dims(&instr.shape, &ld);
+    let mut id = p.clone_instr(instr, vec![], shape);
+    if dim < dims.len() && out.tiles(dim) > 1 {
+        let ts = tile_size(dims[dim], out.tiles(dim));
+        let table: Vec<i64> = (0..p.n()).map(|d| out.coord(d, dim) * ts).collect();
+        let off = p.b.table(&table);
+        let ty = crate::builder::elem(&instr.shape)?;
+        let off = if ty == PrimitiveType::S32 {
+            off
+        } else {
+            p.b.add(
+                "convert",
+                Opcode::Convert,
+                Shape::scalar(ty),
+                vec![off],
+                vec![],
+            )
+        };
+        let ob = p.b.splat(off, &ld);
+        id = p.b.binary(Opcode::Add, id, ob);
+    }
+    p.note(instr, "iota");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs: VS::Grid(out),
+    }))
+}
+
+fn tuple(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Res {
+    let mut ids = Vec::new();
+    let mut vss = Vec::new();
+    for k in 0..instr.operands.len() {
+        let v = p.operand(instr, k)?;
+        ids.push(v.id);
+        vss.push(v.vs);
+    }
+    let vs = VS::Tuple(vss);
+    let shape = local_shape(&instr.shape, &vs);
+    let id = p.clone_instr(instr, ids, shape);
+    p.note(instr, "tuple");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs,
+    }))
+}
+
+fn gte(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Res {
+    let v = p.operand(instr, 0)?;
+    let k = instr.int_attr(AttrKey::Index).unwrap_or(0) as usize;
+    let VS::Tuple(e) = &v.vs else {
+        return unsupported("get-tuple-element of a non-tuple value");
+    };
+    let vs = e
+        .get(k)
+        .cloned()
+        .ok_or_else(|| SpmdError::Invalid("tuple index out of range".into()))?;
+    let shape = local_shape(&instr.shape, &vs);
+    let id = p.clone_instr(instr, vec![v.id], shape);
+    p.note(instr, "get-tuple-element");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs,
+    }))
+}
+
+fn pass_through(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Res {
+    let v = p.operand(instr, 0)?;
+    let shape = local_shape(&instr.shape, &v.vs);
+    let id = p.clone_instr(instr, vec![v.id], shape);
+    p.note(instr, "pass-through");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs: v.vs,
+    }))
+}
+
+fn broadcast(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = grid_of(target) else {
+        return Ok(None);
+    };
+    let v = p.operand(instr, 0)?;
+    let Some(vg) = v.vs.grid().cloned() else {
+        return Ok(None);
+    };
+    let bdims: Vec<usize> = instr.dimensions().iter().map(|&d| d as usize).collect();
+    let out_rank = instr.shape.rank();
+    if bdims.len() != v.shape.rank() || bdims.iter().any(|&d| d >= out_rank) {
+        return Ok(None);
+    }
+    // Candidate 1: the operand follows the output (result is `out`).
+    let op_from_out: Vec<Option<usize>> = bdims.iter().map(|&d| Some(d)).collect();
+    let p1 = out.remap(&op_from_out);
+    let c1 = p.cost(&v, &p1);
+    // Candidate 2: the operand as it is.
+    let out_from_op: Vec<Option<usize>> = (0..out_rank)
+        .map(|j| bdims.iter().position(|&d| d == j))
+        .collect();
+    let r2 = vg.remap(&out_from_op);
+    let c2 = p.cost_of(&instr.shape, &r2, &out);
+    let (pg, rg) = if c2 < c1 { (vg, r2) } else { (p1, out) };
+    let x = p.reshard_to_grid(&v, &pg)?;
+    p.note(instr, "broadcast");
+    let vs = VS::Grid(rg);
+    let shape = local_shape(&instr.shape, &vs);
+    let id = p.clone_instr(instr, vec![x], shape);
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs,
+    }))
+}
+
+fn transpose(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = grid_of(target) else {
+        return Ok(None);
+    };
+    let v = p.operand(instr, 0)?;
+    let Some(vg) = v.vs.grid().cloned() else {
+        return Ok(None);
+    };
+    let perm: Vec<usize> = instr.dimensions().iter().map(|&d| d as usize).collect();
+    let r = perm.len();
+    if r != v.shape.rank() {
+        return Ok(None);
+    }
+    let mut op_map = vec![None; r];
+    for (i, &pi) in perm.iter().enumerate() {
+        if pi >= r {
+            return Ok(None);
+        }
+        op_map[pi] = Some(i);
+    }
+    let p1 = out.remap(&op_map);
+    let c1 = p.cost(&v, &p1);
+    let out_map: Vec<Option<usize>> = perm.iter().map(|&pi| Some(pi)).collect();
+    let r2 = vg.remap(&out_map);
+    let c2 = p.cost_of(&instr.shape, &r2, &out);
+    let (pg, rg) = if c2 < c1 { (vg, r2) } else { (p1, out) };
+    let x = p.reshard_to_grid(&v, &pg)?;
+    p.note(instr, "transpose");
+    Ok(Some(p.emit_local(instr, vec![x], &VS::Grid(rg))?))
+}
+
+fn even(dims: &[i64], g: &Grid) -> bool {
+    dims.iter()
+        .enumerate()
+        .all(|(a, &x)| g.tiles(a) == 1 || x % g.tiles(a) == 0)
+}
+
+/// The output grid a local reshape of input grid `g` produces, if exact.
+fn reshape_out(in_dims: &[i64], out_dims: &[i64], g: &Grid, n: i64) -> Option<Grid> {
+    if !even(in_dims, g) {
+        return None;
+    }
+    let s = xla_hlo_utils::ops::reshape_sharding(in_dims, out_dims, &g.to_sharding())?;
+    let q = Grid::from_sharding(&s, out_dims.len(), n).ok()?;
+    if !even(out_dims, &q) {
+        return None;
+    }
+    // The tile counts must match the element counts of the local reshape.
+    let li: i64 = local_dims(in_dims, g).iter().product();
+    let lo: i64 = local_dims(out_dims, &q).iter().product();
+    (li == lo).then_some(q)
+}
+
+fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = grid_of(target) else {
+        return Ok(None);
+    };
+    let v = p.operand(instr, 0)?;
+    let Some(vg) = v.vs.grid().cloned() else {
+        return Ok(None);
+    };
+    let n = p.n();
+    let in_dims = v.shape.dims().to_vec();
+    let out_dims = instr.shape.dims().to_vec();
+    let mut cands: Vec<((Grid, Grid), u64)> = Vec::new();
+    // (b) the operand resharded to what the output sharding needs.
+    if let Some(s) = xla_hlo_utils::ops::reshape_sharding(&out_dims, &in_dims, &out.to_sharding()) {
+        if let Ok(pg) = Grid::from_sharding(&s, in_dims.len(), n) {
+            if reshape_out(&in_dims, &out_dims, &pg, n).as_ref() == Some(&out) {
+                let c = p.cost(&v, &pg);
+                cands.push(((pg, out.clone()), c));
+            }
+        }
+    }
+    // (a) the operand as it is.
+    if let Some(q) = reshape_out(&in_dims, &out_dims, &vg, n) {
+        let c = p.cost_of(&instr.shape, &q, &out);
+        cands.push(((vg.clone(), q), c));
+    }
+    // (c) replicated.
+    let rin = Grid::replicated(in_dims.len(), n);
+    let rout = Grid::replicated(out_dims.len(), n);
+    let c = p.cost(&v, &rin);
+    cands.push(((rin, rout), c));
+    let Some((pg, rg)) = cheapest(&cands) else {
+        return Ok(None);
+    };
+    let x = p.reshard_to_grid(&v, &pg)?;
+    let shape = local_shape(&instr.shape, &VS::Grid(rg.clone()));
+    let id = p.clone_instr(instr, vec![x], shape);
+    p.note(instr, "reshape");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs: VS::Grid(rg),
+    }))
+}
+
+/// Combines two grids over the same dims: dims in `from_y` take `y`'s
+/// tiling and coordinates, the others `x`'s.
+pub fn merge_grids(x: &Grid, y: &Grid, from_y: &[usize]) -> Option<Grid> {
+    let r = x.rank();
+    if y.rank() != r {
+        return None;
+    }
+    let dims: Vec<i64> = (0..r)
+        .map(|a| {
+            if from_y.contains(&a) {
+                y.tiles(a)
+            } else {
+                x.tiles(a)
+            }
+        })
+        .collect();
+    Grid::from_coords(&dims, x.num_devices(), |d| {
+        (0..r)
+            .map(|a| {
+                if from_y.contains(&a) {
+                    y.coord(d, a)
+                } else {
+                    x.coord(d, a)
+                }
+            })
+            .collect()
+    })
+}
+
+/// Sets the padding of the tiled, uneven `dims` of local `x` (laid out by
+/// `g` over global `shape`) to the scalar `value`.
+pub fn mask_padding(
+    p: &mut Part<'_, '_>,
+    x: xla_hlo_ir::InstrId,
+    g: &Grid,
+    shape: &[i64],
+    dims: &[usize],
+    value: xla_hlo_ir::InstrId,
+) -> Result<xla_hlo_ir::InstrId, SpmdError> {
+    let ld = p.b.dims(x);
+    let mut mask = None;
+    for &a in dims {
+        let t = g.tiles(a);
+        if t <= 1 || shape[a] % t == 0 {
+            continue;
+        }
+        let ts = tile_size(shape[a], t);
+        let table: Vec<i64> = (0..p.n()).map(|d| g.coord(d, a) * ts).collect();
+        let off = p.b.table(&table);
+        let m = p.b.range_mask(&ld, a, off, None, Some(shape[a]));
+        mask = Some(match mask {
+            Some(prev) => p.b.binary(Opcode::And, prev, m),
+            None => m,
+        });
+    }
+    match mask {
+        None => Ok(x),
+        Some(m) => {
+            let vb = p.b.splat(value, &ld);
+            Ok(p.b.select(m, x, vb))
+        }
+    }
+}
+
+fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let k = instr.operands.len() / 2;
+    if k == 0 {
+        return Ok(None);
+    }
+    let leaf_target = match target {
+        VS::Grid(g) => g.clone(),
+        VS::Tuple(e) => match e.first().and_then(|x| x.grid()) {
+            Some(g) => g.clone(),
+            None => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let mut inputs = Vec::new();
+    for i in 0..k {
+        inputs.push(p.operand(instr, i)?);
+    }
+    let in_shape = inputs[0].shape.clone();
+    let r = in_shape.rank();
+    let red: Vec<usize> = instr.dimensions().iter().map(|&d| d as usize).collect();
+    let kept: Vec<usize> = (0..r).filter(|a| !red.contains(a)).collect();
+    let in_map: Vec<Option<usize>> = (0..r).map(|a| kept.iter().position(|&x| x == a)).collect();
+    let out_map: Vec<Option<usize>> = kept.iter().map(|&a| Some(a)).collect();
+    let out_leaf_shape = match &instr.shape {
+        Shape::Tuple(e) => e.first().cloned().unwrap_or_else(|| instr.shape.clone()),
+        s => s.clone(),
+    };
+    let Some(g0) = inputs[0].vs.grid().cloned() else {
+        return Ok(None);
+    };
+    let from_out = leaf_target.remap(&in_map);
+    let mut cands = vec![g0.clone(), from_out.clone()];
+    if let Some(m) = merge_grids(&from_out, &g0, &red) {
+        cands.push(m);
+    }
+    let bytes_out: u64 = match &instr.shape {
+        Shape::Tuple(e) => e
+            .iter()
+            .map(|s| s.element_type().map(|t| t.byte_width()).unwrap_or(4) as u64)
+            .sum(),
+        s => s.element_type().map(|t| t.byte_width()).unwrap_or(4) as u64,
+    };
+    let costed: Vec<(Grid, u64)> = cands
+        .into_iter()
+        .map(|c| {
+            let mut cost = 0;
+            for v in &inputs {
+                cost += p.cost(v, &c);
+            }
+            let c_out = c.remap(&out_map);
+            let red_tiled: i64 = red.iter().map(|&a| c.tiles(a)).product();
+            if red_tiled > 1 {
+                let lo: u64 = local_dims(out_leaf_shape.dims(), &c_out)
+                    .iter()
+                    .map(|&d| d as u64)
+                    .product();
+                cost += if k == 1 {
+                    lo * bytes_out
+                } else {
+                    lo * bytes_out * red_tiled as u64
+                };
+            }
+            cost += p.cost_of(&out_leaf_shape, &c_out, &leaf_target) * k as u64;
+            (c, cost)
+        })
+        .collect();
+    let Some(c) = cheapest(&costed) else {
+        return Ok(None);
+    };
+    let c_out = c.remap(&out_map);
+    let red_tiled: Vec<usize> = red.iter().copied().filter(|&a| c.tiles(a) > 1).collect();
+    let mut ops = Vec::new();
+    let mut inits = Vec::new();
+    for i in 0..k {
+        let iv = p.operand(instr, k + i)?;
+        inits.push(p.replicate(&iv)?.id);
+    }
+    for (i, v) in inputs.iter().enumerate() {
+        let x = p.reshard_to_grid(v, &c)?;
+        let x = mask_padding(p, x, &c, in_shape.dims(), &red_tiled, inits[i])?;
+        ops.push(x);
+    }
+    let mut all_ops = ops.clone();
+    all_ops.extend(&inits);
+    let out_vs = if k == 1 {
+        VS::Grid(c_out.clone())
+    } else {
+        VS::Tuple(vec![VS::Grid(c_out.clone()); k])
+    };
+    let local = p.emit_local(instr, all_ops, &out_vs)?;
+    p.note(instr, "reduce");
+    if red_tiled.is_empty() {
+        return Ok(Some(local));
+    }
+    let factors: Vec<(usize, i64)> = red_tiled.iter().map(|&a| (a, c.tiles(a))).collect();
+    let groups = c.factor_groups(&factors);
+    let lshape = local_shape(&instr.shape, &out_vs);
+    if k == 1 {
+        let to_apply = instr
+            .to_apply()
+            .ok_or_else(|| SpmdError::Invalid("reduce without to_apply".into()))?;
+        let id = p.b.all_reduce_with(local.id, &groups, to_apply);
+        return Ok(Some(PValue {
+            id,
+            shape: instr.shape.clone(),
+            vs: out_vs,
+        }));
+    }
+    // Variadic: gather the partial results and reduce them again.
+    let g = groups[0].len() as i64;
+    let leaves = lshape.tuple_elements().to_vec();
+    let mut gathered = Vec::new();
+    for (j, ls) in leaves.iter().enumerate() {
+        let e = p.b.add(
+            "get-tuple-element",
+            Opcode::GetTupleElement,
+            ls.clone(),
+            vec![local.id],
+            vec![(AttrKey::Index, AttrValue::Int(j as i64))],
+        );
+        let mut d1 = vec![1];
+        d1.extend(ls.dims());
+        let r1 = p.b.reshape(e, &d1);
+        gathered.push(p.b.all_gather(r1, 0, &groups));
+    }
+    let _ = g;
+    let mut ops2 = gathered;
+    ops2.extend(&inits);
+    let mut c2 = instr.clone();
+    c2.name = p.b.ctx.fresh(&instr.name);
+    c2.operands = ops2;
+    c2.shape = lshape;
+    c2.sharding = None;
+    c2.control_predecessors.clear();
+    c2.set_attr(AttrKey::Dimensions, AttrValue::Ints(vec![0]));
+    let id = p.b.push(c2);
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs: out_vs,
+    }))
+}
+
+fn while_loop(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let (Some(body), Some(cond)) = (
+        instr.computation_attr(AttrKey::Body),
+        instr.computation_attr(AttrKey::Condition),
+    ) else {
+        return Ok(None);
+    };
+    let init = p.operand(instr, 0)?;
+    let init = p.reshard(&init, target)?;
+    let (nb, _) = p.partition_sub(body, std::slice::from_ref(target), Some(target))?;
+    let (nc, _) = p.partition_sub(cond, std::slice::from_ref(target), None)?;
+    let shape = local_shape(&instr.shape, target);
+    let id = p.clone_instr(instr, vec![init.id], shape);
+    let w = p.b.comp.instr_mut(id);
+    w.set_attr(AttrKey::Body, AttrValue::Computation(nb));
+    w.set_attr(AttrKey::Condition, AttrValue::Computation(nc));
+    p.note(instr, "while");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs: target.clone(),
+    }))
+}
+
+fn conditional(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let branches: Vec<(AttrKey, Option<usize>, xla_hlo_ir::CompId)> =
+        if let Some(AttrValue::Computations(cs)) = instr.attr(AttrKey::BranchComputations) {
+            cs.iter()
+                .enumerate()
+                .map(|(i, &c)| (AttrKey::BranchComputations, Some(i), c))
+                .collect()
+        } else {
+            match (
+                instr.computation_attr(AttrKey::TrueComputation),
+                instr.computation_attr(AttrKey::FalseComputation),
+            ) {
+                (Some(t), Some(f)) => vec![
+                    (AttrKey::TrueComputation, None, t),
+                    (AttrKey::FalseComputation, None, f),
+                ],
+                _ => return Ok(None),
+            }
+        };
+    let sel = p.operand(instr, 0)?;
+    let sel = p.replicate(&sel)?;
+    let mut ops = vec![sel.id];
+    let mut new_branches = Vec::new();
+    for (i, (_, _, c)) in branches.iter().enumerate() {
+        let v = p.operand(instr, i + 1)?;
+        ops.push(v.id);
+        let (nc, _) = p.partition_sub(*c, std::slice::from_ref(&v.vs), Some(target))?;
+        new_branches.push(nc);
+    }
+    let shape = local_shape(&instr.shape, target);
+    let id = p.clone_instr(instr, ops, shape);
+    let ci = p.b.comp.instr_mut(id);
+    if branches[0].0 == AttrKey::BranchComputations {
+        ci.set_attr(
+            AttrKey::BranchComputations,
+            AttrValue::Computations(new_branches),
+        );
+    } else {
+        ci.set_attr(
+            AttrKey::TrueComputation,
+            AttrValue::Computation(new_branches[0]),
+        );
+        ci.set_attr(
+            AttrKey::FalseComputation,
+            AttrValue::Computation(new_branches[1]),
+        );
+    }
+    p.note(instr, "conditional");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs: target.clone(),
+    }))
+}
+
+fn call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(callee) = instr.to_apply() else {
+        return Ok(None);
+    };
+    let mut ops = Vec::new();
+    let mut params = Vec::new();
+    for k in 0..instr.operands.len() {
+        let v = p.operand(instr, k)?;
+        ops.push(v.id);
+        params.push(v.vs);
+    }
+    let (nc, _) = p.partition_sub(callee, &params, Some(target))?;
+    let shape = local_shape(&instr.shape, target);
+    let id = p.clone_instr(instr, ops, shape);
+    p.b.comp
+        .instr_mut(id)
+        .set_attr(AttrKey::ToApply, AttrValue::Computation(nc));
+    p.note(instr, "call");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs: target.clone(),
+    }))
+}
+
+fn custom_call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let tgt = instr.ident_attr(AttrKey::CustomCallTarget).unwrap_or("");
+    match tgt {
+        "Sharding" => {
+            let v = p.operand(instr, 0)?;
+            p.note(instr, "sharding");
+            Ok(Some(p.reshard(&v, target)?))
+        }
+        "SPMDFullToShardShape" => {
+            let v = p.operand(instr, 0)?;
+            let got = p.b.dims(v.id);
+            if got != instr.shape.dims() {
+                return unsupported(format!(
+                    "SPMDFullToShardShape: local shard {got:?} differs from {}",
+                    instr.shape
+                ));
+            }
+            let id = p.b.add(
+                "copy",
+                Opcode::Copy,
+                instr.shape.clone(),
+                vec![v.id],
+                vec![],
+            );
+            p.note(instr, "full-to-shard");
+            Ok(Some(PValue {
+                id,
+                shape: instr.shape.clone(),
+                vs: VS::Manual,
+            }))
+        }
+        "SPMDShardToFullShape" => {
+            let v = p.operand(instr, 0)?;
+            let want = local_shape(&instr.shape, target);
+            if p.b.dims(v.id) != want.dims() {
+                return unsupported(format!(
+                    "SPMDShardToFullShape: shard {:?} is not the local shape {want}",
+                    p.b.dims(v.id)
+                ));
+            }
+            let id = p.b.add("copy", Opcode::Copy, want, vec![v.id], vec![]);
+            p.note(instr, "shard-to-full");
+            Ok(Some(PValue {
+                id,
+                shape: instr.shape.clone(),
+                vs: target.clone(),
+            }))
+        }
+        "LayoutConstraint" | "MoveToHost" | "MoveToDevice" if instr.operands.len() == 1 => {
+            elementwise(p, instr, target)
+        }
+        _ => Ok(None),
+    }
+}

@@ -1,0 +1,445 @@
+//! Resharding an array between any two grids with the cheapest collective
+//! sequence found among a few plan families, each costed in bytes per
+//! device (the size of every collective's result):
+//!
+//! - nothing (equal grids), or a local `dynamic-slice` when every device's
+//!   target tile lies inside its source tile (replicated -> tiled, adding
+//!   tiling on replicated devices);
+//! - all-to-all moves of a minor tile factor from one dim to another (row to
+//!   column sharding, 8-way -> 4x2), then the rest;
+//! - one all-gather of the minor factors the target does not want (the whole
+//!   dim when the partial gather would not line up with the target's padded
+//!   tiles), then a collective-permute when the devices sit at other tiles,
+//!   then a local slice;
+//! - as a last resort, replicate (all-gather everything) and slice.
+//!
+//! Invariant: after every step the local buffer is exactly the padded tile
+//! of the step's grid (`ceil(X/t)` per dim, valid data first); a plan is only
+//! formed from steps whose preconditions hold (even dims for all-to-all,
+//! aligned tiles for partial gathers, containment for slices), so emitting
+//! it cannot produce wrong data.
+
+use crate::builder::Builder;
+use crate::error::SpmdError;
+use crate::grid::{gcd, local_dims, tile_size, Grid};
+use xla_hlo_ir::InstrId;
+
+/// One step of a resharding plan; `to` is the grid after the step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// All-gather the minor factor `f` of each `(dim, f)` in one collective.
+    Gather {
+        factors: Vec<(usize, i64)>,
+        to: Grid,
+    },
+    /// All-to-all moving the minor factor `f` of `src` to dim `tgt`.
+    AllToAll {
+        src: usize,
+        tgt: usize,
+        f: i64,
+        to: Grid,
+    },
+    /// Collective-permute to the same tiling on other devices.
+    Permute { to: Grid },
+    /// Local (dynamic-)slice: every target tile lies in the source tile.
+    Slice { to: Grid },
+}
+
+/// A resharding plan and its communication cost (bytes per device).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    pub cost: u64,
+}
+
+fn elems(dims: &[i64]) -> u64 {
+    dims.iter().map(|&d| d.max(0) as u64).product()
+}
+
+/// True when every device's valid target tile lies inside its valid source tile.
+pub fn slice_ok(src: &Grid, tgt: &Grid, dims: &[i64]) -> bool {
+    let n = src.num_devices();
+    for (a, &x) in dims.iter().enumerate() {
+        let (ts, tt) = (src.tiles(a), tgt.tiles(a));
+        if ts == 1 {
+            continue;
+        }
+        if ts == tt && src.devs() == tgt.devs() {
+            continue;
+        }
+        let (ss, st) = (tile_size(x, ts), tile_size(x, tt));
+        for d in 0..n {
+            let ot = tgt.coord(d, a) * st;
+            let vt = (x - ot).clamp(0, st);
+            if vt == 0 {
+                continue;
+            }
+            let os = src.coord(d, a) * ss;
+            let vs = (x - os).clamp(0, ss);
+            if ot < os || ot + vt > os + vs {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Validity of gathering minor factor `f` of dim `a` (size `x`, `t` tiles):
+/// the merged tiles must be exactly the padded tiles of the result.
+fn gather_aligned(x: i64, t: i64, f: i64) -> bool {
+    let nt = t / f;
+    nt == 1 || tile_size(x, nt) == f * tile_size(x, t)
+}
+
+fn gather_cost(src: &Grid, factors: &[(usize, i64)], dims: &[i64], bytes: u64) -> u64 {
+    let mut l = local_dims(dims, src);
+    for &(a, f) in factors {
+        l[a] *= f;
+    }
+    elems(&l) * bytes
+}
+
+/// Gather (the minor factors the target does not want), permute, slice.
+fn plan_gather_fix(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
+    let mut plan = Plan::default();
+    let mut factors = Vec::new();
+    for (a, &x) in dims.iter().enumerate() {
+        let (s, t) = (src.tiles(a), tgt.tiles(a));
+        let mut g = s / gcd(s, t);
+        if g > 1 && !gather_aligned(x, s, g) {
+            g = s;
+        }
+        if g > 1 {
+            factors.push((a, g));
+        }
+    }
+    let mut cur = src.clone();
+    if !factors.is_empty() {
+        let Some(to) = src.gathered(&factors) else {
+            return replicate_plan(src, tgt, dims, bytes);
+        };
+        plan.cost += gather_cost(src, &factors, dims, bytes);
+        plan.steps.push(Step::Gather {
+            factors,
+            to: to.clone(),
+        });
+        cur = to;
+    }
+    if &cur == tgt {
+        return plan;
+    }
+    if slice_ok(&cur, tgt, dims) {
+        plan.steps.push(Step::Slice { to: tgt.clone() });
+        return plan;
+    }
+    let cdims: Vec<i64> = (0..cur.rank()).map(|a| cur.tiles(a)).collect();
+    let Some(coarse) = tgt.coarsened(&cdims) else {
+        return replicate_plan(src, tgt, dims, bytes);
+    };
+    if coarse != cur {
+        if coarse.dims() != cur.dims() {
+            return replicate_plan(src, tgt, dims, bytes);
+        }
+        plan.cost += elems(&local_dims(dims, &cur)) * bytes;
+        plan.steps.push(Step::Permute { to: coarse.clone() });
+    }
+    if &coarse != tgt {
+        if !slice_ok(&coarse, tgt, dims) {
+            return replicate_plan(src, tgt, dims, bytes);
+        }
+        plan.steps.push(Step::Slice { to: tgt.clone() });
+    }
+    plan
+}
+
+/// All-gather everything, then slice.
+fn replicate_plan(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
+    let mut plan = Plan::default();
+    let factors: Vec<(usize, i64)> = src
+        .tiled_dims()
+        .iter()
+        .map(|&a| (a, src.tiles(a)))
+        .collect();
+    let repl = Grid::replicated(src.rank(), src.num_devices());
+    if !factors.is_empty() {
+        plan.cost += gather_cost(src, &factors, dims, bytes);
+        plan.steps.push(Step::Gather {
+            factors,
+            to: repl.clone(),
+        });
+    }
+    if &repl != tgt {
+        plan.steps.push(Step::Slice { to: tgt.clone() });
+    }
+    plan
+}
+
+/// Finds one useful all-to-all move from `cur` towards `tgt`.
+fn next_all_to_all(cur: &Grid, tgt: &Grid, dims: &[i64]) -> Option<(usize, usize, i64)> {
+    for (a, &xa) in dims.iter().enumerate() {
+        let (sa, ta) = (cur.tiles(a), tgt.tiles(a));
+        let excess = sa / gcd(sa, ta);
+        if excess <= 1 || xa % sa != 0 {
+            continue;
+        }
+        for (b, &xb) in dims.iter().enumerate() {
+            if b == a {
+                continue;
+            }
+            let (sb, tb) = (cur.tiles(b), tgt.tiles(b));
+            if tb % sb != 0 {
+                continue;
+            }
+            let f = gcd(excess, tb / sb);
+            if f > 1 && xb % (sb * f) == 0 {
+                return Some((a, b, f));
+            }
+        }
+    }
+    None
+}
+
+/// The cheapest plan found from `src` to `tgt` for an array of `dims` with
+/// `bytes` bytes per element.
+pub fn plan(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
+    if src == tgt {
+        return Plan::default();
+    }
+    if slice_ok(src, tgt, dims) {
+        return Plan {
+            steps: vec![Step::Slice { to: tgt.clone() }],
+            cost: 0,
+        };
+    }
+    let mut best = plan_gather_fix(src, tgt, dims, bytes);
+    // All-to-all moves first, then the rest.
+    let mut cur = src.clone();
+    let mut a2a = Plan::default();
+    for _ in 0..2 * dims.len() + 2 {
+        let Some((a, b, f)) = next_all_to_all(&cur, tgt, dims) else {
+            break;
+        };
+        let Some(to) = cur.all_to_all(a, b, f) else {
+            break;
+        };
+        a2a.cost += elems(&local_dims(dims, &cur)) * bytes;
+        a2a.steps.push(Step::AllToAll {
+            src: a,
+            tgt: b,
+            f,
+            to: to.clone(),
+        });
+        cur = to;
+    }
+    if !a2a.steps.is_empty() {
+        let rest = if &cur == tgt {
+            Plan::default()
+        } else if slice_ok(&cur, tgt, dims) {
+            Plan {
+                steps: vec![Step::Slice { to: tgt.clone() }],
+                cost: 0,
+            }
+        } else {
+            plan_gather_fix(&cur, tgt, dims, bytes)
+        };
+        a2a.cost += rest.cost;
+        a2a.steps.extend(rest.steps);
+        if a2a.cost < best.cost {
+            best = a2a;
+        }
+    }
+    best
+}
+
+/// Emits `plan` for local value `x` (laid out by `src`) of a global array of
+/// `dims`; returns the local value laid out by the plan's last grid.
+pub fn emit(
+    b: &mut Builder<'_>,
+    mut x: InstrId,
+    src: &Grid,
+    plan: &Plan,
+    dims: &[i64],
+) -> Result<InstrId, SpmdError> {
+    let mut cur = src.clone();
+    for step in &plan.steps {
+        x = match step {
+            Step::Gather { factors, to } => emit_gather(b, x, &cur, factors, to, dims)?,
+            Step::AllToAll { src: a, tgt, f, to } => {
+                emit_all_to_all(b, x, &cur, *a, *tgt, *f, to, dims)?
+            }
+            Step::Permute { to } => emit_permute(b, x, &cur, to),
+            Step::Slice { to } => emit_slice(b, x, &cur, to, dims)?,
+        };
+        cur = match step {
+            Step::Gather { to, .. }
+            | Step::AllToAll { to, .. }
+            | Step::Permute { to }
+            | Step::Slice { to } => to.clone(),
+        };
+    }
+    Ok(x)
+}
+
+fn emit_gather(
+    b: &mut Builder<'_>,
+    x: InstrId,
+    cur: &Grid,
+    factors: &[(usize, i64)],
+    to: &Grid,
+    dims: &[i64],
+) -> Result<InstrId, SpmdError> {
+    let groups = cur.factor_groups(factors);
+    let local = b.dims(x);
+    let gathered = if factors.len() == 1 {
+        b.all_gather(x, factors[0].0, &groups)
+    } else {
+        let mut with1 = vec![1];
+        with1.extend(&local);
+        let r = b.reshape(x, &with1);
+        let ag = b.all_gather(r, 0, &groups);
+        let mut split: Vec<i64> = factors.iter().map(|f| f.1).collect();
+        split.extend(&local);
+        let k = factors.len();
+        let r2 = b.reshape(ag, &split);
+        let mut perm = Vec::new();
+        for (i, _) in local.iter().enumerate() {
+            if let Some(j) = factors.iter().position(|f| f.0 == i) {
+                perm.push(j);
+            }
+            perm.push(k + i);
+        }
+        let t = b.transpose(r2, &perm);
+        let mut merged = local.clone();
+        for &(a, f) in factors {
+            merged[a] *= f;
+        }
+        b.reshape(t, &merged)
+    };
+    let want = local_dims(dims, to);
+    if b.dims(gathered) != want {
+        let have = b.dims(gathered);
+        if have.iter().zip(&want).any(|(h, w)| h < w) {
+            return Err(SpmdError::Invalid(
+                "gathered buffer smaller than its tile".into(),
+            ));
+        }
+        return Ok(b.slice_to(gathered, &want));
+    }
+    Ok(gathered)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn emit_all_to_all(
+    b: &mut Builder<'_>,
+    x: InstrId,
+    cur: &Grid,
+    a: usize,
+    tgt: usize,
+    f: i64,
+    to: &Grid,
+    dims: &[i64],
+) -> Result<InstrId, SpmdError> {
+    let groups = cur.factor_groups(&[(a, f)]);
+    let local = b.dims(x);
+    if local[tgt] % f != 0 {
+        return Err(SpmdError::Invalid(
+            "all-to-all of an indivisible dim".into(),
+        ));
+    }
+    // Split `tgt` into (f, rest): the chunk axis sits at index `tgt`.
+    let mut split = Vec::new();
+    for (i, &d) in local.iter().enumerate() {
+        if i == tgt {
+            split.push(f);
+            split.push(d / f);
+        } else {
+            split.push(d);
+        }
+    }
+    let r = b.reshape(x, &split);
+    let t = b.all_to_all(r, tgt, &groups);
+    let axis = |i: usize| if i < tgt { i } else { i + 1 };
+    let mut perm = Vec::new();
+    for i in 0..local.len() {
+        if i == a {
+            perm.push(tgt);
+            perm.push(axis(a));
+        } else if i == tgt {
+            perm.push(tgt + 1);
+        } else {
+            perm.push(axis(i));
+        }
+    }
+    let tr = b.transpose(t, &perm);
+    let want = local_dims(dims, to);
+    Ok(b.reshape(tr, &want))
+}
+
+fn emit_permute(b: &mut Builder<'_>, x: InstrId, cur: &Grid, to: &Grid) -> InstrId {
+    let r = cur.repl() as usize;
+    let mut pairs = Vec::new();
+    for (src_group, dst_group) in cur.devs().chunks(r).zip(to.devs().chunks(r)) {
+        let mut srcs: Vec<i64> = src_group.to_vec();
+        let mut dsts = Vec::new();
+        for &d in dst_group {
+            if let Some(p) = srcs.iter().position(|&s| s == d) {
+                srcs.remove(p);
+                pairs.push((d, d));
+            } else {
+                dsts.push(d);
+            }
+        }
+        for (s, d) in srcs.into_iter().zip(dsts) {
+            pairs.push((s, d));
+        }
+    }
+    if pairs.iter().all(|&(s, d)| s == d) {
+        return x;
+    }
+    pairs.sort_unstable_by_key(|p| p.1);
+    b.collective_permute(x, &pairs)
+}
+
+fn emit_slice(
+    b: &mut Builder<'_>,
+    x: InstrId,
+    cur: &Grid,
+    to: &Grid,
+    dims: &[i64],
+) -> Result<InstrId, SpmdError> {
+    let n = cur.num_devices();
+    let buf = b.dims(x);
+    let want = local_dims(dims, to);
+    let mut tables: Vec<Vec<i64>> = Vec::with_capacity(dims.len());
+    let mut pads = vec![(0i64, 0i64); dims.len()];
+    for (a, &xa) in dims.iter().enumerate() {
+        let (ss, st) = (tile_size(xa, cur.tiles(a)), tile_size(xa, to.tiles(a)));
+        let mut t = vec![0i64; n as usize];
+        let mut need = st;
+        for d in 0..n {
+            let ot = to.coord(d, a) * st;
+            let vt = (xa - ot).clamp(0, st);
+            if vt == 0 {
+                continue;
+            }
+            let off = ot - cur.coord(d, a) * ss;
+            t[d as usize] = off;
+            need = need.max(off + st);
+        }
+        if need > buf[a] {
+            pads[a].1 = need - buf[a];
+        }
+        tables.push(t);
+    }
+    let x = b.pad_zero(x, &pads)?;
+    if tables.iter().all(|t| t.iter().all(|&v| v == t[0])) {
+        let ranges: Vec<(i64, i64, i64)> = tables
+            .iter()
+            .zip(&want)
+            .map(|(t, &w)| (t[0], t[0] + w, 1))
+            .collect();
+        return Ok(b.slice(x, &ranges));
+    }
+    let starts: Vec<InstrId> = tables.iter().map(|t| b.table(t)).collect();
+    Ok(b.dynamic_slice(x, starts, &want))
+}

@@ -1,0 +1,555 @@
+//! Windowed and data-movement ops: slice, pad, reduce-window, concatenate,
+//! dynamic-slice, dynamic-update-slice, sort and reverse, built on one
+//! primitive, [`exchange`]: give every device the input window its output
+//! tile needs along one sharded dim, by halo exchange with its neighbours
+//! (collective-permutes of the few rows that cross a tile boundary) when the
+//! halos fit in a neighbour's tile, else by gathering that dim; then a
+//! per-device slice of the window, with out-of-range positions set to a pad
+//! value when the op needs one.
+//!
+//! Invariants: the operand is first resharded to the output's tiling, so
+//! the device holding output tile `i` holds input tile `i`; windows are
+//! uniform in size on every device; padding of uneven tiles never reaches
+//! a valid output element (it is either masked or outside every window).
+
+use crate::error::SpmdError;
+use crate::grid::{tile_size, Grid};
+use crate::handlers::cheapest;
+use crate::partition::{local_shape, PValue, Part, VS};
+use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, Shape};
+
+type Res = Result<Option<PValue>, SpmdError>;
+
+/// Gives each device, along dim `a` of local `x` (laid out by `g` over
+/// global `dims`), the window `[starts[i], starts[i] + len)` of the global
+/// array, `i` being the device's tile index on `a`. Positions outside
+/// `[0, dims[a])` hold `pad` when given (garbage otherwise).
+#[allow(clippy::too_many_arguments)]
+pub fn exchange(
+    p: &mut Part<'_, '_>,
+    x: InstrId,
+    g: &Grid,
+    dims: &[i64],
+    a: usize,
+    starts: &[i64],
+    len: i64,
+    pad: Option<InstrId>,
+) -> Result<InstrId, SpmdError> {
+    let xa = dims[a];
+    let t = g.tiles(a);
+    let s = tile_size(xa, t);
+    let n = p.n();
+    if starts.len() as i64 != t {
+        return Err(SpmdError::Invalid(
+            "window starts do not match the tiles".into(),
+        ));
+    }
+    let (mut l, mut r) = (0i64, 0i64);
+    for (i, &st) in starts.iter().enumerate() {
+        let i = i as i64;
+        let (lo, hi) = (st.max(0), (st + len).min(xa));
+        if lo >= hi {
+            continue;
+        }
+        l = l.max(i * s - lo);
+        r = r.max(hi - (i * s + s));
+    }
+    let (buf, base): (InstrId, Vec<i64>) = if l > s || r > s {
+        // Halo beyond a neighbour: gather the dim.
+        let full = g.replicate_dims(&[a]);
+        let y = p.reshard_grid(x, g, &full, &with_dims_of(p, x, dims))?;
+        (y, vec![0; t as usize])
+    } else {
+        let mut parts = Vec::new();
+        let ld = p.b.dims(x);
+        if l > 0 {
+            let mut rg: Vec<(i64, i64, i64)> = ld.iter().map(|&d| (0, d, 1)).collect();
+            rg[a] = (s - l, s, 1);
+            let sl = p.b.slice(x, &rg);
+            let pairs = neighbour_pairs(g, a, 1);
+            parts.push(p.b.collective_permute(sl, &pairs));
+        }
+        parts.push(x);
+        if r > 0 {
+            let mut rg: Vec<(i64, i64, i64)> = ld.iter().map(|&d| (0, d, 1)).collect();
+            rg[a] = (0, r, 1);
+            let sl = p.b.slice(x, &rg);
+            let pairs = neighbour_pairs(g, a, -1);
+            parts.push(p.b.collective_permute(sl, &pairs));
+        }
+        let y = p.b.concatenate(parts, a);
+        (y, (0..t).map(|i| i * s - l).collect())
+    };
+    let blen = p.b.dims(buf)[a];
+    // Offsets of the window in the buffer, per tile.
+    let mut offs: Vec<i64> = starts.iter().zip(&base).map(|(st, b)| st - b).collect();
+    let (mut pl, mut ph) = (0i64, 0i64);
+    for (i, &st) in starts.iter().enumerate() {
+        if st.max(0) >= (st + len).min(xa) {
+            continue;
+        }
+        pl = pl.max(-offs[i]);
+        ph = ph.max(offs[i] + len - blen);
+    }
+    let mut y = buf;
+    if pl > 0 || ph > 0 {
+        let mut lh = vec![(0, 0); dims.len()];
+        lh[a] = (pl, ph);
+        y = p.b.pad_zero(y, &lh)?;
+    }
+    let total = blen + pl + ph;
+    for o in offs.iter_mut() {
+        *o = (*o + pl).clamp(0, (total - len).max(0));
+    }
+    let yd = p.b.dims(y);
+    if offs.iter().all(|&o| o == offs[0]) {
+        let mut rg: Vec<(i64, i64, i64)> = yd.iter().map(|&d| (0, d, 1)).collect();
+        rg[a] = (offs[0], offs[0] + len, 1);
+        y = p.b.slice(y, &rg);
+    } else {
+        let mut tables = Vec::new();
+        for d in 0..yd.len() {
+            if d == a {
+                let tb: Vec<i64> = (0..n).map(|dev| offs[g.coord(dev, a) as usize]).collect();
+                tables.push(p.b.table(&tb));
+            } else {
+                tables.push(p.b.scalar(xla_hlo_ir::PrimitiveType::S32, 0));
+            }
+        }
+        let mut sizes = yd.clone();
+        sizes[a] = len;
+        y = p.b.dynamic_slice(y, tables, &sizes);
+    }
+    if let Some(pv) = pad {
+        let needs = starts.iter().any(|&st| st < 0 || st + len > xa);
+        if needs {
+            let tb: Vec<i64> = (0..n).map(|dev| starts[g.coord(dev, a) as usize]).collect();
+            let off = p.b.table(&tb);
+            let yd = p.b.dims(y);
+            let m = p.b.range_mask(&yd, a, off, Some(0), Some(xa));
+            let pb = p.b.splat(pv, &yd);
+            y = p.b.select(m, y, pb);
+        }
+    }
+    Ok(y)
+}
+
+fn with_dims_of(p: &Part<'_, '_>, x: InstrId, dims: &[i64]) -> Shape {
+    crate::builder::with_dims(p.b.shape(x), dims)
+}
+
+/// Pairs sending each tile to the tile `step` further along dim `a`.
+fn neighbour_pairs(g: &Grid, a: usize, step: i64) -> Vec<(i64, i64)> {
+    let t = g.tiles(a);
+    let mut pairs = Vec::new();
+    for d in 0..g.num_devices() {
+        let mut c = g.coords(d);
+        let nc = c[a] + step;
+        if nc < 0 || nc >= t {
+            continue;
+        }
+        c[a] = nc;
+        pairs.push((d, g.device_at(&c)));
+    }
+    pairs
+}
+
+fn operand_grid(p: &mut Part<'_, '_>, v: &PValue, g: &Grid) -> Result<InstrId, SpmdError> {
+    p.reshard_to_grid(v, g)
+}
+
+pub fn slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    let Some(sd) = instr.slice_dims().map(|s| s.to_vec()) else {
+        return Ok(None);
+    };
+    let v = p.operand(instr, 0)?;
+    let dims = v.shape.dims().to_vec();
+    let od = instr.shape.dims().to_vec();
+    let mut x = operand_grid(p, &v, &out)?;
+    let mut ranges = Vec::new();
+    for (a, d) in sd.iter().enumerate() {
+        let t = out.tiles(a);
+        if t <= 1 {
+            ranges.push((d.start, d.limit, d.stride));
+            continue;
+        }
+        let so = tile_size(od[a], t);
+        let len = (so - 1) * d.stride + 1;
+        let starts: Vec<i64> = (0..t).map(|i| d.start + i * so * d.stride).collect();
+        x = exchange(p, x, &out, &dims, a, &starts, len, None)?;
+        ranges.push((0, len, d.stride));
+    }
+    let id = p.b.slice(x, &ranges);
+    p.note(instr, "slice");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs: VS::Grid(out),
+    }))
+}
+
+pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    let Some(pd) = instr.padding().map(|s| s.to_vec()) else {
+        return Ok(None);
+    };
+    if pd
+        .iter()
+        .enumerate()
+        .any(|(a, d)| d.interior != 0 && out.tiles(a) > 1)
+    {
+        return Ok(None);
+    }
+    let v = p.operand(instr, 0)?;
+    let pv = p.operand(instr, 1)?;
+    let pv = p.replicate(&pv)?.id;
+    let dims = v.shape.dims().to_vec();
+    let od = instr.shape.dims().to_vec();
+    let mut x = operand_grid(p, &v, &out)?;
+    let mut rest = pd.clone();
+    for (a, d) in pd.iter().enumerate() {
+        let t = out.tiles(a);
+        if t <= 1 {
+            continue;
+        }
+        let so = tile_size(od[a], t);
+        let starts: Vec<i64> = (0..t).map(|i| i * so - d.low).collect();
+        x = exchange(p, x, &out, &dims, a, &starts, so, Some(pv))?;
+        rest[a] = Default::default();
+    }
+    let id = if rest
+        .iter()
+        .any(|d| d.low != 0 || d.high != 0 || d.interior != 0)
+    {
+        let xd = p.b.dims(x);
+        let nd: Vec<i64> = xd
+            .iter()
+            .zip(&rest)
+            .map(|(&x, d)| x + d.low + d.high + (x - 1).max(0) * d.interior)
+            .collect();
+        let shape = crate::builder::with_dims(&instr.shape, &nd);
+        let id = p.clone_instr(instr, vec![x, pv], shape);
+        p.b.comp
+            .instr_mut(id)
+            .set_attr(AttrKey::Padding, AttrValue::Padding(rest));
+        id
+    } else {
+        x
+    };
+    p.note(instr, "pad");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs: VS::Grid(out),
+    }))
+}
+
+pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    if instr.operands.len() != 2 {
+        return Ok(None);
+    }
+    let Some(win) = instr.window().cloned() else {
+        return Ok(None);
+    };
+    let v = p.operand(instr, 0)?;
+    let init = p.operand(instr, 1)?;
+    let init = p.replicate(&init)?.id;
+    let dims = v.shape.dims().to_vec();
+    let od = instr.shape.dims().to_vec();
+    if win.dims.len() != dims.len() {
+        return Ok(None);
+    }
+    if win
+        .dims
+        .iter()
+        .enumerate()
+        .any(|(a, w)| out.tiles(a) > 1 && (w.lhs_dilation != 1 || w.reversal))
+    {
+        return Ok(None);
+    }
+    let mut x = operand_grid(p, &v, &out)?;
+    let mut w = win.clone();
+    for (a, wd) in win.dims.iter().enumerate() {
+        let t = out.tiles(a);
+        if t <= 1 {
+            continue;
+        }
+        let so = tile_size(od[a], t);
+        let span = (wd.size - 1) * wd.rhs_dilation + 1;
+        let len = (so - 1) * wd.stride + span;
+        let starts: Vec<i64> = (0..t)
+            .map(|i| i * so * wd.stride - wd.padding_low)
+            .collect();
+        x = exchange(p, x, &out, &dims, a, &starts, len, Some(init))?;
+        w.dims[a].padding_low = 0;
+        w.dims[a].padding_high = 0;
+    }
+    let want = local_shape(&instr.shape, &VS::Grid(out.clone()));
+    let id = p.clone_instr(instr, vec![x, init], want.clone());
+    p.b.comp
+        .instr_mut(id)
+        .set_attr(AttrKey::Window, AttrValue::Window(w));
+    let got = p.infer(p.b.comp.instr(id), &[p.b.shape(x), p.b.shape(init)])?;
+    if got.dims() != want.dims() {
+        return Err(SpmdError::Invalid(format!(
+            "local reduce-window shape {got} differs from {want}"
+        )));
+    }
+    p.note(instr, "reduce-window");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs: VS::Grid(out),
+    }))
+}
+
+/// Grids where dim `a` is whole: `out` with `a` replicated, or with its
+/// tiling moved onto another dim `e` (as a new minor factor) when every
+/// array of `shapes` divides evenly there.
+fn unsharded_candidates(out: &Grid, a: usize, shapes: &[&[i64]]) -> Vec<Grid> {
+    let mut c = vec![out.replicate_dims(&[a])];
+    let t = out.tiles(a);
+    if t > 1 {
+        for e in 0..out.rank() {
+            if e == a {
+                continue;
+            }
+            let te = out.tiles(e) * t;
+            if shapes.iter().all(|s| s[e] % te == 0) && shapes.iter().all(|s| s[a] % t == 0) {
+                if let Some(g) = out.all_to_all(a, e, t) {
+                    c.push(g);
+                }
+            }
+        }
+    }
+    c
+}
+
+pub fn concatenate(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    let a = instr.dimensions().first().copied().unwrap_or(0) as usize;
+    let mut vals = Vec::new();
+    for k in 0..instr.operands.len() {
+        vals.push(p.operand(instr, k)?);
+    }
+    let c = if out.tiles(a) == 1 {
+        out.clone()
+    } else {
+        let mut shapes: Vec<&[i64]> = vals.iter().map(|v| v.shape.dims()).collect();
+        shapes.push(instr.shape.dims());
+        let cands = unsharded_candidates(&out, a, &shapes);
+        let costed: Vec<(Grid, u64)> = cands
+            .into_iter()
+            .map(|c| {
+                let mut cost = p.cost_of(&instr.shape, &c, &out);
+                for v in &vals {
+                    cost += p.cost(v, &c);
+                }
+                (c, cost)
+            })
+            .collect();
+        match cheapest(&costed) {
+            Some(c) => c,
+            None => return Ok(None),
+        }
+    };
+    let mut ops = Vec::new();
+    for v in &vals {
+        ops.push(p.reshard_to_grid(v, &c)?);
+    }
+    p.note(instr, "concatenate");
+    Ok(Some(p.emit_local(instr, ops, &VS::Grid(c))?))
+}
+
+/// Dims a dynamic slice/update actually cuts (size below the dim).
+fn cut_dims(full: &[i64], sizes: &[i64]) -> Vec<usize> {
+    (0..full.len()).filter(|&a| sizes[a] < full[a]).collect()
+}
+
+pub fn dynamic_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    let v = p.operand(instr, 0)?;
+    let Some(vg) = v.vs.grid().cloned() else {
+        return Ok(None);
+    };
+    let dims = v.shape.dims().to_vec();
+    let sizes = instr.shape.dims().to_vec();
+    let cut = cut_dims(&dims, &sizes);
+    let cands = [out.replicate_dims(&cut), vg.replicate_dims(&cut)];
+    let costed: Vec<(Grid, u64)> = cands
+        .iter()
+        .map(|c| (c.clone(), p.cost(&v, c) + p.cost_of(&instr.shape, c, &out)))
+        .collect();
+    let Some(c) = cheapest(&costed) else {
+        return Ok(None);
+    };
+    let x = p.reshard_to_grid(&v, &c)?;
+    let mut ops = vec![x];
+    for a in 0..dims.len() {
+        let iv = p.operand(instr, 1 + a)?;
+        let iv = p.replicate(&iv)?.id;
+        if cut.contains(&a) {
+            ops.push(iv);
+        } else {
+            let ty = p.b.ty(iv)?;
+            ops.push(p.b.scalar(ty, 0));
+        }
+    }
+    let vs = VS::Grid(c);
+    let want = local_shape(&instr.shape, &vs);
+    let id = p.clone_instr(instr, ops, want.clone());
+    p.b.comp.instr_mut(id).set_attr(
+        AttrKey::DynamicSliceSizes,
+        AttrValue::Ints(want.dims().to_vec()),
+    );
+    p.note(instr, "dynamic-slice");
+    Ok(Some(PValue {
+        id,
+        shape: instr.shape.clone(),
+        vs,
+    }))
+}
+
+pub fn dynamic_update_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    let v = p.operand(instr, 0)?;
+    let u = p.operand(instr, 1)?;
+    let Some(vg) = v.vs.grid().cloned() else {
+        return Ok(None);
+    };
+    let dims = v.shape.dims().to_vec();
+    let usz = u.shape.dims().to_vec();
+    let cut = cut_dims(&dims, &usz);
+    let cands = [out.replicate_dims(&cut), vg.replicate_dims(&cut)];
+    let costed: Vec<(Grid, u64)> = cands
+        .iter()
+        .map(|c| {
+            (
+                c.clone(),
+                p.cost(&v, c) + p.cost(&u, c) + p.cost_of(&instr.shape, c, &out),
+            )
+        })
+        .collect();
+    let Some(c) = cheapest(&costed) else {
+        return Ok(None);
+    };
+    let x = p.reshard_to_grid(&v, &c)?;
+    let y = p.reshard_to_grid(&u, &c)?;
+    let mut ops = vec![x, y];
+    for a in 0..dims.len() {
+        let iv = p.operand(instr, 2 + a)?;
+        let iv = p.replicate(&iv)?.id;
+        if cut.contains(&a) {
+            ops.push(iv);
+        } else {
+            let ty = p.b.ty(iv)?;
+            ops.push(p.b.scalar(ty, 0));
+        }
+    }
+    p.note(instr, "dynamic-update-slice");
+    Ok(Some(p.emit_local(instr, ops, &VS::Grid(c))?))
+}
+
+pub fn sort(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let out = match target {
+        VS::Grid(g) => g.clone(),
+        VS::Tuple(e) => match e.first().and_then(|x| x.grid()) {
+            Some(g) => g.clone(),
+            None => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let a = instr.dimensions().first().copied().unwrap_or(0) as usize;
+    let mut vals = Vec::new();
+    for k in 0..instr.operands.len() {
+        vals.push(p.operand(instr, k)?);
+    }
+    let leaf_shape = vals[0].shape.clone();
+    let mut cands = unsharded_candidates(&out, a, &[leaf_shape.dims()]);
+    if let Some(g) = vals[0].vs.grid() {
+        cands.push(g.replicate_dims(&[a]));
+    }
+    let k = vals.len() as u64;
+    let costed: Vec<(Grid, u64)> = cands
+        .into_iter()
+        .map(|c| {
+            let mut cost = p.cost_of(&leaf_shape, &c, &out) * k;
+            for v in &vals {
+                cost += p.cost(v, &c);
+            }
+            (c, cost)
+        })
+        .collect();
+    let Some(c) = cheapest(&costed) else {
+        return Ok(None);
+    };
+    let mut ops = Vec::new();
+    for v in &vals {
+        ops.push(p.reshard_to_grid(v, &c)?);
+    }
+    let vs = if instr.shape.is_tuple() {
+        VS::Tuple(vec![VS::Grid(c); vals.len()])
+    } else {
+        VS::Grid(c)
+    };
+    p.note(instr, "sort");
+    Ok(Some(p.emit_local(instr, ops, &vs)?))
+}
+
+pub fn reverse(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    let v = p.operand(instr, 0)?;
+    let dims = v.shape.dims().to_vec();
+    let rev: Vec<usize> = instr.dimensions().iter().map(|&d| d as usize).collect();
+    if rev.iter().any(|&a| a >= dims.len()) {
+        return Ok(None);
+    }
+    // Uneven reversed dims are whole; even ones flip their tile order.
+    let uneven: Vec<usize> = rev
+        .iter()
+        .copied()
+        .filter(|&a| out.tiles(a) > 1 && dims[a] % out.tiles(a) != 0)
+        .collect();
+    let o = out.replicate_dims(&uneven);
+    let flip = |g: &Grid| {
+        Grid::from_coords(
+            &(0..g.rank()).map(|a| g.tiles(a)).collect::<Vec<_>>(),
+            g.num_devices(),
+            |d| {
+                (0..g.rank())
+                    .map(|a| {
+                        let c = g.coord(d, a);
+                        if rev.contains(&a) {
+                            g.tiles(a) - 1 - c
+                        } else {
+                            c
+                        }
+                    })
+                    .collect()
+            },
+        )
+    };
+    let (Some(src), Some(res)) = (flip(&o), Some(o.clone())) else {
+        return Ok(None);
+    };
+    let x = p.reshard_to_grid(&v, &src)?;
+    p.note(instr, "reverse");
+    let _ = Opcode::Reverse;
+    Ok(Some(p.emit_local(instr, vec![x], &VS::Grid(res))?))
+}
