@@ -253,6 +253,26 @@ impl TiledLayout {
             .collect()
     }
 
+    /// Device groups that differ only along the given device-array dims
+    /// (indices into `[tiles..., manual, replication]`), e.g. the groups of
+    /// an all-gather over tiled data dim `d` (`groups_along(&[d])`) or of an
+    /// all-reduce over the replication dim. Groups are listed in row-major
+    /// order of the other dims; inside a group, row-major over `dims`.
+    pub fn groups_along(&self, dims: &[usize]) -> Vec<Vec<i64>> {
+        let all = self.devices.dims();
+        let nd = all.len();
+        let dims: Vec<usize> = dims.iter().copied().filter(|&d| d < nd).collect();
+        let mut perm: Vec<usize> = (0..nd).filter(|d| !dims.contains(d)).collect();
+        perm.extend(dims.iter().copied());
+        let moved = self.devices.transpose(&perm);
+        let size: i64 = dims.iter().map(|&d| all[d]).product();
+        moved
+            .devices()
+            .chunks(size.max(1) as usize)
+            .map(|c| c.to_vec())
+            .collect()
+    }
+
     /// Calls `f(device, offset, limit)` for every device.
     pub fn for_each_tile(&self, mut f: impl FnMut(i64, &[i64], &[i64])) {
         let ts = self.tile_shape();
@@ -285,6 +305,22 @@ mod tests {
         assert_eq!(l.padding(7).unwrap(), vec![2, 0]);
         assert!(!l.is_even());
         assert_eq!(l.device_for_tile(&[3, 0], 0, 0), Some(3));
+    }
+
+    #[test]
+    fn groups_along_dims() {
+        let s = Sharding::tile(TileArray::iota(vec![2, 4]));
+        let l = TiledLayout::new(&s, &[16, 64], 8).unwrap();
+        // all-gather over dim 1: devices sharing the dim-0 tile
+        assert_eq!(
+            l.groups_along(&[1]),
+            vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]
+        );
+        assert_eq!(
+            l.groups_along(&[0]),
+            vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
+        );
+        assert_eq!(l.groups_along(&[0, 1]).len(), 1);
     }
 
     #[test]

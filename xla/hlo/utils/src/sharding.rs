@@ -377,6 +377,20 @@ impl Sharding {
     }
 }
 
+impl std::fmt::Display for Sharding {
+    /// XLA's text (`{devices=[2,4]<=[8]}`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.to_ir())
+    }
+}
+
+impl std::fmt::Display for InstrSharding {
+    /// XLA's text, tuples as `{{...}, {...}}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.to_ir())
+    }
+}
+
 /// Number of leaves XLA requires for a shape's tuple sharding.
 pub fn leaf_count(shape: &Shape) -> usize {
     match shape {
@@ -510,6 +524,22 @@ pub fn check_rank(s: &Sharding, rank: usize) -> Result<(), ShardingError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn display_is_xla_text() {
+        let s = Sharding::partial_tile(TileArray::iota(vec![2, 1, 4]));
+        assert_eq!(
+            s.to_string(),
+            "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"
+        );
+        let t = TileArray::iota(vec![2, 4]).transpose(&[1, 0]);
+        assert_eq!(
+            Sharding::tile(t).to_string(),
+            "{devices=[4,2]<=[2,4]T(1,0)}"
+        );
+        let i = InstrSharding::tuple(vec![Sharding::Replicated, Sharding::Manual]);
+        assert_eq!(i.to_string(), "{{replicated}, {manual}}");
+    }
 
     #[test]
     fn subgroup_normalization() {
