@@ -64,9 +64,6 @@ pub fn slice_ok(src: &Grid, tgt: &Grid, dims: &[i64]) -> bool {
         if ts == 1 {
             continue;
         }
-        if ts == tt && src.devs() == tgt.devs() {
-            continue;
-        }
         let (ss, st) = (tile_size(x, ts), tile_size(x, tt));
         for d in 0..n {
             let ot = tgt.coord(d, a) * st;
