@@ -3,6 +3,11 @@
 //! `--dump-after-each DIR`), and prints it (to stdout or atomically to
 //! `-o FILE`), its statistics as JSON (`--stats`), or a JSON comparison of
 //! its shardings with another module's (`--compare-shardings OTHER.hlo`).
+//! With `--passes=latency-hiding-scheduler` it schedules the module under a
+//! cost model (`--cost-model`) and memory limit (`--memory-limit`), and
+//! `--schedule-report` prints the simulated figures of the result as one
+//! JSON object instead of the module; `--trace OUT.json` writes the
+//! simulated timeline as a Chrome/Perfetto trace.
 //!
 //! Invariants: bad input gives one clear message on stderr (file, line:column,
 //! what was expected) and exit code 1, never a panic; `-o` writes through a
@@ -34,7 +39,8 @@ struct Args {
     #[arg(long)]
     no_verify: bool,
     /// Run these passes in order, e.g. `--passes=sharding-propagation`
-    /// (known: sharding-propagation, complete-shardings). The module is
+    /// (known: sharding-propagation, complete-shardings,
+    /// async-collective-creator, latency-hiding-scheduler). The module is
     /// verified after each.
     #[arg(long, value_delimiter = ',', value_name = "PASS,...")]
     passes: Vec<String>,
@@ -55,6 +61,51 @@ struct Args {
     /// only one module is a mismatch ("ours" or "other" is null).
     #[arg(long, value_name = "OTHER.hlo", conflicts_with = "stats")]
     compare_shardings: Option<PathBuf>,
+    /// Peak live bytes the latency-hiding scheduler must stay under
+    /// (parameters included), e.g. 80000000000, 80GB or 64GiB.
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    memory_limit: Option<u64>,
+    /// Cost model of the latency-hiding scheduler and of the report:
+    /// approximate (XLA's units), analytical (H100 NVLink node; also
+    /// analytical:h200) or table:PATH (measured µs per instruction name
+    /// over the analytical model).
+    #[arg(long, value_name = "MODEL", default_value = "analytical")]
+    cost_model: String,
+    /// Print one JSON object with the simulated schedule instead of the
+    /// module: makespan_us, lower_bound_us, sequential_makespan_us,
+    /// exposed_comm_us, peak_memory_bytes, scheduler_ms (and details).
+    #[arg(long, conflicts_with_all = ["stats", "compare_shardings"])]
+    schedule_report: bool,
+    /// Write the simulated timeline of the entry computation as a
+    /// Chrome/Perfetto trace (JSON) to this file.
+    #[arg(long, value_name = "OUT.json")]
+    trace: Option<PathBuf>,
+}
+
+/// Reads a byte count: digits with an optional K, M, G, T (powers of 1000)
+/// or Ki, Mi, Gi, Ti (powers of 1024) suffix and an optional trailing B.
+fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, suffix) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is not a byte count (e.g. 80000000000, 80GB, 64GiB)"))?;
+    let mult: u64 = match suffix.to_ascii_lowercase().as_str() {
+        "" => 1,
+        "k" => 1_000,
+        "m" => 1_000_000,
+        "g" => 1_000_000_000,
+        "t" => 1_000_000_000_000,
+        "ki" => 1 << 10,
+        "mi" => 1 << 20,
+        "gi" => 1 << 30,
+        "ti" => 1 << 40,
+        _ => return Err(format!("'{text}': unknown unit '{suffix}'")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{text}' is too large"))
 }
 
 fn main() -> ExitCode {
@@ -69,8 +120,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// The scheduler settings the flags ask for.
+fn scheduler_config(args: &Args) -> xla_latency_hiding_scheduler::SchedulerConfig {
+    xla_latency_hiding_scheduler::SchedulerConfig {
+        memory_limit: args.memory_limit,
+        ..Default::default()
+    }
+}
+
 /// The passes `--passes` can name.
-fn registry() -> xla_hlo_pass::PassRegistry {
+fn registry(
+    args: &Args,
+    model: &std::sync::Arc<dyn xla_latency_hiding_scheduler::CostModel>,
+) -> xla_hlo_pass::PassRegistry {
     let mut r = xla_hlo_pass::PassRegistry::new();
     r.register(
         "sharding-propagation",
@@ -87,21 +149,44 @@ fn registry() -> xla_hlo_pass::PassRegistry {
         "partition a sharded module into the per-device SPMD program (XLA's spmd-partitioning)",
         || Box::new(xla_spmd_partitioner::SpmdPartitioner::default()),
     );
+    r.register(
+        "async-collective-creator",
+        "turn collectives into async start/done pairs (XLA's AsyncCollectiveCreator)",
+        || Box::new(xla_latency_hiding_scheduler::AsyncCollectiveCreator::default()),
+    );
+    let config = scheduler_config(args);
+    let model = model.clone();
+    r.register(
+        "latency-hiding-scheduler",
+        "convert collectives to async pairs and schedule them to overlap compute (--cost-model, --memory-limit)",
+        move || {
+            Box::new(xla_latency_hiding_scheduler::LatencyHidingScheduler::new(
+                config.clone(),
+                model.clone(),
+            ))
+        },
+    );
     r
 }
 
-/// Runs `--passes` on the module.
-fn run_passes(args: &Args, module: &mut xla_hlo_ir::HloModule) -> Result<()> {
+/// Runs `--passes` on the module; returns the milliseconds spent in the
+/// latency-hiding scheduler.
+fn run_passes(
+    args: &Args,
+    model: &std::sync::Arc<dyn xla_latency_hiding_scheduler::CostModel>,
+    module: &mut xla_hlo_ir::HloModule,
+) -> Result<f64> {
     if args.passes.is_empty() {
-        return Ok(());
+        return Ok(0.0);
     }
-    let mut pipeline = registry()
+    let mut pipeline = registry(args, model)
         .pipeline("hlo-opt", &args.passes.join(","))?
         .with_verifier(!args.no_verify);
     if let Some(dir) = &args.dump_after_each {
         pipeline = pipeline.dump_after_each(dir);
     }
     let report = pipeline.run(module)?;
+    let mut scheduler_ms = 0.0;
     for r in &report.runs {
         log::info!(
             "pass {}: {:.3} ms, {}",
@@ -109,8 +194,11 @@ fn run_passes(args: &Args, module: &mut xla_hlo_ir::HloModule) -> Result<()> {
             r.duration.as_secs_f64() * 1e3,
             if r.changed { "changed" } else { "unchanged" }
         );
+        if r.name == "latency-hiding-scheduler" {
+            scheduler_ms += r.duration.as_secs_f64() * 1e3;
+        }
     }
-    Ok(())
+    Ok(scheduler_ms)
 }
 
 /// The `--compare-shardings` JSON.
@@ -140,12 +228,37 @@ fn comparison_json(ours: &xla_hlo_ir::HloModule, other: &xla_hlo_ir::HloModule) 
 }
 
 fn run(args: &Args) -> Result<()> {
+    let model = xla_latency_hiding_scheduler::cost_model_from_spec(&args.cost_model)?;
     let mut module = load_module(&args.input, !args.no_verify)?;
     if let Some(n) = args.num_partitions {
         module.config.num_partitions = Some(n);
     }
-    run_passes(args, &mut module)?;
-    let text = if let Some(other_path) = &args.compare_shardings {
+    let want_schedule = args.schedule_report || args.trace.is_some();
+    let original = want_schedule.then(|| module.clone());
+    let scheduler_ms = run_passes(args, &model, &mut module)?;
+    let mut report_json = None;
+    if let Some(original) = &original {
+        let config = scheduler_config(args);
+        let (report, sim) = xla_latency_hiding_scheduler::ScheduleReport::compute(
+            original,
+            &module,
+            model.as_ref(),
+            &config.overlap_limits,
+            scheduler_ms,
+            args.memory_limit,
+            args.trace.is_some(),
+        )?;
+        if let (Some(path), Some(timeline)) = (&args.trace, &sim.timeline) {
+            let trace = xla_latency_hiding_scheduler::chrome_trace(timeline, &module.name);
+            write_atomically(path, trace.to_string().as_bytes())?;
+        }
+        report_json = Some(report.to_json());
+    }
+    let text = if let Some(json) = report_json.filter(|_| args.schedule_report) {
+        let mut s = json.to_string();
+        s.push('\n');
+        s
+    } else if let Some(other_path) = &args.compare_shardings {
         let other = load_module(other_path, !args.no_verify)?;
         comparison_json(&module, &other)
     } else if args.stats {

@@ -1,0 +1,264 @@
+//! The `latency-hiding-scheduler` pass: optionally converts collectives
+//! to async pairs, schedules every sequential computation (callees first,
+//! so a loop's cost is its scheduled body's) and writes each schedule as
+//! the computation's arena order with `is_scheduled=true`.
+//!
+//! Memory: with a limit, the module's peak live bytes are computed after
+//! scheduling; when over the limit, every computation is rescheduled with
+//! memory pressure starting earlier (thresholds 0.9, 0.75, 0.5, 0.25, 0 of
+//! the limit), down to the input order without overlap. If no level fits,
+//! the pass fails with `SchedulerError::MemoryLimit` and the module is
+//! left as it was (after conversion).
+//!
+//! Invariants: the module is only reordered when every computation was
+//! scheduled (all or nothing); the result passes `validate_schedule` with
+//! the same limits; `changed` is reported exactly.
+
+use crate::calls::{callee_first_order, computation_uses, CompUse};
+use crate::convert::{convert_collectives, AsyncConversionConfig};
+use crate::cost::CostModel;
+use crate::error::SchedulerError;
+use crate::graph::{topological_order, CompSummary, Graph};
+use crate::kinds::{ResourceKind, NUM_RESOURCES};
+use crate::scheduler::{schedule_graph, MemoryPolicy, Priority};
+use crate::simulator::simulate_graph;
+use std::sync::Arc;
+use std::time::Instant;
+use xla_hlo_ir::{HloComputation, HloModule, InstrId};
+use xla_hlo_pass::{Pass, PassError};
+
+/// `Priority::Auto` keeps the async-depth schedule when it is this much
+/// shorter than the original-order one.
+pub const AUTO_GAIN: f64 = 0.02;
+
+/// Scheduler settings (XLA's `SchedulerConfig`, reduced).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerConfig {
+    /// Async operations of one resource allowed in flight at once
+    /// (XLA's `*_overlap_limit`, default 1 each).
+    pub overlap_limits: [usize; NUM_RESOURCES],
+    /// Peak live bytes allowed (parameters included); `None` = unlimited.
+    pub memory_limit: Option<u64>,
+    /// Pressure thresholds (fractions of the limit) tried in turn when a
+    /// schedule exceeds the limit.
+    pub memory_thresholds: Vec<f64>,
+    /// Convert synchronous collectives first (`None`: leave them).
+    pub convert: Option<AsyncConversionConfig>,
+    /// How ready compute is ranked.
+    pub priority: Priority,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            overlap_limits: [1; NUM_RESOURCES],
+            memory_limit: None,
+            memory_thresholds: vec![0.9, 0.75, 0.5, 0.25, 0.0],
+            convert: Some(AsyncConversionConfig::default()),
+            priority: Priority::default(),
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// Sets the overlap limit of one resource.
+    pub fn with_limit(mut self, r: ResourceKind, limit: usize) -> SchedulerConfig {
+        self.overlap_limits[r.index()] = limit.max(1);
+        self
+    }
+}
+
+/// What the last run did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ScheduleStats {
+    /// Collectives converted to async pairs.
+    pub converted: usize,
+    /// Computations scheduled (sequential ones).
+    pub computations_scheduled: usize,
+    /// Memory levels tried (1 = the first schedule fit).
+    pub attempts: usize,
+    /// The entry's summary under the scheduler's cost model.
+    pub entry: CompSummary,
+    /// Wall time of the scheduling itself (conversion included), ms.
+    pub scheduler_ms: f64,
+}
+
+/// The pass.
+pub struct LatencyHidingScheduler {
+    pub config: SchedulerConfig,
+    pub model: Arc<dyn CostModel>,
+    pub last_stats: Option<ScheduleStats>,
+}
+
+impl LatencyHidingScheduler {
+    pub fn new(config: SchedulerConfig, model: Arc<dyn CostModel>) -> LatencyHidingScheduler {
+        LatencyHidingScheduler {
+            config,
+            model,
+            last_stats: None,
+        }
+    }
+}
+
+impl Pass for LatencyHidingScheduler {
+    fn name(&self) -> &str {
+        "latency-hiding-scheduler"
+    }
+    fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
+        let (changed, stats) =
+            schedule_module(module, &self.config, self.model.as_ref()).map_err(|e| {
+                PassError::Failed {
+                    pass: "latency-hiding-scheduler".into(),
+                    message: e.to_string(),
+                }
+            })?;
+        self.last_stats = Some(stats);
+        Ok(changed)
+    }
+}
+
+/// Schedules `module` in place; returns whether it changed and statistics.
+pub fn schedule_module(
+    module: &mut HloModule,
+    config: &SchedulerConfig,
+    model: &dyn CostModel,
+) -> Result<(bool, ScheduleStats), SchedulerError> {
+    let start = Instant::now();
+    let mut stats = ScheduleStats::default();
+    if let Some(cfg) = &config.convert {
+        stats.converted = convert_collectives(module, cfg);
+    }
+    let uses = computation_uses(module);
+    let order = callee_first_order(module);
+    let mut levels: Vec<Option<MemoryPolicy>> = vec![None];
+    if let Some(limit) = config.memory_limit {
+        levels.extend(
+            config
+                .memory_thresholds
+                .iter()
+                .map(|&threshold| Some(MemoryPolicy { limit, threshold })),
+        );
+    }
+    let mut best: Option<(u64, Vec<Option<Vec<u32>>>, CompSummary)> = None;
+    let mut accepted = None;
+    for policy in levels {
+        stats.attempts += 1;
+        let mut summaries: Vec<Option<CompSummary>> = vec![None; module.computations.len()];
+        let mut orders: Vec<Option<Vec<u32>>> = vec![None; module.computations.len()];
+        for &c in &order {
+            let comp = &module.computations[c.index()];
+            if uses.get(c.index()) == Some(&CompUse::Sequential) {
+                let g = Graph::build(module, c, model, &summaries)?;
+                let mut ord = schedule_graph(&g, &config.overlap_limits, policy, config.priority);
+                let (mut s, _) = simulate_graph(&g, &ord, &config.overlap_limits, None, false);
+                if config.priority == Priority::Auto && policy.is_none() && s.exposed_comm > 0.0 {
+                    let alt =
+                        schedule_graph(&g, &config.overlap_limits, None, Priority::AsyncDepth);
+                    let (sa, _) = simulate_graph(&g, &alt, &config.overlap_limits, None, false);
+                    if sa.makespan < s.makespan * (1.0 - AUTO_GAIN) {
+                        ord = alt;
+                        s = sa;
+                    }
+                }
+                log::debug!(
+                    "scheduled %{} ({} instructions): makespan {:.1} us, lower bound {:.1} us, exposed {:.1} us, peak of temporaries {} bytes",
+                    comp.name,
+                    g.n,
+                    s.makespan,
+                    s.lower_bound,
+                    s.exposed_comm,
+                    s.peak_temp
+                );
+                summaries[c.index()] = Some(s);
+                orders[c.index()] = Some(ord);
+            } else {
+                let ord = topological_order(comp).ok_or_else(|| SchedulerError::Cycle {
+                    computation: comp.name.clone(),
+                    instruction: comp
+                        .instructions
+                        .first()
+                        .map(|i| i.name.clone())
+                        .unwrap_or_default(),
+                })?;
+                orders[c.index()] = Some(ord);
+            }
+        }
+        let entry = summaries
+            .get(module.entry.index())
+            .cloned()
+            .flatten()
+            .unwrap_or_default();
+        let peak = entry.peak_total;
+        let fits = config.memory_limit.map_or(true, |l| peak <= l);
+        if fits {
+            accepted = Some((orders, entry));
+            break;
+        }
+        log::info!(
+            "latency-hiding-scheduler: peak {peak} bytes over the limit {:?} at {:?}; rescheduling",
+            config.memory_limit,
+            policy
+        );
+        if best.as_ref().map_or(true, |b| peak < b.0) {
+            best = Some((peak, orders, entry));
+        }
+    }
+    let Some((orders, entry)) = accepted else {
+        return Err(SchedulerError::MemoryLimit {
+            limit: config.memory_limit.unwrap_or(0),
+            peak: best.map_or(0, |b| b.0),
+        });
+    };
+    let mut changed = stats.converted > 0 || !module.config.is_scheduled;
+    for (ci, ord) in orders.into_iter().enumerate() {
+        if let Some(ord) = ord {
+            if uses.get(ci) == Some(&CompUse::Sequential) {
+                stats.computations_scheduled += 1;
+            }
+            changed |= apply_order(&mut module.computations[ci], &ord);
+        }
+    }
+    module.config.is_scheduled = true;
+    stats.entry = entry;
+    stats.scheduler_ms = start.elapsed().as_secs_f64() * 1e3;
+    Ok((changed, stats))
+}
+
+/// Rewrites `comp`'s arena in `order` (old indices); returns whether
+/// anything moved. Orders that are not permutations are ignored.
+pub fn apply_order(comp: &mut HloComputation, order: &[u32]) -> bool {
+    let n = comp.instructions.len();
+    if order.len() != n || order.iter().enumerate().all(|(p, &o)| p == o as usize) {
+        return false;
+    }
+    let mut new_index = vec![u32::MAX; n];
+    for (p, &o) in order.iter().enumerate() {
+        match new_index.get_mut(o as usize) {
+            Some(slot) if *slot == u32::MAX => *slot = p as u32,
+            _ => return false,
+        }
+    }
+    let remap = |id: InstrId| InstrId(new_index.get(id.index()).copied().unwrap_or(id.0));
+    let mut old: Vec<Option<xla_hlo_ir::HloInstruction>> = std::mem::take(&mut comp.instructions)
+        .into_iter()
+        .map(Some)
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for &o in order {
+        if let Some(mut instr) = old[o as usize].take() {
+            for op in instr.operands.iter_mut() {
+                *op = remap(*op);
+            }
+            for c in instr.control_predecessors.iter_mut() {
+                *c = remap(*c);
+            }
+            out.push(instr);
+        }
+    }
+    comp.instructions = out;
+    comp.root = remap(comp.root);
+    for p in comp.parameters.iter_mut() {
+        *p = remap(*p);
+    }
+    true
+}

@@ -1,0 +1,313 @@
+//! Discrete-event simulation of a schedule under a cost model.
+//!
+//! Execution model: one in-order compute stream runs the instructions in
+//! schedule order; an async start issues its operation on one of its
+//! resource's lanes (as many lanes as the overlap limit), where it begins
+//! when both issued and a lane is free, and runs for its transfer time; a
+//! done blocks the stream until its operation has finished (that wait is
+//! exposed communication). A synchronous collective takes a lane and
+//! blocks the stream for its whole duration. A while loop, call or
+//! conditional occupies the stream for its callees' simulated time (a
+//! while: `trip × (body + condition) + condition`).
+//!
+//! Lower bounds: the critical path (nested lower bounds as weights,
+//! transfers on start→done edges), the compute stream's total busy time,
+//! and each resource's total transfer time divided by its lanes; the
+//! bound is their maximum. The sequential reference runs the same
+//! instructions in order with every transfer exposed.
+//!
+//! Invariants: `makespan >= lower_bound` for every order the simulator
+//! accepts (each bound is a property of every valid execution); times are
+//! finite; the simulation of a computation depends only on its graph and
+//! order, so callee summaries can be computed once, callees first.
+
+use crate::calls::{callee_first_order, computation_uses, CompUse};
+use crate::cost::CostModel;
+use crate::error::SchedulerError;
+use crate::graph::{CompSummary, Graph, NodeKind};
+use crate::kinds::{ResourceKind, NUM_RESOURCES};
+use crate::memory::{live_profile, peak_of_order};
+use xla_hlo_ir::{CompId, HloModule};
+
+/// One slice of time on one track of the timeline.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceEvent {
+    pub name: String,
+    pub category: &'static str,
+    /// Track: 0 = compute stream; `lane_tid(resource, lane)` otherwise.
+    pub tid: u32,
+    pub ts_us: f64,
+    pub dur_us: f64,
+    pub args: Vec<(&'static str, serde_json::Value)>,
+}
+
+/// The simulated timeline of one computation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Timeline {
+    pub computation: String,
+    pub events: Vec<TraceEvent>,
+    /// (time, live bytes) samples.
+    pub memory: Vec<(f64, u64)>,
+    pub lanes: Vec<(u32, String)>,
+}
+
+/// Track id of a resource lane.
+pub fn lane_tid(r: ResourceKind, lane: usize) -> u32 {
+    1 + (r.index() as u32) * 64 + lane as u32
+}
+
+/// Simulates `order` (node indices of `g`) with `lanes[r]` lanes per
+/// resource. With `names`, also records the timeline; with
+/// `detailed_bounds`, the lower bound uses serialized ancestor work
+/// (`Graph::lower_bounds`).
+pub fn simulate_graph(
+    g: &Graph,
+    order: &[u32],
+    lanes: &[usize; NUM_RESOURCES],
+    names: Option<(&HloModule, CompId)>,
+    detailed_bounds: bool,
+) -> (CompSummary, Option<Timeline>) {
+    let n = g.n;
+    let lanes_n: [usize; NUM_RESOURCES] = lanes.map(|l| l.max(1));
+    let mut lane_free: Vec<Vec<f64>> = lanes_n.iter().map(|&k| vec![0.0; k]).collect();
+    let mut comm_end = vec![0.0f64; n];
+    let mut t = 0.0f64;
+    let mut end_all = 0.0f64;
+    let mut exposed = 0.0f64;
+    let comp = names.and_then(|(m, c)| m.computations.get(c.index()));
+    let mut timeline = comp.map(|c| Timeline {
+        computation: c.name.clone(),
+        ..Timeline::default()
+    });
+    let mut begin_times: Vec<f64> = Vec::with_capacity(if timeline.is_some() { n } else { 0 });
+    let name_of = |i: usize| -> String {
+        comp.and_then(|c| c.instructions.get(i))
+            .map(|x| x.name.clone())
+            .unwrap_or_else(|| format!("#{i}"))
+    };
+    let mut nested = vec![0.0f64; n];
+    for &(k, v) in &g.nested_exposed {
+        if let Some(x) = nested.get_mut(k as usize) {
+            *x += v;
+        }
+    }
+    let nested_exposed = |i: usize| -> f64 { nested[i] };
+    let take_lane = |lane_free: &mut Vec<Vec<f64>>, r: usize| -> usize {
+        let mut best = 0;
+        for (k, &f) in lane_free[r].iter().enumerate() {
+            if f < lane_free[r][best] {
+                best = k;
+            }
+        }
+        best
+    };
+    for &i in order {
+        let i = i as usize;
+        if i >= n {
+            continue;
+        }
+        if timeline.is_some() {
+            begin_times.push(t);
+        }
+        match g.kind[i] {
+            NodeKind::Nop | NodeKind::Update => {}
+            NodeKind::Compute => {
+                let b = t;
+                t += g.cost[i];
+                exposed += nested_exposed(i);
+                if let Some(tl) = timeline.as_mut() {
+                    if g.cost[i] > 0.0 {
+                        tl.events.push(TraceEvent {
+                            name: name_of(i),
+                            category: "compute",
+                            tid: 0,
+                            ts_us: b,
+                            dur_us: g.cost[i],
+                            args: Vec::new(),
+                        });
+                    }
+                }
+            }
+            NodeKind::Start => {
+                let issue = t;
+                t += g.cost[i];
+                let r = g.resource[i].map_or(0, |r| r.index());
+                let lane = take_lane(&mut lane_free, r);
+                let begin = t.max(lane_free[r][lane]);
+                let end = begin + g.latency[i];
+                lane_free[r][lane] = end;
+                comm_end[i] = end;
+                end_all = end_all.max(end);
+                if let Some(tl) = timeline.as_mut() {
+                    let rk = ResourceKind::ALL[r];
+                    tl.events.push(TraceEvent {
+                        name: name_of(i),
+                        category: rk.name(),
+                        tid: lane_tid(rk, lane),
+                        ts_us: begin,
+                        dur_us: g.latency[i],
+                        args: vec![("issued_us", serde_json::json!(issue))],
+                    });
+                }
+            }
+            NodeKind::Done => {
+                let s = g.pair[i] as usize;
+                let ready = comm_end.get(s).copied().unwrap_or(0.0);
+                let wait = (ready - t).max(0.0);
+                if wait > 0.0 {
+                    if let Some(tl) = timeline.as_mut() {
+                        tl.events.push(TraceEvent {
+                            name: format!("wait {}", name_of(i)),
+                            category: "exposed",
+                            tid: 0,
+                            ts_us: t,
+                            dur_us: wait,
+                            args: Vec::new(),
+                        });
+                    }
+                }
+                exposed += wait;
+                t = t.max(ready) + g.cost[i];
+            }
+            NodeKind::SyncCollective => {
+                let r = g.resource[i].map_or(0, |r| r.index());
+                let lane = take_lane(&mut lane_free, r);
+                let begin = t.max(lane_free[r][lane]);
+                let end = begin + g.latency[i];
+                lane_free[r][lane] = end;
+                exposed += end - t;
+                if let Some(tl) = timeline.as_mut() {
+                    let rk = ResourceKind::ALL[r];
+                    tl.events.push(TraceEvent {
+                        name: name_of(i),
+                        category: rk.name(),
+                        tid: lane_tid(rk, lane),
+                        ts_us: begin,
+                        dur_us: g.latency[i],
+                        args: vec![("synchronous", serde_json::json!(true))],
+                    });
+                    tl.events.push(TraceEvent {
+                        name: format!("sync {}", name_of(i)),
+                        category: "exposed",
+                        tid: 0,
+                        ts_us: t,
+                        dur_us: end - t,
+                        args: Vec::new(),
+                    });
+                }
+                t = end;
+            }
+        }
+    }
+    let makespan = t.max(end_all);
+    let bounds = g.lower_bounds(&lanes_n, detailed_bounds);
+    let (cp, lower_bound) = (bounds.critical_path, bounds.value());
+    let sequential: f64 = g.seq_cost.iter().sum::<f64>()
+        + (0..n)
+            .filter(|&i| g.kind[i] == NodeKind::Start)
+            .map(|i| g.latency[i])
+            .sum::<f64>();
+    let mut comm_busy = [0.0; NUM_RESOURCES];
+    for i in 0..n {
+        if let Some(r) = g.resource[i] {
+            if matches!(g.kind[i], NodeKind::Start | NodeKind::SyncCollective) {
+                comm_busy[r.index()] += g.latency[i];
+            }
+        }
+    }
+    for (_, c) in &g.nested_comm {
+        for (k, v) in c.iter().enumerate() {
+            if v.is_finite() {
+                comm_busy[k] += v;
+            }
+        }
+    }
+    let compute_busy: f64 = (0..n)
+        .filter(|&i| g.kind[i] != NodeKind::SyncCollective)
+        .map(|i| g.lb_cost[i])
+        .sum();
+    let (peak_total, peak_temp) = peak_of_order(&g.buffers, order, &g.transient);
+    if let Some(tl) = timeline.as_mut() {
+        let prof = live_profile(&g.buffers, order, &g.transient);
+        let mut last = u64::MAX;
+        for (k, &bytes) in prof.iter().enumerate() {
+            if bytes != last {
+                tl.memory
+                    .push((begin_times.get(k).copied().unwrap_or(t), bytes));
+                last = bytes;
+            }
+        }
+        for r in ResourceKind::ALL {
+            for lane in 0..lanes_n[r.index()] {
+                let tid = lane_tid(r, lane);
+                if tl.events.iter().any(|e| e.tid == tid) {
+                    let label = if lanes_n[r.index()] > 1 {
+                        format!("{} #{lane}", r.name())
+                    } else {
+                        r.name().to_string()
+                    };
+                    tl.lanes.push((tid, label));
+                }
+            }
+        }
+    }
+    let summary = CompSummary {
+        makespan,
+        lower_bound,
+        sequential,
+        critical_path: cp,
+        compute_busy,
+        comm_busy,
+        exposed_comm: exposed,
+        peak_temp,
+        peak_total,
+    };
+    (summary, timeline)
+}
+
+/// The simulation of a whole module in its current (arena) order.
+#[derive(Clone, Debug, Default)]
+pub struct ModuleSimulation {
+    /// Summary per computation (`None` for fused / embedded ones).
+    pub summaries: Vec<Option<CompSummary>>,
+    /// The entry computation's summary.
+    pub entry: CompSummary,
+    /// The entry's timeline, when requested.
+    pub timeline: Option<Timeline>,
+}
+
+/// Simulates every sequential computation of `module` in arena order,
+/// callees first.
+pub fn simulate_module(
+    module: &HloModule,
+    model: &dyn CostModel,
+    lanes: &[usize; NUM_RESOURCES],
+    want_timeline: bool,
+) -> Result<ModuleSimulation, SchedulerError> {
+    let uses = computation_uses(module);
+    let mut summaries: Vec<Option<CompSummary>> = vec![None; module.computations.len()];
+    let mut timeline = None;
+    for c in callee_first_order(module) {
+        if uses.get(c.index()) != Some(&CompUse::Sequential) {
+            continue;
+        }
+        let g = Graph::build(module, c, model, &summaries)?;
+        let order: Vec<u32> = (0..g.n as u32).collect();
+        let trace = want_timeline && c == module.entry;
+        let (s, tl) = simulate_graph(&g, &order, lanes, trace.then_some((module, c)), true);
+        if trace {
+            timeline = tl;
+        }
+        summaries[c.index()] = Some(s);
+    }
+    let entry = summaries
+        .get(module.entry.index())
+        .cloned()
+        .flatten()
+        .unwrap_or_default();
+    Ok(ModuleSimulation {
+        summaries,
+        entry,
+        timeline,
+    })
+}
