@@ -1,18 +1,301 @@
-//! Gather: the operand sharded on dims the indices pick single rows from
-//! (an embedding table split by vocabulary) gathers locally with shifted,
-//! masked indices and sums the partial results over the operand's shards;
-//! indices sharded on batch dims gather locally into the matching output
-//! dims; anything else falls back to replication.
+//! Gather as an iteration space: the output dims, then the operand dims the
+//! indices pick single rows from ("sliced" dims, e.g. an embedding table's
+//! vocabulary). Operand batching dims and index batch dims follow the
+//! output batch dims, operand dims taken whole by the slice follow their
+//! output offset dims. A grid over that space gives the operand, indices
+//! and output grids; tiling on a sliced dim means each device gathers from
+//! its rows only, with shifted indices and a mask, and the partial results
+//! are summed over the sliced dims' devices (XLA's "trivially sliced
+//! operand" strategy); tiling on batch dims needs no communication (index
+//! passthrough / explicit batch). Candidates come from the output, the
+//! operand and the indices; the cheapest in bytes wins.
 //!
-//! Invariant: a masked local gather contributes zero for every index that
-//! falls outside the device's rows, so the all-reduce sum is exact.
+//! Invariant: a masked local gather contributes zero for every index outside
+//! the device's rows (after XLA's clamping of start indices), so the sum
+//! over the sliced dims' devices is exact.
 
 use crate::error::SpmdError;
-use crate::partition::{PValue, Part, VS};
-use xla_hlo_ir::HloInstruction;
+use crate::grid::{local_dims, tile_size, Grid};
+use crate::handlers::{cheapest, merge_grids};
+use crate::partition::{local_shape, PValue, Part, VS};
+use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, PrimitiveType, Shape};
 
 type Res = Result<Option<PValue>, SpmdError>;
 
-pub fn gather(_p: &mut Part<'_, '_>, _instr: &HloInstruction, _target: &VS) -> Res {
-    Ok(None)
+fn lift(g: &Grid, map: &[Option<usize>], ni: usize) -> Grid {
+    let m: Vec<Option<usize>> = (0..ni)
+        .map(|i| map.iter().position(|&d| d == Some(i)))
+        .collect();
+    g.remap(&m)
+}
+
+fn elems(d: &[i64]) -> u64 {
+    d.iter().map(|&x| x.max(0) as u64).product()
+}
+
+pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    let op = p.operand(instr, 0)?;
+    let ix = p.operand(instr, 1)?;
+    let (Some(og), Some(ig)) = (op.vs.grid().cloned(), ix.vs.grid().cloned()) else {
+        return Ok(None);
+    };
+    let dn = instr.gather_dimension_numbers();
+    let Some(sizes) = instr.ints_attr(AttrKey::SliceSizes).map(|s| s.to_vec()) else {
+        return Ok(None);
+    };
+    let od = op.shape.dims().to_vec();
+    let id = ix.shape.dims().to_vec();
+    let ro = instr.shape.rank();
+    let (rop, ri) = (od.len(), id.len());
+    let ivd = dn.index_vector_dim as usize;
+    if sizes.len() != rop {
+        return Ok(None);
+    }
+    let offset: Vec<usize> = dn.offset_dims.iter().map(|&d| d as usize).collect();
+    let collapsed: Vec<usize> = dn
+        .collapsed_slice_dims
+        .iter()
+        .map(|&d| d as usize)
+        .collect();
+    let obatch: Vec<usize> = dn
+        .operand_batching_dims
+        .iter()
+        .map(|&d| d as usize)
+        .collect();
+    let ibatch: Vec<usize> = dn
+        .start_indices_batching_dims
+        .iter()
+        .map(|&d| d as usize)
+        .collect();
+    let sim: Vec<usize> = dn.start_index_map.iter().map(|&d| d as usize).collect();
+    let out_batch: Vec<usize> = (0..ro).filter(|d| !offset.contains(d)).collect();
+    let idx_batch: Vec<usize> = (0..ri).filter(|&d| d != ivd).collect();
+    if out_batch.len() != idx_batch.len() {
+        return Ok(None);
+    }
+    // Indices dims -> iteration dims.
+    let idx_map: Vec<Option<usize>> = (0..ri)
+        .map(|j| idx_batch.iter().position(|&b| b == j).map(|k| out_batch[k]))
+        .collect();
+    // Operand dims -> iteration dims; sliced dims get ro + k.
+    let mut op_map: Vec<Option<usize>> = vec![None; rop];
+    let mut sliced: Vec<usize> = Vec::new();
+    let offset_operand: Vec<usize> = (0..rop)
+        .filter(|d| !collapsed.contains(d) && !obatch.contains(d))
+        .collect();
+    for d in 0..rop {
+        if let Some(i) = obatch.iter().position(|&b| b == d) {
+            op_map[d] = ibatch
+                .get(i)
+                .and_then(|&j| idx_map.get(j).copied().flatten());
+        } else if sim.contains(&d) && sizes[d] == 1 && od[d] > 1 {
+            op_map[d] = Some(ro + sliced.len());
+            sliced.push(d);
+        } else if let Some(k) = offset_operand.iter().position(|&x| x == d) {
+            if sizes[d] == od[d] {
+                op_map[d] = offset.get(k).copied();
+            }
+        }
+    }
+    let ni = ro + sliced.len();
+    let out_map: Vec<Option<usize>> = (0..ro).map(Some).collect();
+    let i_o = lift(&out, &out_map, ni);
+    let i_op = lift(&og, &op_map, ni);
+    let i_ix = lift(&ig, &idx_map, ni);
+    let sl_iter: Vec<usize> = (ro..ni).collect();
+    let mut cands = vec![i_o.clone(), i_op.clone(), i_ix.clone()];
+    cands.extend(merge_grids(&i_o, &i_op, &sl_iter));
+    cands.extend(merge_grids(&i_ix, &i_op, &sl_iter));
+    let bytes = instr
+        .shape
+        .element_type()
+        .map(|t| t.byte_width().max(1))
+        .unwrap_or(4) as u64;
+    let costed: Vec<(Grid, u64)> = cands
+        .into_iter()
+        .map(|c| {
+            let gop = c.remap(&op_map);
+            let gix = c.remap(&idx_map);
+            let go = c.remap(&out_map);
+            let mut cost =
+                p.cost(&op, &gop) + p.cost(&ix, &gix) + p.cost_of(&instr.shape, &go, &out);
+            if sl_iter.iter().any(|&s| c.tiles(s) > 1) {
+                cost += elems(&local_dims(instr.shape.dims(), &go)) * bytes;
+            }
+            (c, cost)
+        })
+        .collect();
+    let Some(c) = cheapest(&costed) else {
+        return Ok(None);
+    };
+    let gop = c.remap(&op_map);
+    let gix = c.remap(&idx_map);
+    let go = c.remap(&out_map);
+    let x = p.reshard_to_grid(&op, &gop)?;
+    let mut y = p.reshard_to_grid(&ix, &gix)?;
+    let tiled_sliced: Vec<(usize, usize)> = sliced
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| c.tiles(ro + k) > 1)
+        .map(|(k, &d)| (k, d))
+        .collect();
+    let mut mask: Option<InstrId> = None;
+    if !tiled_sliced.is_empty() {
+        let (ny, m) = shift_indices(p, y, &gop, &od, &sim, ivd, &tiled_sliced)?;
+        y = ny;
+        mask = Some(m);
+    }
+    // Local slice sizes: whole operand dims take their local size.
+    let lop = local_dims(&od, &gop);
+    let mut lsizes = sizes.clone();
+    for d in 0..rop {
+        if sizes[d] == od[d] {
+            lsizes[d] = lop[d];
+        }
+    }
+    let mut local = instr.clone();
+    local.set_attr(AttrKey::SliceSizes, AttrValue::Ints(lsizes));
+    let vs = VS::Grid(go.clone());
+    let g = p.emit_local(&local, vec![x, y], &vs)?;
+    p.note(
+        instr,
+        if mask.is_some() {
+            "gather-masked"
+        } else {
+            "gather"
+        },
+    );
+    let Some(m) = mask else {
+        return Ok(Some(PValue {
+            shape: instr.shape.clone(),
+            ..g
+        }));
+    };
+    let lo = p.b.dims(g.id);
+    let mb = p.b.broadcast(
+        m,
+        &lo,
+        &out_batch.iter().map(|&d| d as i64).collect::<Vec<_>>(),
+    );
+    let z = p.b.zero_of(g.id)?;
+    let zb = p.b.splat(z, &lo);
+    let sel = p.b.select(mb, g.id, zb);
+    let factors: Vec<(usize, i64)> = tiled_sliced
+        .iter()
+        .map(|&(k, _)| (ro + k, c.tiles(ro + k)))
+        .collect();
+    let groups = c.factor_groups(&factors);
+    let ar = p.b.all_reduce(sel, &groups, Opcode::Add)?;
+    Ok(Some(PValue {
+        id: ar,
+        shape: instr.shape.clone(),
+        vs,
+    }))
+}
+
+/// Shifts the index components of the tiled sliced operand dims to the
+/// device's rows (after XLA's clamping) and returns the new indices and a
+/// pred over the batch dims: true where every shifted index is in range.
+#[allow(clippy::too_many_arguments)]
+fn shift_indices(
+    p: &mut Part<'_, '_>,
+    y: InstrId,
+    gop: &Grid,
+    od: &[i64],
+    sim: &[usize],
+    ivd: usize,
+    tiled: &[(usize, usize)],
+) -> Result<(InstrId, InstrId), SpmdError> {
+    let ty = p.b.ty(y)?;
+    let yd = p.b.dims(y);
+    let rank = yd.len();
+    let implicit = ivd >= rank;
+    let ncomp = if implicit { 1 } else { yd[ivd] };
+    let mut comps = Vec::new();
+    let mut mask: Option<InstrId> = None;
+    // Batch dims shape (index vector dim removed).
+    let bdims: Vec<i64> = (0..rank).filter(|&d| d != ivd).map(|d| yd[d]).collect();
+    for k in 0..ncomp as usize {
+        let comp = if implicit {
+            y
+        } else {
+            let mut rg: Vec<(i64, i64, i64)> = yd.iter().map(|&d| (0, d, 1)).collect();
+            rg[ivd] = (k as i64, k as i64 + 1, 1);
+            p.b.slice(y, &rg)
+        };
+        let d = sim.get(k).copied();
+        let Some(d) = d.filter(|d| tiled.iter().any(|t| t.1 == *d)) else {
+            comps.push(comp);
+            continue;
+        };
+        let cd = p.b.dims(comp);
+        let x = od[d];
+        let t = gop.tiles(d);
+        let ts = tile_size(x, t);
+        let lo = p.b.scalar(ty, 0);
+        let hi = p.b.scalar(ty, x - 1);
+        let lob = p.b.splat(lo, &cd);
+        let hib = p.b.splat(hi, &cd);
+        let clamped = p.b.add(
+            "clamp",
+            Opcode::Clamp,
+            p.b.shape(comp).clone(),
+            vec![lob, comp, hib],
+            vec![],
+        );
+        let offs: Vec<i64> = (0..p.n()).map(|dev| gop.coord(dev, d) * ts).collect();
+        let valid: Vec<i64> = offs.iter().map(|&o| (x - o).clamp(0, ts)).collect();
+        let off = to_ty(p, &offs, ty)?;
+        let offb = p.b.splat(off, &cd);
+        let shifted = p.b.binary(Opcode::Subtract, clamped, offb);
+        let vv = to_ty(p, &valid, ty)?;
+        let vb = p.b.splat(vv, &cd);
+        let z = p.b.scalar(ty, 0);
+        let zb = p.b.splat(z, &cd);
+        let ge = p.b.compare(shifted, zb, "GE");
+        let lt = p.b.compare(shifted, vb, "LT");
+        let ok = p.b.binary(Opcode::And, ge, lt);
+        let ok = p.b.reshape(ok, &bdims);
+        mask = Some(match mask {
+            Some(m) => p.b.binary(Opcode::And, m, ok),
+            None => ok,
+        });
+        comps.push(shifted);
+    }
+    let ny = if implicit {
+        comps[0]
+    } else {
+        p.b.concatenate(comps, ivd)
+    };
+    let m = match mask {
+        Some(m) => m,
+        None => {
+            let t = p.b.scalar(PrimitiveType::Pred, 1);
+            p.b.splat(t, &bdims)
+        }
+    };
+    Ok((ny, m))
+}
+
+/// A per-partition table as a scalar of type `ty`.
+fn to_ty(p: &mut Part<'_, '_>, table: &[i64], ty: PrimitiveType) -> Result<InstrId, SpmdError> {
+    let s = p.b.table(table);
+    if ty == PrimitiveType::S32 {
+        return Ok(s);
+    }
+    Ok(p.b.add(
+        "convert",
+        Opcode::Convert,
+        Shape::scalar(ty),
+        vec![s],
+        vec![],
+    ))
+}
+
+#[allow(dead_code)]
+fn local_out(instr: &HloInstruction, vs: &VS) -> Shape {
+    local_shape(&instr.shape, vs)
 }

@@ -154,6 +154,11 @@ fn neighbour_pairs(g: &Grid, a: usize, step: i64) -> Vec<(i64, i64)> {
     pairs
 }
 
+/// `ceil(a / b)` for `b > 0`.
+fn ceil_div(a: i64, b: i64) -> i64 {
+    -((-a).div_euclid(b))
+}
+
 fn operand_grid(p: &mut Part<'_, '_>, v: &PValue, g: &Grid) -> Result<InstrId, SpmdError> {
     p.reshard_to_grid(v, g)
 }
@@ -198,18 +203,32 @@ pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let Some(pd) = instr.padding().map(|s| s.to_vec()) else {
         return Ok(None);
     };
-    if pd
-        .iter()
-        .enumerate()
-        .any(|(a, d)| d.interior != 0 && out.tiles(a) > 1)
-    {
-        return Ok(None);
+    let od = instr.shape.dims().to_vec();
+    // Interior padding on a tiled dim: every output tile must start at the
+    // same phase of the (interior + 1) period.
+    let mut plans = vec![None; pd.len()];
+    for (a, d) in pd.iter().enumerate() {
+        let t = out.tiles(a);
+        if t <= 1 || d.interior == 0 {
+            continue;
+        }
+        let r = d.interior + 1;
+        let so = tile_size(od[a], t);
+        // First input element at or after the tile's first output position.
+        let j0: Vec<i64> = (0..t).map(|i| ceil_div(i * so - d.low, r)).collect();
+        let phase: Vec<i64> = (0..t)
+            .map(|i| d.low + j0[i as usize] * r - i * so)
+            .collect();
+        if phase.iter().any(|&ph| ph != phase[0]) || phase[0] >= so {
+            return Ok(None);
+        }
+        let len = (so - phase[0] + r - 1) / r;
+        plans[a] = Some((j0, phase[0], len));
     }
     let v = p.operand(instr, 0)?;
     let pv = p.operand(instr, 1)?;
     let pv = p.replicate(&pv)?.id;
     let dims = v.shape.dims().to_vec();
-    let od = instr.shape.dims().to_vec();
     let mut x = operand_grid(p, &v, &out)?;
     let mut rest = pd.clone();
     for (a, d) in pd.iter().enumerate() {
@@ -218,6 +237,16 @@ pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
             continue;
         }
         let so = tile_size(od[a], t);
+        if let Some((j0, phase, len)) = &plans[a] {
+            x = exchange(p, x, &out, &dims, a, j0, *len, Some(pv))?;
+            let r = d.interior + 1;
+            rest[a] = xla_hlo_ir::attrs::PaddingDim {
+                low: *phase,
+                high: so - (phase + (len - 1) * r + 1),
+                interior: d.interior,
+            };
+            continue;
+        }
         let starts: Vec<i64> = (0..t).map(|i| i * so - d.low).collect();
         x = exchange(p, x, &out, &dims, a, &starts, so, Some(pv))?;
         rest[a] = Default::default();
