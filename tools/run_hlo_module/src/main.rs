@@ -19,7 +19,9 @@ use serde_json::{json, Value as Json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use xla_hlo_evaluator::npy::{load_argument, read_npy, write_npy};
-use xla_hlo_evaluator::{evaluate, evaluate_spmd, needs_spmd, Array, EvalContext, Value};
+use xla_hlo_evaluator::{
+    evaluate, evaluate_partitioned, evaluate_spmd, needs_spmd, Array, EvalContext, Value,
+};
 use xla_hlo_ir::HloModule;
 
 #[derive(Parser, Debug)]
@@ -60,6 +62,13 @@ struct Cli {
     /// Runs of the module to time (the minimum is reported).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Treat FILE as a partitioned per-device program (e.g. a corpus
+    /// xla_partitioned.hlo): arguments are global and sharded by its entry
+    /// parameters' shardings; outputs are reassembled with the root
+    /// shardings and global shapes of this (unpartitioned) module, e.g. the
+    /// case's propagated.hlo.
+    #[arg(long, value_name = "GLOBAL.hlo")]
+    partitioned: Option<PathBuf>,
     /// Propagate shardings, partition the module for --devices N (default:
     /// its num_partitions) and run the per-device program on N loopback
     /// devices: arguments are split and outputs assembled by the entry
@@ -100,7 +109,12 @@ fn run(cli: &Cli) -> Result<bool> {
         Some(p) => Some(load_json(p)?),
         None => None,
     };
-    let entry = module.entry_computation();
+    let global = match &cli.partitioned {
+        Some(p) => Some(parse_file(p)?),
+        None => None,
+    };
+    // Arguments follow the global module's signature.
+    let entry = global.as_ref().unwrap_or(&module).entry_computation();
     let mut args = Vec::new();
     for (i, &p) in entry.parameters.iter().enumerate() {
         let instr = entry
@@ -144,6 +158,29 @@ fn run(cli: &Cli) -> Result<bool> {
         let t = Instant::now();
         outputs = if let Some(pm) = &partitioned {
             pm.run(&args)?
+        } else if let Some(g) = &global {
+            let root = g.entry_computation().root_instr();
+            let leaves: Vec<_> = root
+                .shape
+                .leaves()
+                .into_iter()
+                .map(|s| s.dims().to_vec())
+                .collect();
+            let shardings: Vec<_> = match &root.sharding {
+                Some(s) if s.leaves().len() == leaves.len() => s.leaves().to_vec(),
+                Some(s) if s.leaves().len() == 1 => vec![s.leaves()[0].clone(); leaves.len()],
+                _ => bail!(
+                    "{}: the entry root has no usable sharding",
+                    cli.partitioned
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default()
+                ),
+            };
+            evaluate_partitioned(&module, &args, &shardings, &leaves)?
+                .into_iter()
+                .map(Value::Array)
+                .collect()
         } else if devices > 1 {
             evaluate_spmd(&module, &args, devices)?
                 .into_iter()

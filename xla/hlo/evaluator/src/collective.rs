@@ -753,3 +753,126 @@ fn insert_tile(full: &Array, tile: &Array, offsets: &[i64]) -> Result<Array, Eva
     let part = crate::data::slice(tile, &sd)?;
     crate::data::dynamic_update_slice(full, &part, offsets)
 }
+
+/// The shard of `full` that `device` holds under `s` (tiles padded with
+/// zeros where they pass the end of the array, as XLA pads them).
+pub fn shard_array(full: &Array, s: &SingleSharding, device: i64) -> Result<Array, EvalError> {
+    let (offsets, sizes) = tile_of(s, &full.dims, device)?;
+    if sizes == full.dims {
+        return Ok(full.clone());
+    }
+    extract_tile(full, &offsets, &sizes)
+}
+
+/// Reassembles a global array of `global_dims` from every device's shard
+/// (`shards[d]` is device d's) under `s`.
+pub fn assemble_array(
+    shards: &[Array],
+    s: &SingleSharding,
+    global_dims: &[i64],
+) -> Result<Array, EvalError> {
+    let first = shards
+        .first()
+        .ok_or_else(|| EvalError::invalid("no shards to assemble"))?;
+    if !matches!(s.kind, ShardingKind::Tiled { .. }) {
+        return Ok(first.clone());
+    }
+    let mut full = Array::zeros(first.ty, global_dims.to_vec())?;
+    for (d, piece) in shards.iter().enumerate() {
+        let (offsets, _) = tile_of(s, global_dims, d as i64)?;
+        full = insert_tile(&full, piece, &offsets)?;
+    }
+    Ok(full)
+}
+
+/// Runs a partitioned (per-device SPMD) module on `num_partitions` loopback
+/// devices: global arguments are sharded by the entry parameters'
+/// shardings, and each output leaf is reassembled with `out_shardings[k]`
+/// into `out_dims[k]`. Returns the global output leaves.
+pub fn evaluate_partitioned(
+    module: &HloModule,
+    global_args: &[Value],
+    out_shardings: &[SingleSharding],
+    out_dims: &[Vec<i64>],
+) -> Result<Vec<Array>, EvalError> {
+    let n = module.num_partitions().max(1);
+    let entry = module.entry_computation();
+    if global_args.len() != entry.parameters.len() {
+        return Err(EvalError::ArgumentCount {
+            expected: entry.parameters.len(),
+            got: global_args.len(),
+        });
+    }
+    let lb = LoopbackCollectives::new();
+    let per_device: Vec<Vec<Value>> = (0..n)
+        .map(|d| {
+            entry
+                .parameters
+                .iter()
+                .zip(global_args)
+                .map(|(&p, a)| {
+                    let instr = &entry.instructions[p.index()];
+                    let arr = a.as_array().ok_or_else(|| {
+                        EvalError::invalid("tuple arguments are not supported here")
+                    })?;
+                    match instr.sharding.as_ref().and_then(single) {
+                        Some(s) => Ok(Value::Array(shard_array(arr, s, d)?)),
+                        None => Ok(a.clone()),
+                    }
+                })
+                .collect::<Result<Vec<_>, EvalError>>()
+        })
+        .collect::<Result<_, _>>()?;
+    let results: Vec<Result<Vec<Value>, EvalError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = per_device
+            .iter()
+            .enumerate()
+            .map(|(p, args)| {
+                let lb = &lb;
+                s.spawn(move || {
+                    let ctx = EvalContext {
+                        partition_id: p as i64,
+                        replica_id: 0,
+                        num_partitions: Some(n),
+                        num_replicas: Some(1),
+                        collectives: Some(lb),
+                    };
+                    let r = crate::interp::evaluate(module, args, &ctx);
+                    if let Err(e) = &r {
+                        lb.abort(&format!("device {p} failed: {e}"));
+                    }
+                    r
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(EvalError::Internal("device thread panicked".into())))
+            })
+            .collect()
+    });
+    let mut outs: Vec<Vec<Array>> = Vec::new();
+    for r in results {
+        let v = r?;
+        outs.push(
+            v.iter()
+                .flat_map(|x| x.leaves().into_iter().cloned())
+                .collect(),
+        );
+    }
+    let leaves = outs.first().map(|o| o.len()).unwrap_or(0);
+    (0..leaves)
+        .map(|k| {
+            let shards: Vec<Array> = outs.iter().map(|o| o[k].clone()).collect();
+            let s = out_shardings
+                .get(k)
+                .ok_or_else(|| EvalError::invalid(format!("no sharding for output {k}")))?;
+            let dims = out_dims
+                .get(k)
+                .ok_or_else(|| EvalError::invalid(format!("no global shape for output {k}")))?;
+            assemble_array(&shards, s, dims)
+        })
+        .collect()
+}

@@ -24,7 +24,8 @@ pub mod rng;
 pub mod value;
 
 pub use collective::{
-    evaluate_spmd, needs_spmd, CollectiveHandler, CollectiveOp, LoopbackCollectives,
+    evaluate_partitioned, evaluate_spmd, needs_spmd, CollectiveHandler, CollectiveOp,
+    LoopbackCollectives,
 };
 pub use error::EvalError;
 pub use interp::{evaluate, evaluate_value, EvalContext, Evaluator};
