@@ -38,7 +38,7 @@ pub fn dispatch(
             });
         }
         Opcode::Iota => iota(p, instr, target),
-        Opcode::Tuple => tuple(p, instr),
+        Opcode::Tuple => tuple(p, instr, target),
         Opcode::GetTupleElement => gte(p, instr),
         Opcode::Broadcast => broadcast(p, instr, target),
         Opcode::Transpose => transpose(p, instr, target),
@@ -205,11 +205,19 @@ fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     }))
 }
 
-fn tuple(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Res {
+fn tuple(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let mut ids = Vec::new();
     let mut vss = Vec::new();
     for k in 0..instr.operands.len() {
         let v = p.operand(instr, k)?;
+        // Operands take the tuple's shardings now, so equal reshards of one
+        // value elsewhere are shared.
+        let v = match target {
+            VS::Tuple(e) if e.len() == instr.operands.len() && !v.vs.has_manual() => {
+                p.reshard(&v, &e[k])?
+            }
+            _ => v,
+        };
         ids.push(v.id);
         vss.push(v.vs);
     }
@@ -235,7 +243,14 @@ fn gte(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Res {
         .cloned()
         .ok_or_else(|| SpmdError::Invalid("tuple index out of range".into()))?;
     let shape = local_shape(&instr.shape, &vs);
-    let id = p.clone_instr(instr, vec![v.id], shape);
+    let id = {
+        let ti = p.b.comp.instr(v.id);
+        if ti.opcode == Opcode::Tuple && k < ti.operands.len() {
+            ti.operands[k]
+        } else {
+            p.clone_instr(instr, vec![v.id], shape)
+        }
+    };
     p.note(instr, "get-tuple-element");
     Ok(Some(PValue {
         id,

@@ -345,14 +345,7 @@ impl<'a, 'c> Part<'a, 'c> {
                 let mut ids = Vec::new();
                 for (k, (s_vs, d_vs)) in src.iter().zip(dst).enumerate() {
                     let shape = elems.get(k).cloned().unwrap_or_else(|| v.shape.clone());
-                    let lshape = local_shape(&shape, s_vs);
-                    let g = self.b.add(
-                        "get-tuple-element",
-                        Opcode::GetTupleElement,
-                        lshape,
-                        vec![v.id],
-                        vec![(AttrKey::Index, AttrValue::Int(k as i64))],
-                    );
+                    let g = self.element(v.id, k, local_shape(&shape, s_vs));
                     let ev = PValue {
                         id: g,
                         shape,
@@ -380,6 +373,25 @@ impl<'a, 'c> Part<'a, 'c> {
             }),
             (a, b) => unsupported(format!("resharding {a:?} to {b:?}")),
         }
+    }
+
+    /// Element `k` of local tuple `t`: the tuple's operand when `t` is a
+    /// tuple instruction (so reshard caches see the original value), else a
+    /// get-tuple-element.
+    pub fn element(&mut self, t: InstrId, k: usize, lshape: Shape) -> InstrId {
+        let ti = self.b.comp.instr(t);
+        if ti.opcode == Opcode::Tuple {
+            if let Some(&o) = ti.operands.get(k) {
+                return o;
+            }
+        }
+        self.b.add(
+            "get-tuple-element",
+            Opcode::GetTupleElement,
+            lshape,
+            vec![t],
+            vec![(AttrKey::Index, AttrValue::Int(k as i64))],
+        )
     }
 
     pub fn reshard_grid(

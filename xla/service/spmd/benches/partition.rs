@@ -1,0 +1,153 @@
+//! Benchmark: SPMD partitioning time (after sharding propagation, which is
+//! not timed) on the MaxText training step of ../shared/xla-hlo (XLA's
+//! partitioner takes 21 ms on it on this machine) and the largest corpus
+//! modules, at 8, 64, 512 and 2048 partitions. For other partition counts
+//! than the module's, every iota tile assignment over the module's devices
+//! is rescaled: the tile dim equal to the old count takes the new count, so
+//! an 8-way batch sharding becomes an N-way one.
+//!
+//! Run: `cargo bench -p xla-spmd-partitioner --bench partition`
+//! (`BENCH_FILTER=maxtext` to pick modules). Absent files are skipped.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use xla_hlo_ir::sharding::{ShardingKind, TileAssignment};
+use xla_hlo_ir::{HloModule, HloSharding};
+use xla_hlo_pass::Pass;
+use xla_spmd_partitioner::{partition_module, SpmdOptions};
+
+fn shared() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../../shared")
+}
+
+fn load(path: &Path) -> Option<HloModule> {
+    let text = std::fs::read_to_string(path).ok()?;
+    match xla_hlo_parser::parse_module(&text) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            eprintln!("skip {}: {e}", path.display());
+            None
+        }
+    }
+}
+
+fn rescale(s: &mut HloSharding, old: i64, new: i64) {
+    let leaves: Vec<&mut xla_hlo_ir::SingleSharding> = match s {
+        HloSharding::Single(x) => vec![x],
+        HloSharding::Tuple(v) => v.iter_mut().collect(),
+    };
+    for leaf in leaves {
+        if let ShardingKind::Tiled {
+            tile_assignment:
+                TileAssignment::Iota {
+                    dims,
+                    reshape_dims,
+                    perm,
+                },
+            ..
+        } = &mut leaf.kind
+        {
+            if reshape_dims.as_slice() == [old] && perm.is_empty() {
+                if let Some(d) = dims.iter_mut().find(|d| **d == old) {
+                    *d = new;
+                    *reshape_dims = vec![new];
+                }
+            }
+        }
+    }
+}
+
+/// The module with its shardings rescaled from `old` to `new` partitions.
+fn with_partitions(m: &HloModule, new: i64) -> HloModule {
+    let old = m.num_partitions();
+    let mut m = m.clone();
+    if old != new {
+        for c in m.computations.iter_mut() {
+            for i in c.instructions.iter_mut() {
+                if let Some(s) = i.sharding.as_mut() {
+                    rescale(s, old, new);
+                }
+            }
+        }
+        m.config.num_partitions = Some(new);
+    }
+    m
+}
+
+fn time(module: &HloModule) -> Result<(Duration, Duration, usize), String> {
+    let mut samples = Vec::new();
+    let budget = Instant::now();
+    while samples.len() < 3
+        || (budget.elapsed() < Duration::from_millis(1500) && samples.len() < 100)
+    {
+        let mut m = module.clone();
+        let t = Instant::now();
+        partition_module(&mut m, &SpmdOptions::default()).map_err(|e| e.to_string())?;
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    Ok((samples[0], samples[samples.len() / 2], samples.len()))
+}
+
+fn main() {
+    let root = shared();
+    let mut files: Vec<(String, PathBuf, Option<f64>)> = vec![(
+        "maxtext train_step".into(),
+        root.join("xla-hlo/nv_maxtext_1n1g_jit_train_step_before_optimization.hlo"),
+        Some(21.0),
+    )];
+    for case in [
+        "perf_transformer_block",
+        "transformer_block_tp",
+        "deep_mlp_16",
+    ] {
+        files.push((
+            format!("corpus {case}"),
+            root.join(format!("corpus/cases/{case}/input.hlo")),
+            None,
+        ));
+    }
+    let filter = std::env::var("BENCH_FILTER").unwrap_or_default();
+    println!(
+        "{:<28} {:>7} {:>6} {:>10} {:>10} {:>9}",
+        "module", "instrs", "N", "ours (ms)", "XLA (ms)", "speedup"
+    );
+    let mut any = false;
+    for (name, path, xla_ms) in files {
+        if !name.contains(&filter) {
+            continue;
+        }
+        let Some(mut module) = load(&path) else {
+            println!("{name:<28} (absent: {})", path.display());
+            continue;
+        };
+        any = true;
+        let mut prop = xla_sharding_propagation::ShardingPropagation::default();
+        if let Err(e) = prop.run(&mut module) {
+            println!("{name:<28} propagation failed: {e}");
+            continue;
+        }
+        let n0 = module.num_partitions();
+        for n in [n0, 64, 512, 2048] {
+            let m = with_partitions(&module, n);
+            match time(&m) {
+                Ok((t, median, runs)) => {
+                    let ms = t.as_secs_f64() * 1e3;
+                    let (xla, speed) = match (xla_ms, n == n0) {
+                        (Some(x), true) => (format!("{x:.1}"), format!("{:.1}x", x / ms)),
+                        _ => ("-".into(), "-".into()),
+                    };
+                    println!(
+                        "{name:<28} {:>7} {n:>6} {ms:>10.3} {xla:>10} {speed:>9}   (median {:.3} ms of {runs})",
+                        m.instruction_count(),
+                        median.as_secs_f64() * 1e3
+                    );
+                }
+                Err(e) => println!("{name:<28} N={n}: {e}"),
+            }
+        }
+    }
+    if !any {
+        println!("note: ../shared not found; nothing to benchmark");
+    }
+}
