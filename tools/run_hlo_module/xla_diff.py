@@ -394,6 +394,17 @@ ENTRY e {
     return text, [f32(4), np.array(1, np.int32)], 1e-6, 1e-6
 
 
+@case
+def topk():
+    text = """HloModule topk
+ENTRY e {
+  x = f32[3,40] parameter(0)
+  ROOT t = (f32[3,7], s32[3,7]) topk(x), k=7, largest=true
+}"""
+    x = np.round(f32(3, 40), 1)
+    return text, [x], 0, 0
+
+
 def run_case(binary, name, fn, tmp):
     text, args, rtol, atol = fn()
     d = os.path.join(tmp, name)

@@ -684,6 +684,12 @@ impl<'m> Evaluator<'m> {
                     )
                 });
             }
+            O::TopK => {
+                let k = instr.int_attr(AttrKey::K).unwrap_or(1);
+                let largest = instr.bool_attr(AttrKey::Largest).unwrap_or(true);
+                let (v, i) = reduce::topk(arr(0)?, k, largest)?;
+                return Ok(Value::Tuple(vec![Value::Array(v), Value::Array(i)]));
+            }
             O::RngBitGenerator => {
                 let algorithm = instr
                     .ident_attr(AttrKey::Algorithm)

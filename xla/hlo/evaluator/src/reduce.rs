@@ -1106,3 +1106,55 @@ pub fn map(
     }
     scalars_to_array(ty, dims.to_vec(), &items)
 }
+
+/// topk along the last dimension: (values, s32 indices), largest (or
+/// smallest) first, ties in index order; floats ordered by XLA's total order.
+pub fn topk(a: &Array, k: i64, largest: bool) -> Result<(Array, Array), EvalError> {
+    let Some(&n) = a.dims.last() else {
+        return bad("topk of a scalar");
+    };
+    if k < 0 || k > n {
+        return bad(format!("topk: k={k} exceeds the last dimension ({n})"));
+    }
+    let (n, k) = (n as usize, k as usize);
+    let rows = if n == 0 { 0 } else { a.len() / n };
+    let keys: Vec<i128> = match &*a.data {
+        Data::F32(v) => v
+            .iter()
+            .map(|&x| crate::elementwise::total_order_key_f32(x) as i128)
+            .collect(),
+        Data::F64(v) => v
+            .iter()
+            .map(|&x| crate::elementwise::total_order_key_f64(x) as i128)
+            .collect(),
+        Data::U64(v) => v.iter().map(|&x| x as i128).collect(),
+        Data::F16(_) | Data::Bf16(_) | Data::F8(_) => widen_f32(a)
+            .unwrap_or_default()
+            .iter()
+            .map(|&x| crate::elementwise::total_order_key_f32(x) as i128)
+            .collect(),
+        _ => (0..a.len()).map(|i| a.get_i64(i) as i128).collect(),
+    };
+    let mut src = Vec::with_capacity(rows * k);
+    let mut idx = Vec::with_capacity(rows * k);
+    for r in 0..rows {
+        let mut p: Vec<usize> = (0..n).collect();
+        let row = &keys[r * n..(r + 1) * n];
+        if largest {
+            p.sort_by(|&x, &y| row[y].cmp(&row[x]));
+        } else {
+            p.sort_by_key(|&x| row[x]);
+        }
+        for &j in &p[..k] {
+            src.push(r * n + j);
+            idx.push(j as i32);
+        }
+    }
+    let mut dims = a.dims.clone();
+    *dims.last_mut().expect("rank > 0") = k as i64;
+    let data = crate::map_data!(&*a.data, v => src.iter().map(|&i| v[i]).collect());
+    Ok((
+        Array::from_parts(a.ty, dims.clone(), data),
+        Array::from_parts(PrimitiveType::S32, dims, Data::S32(idx)),
+    ))
+}

@@ -10,14 +10,6 @@ fn run(hlo: &str, args: Vec<Array>) -> Result<Vec<Value>, EvalError> {
     evaluate(&m, &args, &EvalContext::default())
 }
 
-fn run1(hlo: &str, args: Vec<Array>) -> Array {
-    let v = run(hlo, args).unwrap_or_else(|e| panic!("evaluate: {e}"));
-    v.into_iter()
-        .next()
-        .and_then(Value::into_array)
-        .expect("array result")
-}
-
 fn f32s(a: &Array) -> Vec<f32> {
     match &*a.data {
         Data::F32(v) => v.clone(),
@@ -528,4 +520,22 @@ ENTRY e {
     // all-to-all: device 1 gets chunk 1 of devices 0 and 1
     assert_eq!(g(1, 3), vec![20.0, 21.0]);
     assert_eq!(g(1, 4), vec![41.0]);
+}
+
+#[test]
+fn topk_largest_with_ties() {
+    let hlo = r#"HloModule m
+ENTRY e {
+  x = f32[2,5] parameter(0)
+  ROOT t = (f32[2,3], s32[2,3]) topk(x), k=3, largest=true
+}"#;
+    let x = fa(
+        &[2, 5],
+        &[1.0, 5.0, 3.0, 5.0, 0.0, -1.0, -2.0, f32::NAN, 4.0, 4.0],
+    );
+    let out = run(hlo, vec![x]).unwrap();
+    let v = f32s(out[0].as_array().unwrap());
+    assert_eq!(v[..3], [5.0, 5.0, 3.0]);
+    assert!(v[3].is_nan());
+    assert_eq!(i32s(out[1].as_array().unwrap()), vec![1, 3, 2, 2, 3, 4]);
 }
