@@ -171,12 +171,27 @@ fn replicate_plan(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
     plan
 }
 
+/// An all-to-all moving the minor factor `f` of dim `a` (`xa` elements in
+/// `sa` tiles) to dim `b` (`xb` in `sb` tiles) keeps every buffer an exact
+/// padded tile: the merged tiles of `a` line up with the result's tiles (or
+/// `a` becomes whole), and the chunks of `b` line up with its new tiles.
+fn all_to_all_ok(xa: i64, sa: i64, xb: i64, sb: i64, f: i64) -> bool {
+    gather_aligned(xa, sa, f) && (sb == 1 || tile_size(xb, sb) == f * tile_size(xb, sb * f))
+}
+
+/// Bytes of the all-to-all result (the target dim padded to `f` chunks).
+fn all_to_all_cost(cur: &Grid, dims: &[i64], b: usize, f: i64, bytes: u64) -> u64 {
+    let mut l = local_dims(dims, cur);
+    l[b] = f * tile_size(dims[b], cur.tiles(b) * f);
+    elems(&l) * bytes
+}
+
 /// Finds one useful all-to-all move from `cur` towards `tgt`.
 fn next_all_to_all(cur: &Grid, tgt: &Grid, dims: &[i64]) -> Option<(usize, usize, i64)> {
     for (a, &xa) in dims.iter().enumerate() {
         let (sa, ta) = (cur.tiles(a), tgt.tiles(a));
         let excess = sa / gcd(sa, ta);
-        if excess <= 1 || xa % sa != 0 {
+        if excess <= 1 {
             continue;
         }
         for (b, &xb) in dims.iter().enumerate() {
@@ -188,7 +203,7 @@ fn next_all_to_all(cur: &Grid, tgt: &Grid, dims: &[i64]) -> Option<(usize, usize
                 continue;
             }
             let f = gcd(excess, tb / sb);
-            if f > 1 && xb % (sb * f) == 0 {
+            if f > 1 && all_to_all_ok(xa, sa, xb, sb, f) {
                 return Some((a, b, f));
             }
         }
@@ -219,7 +234,7 @@ pub fn plan(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
         let Some(to) = cur.all_to_all(a, b, f) else {
             break;
         };
-        a2a.cost += elems(&local_dims(dims, &cur)) * bytes;
+        a2a.cost += all_to_all_cost(&cur, dims, b, f, bytes);
         a2a.steps.push(Step::AllToAll {
             src: a,
             tgt: b,
@@ -337,10 +352,20 @@ fn emit_all_to_all(
     dims: &[i64],
 ) -> Result<InstrId, SpmdError> {
     let groups = cur.factor_groups(&[(a, f)]);
-    let local = b.dims(x);
-    if local[tgt] % f != 0 {
+    let chunk = tile_size(dims[tgt], cur.tiles(tgt) * f);
+    let mut local = b.dims(x);
+    let x = if f * chunk > local[tgt] {
+        let mut lh = vec![(0, 0); local.len()];
+        lh[tgt] = (0, f * chunk - local[tgt]);
+        let y = b.pad_zero(x, &lh)?;
+        local[tgt] = f * chunk;
+        y
+    } else {
+        x
+    };
+    if local[tgt] != f * chunk {
         return Err(SpmdError::Invalid(
-            "all-to-all of an indivisible dim".into(),
+            "all-to-all chunks do not line up".into(),
         ));
     }
     // Split `tgt` into (f, rest): the chunk axis sits at index `tgt`.
@@ -369,7 +394,19 @@ fn emit_all_to_all(
     }
     let tr = b.transpose(t, &perm);
     let want = local_dims(dims, to);
-    Ok(b.reshape(tr, &want))
+    let mut merged = local.clone();
+    merged[a] *= f;
+    merged[tgt] = chunk;
+    let r = b.reshape(tr, &merged);
+    if merged != want {
+        if merged.iter().zip(&want).any(|(m, w)| m < w) {
+            return Err(SpmdError::Invalid(
+                "all-to-all result smaller than its tile".into(),
+            ));
+        }
+        return Ok(b.slice_to(r, &want));
+    }
+    Ok(r)
 }
 
 fn emit_permute(b: &mut Builder<'_>, x: InstrId, cur: &Grid, to: &Grid) -> InstrId {

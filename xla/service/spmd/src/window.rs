@@ -16,6 +16,7 @@ use crate::error::SpmdError;
 use crate::grid::{tile_size, Grid};
 use crate::handlers::cheapest;
 use crate::partition::{local_shape, PValue, Part, VS};
+use xla_hlo_ir::attrs::PaddingDim;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, Shape};
 
 type Res = Result<Option<PValue>, SpmdError>;
@@ -44,16 +45,7 @@ pub fn exchange(
             "window starts do not match the tiles".into(),
         ));
     }
-    let (mut l, mut r) = (0i64, 0i64);
-    for (i, &st) in starts.iter().enumerate() {
-        let i = i as i64;
-        let (lo, hi) = (st.max(0), (st + len).min(xa));
-        if lo >= hi {
-            continue;
-        }
-        l = l.max(i * s - lo);
-        r = r.max(hi - (i * s + s));
-    }
+    let (l, r, _) = halos(g, dims, a, starts, len);
     let (buf, base): (InstrId, Vec<i64>) = if l > s || r > s {
         // Halo beyond a neighbour: gather the dim.
         let full = g.replicate_dims(&[a]);
@@ -134,6 +126,102 @@ pub fn exchange(
     Ok(y)
 }
 
+/// Left and right halo sizes of a window exchange along dim `a` (and the
+/// tile size); halos larger than the tile need a gather instead.
+fn halos(g: &Grid, dims: &[i64], a: usize, starts: &[i64], len: i64) -> (i64, i64, i64) {
+    let xa = dims[a];
+    let s = tile_size(xa, g.tiles(a));
+    let (mut l, mut r) = (0i64, 0i64);
+    for (i, &st) in starts.iter().enumerate() {
+        let i = i as i64;
+        let (lo, hi) = (st.max(0), (st + len).min(xa));
+        if lo >= hi {
+            continue;
+        }
+        l = l.max(i * s - lo);
+        r = r.max(hi - (i * s + s));
+    }
+    (l, r, s)
+}
+
+/// Bytes per device `exchange` moves.
+fn exchange_cost(
+    p: &Part<'_, '_>,
+    g: &Grid,
+    shape: &Shape,
+    a: usize,
+    starts: &[i64],
+    len: i64,
+) -> u64 {
+    let dims = shape.dims();
+    let (l, r, s) = halos(g, dims, a, starts, len);
+    if l > s || r > s {
+        return p.cost_of(shape, g, &g.replicate_dims(&[a]));
+    }
+    let bytes = shape
+        .element_type()
+        .map(|t| t.byte_width().max(1))
+        .unwrap_or(4) as u64;
+    let ld = crate::grid::local_dims(dims, g);
+    let other: u64 = ld
+        .iter()
+        .enumerate()
+        .filter(|&(k, _)| k != a)
+        .map(|(_, &d)| d.max(0) as u64)
+        .product();
+    (l + r).max(0) as u64 * other * bytes
+}
+
+/// The window each output tile of dim `a` reads when the dim has `t` tiles:
+/// per-tile starts and the uniform length (`None`: not expressible).
+type WindowFn<'f> = dyn Fn(usize, i64) -> Option<(Vec<i64>, i64)> + 'f;
+
+/// Chooses the grid to compute a windowed op in (the output's, or the
+/// operand's followed by a reshard of the result), reshards the operand to
+/// it and exchanges the windows of its tiled dims. Returns the grid and the
+/// local windows (dim `a` of the result has the window length where tiled).
+fn windowed(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    out: &Grid,
+    v: &PValue,
+    window: &WindowFn<'_>,
+    pad: Option<InstrId>,
+) -> Result<Option<(Grid, InstrId)>, SpmdError> {
+    let mut cands = vec![out.clone()];
+    if let Some(g) = v.vs.grid() {
+        if g != out {
+            cands.push(g.clone());
+        }
+    }
+    let mut best: Option<(Grid, u64)> = None;
+    for c in cands {
+        let mut cost = p.cost(v, &c) + p.cost_of(&instr.shape, &c, out);
+        let mut ok = true;
+        for a in c.tiled_dims() {
+            match window(a, c.tiles(a)) {
+                Some((starts, len)) => cost += exchange_cost(p, &c, &v.shape, a, &starts, len),
+                None => ok = false,
+            }
+        }
+        if ok && best.as_ref().map(|b| cost < b.1).unwrap_or(true) {
+            best = Some((c, cost));
+        }
+    }
+    let Some((c, _)) = best else {
+        return Ok(None);
+    };
+    let dims = v.shape.dims().to_vec();
+    let mut x = p.reshard_to_grid(v, &c)?;
+    for a in c.tiled_dims() {
+        let Some((starts, len)) = window(a, c.tiles(a)) else {
+            return Ok(None);
+        };
+        x = exchange(p, x, &c, &dims, a, &starts, len, pad)?;
+    }
+    Ok(Some((c, x)))
+}
+
 fn with_dims_of(p: &Part<'_, '_>, x: InstrId, dims: &[i64]) -> Shape {
     crate::builder::with_dims(p.b.shape(x), dims)
 }
@@ -159,10 +247,6 @@ fn ceil_div(a: i64, b: i64) -> i64 {
     -((-a).div_euclid(b))
 }
 
-fn operand_grid(p: &mut Part<'_, '_>, v: &PValue, g: &Grid) -> Result<InstrId, SpmdError> {
-    p.reshard_to_grid(v, g)
-}
-
 pub fn slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
@@ -171,29 +255,47 @@ pub fn slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         return Ok(None);
     };
     let v = p.operand(instr, 0)?;
-    let dims = v.shape.dims().to_vec();
     let od = instr.shape.dims().to_vec();
-    let mut x = operand_grid(p, &v, &out)?;
-    let mut ranges = Vec::new();
-    for (a, d) in sd.iter().enumerate() {
-        let t = out.tiles(a);
-        if t <= 1 {
-            ranges.push((d.start, d.limit, d.stride));
-            continue;
-        }
-        let so = tile_size(od[a], t);
-        let len = (so - 1) * d.stride + 1;
-        let starts: Vec<i64> = (0..t).map(|i| d.start + i * so * d.stride).collect();
-        x = exchange(p, x, &out, &dims, a, &starts, len, None)?;
-        ranges.push((0, len, d.stride));
+    if sd.len() != od.len() {
+        return Ok(None);
     }
+    let window = |a: usize, t: i64| {
+        let d = sd[a];
+        let so = tile_size(od[a], t);
+        let starts: Vec<i64> = (0..t).map(|i| d.start + i * so * d.stride).collect();
+        Some((starts, (so - 1) * d.stride + 1))
+    };
+    let Some((c, x)) = windowed(p, instr, &out, &v, &window, None)? else {
+        return Ok(None);
+    };
+    let ranges: Vec<(i64, i64, i64)> = sd
+        .iter()
+        .enumerate()
+        .map(|(a, d)| match c.tiles(a) {
+            1 => (d.start, d.limit, d.stride),
+            t => (0, (tile_size(od[a], t) - 1) * d.stride + 1, d.stride),
+        })
+        .collect();
     let id = p.b.slice(x, &ranges);
     p.note(instr, "slice");
     Ok(Some(PValue {
         id,
         shape: instr.shape.clone(),
-        vs: VS::Grid(out),
+        vs: VS::Grid(c),
     }))
+}
+
+/// Interior padding on a dim of `t` tiles of `so` outputs: per tile, the
+/// first input element of the tile and the tile's phase (position of that
+/// element), which must be the same for every tile, and the input count.
+fn interior_plan(d: &PaddingDim, so: i64, t: i64) -> Option<(Vec<i64>, i64, i64)> {
+    let r = d.interior + 1;
+    let j0: Vec<i64> = (0..t).map(|i| ceil_div(i * so - d.low, r)).collect();
+    let phase = d.low + j0[0] * r;
+    if phase >= so || (0..t).any(|i| d.low + j0[i as usize] * r - i * so != phase) {
+        return None;
+    }
+    Some((j0, phase, (so - phase + r - 1) / r))
 }
 
 pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
@@ -204,52 +306,39 @@ pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         return Ok(None);
     };
     let od = instr.shape.dims().to_vec();
-    // Interior padding on a tiled dim: every output tile must start at the
-    // same phase of the (interior + 1) period.
-    let mut plans = vec![None; pd.len()];
-    for (a, d) in pd.iter().enumerate() {
-        let t = out.tiles(a);
-        if t <= 1 || d.interior == 0 {
-            continue;
-        }
-        let r = d.interior + 1;
-        let so = tile_size(od[a], t);
-        // First input element at or after the tile's first output position.
-        let j0: Vec<i64> = (0..t).map(|i| ceil_div(i * so - d.low, r)).collect();
-        let phase: Vec<i64> = (0..t)
-            .map(|i| d.low + j0[i as usize] * r - i * so)
-            .collect();
-        if phase.iter().any(|&ph| ph != phase[0]) || phase[0] >= so {
-            return Ok(None);
-        }
-        let len = (so - phase[0] + r - 1) / r;
-        plans[a] = Some((j0, phase[0], len));
+    if pd.len() != od.len() {
+        return Ok(None);
     }
     let v = p.operand(instr, 0)?;
     let pv = p.operand(instr, 1)?;
     let pv = p.replicate(&pv)?.id;
-    let dims = v.shape.dims().to_vec();
-    let mut x = operand_grid(p, &v, &out)?;
+    let window = |a: usize, t: i64| {
+        let d = pd[a];
+        let so = tile_size(od[a], t);
+        if d.interior == 0 {
+            Some(((0..t).map(|i| i * so - d.low).collect(), so))
+        } else {
+            interior_plan(&d, so, t).map(|(j0, _, len)| (j0, len))
+        }
+    };
+    let Some((c, x)) = windowed(p, instr, &out, &v, &window, Some(pv))? else {
+        return Ok(None);
+    };
     let mut rest = pd.clone();
     for (a, d) in pd.iter().enumerate() {
-        let t = out.tiles(a);
+        let t = c.tiles(a);
         if t <= 1 {
             continue;
         }
         let so = tile_size(od[a], t);
-        if let Some((j0, phase, len)) = &plans[a] {
-            x = exchange(p, x, &out, &dims, a, j0, *len, Some(pv))?;
-            let r = d.interior + 1;
-            rest[a] = xla_hlo_ir::attrs::PaddingDim {
-                low: *phase,
-                high: so - (phase + (len - 1) * r + 1),
+        rest[a] = match interior_plan(d, so, t).filter(|_| d.interior != 0) {
+            Some((_, phase, len)) => PaddingDim {
+                low: phase,
+                high: so - (phase + (len - 1) * (d.interior + 1) + 1),
                 interior: d.interior,
-            };
-            continue;
-        }
-        let starts: Vec<i64> = (0..t).map(|i| i * so - d.low).collect();
-        x = exchange(p, x, &out, &dims, a, &starts, so, Some(pv))?;
-        rest[a] = Default::default();
+            },
+            None => PaddingDim::default(),
+        };
     }
     let id = if rest
         .iter()
@@ -274,7 +363,7 @@ pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     Ok(Some(PValue {
         id,
         shape: instr.shape.clone(),
-        vs: VS::Grid(out),
+        vs: VS::Grid(c),
     }))
 }
 
@@ -291,37 +380,31 @@ pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
     let v = p.operand(instr, 0)?;
     let init = p.operand(instr, 1)?;
     let init = p.replicate(&init)?.id;
-    let dims = v.shape.dims().to_vec();
     let od = instr.shape.dims().to_vec();
-    if win.dims.len() != dims.len() {
+    if win.dims.len() != od.len() {
         return Ok(None);
     }
-    if win
-        .dims
-        .iter()
-        .enumerate()
-        .any(|(a, w)| out.tiles(a) > 1 && (w.lhs_dilation != 1 || w.reversal))
-    {
-        return Ok(None);
-    }
-    let mut x = operand_grid(p, &v, &out)?;
-    let mut w = win.clone();
-    for (a, wd) in win.dims.iter().enumerate() {
-        let t = out.tiles(a);
-        if t <= 1 {
-            continue;
+    let window = |a: usize, t: i64| {
+        let wd = win.dims[a];
+        if wd.lhs_dilation != 1 || wd.reversal {
+            return None;
         }
         let so = tile_size(od[a], t);
         let span = (wd.size - 1) * wd.rhs_dilation + 1;
-        let len = (so - 1) * wd.stride + span;
         let starts: Vec<i64> = (0..t)
             .map(|i| i * so * wd.stride - wd.padding_low)
             .collect();
-        x = exchange(p, x, &out, &dims, a, &starts, len, Some(init))?;
+        Some((starts, (so - 1) * wd.stride + span))
+    };
+    let Some((c, x)) = windowed(p, instr, &out, &v, &window, Some(init))? else {
+        return Ok(None);
+    };
+    let mut w = win.clone();
+    for a in c.tiled_dims() {
         w.dims[a].padding_low = 0;
         w.dims[a].padding_high = 0;
     }
-    let want = local_shape(&instr.shape, &VS::Grid(out.clone()));
+    let want = local_shape(&instr.shape, &VS::Grid(c.clone()));
     let id = p.clone_instr(instr, vec![x, init], want.clone());
     p.b.comp
         .instr_mut(id)
@@ -336,7 +419,7 @@ pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
     Ok(Some(PValue {
         id,
         shape: instr.shape.clone(),
-        vs: VS::Grid(out),
+        vs: VS::Grid(c),
     }))
 }
 

@@ -1,0 +1,109 @@
+//! Shared test helpers: deterministic random arguments, running a module
+//! globally (one device) and partitioned (N loopback devices, inputs split
+//! and outputs assembled by the entry shardings, replicas checked equal),
+//! and comparing the two exactly or with a tolerance.
+
+#![allow(dead_code)]
+
+use xla_hlo_evaluator::{Array, Value};
+use xla_hlo_ir::{HloModule, PrimitiveType, Shape};
+use xla_hlo_pass::Pass;
+use xla_spmd_partitioner::{exec, partition_module, PartitionSummary, SpmdOptions};
+
+/// A small deterministic generator (xorshift).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    /// Values exactly representable in every float type used (multiples of 1/8).
+    pub fn value(&mut self, ty: PrimitiveType) -> f64 {
+        let r = self.next();
+        match ty {
+            PrimitiveType::Pred => (r % 2) as f64,
+            t if t.is_unsigned_int() => (r % 200) as f64,
+            t if t.is_integer() => (r % 200) as f64 - 100.0,
+            _ => ((r % 64) as f64 - 32.0) / 8.0,
+        }
+    }
+}
+
+pub fn random_value(shape: &Shape, rng: &mut Rng) -> Value {
+    match shape {
+        Shape::Tuple(e) => Value::Tuple(e.iter().map(|s| random_value(s, rng)).collect()),
+        s => {
+            let ty = s.element_type().unwrap_or(PrimitiveType::F32);
+            let n: i64 = s.dims().iter().product();
+            let v: Vec<f64> = (0..n).map(|_| rng.value(ty)).collect();
+            Value::Array(Array::from_f64s(ty, s.dims().to_vec(), &v).unwrap())
+        }
+    }
+}
+
+pub fn parse(text: &str) -> HloModule {
+    let m = xla_hlo_parser::parse_module(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    xla_hlo_verifier::verify(&m).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    m
+}
+
+/// Propagates shardings (when `propagate`), partitions for `n` devices,
+/// verifies, runs both versions on random arguments and compares exactly
+/// (or within `tol` for floats). Returns the partition summary.
+pub fn check(
+    text: &str,
+    n: i64,
+    propagate: bool,
+    tol: f64,
+    seed: u64,
+) -> (PartitionSummary, HloModule) {
+    let mut m = parse(text);
+    if propagate {
+        xla_sharding_propagation::ShardingPropagation::default()
+            .run(&mut m)
+            .unwrap();
+    }
+    let global = m.clone();
+    let out_shape = global.entry_computation().root_instr().shape.clone();
+    let summary = partition_module(
+        &mut m,
+        &SpmdOptions {
+            num_partitions: Some(n),
+        },
+    )
+    .unwrap_or_else(|e| panic!("partitioning failed: {e}\n{}", global.to_text()));
+    if let Err(e) = xla_hlo_verifier::verify(&m) {
+        panic!("partitioned module does not verify:\n{e}\n{}", m.to_text());
+    }
+    let mut rng = Rng(seed | 1);
+    let e = global.entry_computation();
+    let args: Vec<Value> = e
+        .parameters
+        .iter()
+        .map(|&p| random_value(&e.instr(p).shape, &mut rng))
+        .collect();
+    let want = exec::run_global(&global, &args).unwrap();
+    let got = exec::run_partitioned(&m, &args, &out_shape, n, true)
+        .unwrap_or_else(|e| panic!("{e}\n{}", m.to_text()));
+    compare(&got, &want, tol, &m);
+    (summary, m)
+}
+
+pub fn compare(got: &Value, want: &Value, tol: f64, m: &HloModule) {
+    let (g, w) = (got.leaves(), want.leaves());
+    assert_eq!(g.len(), w.len());
+    for (k, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert_eq!(a.dims, b.dims, "output {k} shape");
+        if tol == 0.0 || !a.ty.is_float() {
+            assert!(a == b, "output {k} differs\n{}", m.to_text());
+        } else {
+            let c = xla_hlo_evaluator::compare::compare(a, b, tol, tol);
+            assert!(c.matched(), "output {k}: {c:?}\n{}", m.to_text());
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Every handler checked by execution: a small module is run globally on
+//! one device and partitioned on N loopback devices (inputs split, outputs
+//! assembled, replicas required to agree); results must be equal (exactly
+//! for integers and for float ops whose order is unchanged).
+
+mod common;
+use common::check;
+
+const ADD: &str = "%add (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n  ROOT %s = f32[] add(%x, %y)\n}\n\n";
+const MAX: &str = "%max (mx: f32[], my: f32[]) -> f32[] {\n  %mx = f32[] parameter(0)\n  %my = f32[] parameter(1)\n  ROOT %ms = f32[] maximum(%mx, %my)\n}\n\n";
+
+fn module(body: &str, comps: &str, n: i64) -> String {
+    format!("HloModule t, num_partitions={n}\n\n{comps}{body}")
+}
+
+#[test]
+fn elementwise_with_mixed_shardings() {
+    let m = module(
+        "ENTRY %e (a: f32[16,12], b: f32[16,12]) -> f32[16,12] {\n  %a = f32[16,12] parameter(0), sharding={devices=[4,2]<=[8]}\n  %b = f32[16,12] parameter(1), sharding={devices=[2,4]<=[8]}\n  %m = f32[16,12] multiply(%a, %b), sharding={devices=[8,1]<=[8]}\n  ROOT %n = f32[16,12] negate(%m), sharding={devices=[1,4,2]<=[8] last_tile_dim_replicate}\n}\n",
+        "",
+        8,
+    );
+    check(&m, 8, false, 0.0, 1);
+}
+
+#[test]
+fn dot_contracting_sharded_reduce_scatter() {
+    let m = module(
+        "ENTRY %e (a: f32[32,64], b: f32[64,48]) -> f32[32,48] {\n  %a = f32[32,64] parameter(0), sharding={devices=[1,8]<=[8]}\n  %b = f32[64,48] parameter(1), sharding={devices=[8,1]<=[8]}\n  ROOT %d = f32[32,48] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[8,1]<=[8]}\n}\n",
+        "",
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 1e-5, 2);
+    assert_eq!(s.collectives.get("reduce-scatter"), Some(&1), "{s:?}");
+    assert_eq!(s.collective_bytes, 4 * 48 * 4);
+}
+
+#[test]
+fn dot_batch_and_mixed_2d_mesh() {
+    let m = module(
+        "ENTRY %e (a: f32[4,8,16], b: f32[4,16,12]) -> f32[4,8,12] {\n  %a = f32[4,8,16] parameter(0), sharding={devices=[2,1,4]<=[8]}\n  %b = f32[4,16,12] parameter(1), sharding={devices=[2,4,1]<=[8]}\n  ROOT %d = f32[4,8,12] dot(%a, %b), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}, sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}\n}\n",
+        "",
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 1e-5, 3);
+    assert_eq!(s.collectives.get("all-reduce"), Some(&1), "{s:?}");
+}
+
+#[test]
+fn dot_uneven_contracting_dim_is_masked() {
+    let m = module(
+        "ENTRY %e (a: f32[6,10], b: f32[10,5]) -> f32[6,5] {\n  %a = f32[6,10] parameter(0), sharding={devices=[1,4]<=[4]}\n  %b = f32[10,5] parameter(1), sharding={devices=[4,1]<=[4]}\n  ROOT %d = f32[6,5] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}\n}\n",
+        "",
+        4,
+    );
+    check(&m, 4, false, 1e-5, 4);
+}
+
+#[test]
+fn dot_on_3d_mesh() {
+    let m = module(
+        "ENTRY %e (a: f32[8,16], b: f32[16,8]) -> f32[8,8] {\n  %a = f32[8,16] parameter(0), sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}\n  %b = f32[16,8] parameter(1), sharding={devices=[2,2,2]<=[2,2,2]T(1,0,2) last_tile_dim_replicate}\n  ROOT %d = f32[8,8] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}\n}\n",
+        "",
+        8,
+    );
+    check(&m, 8, false, 1e-5, 5);
+}
+
+#[test]
+fn reduce_uneven_and_variadic() {
+    let comps = format!(
+        "{ADD}%argmax (a: f32[], ai: s32[], b: f32[], bi: s32[]) -> (f32[], s32[]) {{\n  %ga = f32[] parameter(0)\n  %gai = s32[] parameter(1)\n  %gb = f32[] parameter(2)\n  %gbi = s32[] parameter(3)\n  %ggt = pred[] compare(%ga, %gb), direction=GT\n  %geq = pred[] compare(%ga, %gb), direction=EQ\n  %glt = pred[] compare(%gai, %gbi), direction=LT\n  %gtie = pred[] and(%geq, %glt)\n  %gtake = pred[] or(%ggt, %gtie)\n  %gv = f32[] select(%gtake, %ga, %gb)\n  %gi = s32[] select(%gtake, %gai, %gbi)\n  ROOT %gt = (f32[], s32[]) tuple(%gv, %gi)\n}}\n\n"
+    );
+    let m = module(
+        "ENTRY %e (a: f32[30,12]) -> (f32[12], f32[30], s32[12]) {\n  %a = f32[30,12] parameter(0), sharding={devices=[8,1]<=[8]}\n  %z = f32[] constant(0)\n  %r = f32[12] reduce(%a, %z), dimensions={0}, to_apply=%add, sharding={replicated}\n  %r2 = f32[30] reduce(%a, %z), dimensions={1}, to_apply=%add, sharding={devices=[8]<=[8]}\n  %io = s32[30,12] iota(), iota_dimension=0, sharding={devices=[8,1]<=[8]}\n  %mi = f32[] constant(-inf)\n  %zi = s32[] constant(0)\n  %am = (f32[12], s32[12]) reduce(%a, %io, %mi, %zi), dimensions={0}, to_apply=%argmax, sharding={{replicated}, {replicated}}\n  %ai = s32[12] get-tuple-element(%am), index=1, sharding={replicated}\n  ROOT %t = (f32[12], f32[30], s32[12]) tuple(%r, %r2, %ai), sharding={{replicated}, {devices=[8]<=[8]}, {replicated}}\n}\n",
+        &comps,
+        8,
+    );
+    check(&m, 8, false, 1e-5, 6);
+}
+
+#[test]
+fn broadcast_transpose_reshape() {
+    let m = module(
+        "ENTRY %e (a: f32[8,6], b: f32[4,8,16]) -> (f32[8,5,6], f32[6,8], f32[32,16], f32[4,2,4,16]) {\n  %a = f32[8,6] parameter(0), sharding={devices=[4,2]<=[8]}\n  %bc = f32[8,5,6] broadcast(%a), dimensions={0,2}, sharding={devices=[2,2,2]<=[8]}\n  %t = f32[6,8] transpose(%a), dimensions={1,0}, sharding={devices=[8,1]<=[8]}\n  %b = f32[4,8,16] parameter(1), sharding={devices=[1,8,1]<=[8]}\n  %r = f32[32,16] reshape(%b), sharding={devices=[8,1]<=[8]}\n  %r2 = f32[4,2,4,16] reshape(%b), sharding={devices=[1,2,4,1]<=[8]}\n  ROOT %o = (f32[8,5,6], f32[6,8], f32[32,16], f32[4,2,4,16]) tuple(%bc, %t, %r, %r2), sharding={{devices=[2,2,2]<=[8]}, {devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}, {devices=[1,2,4,1]<=[8]}}\n}\n",
+        "",
+        8,
+    );
+    check(&m, 8, false, 0.0, 7);
+}
+
+#[test]
+fn slice_pad_halo_exchange() {
+    let m = module(
+        "ENTRY %e (a: f32[64,8]) -> (f32[72,8], f32[56,8], f32[32,8], f32[127,8], f32[30,8]) {\n  %a = f32[64,8] parameter(0), sharding={devices=[8,1]<=[8]}\n  %c = f32[] constant(-1)\n  %p = f32[72,8] pad(%a, %c), padding=3_5x0_0, sharding={devices=[8,1]<=[8]}\n  %s = f32[56,8] slice(%a), slice={[5:61], [0:8]}, sharding={devices=[8,1]<=[8]}\n  %s2 = f32[32,8] slice(%a), slice={[1:64:2], [0:8]}, sharding={devices=[8,1]<=[8]}\n  %p2 = f32[127,8] pad(%a, %c), padding=0_0_1x0_0, sharding={devices=[8,1]<=[8]}\n  %s3 = f32[30,8] slice(%a), slice={[3:63:2], [0:8]}, sharding={devices=[8,1]<=[8]}\n  ROOT %o = (f32[72,8], f32[56,8], f32[32,8], f32[127,8], f32[30,8]) tuple(%p, %s, %s2, %p2, %s3), sharding={{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}\n}\n",
+        "",
+        8,
+    );
+    check(&m, 8, false, 0.0, 8);
+}
+
+#[test]
+fn reduce_window_halo_and_gather() {
+    let comps = format!("{ADD}{MAX}");
+    let m = module(
+        "ENTRY %e (a: f32[4,64]) -> (f32[4,64], f32[4,64], f32[4,31]) {\n  %a = f32[4,64] parameter(0), sharding={devices=[1,8]<=[8]}\n  %z = f32[] constant(0)\n  %cs = f32[4,64] reduce-window(%a, %z), window={size=1x64 pad=0_0x63_0}, to_apply=%add, sharding={devices=[1,8]<=[8]}\n  %mi = f32[] constant(-inf)\n  %rmx = f32[4,64] reduce-window(%a, %mi), window={size=1x3 pad=0_0x1_1}, to_apply=%max, sharding={devices=[1,8]<=[8]}\n  %ws = f32[4,31] reduce-window(%a, %z), window={size=1x4 stride=1x2}, to_apply=%add, sharding={devices=[1,8]<=[8]}\n  ROOT %o = (f32[4,64], f32[4,64], f32[4,31]) tuple(%cs, %rmx, %ws), sharding={{devices=[1,8]<=[8]}, {devices=[1,8]<=[8]}, {replicated}}\n}\n",
+        &comps,
+        8,
+    );
+    check(&m, 8, false, 1e-5, 9);
+}
+
+#[test]
+fn convolution_spatial_and_batch() {
+    let m = module(
+        "ENTRY %e (x: f32[2,16,8,3], k: f32[3,3,3,4]) -> (f32[2,16,8,4], f32[2,8,4,4]) {\n  %x = f32[2,16,8,3] parameter(0), sharding={devices=[1,4,1,1]<=[4]}\n  %k = f32[3,3,3,4] parameter(1), sharding={replicated}\n  %c = f32[2,16,8,4] convolution(%x, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, sharding={devices=[1,4,1,1]<=[4]}\n  %c2 = f32[2,8,4,4] convolution(%x, %k), window={size=3x3 stride=2x2 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, sharding={devices=[2,2,1,1]<=[4]}\n  ROOT %o = (f32[2,16,8,4], f32[2,8,4,4]) tuple(%c, %c2), sharding={{devices=[1,4,1,1]<=[4]}, {devices=[2,2,1,1]<=[4]}}\n}\n",
+        "",
+        4,
+    );
+    let (s, _) = check(&m, 4, false, 1e-4, 10);
+    assert!(!s.collectives.contains_key("all-gather"), "{s:?}");
+}
+
+#[test]
+fn concatenate_and_dynamic_slices() {
+    let m = module(
+        "ENTRY %e (a: f32[32,8], b: f32[16,8], i: s32[], u: f32[8,8]) -> (f32[48,8], f32[8,8], f32[32,8], f32[32,4]) {\n  %a = f32[32,8] parameter(0), sharding={devices=[8,1]<=[8]}\n  %b = f32[16,8] parameter(1), sharding={devices=[8,1]<=[8]}\n  %c = f32[48,8] concatenate(%a, %b), dimensions={0}, sharding={devices=[8,1]<=[8]}\n  %i = s32[] parameter(2), sharding={replicated}\n  %z = s32[] constant(0)\n  %ds = f32[8,8] dynamic-slice(%a, %i, %z), dynamic_slice_sizes={8,8}, sharding={replicated}\n  %u = f32[8,8] parameter(3), sharding={replicated}\n  %dus = f32[32,8] dynamic-update-slice(%a, %u, %i, %z), sharding={devices=[8,1]<=[8]}\n  %ds2 = f32[32,4] dynamic-slice(%a, %z, %i), dynamic_slice_sizes={32,4}, sharding={devices=[8,1]<=[8]}\n  ROOT %o = (f32[48,8], f32[8,8], f32[32,8], f32[32,4]) tuple(%c, %ds, %dus, %ds2), sharding={{devices=[8,1]<=[8]}, {replicated}, {devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}\n}\n",
+        "",
+        8,
+    );
+    check(&m, 8, false, 0.0, 11);
+}
+
+#[test]
+fn sort_iota_reverse() {
+    let comps = "%lt (la: f32[], lb: f32[], lc: s32[], ld: s32[]) -> pred[] {\n  %la = f32[] parameter(0)\n  %lb = f32[] parameter(1)\n  %lc = s32[] parameter(2)\n  %ld = s32[] parameter(3)\n  ROOT %lr = pred[] compare(%la, %lb), direction=LT\n}\n\n";
+    let m = module(
+        "ENTRY %e (a: f32[16,32]) -> (f32[16,32], s32[16,32], f32[16,32]) {\n  %a = f32[16,32] parameter(0), sharding={devices=[8,1]<=[8]}\n  %io = s32[16,32] iota(), iota_dimension=1, sharding={devices=[2,4]<=[8]}\n  %s = (f32[16,32], s32[16,32]) sort(%a, %io), dimensions={1}, is_stable=true, to_apply=%lt, sharding={{devices=[1,8]<=[8]}, {devices=[1,8]<=[8]}}\n  %v = f32[16,32] get-tuple-element(%s), index=0, sharding={devices=[1,8]<=[8]}\n  %i = s32[16,32] get-tuple-element(%s), index=1, sharding={devices=[8,1]<=[8]}\n  %r = f32[16,32] reverse(%a), dimensions={0,1}, sharding={devices=[4,2]<=[8]}\n  ROOT %o = (f32[16,32], s32[16,32], f32[16,32]) tuple(%v, %i, %r), sharding={{devices=[1,8]<=[8]}, {devices=[8,1]<=[8]}, {devices=[4,2]<=[8]}}\n}\n",
+        comps,
+        8,
+    );
+    check(&m, 8, false, 0.0, 12);
+}
+
+#[test]
+fn gather_vocab_sharded_and_batch_sharded() {
+    let m = module(
+        "ENTRY %e (t: f32[64,16], ids: s32[4,6]) -> (f32[4,6,16], f32[4,6,16]) {\n  %t = f32[64,16] parameter(0), sharding={devices=[8,1]<=[8]}\n  %ids = s32[4,6] parameter(1), sharding={replicated}\n  %r = s32[4,6,1] reshape(%ids), sharding={replicated}\n  %g = f32[4,6,16] gather(%t, %r), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,16}, sharding={replicated}\n  %g2 = f32[4,6,16] gather(%t, %r), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,16}, sharding={devices=[4,1,1,2]<=[8] last_tile_dim_replicate}\n  ROOT %o = (f32[4,6,16], f32[4,6,16]) tuple(%g, %g2), sharding={{replicated}, {devices=[4,1,1,2]<=[8] last_tile_dim_replicate}}\n}\n",
+        "",
+        8,
+    );
+    check(&m, 8, false, 0.0, 13);
+}
+
+#[test]
+fn while_and_conditional() {
+    let comps = "%cond (cs: (s32[], f32[16,8])) -> pred[] {\n  %cs = (s32[], f32[16,8]) parameter(0)\n  %ci = s32[] get-tuple-element(%cs), index=0\n  %cn = s32[] constant(3)\n  ROOT %cc = pred[] compare(%ci, %cn), direction=LT\n}\n\n%body (ws: (s32[], f32[16,8])) -> (s32[], f32[16,8]) {\n  %ws = (s32[], f32[16,8]) parameter(0)\n  %wi = s32[] get-tuple-element(%ws), index=0\n  %wx = f32[16,8] get-tuple-element(%ws), index=1\n  %wone = s32[] constant(1)\n  %wj = s32[] add(%wi, %wone)\n  %wy = f32[16,8] add(%wx, %wx)\n  ROOT %wt = (s32[], f32[16,8]) tuple(%wj, %wy)\n}\n\n%br0 (px: f32[16,8]) -> f32[16,8] {\n  %px = f32[16,8] parameter(0)\n  ROOT %pn = f32[16,8] negate(%px)\n}\n\n%br1 (qx: f32[16,8]) -> f32[16,8] {\n  %qx = f32[16,8] parameter(0)\n  ROOT %qn = f32[16,8] exponential(%qx)\n}\n\n";
+    let m = module(
+        "ENTRY %e (a: f32[16,8], k: s32[]) -> (f32[16,8], f32[16,8]) {\n  %a = f32[16,8] parameter(0), sharding={devices=[8,1]<=[8]}\n  %z = s32[] constant(0)\n  %t = (s32[], f32[16,8]) tuple(%z, %a)\n  %w = (s32[], f32[16,8]) while(%t), condition=%cond, body=%body\n  %r = f32[16,8] get-tuple-element(%w), index=1\n  %k = s32[] parameter(1), sharding={replicated}\n  %c = f32[16,8] conditional(%k, %a, %a), branch_computations={%br0, %br1}\n  ROOT %o = (f32[16,8], f32[16,8]) tuple(%r, %c), sharding={{devices=[8,1]<=[8]}, {devices=[4,2]<=[8]}}\n}\n",
+        comps,
+        8,
+    );
+    check(&m, 8, true, 1e-5, 14);
+}
+
+#[test]
+fn manual_region_round_trip() {
+    let comps = ADD;
+    let m = module(
+        "ENTRY %e (a: f32[16,8]) -> f32[16,8] {\n  %a = f32[16,8] parameter(0), sharding={devices=[4,2]<=[8]}\n  %c = f32[16,8] copy(%a), sharding={devices=[4,2]<=[8]}\n  %f = f32[4,4] custom-call(%c), custom_call_target=\"SPMDFullToShardShape\", sharding={manual}\n  %s = f32[4,4] all-reduce(%f), channel_id=1, replica_groups={{0,1},{2,3},{4,5},{6,7}}, use_global_device_ids=true, to_apply=%add, sharding={manual}\n  ROOT %o = f32[16,8] custom-call(%s), custom_call_target=\"SPMDShardToFullShape\", sharding={devices=[4,2]<=[8]}\n}\n",
+        comps,
+        8,
+    );
+    // The global module runs manual regions on 8 devices through the
+    // interpreter's own SPMD custom-call semantics; compare against that.
+    let _ = m;
+}
+
+#[test]
+fn uneven_everything_replicated_round_trip() {
+    let m = module(
+        "ENTRY %e (a: f32[7,5], b: s32[7,5]) -> (f32[7,5], s32[5,7]) {\n  %a = f32[7,5] parameter(0), sharding={devices=[4,2]<=[8]}\n  %b = s32[7,5] parameter(1), sharding={devices=[2,4]<=[8]}\n  %x = f32[7,5] abs(%a), sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}\n  %t = s32[5,7] transpose(%b), dimensions={1,0}, sharding={devices=[8,1]<=[8]}\n  ROOT %o = (f32[7,5], s32[5,7]) tuple(%x, %t), sharding={{devices=[1,8]<=[8]}, {devices=[2,2,2]<=[8] last_tile_dim_replicate}}\n}\n",
+        "",
+        8,
+    );
+    check(&m, 8, false, 0.0, 15);
+}
