@@ -717,6 +717,12 @@ pub fn eval_custom_call(
 
 /// The tile of `full` at `offsets` with `dims`; parts beyond `full` are zero.
 fn extract_tile(full: &Array, offsets: &[i64], dims: &[i64]) -> Result<Array, EvalError> {
+    if dims.len() != full.rank() || offsets.len() != full.rank() {
+        return bad(format!(
+            "shard shape {dims:?} does not have the rank of {}",
+            full.shape()
+        ));
+    }
     let valid: Vec<i64> = (0..full.rank())
         .map(|d| (full.dims[d] - offsets[d]).clamp(0, dims[d]))
         .collect();
@@ -734,7 +740,7 @@ fn extract_tile(full: &Array, offsets: &[i64], dims: &[i64]) -> Result<Array, Ev
 
 /// Writes the valid part of `tile` into `full` at `offsets`.
 fn insert_tile(full: &Array, tile: &Array, offsets: &[i64]) -> Result<Array, EvalError> {
-    if tile.rank() != full.rank() {
+    if tile.rank() != full.rank() || offsets.len() != full.rank() {
         return bad("shard rank differs from the full shape");
     }
     let valid: Vec<i64> = (0..full.rank())

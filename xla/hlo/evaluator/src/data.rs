@@ -404,6 +404,13 @@ pub fn gather(
     if slice_sizes.len() != rank {
         return bad("gather: slice_sizes length differs from operand rank");
     }
+    if slice_sizes
+        .iter()
+        .zip(&a.dims)
+        .any(|(&z, &d)| z < 0 || z > d)
+    {
+        return bad("gather: slice_sizes exceed the operand");
+    }
     let (batch_dims, vectors) = index_vectors(indices, dn.index_vector_dim)?;
     let ivd = dn.index_vector_dim as usize;
     // Map indices dims (without the index vector dim) to batch positions.

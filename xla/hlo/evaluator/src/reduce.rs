@@ -919,6 +919,12 @@ pub fn scatter(
         .first()
         .ok_or_else(|| EvalError::invalid("scatter without updates"))?;
     let rank = first.rank();
+    if updates.len() != operands.len()
+        || operands.iter().any(|o| o.dims != first.dims)
+        || updates.iter().any(|u| u.dims != upd0.dims)
+    {
+        return bad("scatter: operands or updates disagree in count or shape");
+    }
     let (_, vectors) = crate::data::index_vectors(indices, dn.index_vector_dim)?;
     let ivd = dn.index_vector_dim as usize;
     let idx_dims_wo: Vec<usize> = (0..indices.rank()).filter(|&d| d != ivd).collect();
@@ -964,6 +970,9 @@ pub fn scatter(
         let mut spos = 0usize;
         for (k, &d) in update_scatter_dims.iter().enumerate() {
             spos += uidx[d] * sst[k];
+        }
+        if spos >= cache.len() {
+            return bad("scatter: updates have more scatter positions than the indices");
         }
         if cache[spos].is_none() {
             let v = vectors
