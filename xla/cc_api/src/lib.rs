@@ -4,8 +4,10 @@
 //!
 //! Passes are run by name through one entry point, [`run_passes`], which takes
 //! a comma-separated list (`"sharding-propagation,spmd-partitioning"`) and
-//! builds the pipeline from [`registry`]. A name that is planned but not built
-//! yet, or unknown, is an error that lists the passes this build has.
+//! builds the pipeline from [`registry`]: sharding propagation, SPMD
+//! partitioning, async collective creation and latency-hiding scheduling. A
+//! name that is planned but not built yet, or unknown, is an error that lists
+//! the passes this build has.
 //!
 //! The same file is the input of the C++ code generator under both builds:
 //! cargo's build.rs (cxx-build) and Bazel's `rust_cxx_bridge`
@@ -54,15 +56,13 @@ pub use ffi::{PassRunInfo, Stats};
 #[derive(Clone)]
 pub struct Module(pub xla_hlo_ir::HloModule);
 
-/// Passes that XLA's SPMD pipeline has and this project is writing; naming one
-/// gives "not available yet" rather than "unknown".
-pub const PLANNED_PASSES: &[&str] = &[
-    "spmd-partitioning",
-    "async-collective-creator",
-    "latency-hiding-scheduler",
-];
+/// Passes of XLA's SPMD pipeline that this project has not written yet;
+/// naming one gives "not available in this build yet" rather than "unknown".
+pub const PLANNED_PASSES: &[&str] = &[];
 
-/// The passes [`run_passes`] can run, by name.
+/// The passes [`run_passes`] can run, by name (as `hlo-opt --passes` names
+/// them; the scheduler uses its default configuration and the analytical
+/// cost model, `hlo-opt`'s defaults).
 pub fn registry() -> PassRegistry {
     let mut r = PassRegistry::new();
     r.register(
@@ -75,7 +75,48 @@ pub fn registry() -> PassRegistry {
         "give {replicated} to instructions still unsharded in partitioned computations",
         || Box::new(xla_sharding_propagation::ShardingCompletion),
     );
+    r.register(
+        "spmd-partitioning",
+        "partition a sharded module into the per-device SPMD program (XLA's spmd-partitioning)",
+        || Box::new(xla_spmd_partitioner::SpmdPartitioner::default()),
+    );
+    r.register(
+        "async-collective-creator",
+        "turn collectives into async start/done pairs (XLA's AsyncCollectiveCreator)",
+        || Box::new(xla_latency_hiding_scheduler::AsyncCollectiveCreator::default()),
+    );
+    r.register(
+        "latency-hiding-scheduler",
+        "convert collectives to async pairs and schedule them to overlap compute",
+        || {
+            let model = xla_latency_hiding_scheduler::cost_model_from_spec("analytical")
+                .expect("the analytical cost model needs no input");
+            Box::new(xla_latency_hiding_scheduler::LatencyHidingScheduler::new(
+                xla_latency_hiding_scheduler::SchedulerConfig::default(),
+                model,
+            ))
+        },
+    );
     r
+}
+
+/// Checks pass names against the registry: an error names the pass, says
+/// whether it is planned or unknown, and lists the available ones.
+fn check_pass_names(known: &[&str], planned: &[&str], names: &[&str]) -> Result<(), String> {
+    for name in names {
+        if !known.contains(name) {
+            let why = if planned.contains(name) {
+                "is not available in this build yet"
+            } else {
+                "is not a known pass"
+            };
+            return Err(format!(
+                "pass \"{name}\" {why} (available: {})",
+                known.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub fn parse_module(text: &str) -> Result<Box<Module>, String> {
@@ -121,19 +162,7 @@ pub fn run_passes(module: &mut Module, passes: &str) -> Result<Vec<PassRunInfo>,
         .filter(|s| !s.is_empty())
         .collect();
     let known: Vec<&str> = reg.names().into_iter().map(|(n, _)| n).collect();
-    for name in &names {
-        if !known.contains(name) {
-            let why = if PLANNED_PASSES.contains(name) {
-                "is not available in this build yet"
-            } else {
-                "is not a known pass"
-            };
-            return Err(format!(
-                "pass \"{name}\" {why} (available: {})",
-                known.join(", ")
-            ));
-        }
-    }
+    check_pass_names(&known, PLANNED_PASSES, &names)?;
     let mut pipeline = reg
         .pipeline("cc-api", &names.join(","))
         .map_err(|e: PassError| e.to_string())?;
@@ -183,29 +212,47 @@ mod tests {
         assert!(e.starts_with("parse error: "), "{e}");
     }
 
+    const SHARDED: &str = "HloModule m, num_partitions=2\n\nENTRY %e (x: f32[8,16], y: f32[16,4]) -> f32[8,4] {\n  %x = f32[8,16]{1,0} parameter(0), sharding={devices=[2,1]<=[2]}\n  %y = f32[16,4]{1,0} parameter(1), sharding={replicated}\n  ROOT %d = f32[8,4]{1,0} dot(%x, %y), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+
     #[test]
     fn passes_by_name() {
-        let mut m = parse_module(TEXT).unwrap();
-        let runs = run_passes(&mut m, "sharding-propagation").unwrap();
-        assert_eq!(runs.len(), 1);
-        assert_eq!(runs[0].name, "sharding-propagation");
-        let e = run_passes(&mut m, "sharding-propagation,spmd-partitioning").unwrap_err();
-        assert!(
-            e.contains("\"spmd-partitioning\" is not available in this build yet"),
-            "{e}"
-        );
-        assert!(
-            e.contains("available: sharding-propagation, complete-shardings"),
-            "{e}"
-        );
-        let e = run_passes(&mut m, "no-such-pass").unwrap_err();
-        assert!(e.contains("is not a known pass"), "{e}");
+        let mut m = parse_module(SHARDED).unwrap();
+        let runs = run_passes(
+            &mut m,
+            "sharding-propagation, spmd-partitioning, latency-hiding-scheduler",
+        )
+        .unwrap();
+        let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(
-            available_passes(),
-            vec![
-                "sharding-propagation".to_string(),
-                "complete-shardings".to_string()
+            names,
+            [
+                "sharding-propagation",
+                "spmd-partitioning",
+                "latency-hiding-scheduler"
             ]
         );
+        let text = module_to_text(&m);
+        assert!(text.contains("f32[4,16]"), "{text}"); // per-device shapes
+        verify_module(&m).unwrap();
+
+        let before = module_to_text(&m);
+        let e = run_passes(&mut m, "sharding-propagation,no-such-pass").unwrap_err();
+        assert!(e.contains("\"no-such-pass\" is not a known pass"), "{e}");
+        assert!(
+            e.contains("available: sharding-propagation, complete-shardings, spmd-partitioning"),
+            "{e}"
+        );
+        assert_eq!(module_to_text(&m), before);
+        assert_eq!(available_passes().len(), 5);
+    }
+
+    #[test]
+    fn planned_passes_are_named_as_such() {
+        let e = check_pass_names(&["a"], &["b"], &["a", "b"]).unwrap_err();
+        assert_eq!(
+            e,
+            "pass \"b\" is not available in this build yet (available: a)"
+        );
+        assert!(check_pass_names(&["a"], &["b"], &["a"]).is_ok());
     }
 }

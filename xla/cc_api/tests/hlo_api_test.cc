@@ -28,7 +28,7 @@ bool Contains(const std::string& s, const std::string& part) {
 }
 
 // A sharded dot with an all-reduce: something for the passes to work on.
-constexpr char kModule[] = R"(HloModule sharded_dot, entry_computation_layout={(f32[8,16]{1,0}, f32[16,4]{1,0})->f32[8,4]{1,0}}
+constexpr char kModule[] = R"(HloModule sharded_dot, entry_computation_layout={(f32[8,16]{1,0}, f32[16,4]{1,0})->f32[8,4]{1,0}}, num_partitions=2
 
 %add (a: f32[], b: f32[]) -> f32[] {
   %a = f32[] parameter(0)
@@ -96,27 +96,32 @@ void TestErrorsAsStatus() {
 }
 
 void TestPassesByName() {
-  std::vector<std::string> available = xla_rs::AvailablePasses();
-  CHECK(available.size() == 2 && available[0] == "sharding-propagation" &&
-        available[1] == "complete-shardings");
+  const std::vector<std::string> available = xla_rs::AvailablePasses();
+  CHECK((available == std::vector<std::string>{"sharding-propagation", "complete-shardings",
+                                               "spmd-partitioning", "async-collective-creator",
+                                               "latency-hiding-scheduler"}));
 
+  // Propagation, then partitioning, then scheduling, through one call.
   xla_rs::HloModule m = xla_rs::HloModule::Parse(kModule);
-  const std::string before = m.ToString();
   std::vector<xla_rs::PassRun> runs;
-  xla_rs::Status st = xla_rs::RunPasses(m, "sharding-propagation, complete-shardings", &runs);
+  xla_rs::Status st =
+      xla_rs::RunPasses(m, "sharding-propagation,spmd-partitioning,latency-hiding-scheduler", &runs);
   CHECK(st.ok());
-  CHECK(runs.size() == 2 && runs[0].name == "sharding-propagation" && runs[0].changed);
-  CHECK(runs[1].name == "complete-shardings");
-  // Propagation gave the dot a sharding; the module still verifies.
-  CHECK(Contains(m.ToString(), "dot(%x, %y), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding="));
+  CHECK(runs.size() == 3 && runs[0].name == "sharding-propagation" && runs[0].changed &&
+        runs[1].name == "spmd-partitioning" && runs[2].name == "latency-hiding-scheduler");
+  const std::string text = m.ToString();
+  CHECK(Contains(text, "is_scheduled=true"));
+  CHECK(Contains(text, "%x = f32[4,16]{1,0} parameter(0)"));  // the per-device shard
+  CHECK(Contains(text, "all-gather-start("));                 // partitioner's collective, made async
   CHECK(xla_rs::VerifyHloModule(m).ok());
 
-  // A pass that is not built yet: a clear error, and the module unchanged.
+  // An unknown pass: a clear error listing what exists, and the module unchanged.
   xla_rs::HloModule fresh = xla_rs::HloModule::Parse(kModule);
-  st = xla_rs::RunPasses(fresh, "sharding-propagation,spmd-partitioning");
+  const std::string before = fresh.ToString();
+  st = xla_rs::RunPasses(fresh, "sharding-propagation,collective-pipeliner");
   CHECK(!st.ok());
-  CHECK(Contains(st.message(), "\"spmd-partitioning\" is not available in this build yet"));
-  CHECK(Contains(st.message(), "available: sharding-propagation, complete-shardings"));
+  CHECK(Contains(st.message(), "\"collective-pipeliner\" is not a known pass"));
+  CHECK(Contains(st.message(), "available: sharding-propagation, complete-shardings, spmd-partitioning"));
   CHECK(fresh.ToString() == before);
 
   bool thrown = false;
