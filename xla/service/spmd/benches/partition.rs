@@ -31,7 +31,10 @@ fn load(path: &Path) -> Option<HloModule> {
     }
 }
 
+/// Rescales an iota tile assignment over `old` devices to `new` devices:
+/// the first tile dim gains a major factor `new / old`.
 fn rescale(s: &mut HloSharding, old: i64, new: i64) {
+    let k = new / old;
     let leaves: Vec<&mut xla_hlo_ir::SingleSharding> = match s {
         HloSharding::Single(x) => vec![x],
         HloSharding::Tuple(v) => v.iter_mut().collect(),
@@ -47,19 +50,49 @@ fn rescale(s: &mut HloSharding, old: i64, new: i64) {
             ..
         } = &mut leaf.kind
         {
-            if reshape_dims.as_slice() == [old] && perm.is_empty() {
-                if let Some(d) = dims.iter_mut().find(|d| **d == old) {
-                    *d = new;
-                    *reshape_dims = vec![new];
-                }
+            if reshape_dims.iter().product::<i64>() != old || dims.is_empty() || k <= 1 {
+                continue;
             }
+            dims[0] *= k;
+            let r = reshape_dims.len();
+            let mut p: Vec<i64> = vec![0];
+            if perm.is_empty() {
+                p.extend(1..=r as i64);
+            } else {
+                p.extend(perm.iter().map(|&x| x + 1));
+            }
+            reshape_dims.insert(0, k);
+            *perm = if p.iter().enumerate().all(|(i, &x)| i as i64 == x) {
+                vec![]
+            } else {
+                p
+            };
         }
     }
 }
 
+/// The device count the module's shardings use (its `num_partitions`
+/// unless the header leaves it out).
+fn devices_used(m: &HloModule) -> i64 {
+    let mut n = m.num_partitions();
+    for c in &m.computations {
+        for i in &c.instructions {
+            for leaf in i.sharding.iter().flat_map(|s| s.leaves()) {
+                if let ShardingKind::Tiled {
+                    tile_assignment, ..
+                } = &leaf.kind
+                {
+                    n = n.max(tile_assignment.num_tiles());
+                }
+            }
+        }
+    }
+    n
+}
+
 /// The module with its shardings rescaled from `old` to `new` partitions.
 fn with_partitions(m: &HloModule, new: i64) -> HloModule {
-    let old = m.num_partitions();
+    let old = devices_used(m);
     let mut m = m.clone();
     if old != new {
         for c in m.computations.iter_mut() {
@@ -69,8 +102,8 @@ fn with_partitions(m: &HloModule, new: i64) -> HloModule {
                 }
             }
         }
-        m.config.num_partitions = Some(new);
     }
+    m.config.num_partitions = Some(new);
     m
 }
 
@@ -127,7 +160,7 @@ fn main() {
             println!("{name:<28} propagation failed: {e}");
             continue;
         }
-        let n0 = module.num_partitions();
+        let n0 = devices_used(&module);
         for n in [n0, 64, 512, 2048] {
             let m = with_partitions(&module, n);
             match time(&m) {

@@ -27,6 +27,8 @@ pub struct ModCtx {
     pub n: i64,
     used_names: FxHashSet<String>,
     reserved: FxHashSet<String>,
+    /// Next suffix to try per name stem.
+    next_suffix: FxHashMap<String, u64>,
     next_channel: i64,
     /// Computations created by the partitioner (reducers), appended to the
     /// module at the end; ids start at `first_new_comp`.
@@ -59,6 +61,7 @@ impl ModCtx {
             n,
             used_names: FxHashSet::default(),
             reserved,
+            next_suffix: FxHashMap::default(),
             next_channel,
             new_comps: Vec::new(),
             first_new_comp: module.computations.len(),
@@ -88,13 +91,14 @@ impl ModCtx {
         if !self.reserved.contains(stem) && self.used_names.insert(stem.to_string()) {
             return stem.to_string();
         }
-        let mut k = 1u64;
+        let mut k = self.next_suffix.get(stem).copied().unwrap_or(1);
         loop {
             let cand = format!("{stem}.{k}");
+            k += 1;
             if !self.reserved.contains(&cand) && self.used_names.insert(cand.clone()) {
+                self.next_suffix.insert(stem.to_string(), k);
                 return cand;
             }
-            k += 1;
         }
     }
 

@@ -11,18 +11,46 @@
 //! Nothing panics on malformed input; constructors return `None`/errors.
 
 use crate::error::SpmdError;
+use rustc_hash::{FxHashMap, FxHasher};
+use std::cell::RefCell;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use xla_hlo_ir::sharding::SubgroupType;
 use xla_hlo_utils::{Sharding, TileArray};
 
-/// A normalized tiled sharding over all devices.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Grid {
+#[derive(Debug)]
+struct GridData {
     /// Tile counts of the data dims, then the replication count (last).
     dims: Vec<i64>,
+    /// Row-major strides of `dims`.
+    strides: Vec<i64>,
     /// Devices, row-major over `dims`.
     devs: Vec<i64>,
     /// Device -> flat index into `devs`.
     pos: Vec<u32>,
+    /// Hash of `dims` and `devs` (cheap inequality).
+    hash: u64,
+}
+
+/// A normalized tiled sharding over all devices. Cloning is cheap (shared);
+/// grids are interned per thread, so equal grids built by the partitioner
+/// usually share storage and derived grids are memoized by identity.
+#[derive(Clone, Debug)]
+pub struct Grid(Arc<GridData>);
+
+impl PartialEq for Grid {
+    fn eq(&self, other: &Grid) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.hash == other.0.hash
+                && self.0.dims == other.0.dims
+                && self.0.devs == other.0.devs)
+    }
+}
+impl Eq for Grid {}
+impl Hash for Grid {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        h.write_u64(self.0.hash);
+    }
 }
 
 fn strides(dims: &[i64]) -> Vec<i64> {
@@ -31,6 +59,67 @@ fn strides(dims: &[i64]) -> Vec<i64> {
         s[d] = s[d + 1] * dims[d + 1];
     }
     s
+}
+
+/// Memo tables for grid operations, keyed by grid identity.
+#[derive(Default)]
+struct Memo {
+    interned: FxHashMap<u64, Vec<Grid>>,
+    remap: FxHashMap<(usize, Vec<Option<usize>>), Grid>,
+    gathered: FxHashMap<(usize, Vec<(usize, i64)>), Option<Grid>>,
+    a2a: FxHashMap<(usize, usize, usize, i64), Option<Grid>>,
+    coarse: FxHashMap<(usize, Vec<i64>), Option<Grid>>,
+    groups: FxHashMap<(usize, Vec<(usize, i64)>), Arc<Vec<Vec<i64>>>>,
+    replicated: FxHashMap<(usize, i64), Grid>,
+    merged: FxHashMap<(usize, usize, Vec<usize>), Option<Grid>>,
+    plans: FxHashMap<(usize, usize, Vec<i64>, u64), crate::reshard::Plan>,
+    shardings: FxHashMap<(xla_hlo_ir::HloSharding, xla_hlo_ir::Shape, i64), crate::partition::VS>,
+}
+
+/// A memoized resharding plan.
+pub(crate) fn memo_plan(
+    src: &Grid,
+    tgt: &Grid,
+    dims: &[i64],
+    bytes: u64,
+    f: impl FnOnce() -> crate::reshard::Plan,
+) -> crate::reshard::Plan {
+    let k = (key(src), key(tgt), dims.to_vec(), bytes);
+    if let Some(p) = MEMO.with(|m| m.borrow().plans.get(&k).cloned()) {
+        return p;
+    }
+    let p = f();
+    MEMO.with(|m| m.borrow_mut().plans.insert(k, p.clone()));
+    p
+}
+
+/// A memoized conversion of an IR sharding.
+pub(crate) fn memo_sharding(
+    s: &xla_hlo_ir::HloSharding,
+    shape: &xla_hlo_ir::Shape,
+    n: i64,
+    f: impl FnOnce() -> Result<crate::partition::VS, SpmdError>,
+) -> Result<crate::partition::VS, SpmdError> {
+    let k = (s.clone(), shape.clone(), n);
+    if let Some(v) = MEMO.with(|m| m.borrow().shardings.get(&k).cloned()) {
+        return Ok(v);
+    }
+    let v = f()?;
+    MEMO.with(|m| m.borrow_mut().shardings.insert(k, v.clone()));
+    Ok(v)
+}
+
+thread_local! {
+    static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
+}
+
+/// Drops the memo tables of this thread (grids stay valid).
+pub fn clear_memo() {
+    MEMO.with(|m| *m.borrow_mut() = Memo::default());
+}
+
+fn key(g: &Grid) -> usize {
+    Arc::as_ptr(&g.0) as usize
 }
 
 /// Transposes a row-major device array: result axis `i` is source axis `perm[i]`.
@@ -63,13 +152,19 @@ pub(crate) fn transpose_devices(
 
 impl Grid {
     /// A grid from tile counts (data dims then replication) and devices.
-    pub fn new(dims: Vec<i64>, devs: Vec<i64>) -> Option<Grid> {
+    pub fn new(dims: Vec<i64>, mut devs: Vec<i64>) -> Option<Grid> {
         if dims.is_empty() || dims.iter().any(|&d| d < 1) {
             return None;
         }
         let n: i64 = dims.iter().product();
         if n != devs.len() as i64 {
             return None;
+        }
+        let r = *dims.last().unwrap_or(&1) as usize;
+        if r > 1 {
+            for chunk in devs.chunks_mut(r) {
+                chunk.sort_unstable();
+            }
         }
         let mut pos = vec![u32::MAX; devs.len()];
         for (i, &d) in devs.iter().enumerate() {
@@ -79,30 +174,54 @@ impl Grid {
             }
             *slot = i as u32;
         }
-        let mut g = Grid { dims, devs, pos };
-        g.normalize();
-        Some(g)
+        let mut h = FxHasher::default();
+        dims.hash(&mut h);
+        devs.hash(&mut h);
+        let hash = h.finish();
+        let data = GridData {
+            strides: strides(&dims),
+            dims,
+            devs,
+            pos,
+            hash,
+        };
+        Some(Grid::intern(data))
     }
 
-    fn normalize(&mut self) {
-        let r = *self.dims.last().unwrap_or(&1) as usize;
-        if r > 1 {
-            for chunk in self.devs.chunks_mut(r) {
-                chunk.sort_unstable();
+    fn intern(data: GridData) -> Grid {
+        MEMO.with(|m| {
+            let mut m = m.borrow_mut();
+            let bucket = m.interned.entry(data.hash).or_default();
+            if let Some(g) = bucket
+                .iter()
+                .find(|g| g.0.dims == data.dims && g.0.devs == data.devs)
+            {
+                return g.clone();
             }
-        }
-        for (i, &d) in self.devs.iter().enumerate() {
-            self.pos[d as usize] = i as u32;
-        }
+            let g = Grid(Arc::new(data));
+            bucket.push(g.clone());
+            g
+        })
     }
 
     /// Everything on every device.
     pub fn replicated(rank: usize, n: i64) -> Grid {
+        if let Some(g) = MEMO.with(|m| m.borrow().replicated.get(&(rank, n)).cloned()) {
+            return g;
+        }
         let mut dims = vec![1; rank];
-        dims.push(n);
-        let devs: Vec<i64> = (0..n).collect();
-        let pos = (0..n as u32).collect();
-        Grid { dims, devs, pos }
+        dims.push(n.max(1));
+        let g = Grid::new(dims, (0..n.max(1)).collect()).unwrap_or_else(|| {
+            Grid(Arc::new(GridData {
+                dims: vec![1],
+                strides: vec![1],
+                devs: vec![0],
+                pos: vec![0],
+                hash: 0,
+            }))
+        });
+        MEMO.with(|m| m.borrow_mut().replicated.insert((rank, n), g.clone()));
+        g
     }
 
     /// The grid of an array sharding of `rank` dims over `n` devices
@@ -156,62 +275,61 @@ impl Grid {
 
     /// The canonical sharding of this grid.
     pub fn to_sharding(&self) -> Sharding {
-        match TileArray::new(self.dims.clone(), self.devs.clone()) {
+        match TileArray::new(self.0.dims.clone(), self.0.devs.clone()) {
             Ok(t) => Sharding::partial_tile(t),
             Err(_) => Sharding::Replicated,
         }
     }
 
     pub fn rank(&self) -> usize {
-        self.dims.len() - 1
+        self.0.dims.len() - 1
     }
     pub fn dims(&self) -> &[i64] {
-        &self.dims
+        &self.0.dims
     }
     pub fn devs(&self) -> &[i64] {
-        &self.devs
+        &self.0.devs
     }
     /// Tile count of data dim `a`.
     pub fn tiles(&self, a: usize) -> i64 {
-        self.dims[a]
+        self.0.dims[a]
     }
     pub fn repl(&self) -> i64 {
-        *self.dims.last().unwrap_or(&1)
+        *self.0.dims.last().unwrap_or(&1)
     }
     pub fn num_devices(&self) -> i64 {
-        self.devs.len() as i64
+        self.0.devs.len() as i64
     }
     pub fn num_tiles(&self) -> i64 {
-        self.dims[..self.rank()].iter().product()
+        self.0.dims[..self.rank()].iter().product()
     }
     pub fn is_replicated(&self) -> bool {
         self.num_tiles() == 1
     }
     /// Data dims with more than one tile.
     pub fn tiled_dims(&self) -> Vec<usize> {
-        (0..self.rank()).filter(|&a| self.dims[a] > 1).collect()
+        (0..self.rank()).filter(|&a| self.0.dims[a] > 1).collect()
     }
 
     /// The coordinates (data dims then replica index) of device `d`.
     pub fn coords(&self, d: i64) -> Vec<i64> {
-        let p = self.pos[d as usize] as i64;
-        let s = strides(&self.dims);
-        s.iter()
-            .zip(&self.dims)
+        let p = self.0.pos[d as usize] as i64;
+        self.0
+            .strides
+            .iter()
+            .zip(&self.0.dims)
             .map(|(st, dim)| (p / st) % dim)
             .collect()
     }
     /// The coordinate of device `d` along data dim `a`.
     pub fn coord(&self, d: i64, a: usize) -> i64 {
-        let p = self.pos[d as usize] as i64;
-        let st: i64 = self.dims[a + 1..].iter().product();
-        (p / st) % self.dims[a]
+        let p = self.0.pos[d as usize] as i64;
+        (p / self.0.strides[a]) % self.0.dims[a]
     }
     /// The device at coordinates (data dims then replica index).
     pub fn device_at(&self, coords: &[i64]) -> i64 {
-        let s = strides(&self.dims);
-        let flat: i64 = coords.iter().zip(&s).map(|(c, s)| c * s).sum();
-        self.devs[flat as usize]
+        let flat: i64 = coords.iter().zip(&self.0.strides).map(|(c, s)| c * s).sum();
+        self.0.devs[flat as usize]
     }
 
     /// A grid where device `d` sits at tile coordinates `coord_of(d)` over
@@ -247,15 +365,25 @@ impl Grid {
     /// `map[j]` (a new untiled dim when `None`); this grid's data dims that
     /// no entry names are merged into replication.
     pub fn remap(&self, map: &[Option<usize>]) -> Grid {
+        let k = (key(self), map.to_vec());
+        if let Some(g) = MEMO.with(|m| m.borrow().remap.get(&k).cloned()) {
+            return g;
+        }
+        let g = self.remap_uncached(map);
+        MEMO.with(|m| m.borrow_mut().remap.insert(k, g.clone()));
+        g
+    }
+
+    fn remap_uncached(&self, map: &[Option<usize>]) -> Grid {
         let r = self.rank();
         let mut perm: Vec<usize> = map.iter().flatten().copied().collect();
         let mut rest: Vec<usize> = (0..r).filter(|d| !perm.contains(d)).collect();
         perm.append(&mut rest);
         perm.push(r);
-        let (_, devs) = transpose_devices(&self.dims, &self.devs, &perm);
+        let (_, devs) = transpose_devices(&self.0.dims, &self.0.devs, &perm);
         let mut dims: Vec<i64> = map
             .iter()
-            .map(|m| m.map(|d| self.dims[d]).unwrap_or(1))
+            .map(|m| m.map(|d| self.0.dims[d]).unwrap_or(1))
             .collect();
         let mapped: i64 = dims.iter().product();
         dims.push(self.num_devices() / mapped.max(1));
@@ -266,6 +394,16 @@ impl Grid {
     /// (row-major over the factors in the order given), all other
     /// coordinates fixed; every device is in exactly one group.
     pub fn factor_groups(&self, factors: &[(usize, i64)]) -> Vec<Vec<i64>> {
+        let k = (key(self), factors.to_vec());
+        if let Some(g) = MEMO.with(|m| m.borrow().groups.get(&k).cloned()) {
+            return (*g).clone();
+        }
+        let g = self.factor_groups_uncached(factors);
+        MEMO.with(|m| m.borrow_mut().groups.insert(k, Arc::new(g.clone())));
+        g
+    }
+
+    fn factor_groups_uncached(&self, factors: &[(usize, i64)]) -> Vec<Vec<i64>> {
         let r = self.rank();
         // Split each factored dim into (major, minor).
         let mut dims = Vec::new();
@@ -275,12 +413,12 @@ impl Grid {
             let f = factors.iter().find(|x| x.0 == a).map(|x| x.1).unwrap_or(1);
             if a < r && f > 1 {
                 order_major.push(dims.len());
-                dims.push(self.dims[a] / f);
+                dims.push(self.0.dims[a] / f);
                 minor_axis[a] = dims.len();
                 dims.push(f);
             } else {
                 order_major.push(dims.len());
-                dims.push(self.dims[a]);
+                dims.push(self.0.dims[a]);
             }
         }
         let mut perm = order_major;
@@ -291,13 +429,23 @@ impl Grid {
                 g *= f;
             }
         }
-        let (_, devs) = transpose_devices(&dims, &self.devs, &perm);
+        let (_, devs) = transpose_devices(&dims, &self.0.devs, &perm);
         devs.chunks(g.max(1) as usize).map(|c| c.to_vec()).collect()
     }
 
     /// The grid after gathering the minor factor `f` of each `(dim, f)`.
     pub fn gathered(&self, factors: &[(usize, i64)]) -> Option<Grid> {
-        let mut dims = self.dims[..self.rank()].to_vec();
+        let k = (key(self), factors.to_vec());
+        if let Some(g) = MEMO.with(|m| m.borrow().gathered.get(&k).cloned()) {
+            return g;
+        }
+        let g = self.gathered_uncached(factors);
+        MEMO.with(|m| m.borrow_mut().gathered.insert(k, g.clone()));
+        g
+    }
+
+    fn gathered_uncached(&self, factors: &[(usize, i64)]) -> Option<Grid> {
+        let mut dims = self.0.dims[..self.rank()].to_vec();
         for &(a, f) in factors {
             if f < 1 || dims[a] % f != 0 {
                 return None;
@@ -316,10 +464,20 @@ impl Grid {
     /// The grid after an all-to-all moving the minor factor `f` of dim `a`
     /// to a new minor factor of dim `b`.
     pub fn all_to_all(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
-        if a == b || f < 2 || self.dims[a] % f != 0 {
+        let k = (key(self), a, b, f);
+        if let Some(g) = MEMO.with(|m| m.borrow().a2a.get(&k).cloned()) {
+            return g;
+        }
+        let g = self.all_to_all_uncached(a, b, f);
+        MEMO.with(|m| m.borrow_mut().a2a.insert(k, g.clone()));
+        g
+    }
+
+    fn all_to_all_uncached(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
+        if a == b || f < 2 || self.0.dims[a] % f != 0 {
             return None;
         }
-        let mut dims = self.dims[..self.rank()].to_vec();
+        let mut dims = self.0.dims[..self.rank()].to_vec();
         dims[a] /= f;
         dims[b] *= f;
         Grid::from_coords(&dims, self.num_devices(), |d| {
@@ -335,20 +493,66 @@ impl Grid {
     /// This grid coarsened to `dims` tiles per data dim (each a divisor of
     /// this grid's count): device `d` holds the coarse tile containing its tile.
     pub fn coarsened(&self, dims: &[i64]) -> Option<Grid> {
+        let k = (key(self), dims.to_vec());
+        if let Some(g) = MEMO.with(|m| m.borrow().coarse.get(&k).cloned()) {
+            return g;
+        }
+        let g = self.coarsened_uncached(dims);
+        MEMO.with(|m| m.borrow_mut().coarse.insert(k, g.clone()));
+        g
+    }
+
+    fn coarsened_uncached(&self, dims: &[i64]) -> Option<Grid> {
         if dims.len() != self.rank() {
             return None;
         }
         let mut ratio = Vec::with_capacity(dims.len());
         for (a, &t) in dims.iter().enumerate() {
-            if t < 1 || self.dims[a] % t != 0 {
+            if t < 1 || self.0.dims[a] % t != 0 {
                 return None;
             }
-            ratio.push(self.dims[a] / t);
+            ratio.push(self.0.dims[a] / t);
         }
         Grid::from_coords(dims, self.num_devices(), |d| {
             let c = self.coords(d);
             (0..dims.len()).map(|a| c[a] / ratio[a]).collect()
         })
+    }
+
+    /// Combines two grids over the same dims: dims in `from_y` take `y`'s
+    /// tiling and coordinates, the others `self`'s (memoized).
+    pub fn merge(&self, y: &Grid, from_y: &[usize]) -> Option<Grid> {
+        let k = (key(self), key(y), from_y.to_vec());
+        if let Some(g) = MEMO.with(|m| m.borrow().merged.get(&k).cloned()) {
+            return g;
+        }
+        let r = self.rank();
+        let g = if y.rank() != r {
+            None
+        } else {
+            let dims: Vec<i64> = (0..r)
+                .map(|a| {
+                    if from_y.contains(&a) {
+                        y.tiles(a)
+                    } else {
+                        self.tiles(a)
+                    }
+                })
+                .collect();
+            Grid::from_coords(&dims, self.num_devices(), |d| {
+                (0..r)
+                    .map(|a| {
+                        if from_y.contains(&a) {
+                            y.coord(d, a)
+                        } else {
+                            self.coord(d, a)
+                        }
+                    })
+                    .collect()
+            })
+        };
+        MEMO.with(|m| m.borrow_mut().merged.insert(k, g.clone()));
+        g
     }
 
     /// Replicates the given data dims (their tiles merge into replication).

@@ -408,30 +408,7 @@ fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
 /// Combines two grids over the same dims: dims in `from_y` take `y`'s
 /// tiling and coordinates, the others `x`'s.
 pub fn merge_grids(x: &Grid, y: &Grid, from_y: &[usize]) -> Option<Grid> {
-    let r = x.rank();
-    if y.rank() != r {
-        return None;
-    }
-    let dims: Vec<i64> = (0..r)
-        .map(|a| {
-            if from_y.contains(&a) {
-                y.tiles(a)
-            } else {
-                x.tiles(a)
-            }
-        })
-        .collect();
-    Grid::from_coords(&dims, x.num_devices(), |d| {
-        (0..r)
-            .map(|a| {
-                if from_y.contains(&a) {
-                    y.coord(d, a)
-                } else {
-                    x.coord(d, a)
-                }
-            })
-            .collect()
-    })
+    x.merge(y, from_y)
 }
 
 /// Sets the padding of the tiled, uneven `dims` of local `x` (laid out by

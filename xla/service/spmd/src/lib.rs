@@ -66,6 +66,7 @@ pub fn partition_module(
         .num_partitions
         .unwrap_or_else(|| module.num_partitions())
         .max(1);
+    grid::clear_memo();
     let orig = module.clone();
     let mut ctx = builder::ModCtx::new(&orig, n);
     let entry = orig.entry;

@@ -125,6 +125,12 @@ pub fn vs_from_ir(s: Option<&HloSharding>, shape: &Shape, n: i64) -> Result<VS, 
     let Some(s) = s else {
         return Ok(VS::replicated(shape, n));
     };
+    crate::grid::memo_sharding(s, &shape.without_layout(), n, || {
+        vs_from_ir_uncached(s, shape, n)
+    })
+}
+
+fn vs_from_ir_uncached(s: &HloSharding, shape: &Shape, n: i64) -> Result<VS, SpmdError> {
     let is = InstrSharding::from_ir(s, shape)?;
     let leaves = is.leaves();
     fn build(

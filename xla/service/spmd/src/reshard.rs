@@ -217,6 +217,12 @@ pub fn plan(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
     if src == tgt {
         return Plan::default();
     }
+    crate::grid::memo_plan(src, tgt, dims, bytes, || {
+        plan_uncached(src, tgt, dims, bytes)
+    })
+}
+
+fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
     if slice_ok(src, tgt, dims) {
         return Plan {
             steps: vec![Step::Slice { to: tgt.clone() }],
