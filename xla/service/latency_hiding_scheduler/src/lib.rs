@@ -19,6 +19,7 @@ pub mod calls;
 pub mod convert;
 pub mod cost;
 pub mod error;
+pub mod exact;
 pub mod graph;
 pub mod kinds;
 pub mod memory;

@@ -13,7 +13,10 @@
 //! Lower bounds: the critical path (nested lower bounds as weights,
 //! transfers on start→done edges), the compute stream's total busy time,
 //! and each resource's total transfer time divided by its lanes; the
-//! bound is their maximum. The sequential reference runs the same
+//! bound is their maximum, raised for small computations (at most
+//! `exact::MAX_DECISIONS` nodes that cost time or move data) to the
+//! optimum of a relaxed problem found by branch and bound. The
+//! sequential reference runs the same
 //! instructions in order with every transfer exposed.
 //!
 //! Invariants: `makespan >= lower_bound` for every order the simulator
@@ -50,6 +53,9 @@ pub struct Timeline {
     pub memory: Vec<(f64, u64)>,
     pub lanes: Vec<(u32, String)>,
 }
+
+/// Search budget (expansions) of the exact bound for small computations.
+pub const EXACT_BUDGET: usize = 20_000;
 
 /// Track id of a resource lane.
 pub fn lane_tid(r: ResourceKind, lane: usize) -> u32 {
@@ -201,7 +207,18 @@ pub fn simulate_graph(
     }
     let makespan = t.max(end_all);
     let bounds = g.lower_bounds(&lanes_n, detailed_bounds);
-    let (cp, lower_bound) = (bounds.critical_path, bounds.value());
+    let (cp, mut lower_bound) = (bounds.critical_path, bounds.value());
+    if detailed_bounds && lower_bound < makespan * (1.0 - 1e-9) {
+        let mut rank = vec![usize::MAX; n];
+        for (p, &i) in order.iter().enumerate() {
+            if let Some(r) = rank.get_mut(i as usize) {
+                *r = p;
+            }
+        }
+        if let Some(exact) = crate::exact::exact_bound(g, &lanes_n, makespan, &rank, EXACT_BUDGET) {
+            lower_bound = lower_bound.max(exact);
+        }
+    }
     let sequential: f64 = g.seq_cost.iter().sum::<f64>()
         + (0..n)
             .filter(|&i| g.kind[i] == NodeKind::Start)

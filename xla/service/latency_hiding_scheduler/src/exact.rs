@@ -1,0 +1,282 @@
+//! An exact lower bound for small computations: branch and bound over
+//! every valid order of a relaxed problem.
+//!
+//! Relaxation: compute nodes cheaper than 1% of the largest cost or
+//! transfer are free (and free nodes are placed as soon as they are
+//! ready, which never delays anything), nested computations cost their
+//! lower bounds. Everything else follows the simulator exactly: one
+//! in-order compute stream, transfers on their resource's lanes, dones
+//! waiting, at most `limit` operations of a resource in flight. The
+//! minimum makespan of the relaxed problem is at most the makespan of
+//! any valid schedule of the real one, so it is a lower bound; when the
+//! search finishes within its budget it is also (up to the relaxation)
+//! the optimum, so a schedule that reaches it is optimal.
+//!
+//! Invariant: `exact_bound` returns `None` rather than a value when the
+//! search space is too large (more than `MAX_DECISIONS` decision nodes or
+//! `budget` expansions); a returned value never exceeds `upper`.
+
+use crate::graph::{Graph, NodeKind};
+use crate::kinds::NUM_RESOURCES;
+use rustc_hash::FxHashMap;
+
+/// Largest number of nodes the search branches on.
+pub const MAX_DECISIONS: usize = 64;
+
+#[derive(Clone)]
+struct State {
+    remaining: Vec<u32>,
+    scheduled: Vec<bool>,
+    t: f64,
+    lane_free: Vec<Vec<f64>>,
+    comm_end: Vec<f64>,
+    inflight: [usize; NUM_RESOURCES],
+    rem_compute: f64,
+    done_count: usize,
+}
+
+struct Search<'a> {
+    g: &'a Graph,
+    w: Vec<f64>,
+    decision: Vec<bool>,
+    tail: Vec<f64>,
+    limits: [usize; NUM_RESOURCES],
+    rank: Vec<usize>,
+    best: f64,
+    expansions: usize,
+    budget: usize,
+    exhausted: bool,
+    /// Time profiles already explored per set of placed nodes: a state
+    /// whose profile is no earlier anywhere than a seen one is dominated.
+    seen: FxHashMap<Vec<u64>, Vec<Vec<f64>>>,
+}
+
+/// The relaxed optimum of `g`, given an achievable makespan `upper` (the
+/// scheduler's) and the position of each node in that schedule (`rank`,
+/// used to try good orders first).
+pub fn exact_bound(
+    g: &Graph,
+    limits: &[usize; NUM_RESOURCES],
+    upper: f64,
+    rank: &[usize],
+    budget: usize,
+) -> Option<f64> {
+    let n = g.n;
+    let scale = (0..n)
+        .map(|i| g.lb_cost[i].max(g.latency[i]))
+        .fold(0.0f64, f64::max);
+    let delta = 0.01 * scale;
+    let mut w = vec![0.0; n];
+    let mut decision = vec![false; n];
+    for i in 0..n {
+        match g.kind[i] {
+            NodeKind::Nop | NodeKind::Update => {}
+            NodeKind::Compute => {
+                if g.lb_cost[i] >= delta && g.lb_cost[i] > 0.0 {
+                    w[i] = g.lb_cost[i];
+                    decision[i] = true;
+                }
+            }
+            NodeKind::Start | NodeKind::Done | NodeKind::SyncCollective => {
+                w[i] = g.lb_cost[i];
+                decision[i] = true;
+            }
+        }
+    }
+    if decision.iter().filter(|&&d| d).count() > MAX_DECISIONS {
+        return None;
+    }
+    let topo = g.topological();
+    let tail = g.bottom_levels(&w, &topo);
+    let lanes: Vec<Vec<f64>> = limits.iter().map(|&k| vec![0.0; k.max(1)]).collect();
+    let state = State {
+        remaining: (0..n).map(|i| g.preds.get(i).len() as u32).collect(),
+        scheduled: vec![false; n],
+        t: 0.0,
+        lane_free: lanes,
+        comm_end: vec![0.0; n],
+        inflight: [0; NUM_RESOURCES],
+        rem_compute: w.iter().sum(),
+        done_count: 0,
+    };
+    let mut s = Search {
+        g,
+        w,
+        decision,
+        tail,
+        limits: limits.map(|l| l.max(1)),
+        rank: rank.to_vec(),
+        best: upper,
+        expansions: 0,
+        budget,
+        exhausted: false,
+        seen: FxHashMap::default(),
+    };
+    let mut st = state;
+    s.close(&mut st);
+    s.dfs(st);
+    if s.exhausted {
+        None
+    } else {
+        Some(s.best)
+    }
+}
+
+impl Search<'_> {
+    fn place(&self, st: &mut State, i: usize) {
+        let g = self.g;
+        st.scheduled[i] = true;
+        st.done_count += 1;
+        st.rem_compute -= self.w[i];
+        match g.kind[i] {
+            NodeKind::Start => {
+                st.t += self.w[i];
+                let r = g.resource[i].map_or(0, |r| r.index());
+                let lane = (0..st.lane_free[r].len())
+                    .min_by(|&a, &b| st.lane_free[r][a].total_cmp(&st.lane_free[r][b]))
+                    .unwrap_or(0);
+                let begin = st.t.max(st.lane_free[r][lane]);
+                let end = begin + g.latency[i];
+                st.lane_free[r][lane] = end;
+                st.comm_end[i] = end;
+                st.inflight[r] += 1;
+            }
+            NodeKind::Done => {
+                let s = g.pair[i] as usize;
+                st.t = st.t.max(st.comm_end.get(s).copied().unwrap_or(0.0)) + self.w[i];
+                let r = g.resource[i].map_or(0, |r| r.index());
+                st.inflight[r] = st.inflight[r].saturating_sub(1);
+            }
+            NodeKind::SyncCollective => {
+                let r = g.resource[i].map_or(0, |r| r.index());
+                let lane = (0..st.lane_free[r].len())
+                    .min_by(|&a, &b| st.lane_free[r][a].total_cmp(&st.lane_free[r][b]))
+                    .unwrap_or(0);
+                let begin = st.t.max(st.lane_free[r][lane]);
+                let end = begin + g.latency[i];
+                st.lane_free[r][lane] = end;
+                st.t = end;
+            }
+            _ => st.t += self.w[i],
+        }
+        for &x in g.succs.get(i) {
+            st.remaining[x as usize] -= 1;
+        }
+    }
+
+    /// Places every ready free node (they never delay anything).
+    fn close(&self, st: &mut State) {
+        loop {
+            let mut any = false;
+            for i in 0..self.g.n {
+                if !st.scheduled[i] && st.remaining[i] == 0 && !self.decision[i] {
+                    self.place(st, i);
+                    any = true;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+
+    fn bound(&self, st: &State) -> f64 {
+        let g = self.g;
+        let mut lb = st.t + st.rem_compute;
+        for i in 0..g.n {
+            if st.scheduled[i] {
+                if g.kind[i] == NodeKind::Start {
+                    let d = g.pair[i] as usize;
+                    if d < g.n && !st.scheduled[d] {
+                        lb = lb.max(st.comm_end[i] + self.tail[d]);
+                    }
+                }
+                continue;
+            }
+            if g.kind[i] == NodeKind::Start || g.kind[i] == NodeKind::SyncCollective {
+                let r = g.resource[i].map_or(0, |r| r.index());
+                let free = st.lane_free[r]
+                    .iter()
+                    .copied()
+                    .fold(f64::INFINITY, f64::min);
+                lb = lb.max(st.t.max(free) + self.tail[i]);
+            } else {
+                lb = lb.max(st.t + self.tail[i]);
+            }
+        }
+        lb
+    }
+
+    /// Records `st`; true when a state with the same placed nodes and a
+    /// profile no later anywhere was already explored.
+    fn dominated(&mut self, st: &State) -> bool {
+        let g = self.g;
+        let mut key = vec![0u64; g.n.div_ceil(64)];
+        for (i, &s) in st.scheduled.iter().enumerate() {
+            if s {
+                key[i / 64] |= 1 << (i % 64);
+            }
+        }
+        let mut profile = vec![st.t];
+        for lanes in &st.lane_free {
+            profile.extend(lanes.iter().copied());
+        }
+        for i in 0..g.n {
+            if st.scheduled[i] && g.kind[i] == NodeKind::Start {
+                let d = g.pair[i] as usize;
+                if d < g.n && !st.scheduled[d] {
+                    profile.push(st.comm_end[i]);
+                }
+            }
+        }
+        let list = self.seen.entry(key).or_default();
+        if list.iter().any(|p| {
+            p.len() == profile.len() && p.iter().zip(&profile).all(|(a, b)| *a <= *b + 1e-9)
+        }) {
+            return true;
+        }
+        list.push(profile);
+        false
+    }
+
+    fn dfs(&mut self, st: State) {
+        if self.exhausted {
+            return;
+        }
+        let g = self.g;
+        if st.done_count == g.n {
+            let end = st.comm_end.iter().copied().fold(st.t, f64::max);
+            if end < self.best {
+                self.best = end;
+            }
+            return;
+        }
+        if self.bound(&st) >= self.best - 1e-9 || self.dominated(&st) {
+            return;
+        }
+        self.expansions += 1;
+        if self.expansions > self.budget {
+            self.exhausted = true;
+            return;
+        }
+        let mut ready: Vec<usize> = (0..g.n)
+            .filter(|&i| !st.scheduled[i] && st.remaining[i] == 0 && self.decision[i])
+            .filter(|&i| {
+                g.kind[i] != NodeKind::Start || {
+                    let r = g.resource[i].map_or(0, |r| r.index());
+                    st.inflight[r] < self.limits[r]
+                }
+            })
+            .collect();
+        ready.sort_by_key(|&i| self.rank.get(i).copied().unwrap_or(usize::MAX));
+        for i in ready {
+            let mut next = st.clone();
+            self.place(&mut next, i);
+            self.close(&mut next);
+            self.dfs(next);
+            if self.exhausted {
+                return;
+            }
+        }
+    }
+}
