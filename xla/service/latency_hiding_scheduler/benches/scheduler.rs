@@ -104,14 +104,32 @@ fn main() {
         Some(m) => {
             let total = m.entry_computation().instructions.len();
             println!("Llama 3.1 8B entry: {total} instructions; scheduler_ms (fastest of {runs})");
-            println!("{:>10} {:>12} {:>16}", "n", "scheduler_ms", "us/(n log2 n)");
+            println!(
+                "(n = entry instructions; the module's {} other instructions are small reducers)",
+                m.instruction_count() - total
+            );
+            println!(
+                "{:>10} {:>14} {:>12} {:>16}",
+                "n", "collectives", "scheduler_ms", "us/(n log2 n)"
+            );
             for frac in [16, 8, 4, 2, 1] {
                 let k = total / frac;
                 let sub = if frac == 1 { m.clone() } else { prefix(&m, k) };
-                let n = sub.instruction_count();
+                let n = sub.entry_computation().instructions.len();
+                let collectives = sub
+                    .entry_computation()
+                    .instructions
+                    .iter()
+                    .filter(|i| {
+                        xla_latency_hiding_scheduler::kinds::sync_collective_kind(i).is_some()
+                    })
+                    .count();
                 let (ms, _) = time_ms(&sub, runs);
                 let nlogn = n as f64 * (n as f64).log2();
-                println!("{n:>10} {ms:>12.2} {:>16.4}", ms * 1e3 / nlogn);
+                println!(
+                    "{n:>10} {collectives:>14} {ms:>12.2} {:>16.4}",
+                    ms * 1e3 / nlogn
+                );
             }
         }
     }

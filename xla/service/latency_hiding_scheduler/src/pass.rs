@@ -127,6 +127,11 @@ pub fn schedule_module(
     let mut stats = ScheduleStats::default();
     if let Some(cfg) = &config.convert {
         stats.converted = convert_collectives(module, cfg);
+        log::debug!(
+            "converted {} collectives in {:.1} ms",
+            stats.converted,
+            start.elapsed().as_secs_f64() * 1e3
+        );
     }
     let uses = computation_uses(module);
     let order = callee_first_order(module);
@@ -148,7 +153,9 @@ pub fn schedule_module(
         for &c in &order {
             let comp = &module.computations[c.index()];
             if uses.get(c.index()) == Some(&CompUse::Sequential) {
+                let t0 = Instant::now();
                 let g = Graph::build(module, c, model, &summaries)?;
+                let t_build = t0.elapsed();
                 let mut ord = schedule_graph(&g, &config.overlap_limits, policy, config.priority);
                 let (mut s, _) = simulate_graph(&g, &ord, &config.overlap_limits, None, false);
                 if config.priority == Priority::Auto && policy.is_none() && s.exposed_comm > 0.0 {
@@ -161,9 +168,11 @@ pub fn schedule_module(
                     }
                 }
                 log::debug!(
-                    "scheduled %{} ({} instructions): makespan {:.1} us, lower bound {:.1} us, exposed {:.1} us, peak of temporaries {} bytes",
+                    "scheduled %{} ({} instructions; graph {:.1} ms, total {:.1} ms): makespan {:.1} us, lower bound {:.1} us, exposed {:.1} us, peak of temporaries {} bytes",
                     comp.name,
                     g.n,
+                    t_build.as_secs_f64() * 1e3,
+                    t0.elapsed().as_secs_f64() * 1e3,
                     s.makespan,
                     s.lower_bound,
                     s.exposed_comm,
