@@ -27,8 +27,8 @@ use std::time::Instant;
 use xla_hlo_ir::{HloComputation, HloModule, InstrId};
 use xla_hlo_pass::{Pass, PassError};
 
-/// `Priority::Auto` keeps the async-depth schedule when it is this much
-/// shorter than the original-order one.
+/// `Priority::Auto` keeps the async-depth schedule when it is shorter and
+/// holds no more memory, or when it is this much shorter whatever it holds.
 pub const AUTO_GAIN: f64 = 0.02;
 
 /// Scheduler settings (XLA's `SchedulerConfig`, reduced).
@@ -162,7 +162,8 @@ pub fn schedule_module(
                     let alt =
                         schedule_graph(&g, &config.overlap_limits, None, Priority::AsyncDepth);
                     let (sa, _) = simulate_graph(&g, &alt, &config.overlap_limits, None, false);
-                    if sa.makespan < s.makespan * (1.0 - AUTO_GAIN) {
+                    let pareto = sa.makespan < s.makespan && sa.peak_total <= s.peak_total;
+                    if pareto || sa.makespan < s.makespan * (1.0 - AUTO_GAIN) {
                         ord = alt;
                         s = sa;
                     }

@@ -62,10 +62,12 @@ impl Ord for Pri {
 /// How ready compute nodes are ranked (rule 5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Priority {
-    /// Schedule with `OriginalOrder` and with `AsyncDepth`; keep the
-    /// async-depth schedule only when its simulated makespan is more than
-    /// 2% shorter (it tends to hold more memory). Decided by the pass per
-    /// computation; `schedule_graph` treats it as `OriginalOrder`.
+    /// Schedule with `OriginalOrder` and, when that leaves communication
+    /// exposed, with `AsyncDepth`; keep the async-depth schedule when its
+    /// simulated makespan is shorter and its peak memory no higher, or
+    /// when it is more than 2% shorter (it tends to hold more memory).
+    /// Decided by the pass per computation; `schedule_graph` treats it as
+    /// `OriginalOrder`.
     #[default]
     Auto,
     /// The input order (XLA's `kOriginalOrder`): compute stays where it
