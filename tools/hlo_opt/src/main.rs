@@ -76,10 +76,33 @@ struct Args {
     /// exposed_comm_us, peak_memory_bytes, scheduler_ms (and details).
     #[arg(long, conflicts_with_all = ["stats", "compare_shardings"])]
     schedule_report: bool,
-    /// Write the simulated timeline of the entry computation as a
-    /// Chrome/Perfetto trace (JSON) to this file.
+    /// Write the simulated timeline as a Chrome/Perfetto trace (JSON) to
+    /// this file: the entry computation, and one execution of each loop
+    /// body, branch or callee that moves data.
     #[arg(long, value_name = "OUT.json")]
     trace: Option<PathBuf>,
+    /// Async operations of one collective kind the scheduler may keep in
+    /// flight at once, e.g. `--overlap-limit all-gather=2` (repeatable;
+    /// kinds: all-reduce, all-gather, reduce-scatter, all-to-all,
+    /// collective-permute, collective-broadcast, ragged-all-to-all, copy,
+    /// send-recv, async-compute; default 1 each).
+    #[arg(long, value_name = "KIND=N", value_parser = parse_overlap_limit)]
+    overlap_limit: Vec<(xla_latency_hiding_scheduler::ResourceKind, usize)>,
+}
+
+/// Reads `KIND=N` with N >= 1.
+fn parse_overlap_limit(
+    text: &str,
+) -> std::result::Result<(xla_latency_hiding_scheduler::ResourceKind, usize), String> {
+    let (kind, n) = text
+        .split_once('=')
+        .ok_or_else(|| format!("'{text}': expected KIND=N, e.g. all-gather=2"))?;
+    let kind = xla_latency_hiding_scheduler::ResourceKind::from_name(kind.trim())
+        .ok_or_else(|| format!("'{kind}' is not a collective kind"))?;
+    match n.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok((kind, n)),
+        _ => Err(format!("'{n}': the limit must be a whole number >= 1")),
+    }
 }
 
 /// Reads a byte count: digits with an optional K, M, G, T (powers of 1000)
@@ -122,10 +145,14 @@ fn main() -> ExitCode {
 
 /// The scheduler settings the flags ask for.
 fn scheduler_config(args: &Args) -> xla_latency_hiding_scheduler::SchedulerConfig {
-    xla_latency_hiding_scheduler::SchedulerConfig {
+    let mut config = xla_latency_hiding_scheduler::SchedulerConfig {
         memory_limit: args.memory_limit,
         ..Default::default()
+    };
+    for &(kind, n) in &args.overlap_limit {
+        config = config.with_limit(kind, n);
     }
+    config
 }
 
 /// The passes `--passes` can name.
@@ -248,8 +275,8 @@ fn run(args: &Args) -> Result<()> {
             args.memory_limit,
             args.trace.is_some(),
         )?;
-        if let (Some(path), Some(timeline)) = (&args.trace, &sim.timeline) {
-            let trace = xla_latency_hiding_scheduler::chrome_trace(timeline, &module.name);
+        if let Some(path) = &args.trace {
+            let trace = xla_latency_hiding_scheduler::chrome_trace(&sim.timelines, &module.name);
             write_atomically(path, trace.to_string().as_bytes())?;
         }
         report_json = Some(report.to_json());

@@ -136,7 +136,29 @@ fn trace_is_chrome_json() {
     assert!(events
         .iter()
         .any(|e| e["ph"] == "C" && e["name"] == "live bytes"));
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == 0));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn overlap_limits_are_configurable() {
+    let v = report(&[
+        "--overlap-limit",
+        "all-reduce=2",
+        "--overlap-limit=all-gather=3",
+    ]);
+    let one = report(&[]);
+    assert!(v["makespan_us"].as_f64().unwrap() <= one["makespan_us"].as_f64().unwrap() + 1e-6);
+    for bad in ["all-reduce", "all-reduce=0", "warp-drive=2"] {
+        let out = hlo_opt()
+            .arg(module())
+            .arg(format!("--overlap-limit={bad}"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+    }
 }
 
 #[test]

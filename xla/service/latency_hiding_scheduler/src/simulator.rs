@@ -289,8 +289,10 @@ pub struct ModuleSimulation {
     pub summaries: Vec<Option<CompSummary>>,
     /// The entry computation's summary.
     pub entry: CompSummary,
-    /// The entry's timeline, when requested.
-    pub timeline: Option<Timeline>,
+    /// Timelines, when requested: the entry's first, then one execution
+    /// of each other sequential computation that moves data (loop bodies,
+    /// branches, callees).
+    pub timelines: Vec<Timeline>,
 }
 
 /// Simulates every sequential computation of `module` in arena order,
@@ -303,17 +305,26 @@ pub fn simulate_module(
 ) -> Result<ModuleSimulation, SchedulerError> {
     let uses = computation_uses(module);
     let mut summaries: Vec<Option<CompSummary>> = vec![None; module.computations.len()];
-    let mut timeline = None;
+    let mut timelines = Vec::new();
     for c in callee_first_order(module) {
         if uses.get(c.index()) != Some(&CompUse::Sequential) {
             continue;
         }
         let g = Graph::build(module, c, model, &summaries)?;
         let order: Vec<u32> = (0..g.n as u32).collect();
-        let trace = want_timeline && c == module.entry;
+        let moves_data = g
+            .kind
+            .iter()
+            .any(|k| matches!(k, NodeKind::Start | NodeKind::SyncCollective));
+        let trace = want_timeline && (c == module.entry || moves_data);
         let (s, tl) = simulate_graph(&g, &order, lanes, trace.then_some((module, c)), true);
-        if trace {
-            timeline = tl;
+        if let Some(mut tl) = tl {
+            if c == module.entry {
+                timelines.insert(0, tl);
+            } else {
+                tl.computation.push_str(" (one execution)");
+                timelines.push(tl);
+            }
         }
         summaries[c.index()] = Some(s);
     }
@@ -325,6 +336,6 @@ pub fn simulate_module(
     Ok(ModuleSimulation {
         summaries,
         entry,
-        timeline,
+        timelines,
     })
 }

@@ -126,7 +126,6 @@ fn schedules_are_valid_near_the_bound_and_parse_in_xla() {
     std::fs::create_dir_all(&tmp).unwrap();
     let mut printed = Vec::new();
     let mut failures = Vec::new();
-    let mut bound_misses: Vec<String> = Vec::new();
     println!(
         "{:<58} {:>14} {:>14} {:>14} {:>6} {:>12} {:>16} {:>9}",
         "module",
@@ -185,11 +184,10 @@ fn schedules_are_valid_near_the_bound_and_parse_in_xla() {
             r.peak_memory_bytes,
             ms
         );
-        // The issue's target (makespan <= 1.10 x lower bound) is not met yet
-        // on every module (cond_switch_2x4, xent_take_along_2x4): report the
-        // misses, assert the rest. Issue 7 stays open until this is an assert.
+        // The issue's target: makespan <= 1.10 × lower bound on every module
+        // (small ones are settled by the exact bound of `exact.rs`).
         if r.makespan_us > 1.10 * r.lower_bound_us + 1e-6 {
-            bound_misses.push(format!(
+            failures.push(format!(
                 "{label}: makespan {:.1} us > 1.10 × lower bound {:.1} us",
                 r.makespan_us, r.lower_bound_us
             ));
@@ -211,12 +209,6 @@ fn schedules_are_valid_near_the_bound_and_parse_in_xla() {
             printed.len()
         );
         failures.extend(fails.into_iter().map(|f| format!("XLA parser: {f}")));
-    }
-    if !bound_misses.is_empty() {
-        println!(
-            "not yet within 1.10 x the lower bound:\n{}",
-            bound_misses.join("\n")
-        );
     }
     let _ = std::fs::remove_dir_all(&tmp);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
