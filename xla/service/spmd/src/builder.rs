@@ -197,7 +197,7 @@ pub struct Builder<'c> {
     pub ctx: &'c mut ModCtx,
     pub comp: HloComputation,
     pid: Option<InstrId>,
-    tables: FxHashMap<Vec<i64>, InstrId>,
+    tables: FxHashMap<usize, (std::sync::Arc<[i64]>, InstrId)>,
     consts: FxHashMap<(PrimitiveType, i64), InstrId>,
 }
 
@@ -279,15 +279,22 @@ impl<'c> Builder<'c> {
     }
 
     /// A scalar s32 whose value on partition `p` is `table[p]` (a constant
-    /// when every entry is equal).
-    pub fn table(&mut self, table: &[i64]) -> InstrId {
+    /// when every entry is equal); cached per table (by identity).
+    pub fn table(&mut self, table: &std::sync::Arc<[i64]>) -> InstrId {
+        let k = std::sync::Arc::as_ptr(table) as *const i64 as usize;
+        if let Some((_, id)) = self.tables.get(&k) {
+            return *id;
+        }
+        let id = self.table_uncached(table);
+        self.tables.insert(k, (table.clone(), id));
+        id
+    }
+
+    fn table_uncached(&mut self, table: &[i64]) -> InstrId {
         if let Some(&first) = table.first() {
             if table.iter().all(|&v| v == first) {
                 return self.scalar(PrimitiveType::S32, first);
             }
-        }
-        if let Some(&id) = self.tables.get(table) {
-            return id;
         }
         let n = table.len() as i64;
         let mut lit = ArrayLiteral::zeros(ArrayShape::new(PrimitiveType::S32, vec![n]));
@@ -303,15 +310,13 @@ impl<'c> Builder<'c> {
             vec![c, p],
             vec![(AttrKey::DynamicSliceSizes, AttrValue::Ints(vec![1]))],
         );
-        let r = self.add(
+        self.add(
             "reshape",
             Opcode::Reshape,
             Shape::scalar(PrimitiveType::S32),
             vec![ds],
             vec![],
-        );
-        self.tables.insert(table.to_vec(), r);
-        r
+        )
     }
 
     pub fn reshape(&mut self, x: InstrId, dims: &[i64]) -> InstrId {

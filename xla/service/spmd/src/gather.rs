@@ -246,8 +246,13 @@ fn shift_indices(
             vec![lob, comp, hib],
             vec![],
         );
-        let offs: Vec<i64> = (0..p.n()).map(|dev| gop.coord(dev, d) * ts).collect();
-        let valid: Vec<i64> = offs.iter().map(|&o| (x - o).clamp(0, ts)).collect();
+        let offs = gop.offsets(d, ts);
+        let valid = gop.per_coord(
+            d,
+            &(0..t)
+                .map(|i| (x - i * ts).clamp(0, ts))
+                .collect::<Vec<_>>(),
+        );
         let off = to_ty(p, &offs, ty)?;
         let offb = p.b.splat(off, &cd);
         let shifted = p.b.binary(Opcode::Subtract, clamped, offb);
@@ -281,7 +286,11 @@ fn shift_indices(
 }
 
 /// A per-partition table as a scalar of type `ty`.
-fn to_ty(p: &mut Part<'_, '_>, table: &[i64], ty: PrimitiveType) -> Result<InstrId, SpmdError> {
+fn to_ty(
+    p: &mut Part<'_, '_>,
+    table: &std::sync::Arc<[i64]>,
+    ty: PrimitiveType,
+) -> Result<InstrId, SpmdError> {
     let s = p.b.table(table);
     if ty == PrimitiveType::S32 {
         return Ok(s);

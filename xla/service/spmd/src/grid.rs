@@ -73,6 +73,8 @@ struct Memo {
     replicated: FxHashMap<(usize, i64), Grid>,
     merged: FxHashMap<(usize, usize, Vec<usize>), Option<Grid>>,
     plans: FxHashMap<(usize, usize, Vec<i64>, u64), crate::reshard::Plan>,
+    per_coord: FxHashMap<(usize, usize, Vec<i64>), Arc<[i64]>>,
+    slice_tables: FxHashMap<(usize, usize, usize, i64), (Arc<[i64]>, i64)>,
     shardings: FxHashMap<(xla_hlo_ir::HloSharding, xla_hlo_ir::Shape, i64), crate::partition::VS>,
 }
 
@@ -91,6 +93,33 @@ pub(crate) fn memo_plan(
     let p = f();
     MEMO.with(|m| m.borrow_mut().plans.insert(k, p.clone()));
     p
+}
+
+/// The per-partition offsets of a local slice from `cur`'s tile to `to`'s
+/// along dim `a` of size `xa` (0 for devices whose target tile is padding),
+/// and the buffer length the slices need (memoized).
+pub(crate) fn slice_table(cur: &Grid, to: &Grid, a: usize, xa: i64) -> (Arc<[i64]>, i64) {
+    let k = (key(cur), key(to), a, xa);
+    if let Some(v) = MEMO.with(|m| m.borrow().slice_tables.get(&k).cloned()) {
+        return v;
+    }
+    let (ss, st) = (tile_size(xa, cur.tiles(a)), tile_size(xa, to.tiles(a)));
+    let n = cur.num_devices();
+    let mut t = vec![0i64; n as usize];
+    let mut need = st;
+    for d in 0..n {
+        let ot = to.coord(d, a) * st;
+        let vt = (xa - ot).clamp(0, st);
+        if vt == 0 {
+            continue;
+        }
+        let off = ot - cur.coord(d, a) * ss;
+        t[d as usize] = off;
+        need = need.max(off + st);
+    }
+    let v: (Arc<[i64]>, i64) = (t.into(), need);
+    MEMO.with(|m| m.borrow_mut().slice_tables.insert(k, v.clone()));
+    v
 }
 
 /// A memoized conversion of an IR sharding.
@@ -553,6 +582,26 @@ impl Grid {
         };
         MEMO.with(|m| m.borrow_mut().merged.insert(k, g.clone()));
         g
+    }
+
+    /// The table over partitions of `vals[coordinate along dim a]` (memoized).
+    pub fn per_coord(&self, a: usize, vals: &[i64]) -> Arc<[i64]> {
+        let k = (key(self), a, vals.to_vec());
+        if let Some(v) = MEMO.with(|m| m.borrow().per_coord.get(&k).cloned()) {
+            return v;
+        }
+        let t: Arc<[i64]> = (0..self.num_devices())
+            .map(|d| vals.get(self.coord(d, a) as usize).copied().unwrap_or(0))
+            .collect::<Vec<_>>()
+            .into();
+        MEMO.with(|m| m.borrow_mut().per_coord.insert(k, t.clone()));
+        t
+    }
+
+    /// Offsets of every partition's tile along dim `a` (tile size `ts`).
+    pub fn offsets(&self, a: usize, ts: i64) -> Arc<[i64]> {
+        let vals: Vec<i64> = (0..self.tiles(a)).map(|i| i * ts).collect();
+        self.per_coord(a, &vals)
     }
 
     /// Replicates the given data dims (their tiles merge into replication).

@@ -180,7 +180,7 @@ fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let mut id = p.clone_instr(instr, vec![], shape);
     if dim < dims.len() && out.tiles(dim) > 1 {
         let ts = tile_size(dims[dim], out.tiles(dim));
-        let table: Vec<i64> = (0..p.n()).map(|d| out.coord(d, dim) * ts).collect();
+        let table = out.offsets(dim, ts);
         let off = p.b.table(&table);
         let ty = crate::builder::elem(&instr.shape)?;
         let off = if ty == PrimitiveType::S32 {
@@ -429,7 +429,7 @@ pub fn mask_padding(
             continue;
         }
         let ts = tile_size(shape[a], t);
-        let table: Vec<i64> = (0..p.n()).map(|d| g.coord(d, a) * ts).collect();
+        let table = g.offsets(a, ts);
         let off = p.b.table(&table);
         let m = p.b.range_mask(&ld, a, off, None, Some(shape[a]));
         mask = Some(match mask {

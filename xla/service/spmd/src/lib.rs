@@ -67,8 +67,35 @@ pub fn partition_module(
         .unwrap_or_else(|| module.num_partitions())
         .max(1);
     grid::clear_memo();
-    let orig = module.clone();
-    let mut ctx = builder::ModCtx::new(&orig, n);
+    let placeholder = HloModule {
+        name: String::new(),
+        config: Default::default(),
+        stack_frame_index: None,
+        computations: Vec::new(),
+        entry: module.entry,
+    };
+    let orig = std::mem::replace(module, placeholder);
+    match partition_owned(&orig, n) {
+        Ok((comps, summary_ctx)) => {
+            *module = HloModule {
+                computations: comps,
+                ..orig
+            };
+            finish(module, n, summary_ctx)
+        }
+        Err(e) => {
+            *module = orig;
+            Err(e)
+        }
+    }
+}
+
+/// Partitions `orig`; returns the new computation list and the context.
+fn partition_owned(
+    orig: &HloModule,
+    n: i64,
+) -> Result<(Vec<xla_hlo_ir::HloComputation>, builder::ModCtx), SpmdError> {
+    let mut ctx = builder::ModCtx::new(orig, n);
     let entry = orig.entry;
     let ec = orig.comp(entry);
     let mut params = Vec::new();
@@ -80,14 +107,8 @@ pub fn partition_module(
         params.push(partition::vs_of(instr, n)?);
     }
     let root_vs = partition::vs_of(ec.root_instr(), n)?;
-    let (mut new_entry, _) = partition::partition_computation(
-        &orig,
-        &mut ctx,
-        entry,
-        &params,
-        Some(&root_vs),
-        &ec.name,
-    )?;
+    let (mut new_entry, _) =
+        partition::partition_computation(orig, &mut ctx, entry, &params, Some(&root_vs), &ec.name)?;
     // Keep the global shardings on the entry parameters and root.
     for (k, &pid) in new_entry.parameters.clone().iter().enumerate() {
         if let Some(&op) = ec.parameters.get(k) {
@@ -120,8 +141,16 @@ pub fn partition_module(
         }
     }
     comps.append(&mut ctx.new_comps);
-    module.computations = comps;
+    Ok((comps, ctx))
+}
+
+fn finish(
+    module: &mut HloModule,
+    n: i64,
+    ctx: builder::ModCtx,
+) -> Result<PartitionSummary, SpmdError> {
     module.config.num_partitions = Some(n);
+    let entry = module.entry;
     let e = module.comp(entry);
     let param_shapes: Vec<xla_hlo_ir::Shape> = e
         .parameters

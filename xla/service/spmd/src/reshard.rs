@@ -447,37 +447,28 @@ fn emit_slice(
     to: &Grid,
     dims: &[i64],
 ) -> Result<InstrId, SpmdError> {
-    let n = cur.num_devices();
     let buf = b.dims(x);
     let want = local_dims(dims, to);
-    let mut tables: Vec<Vec<i64>> = Vec::with_capacity(dims.len());
+    let mut tables = Vec::with_capacity(dims.len());
     let mut pads = vec![(0i64, 0i64); dims.len()];
     for (a, &xa) in dims.iter().enumerate() {
-        let (ss, st) = (tile_size(xa, cur.tiles(a)), tile_size(xa, to.tiles(a)));
-        let mut t = vec![0i64; n as usize];
-        let mut need = st;
-        for d in 0..n {
-            let ot = to.coord(d, a) * st;
-            let vt = (xa - ot).clamp(0, st);
-            if vt == 0 {
-                continue;
-            }
-            let off = ot - cur.coord(d, a) * ss;
-            t[d as usize] = off;
-            need = need.max(off + st);
-        }
+        let (t, need) = crate::grid::slice_table(cur, to, a, xa);
         if need > buf[a] {
             pads[a].1 = need - buf[a];
         }
         tables.push(t);
     }
     let x = b.pad_zero(x, &pads)?;
-    if tables.iter().all(|t| t.iter().all(|&v| v == t[0])) {
-        let ranges: Vec<(i64, i64, i64)> = tables
-            .iter()
-            .zip(&want)
-            .map(|(t, &w)| (t[0], t[0] + w, 1))
-            .collect();
+    let constant: Option<Vec<i64>> = tables
+        .iter()
+        .map(|t| {
+            let f = t.first().copied().unwrap_or(0);
+            t.iter().all(|&v| v == f).then_some(f)
+        })
+        .collect();
+    if let Some(c) = constant {
+        let ranges: Vec<(i64, i64, i64)> =
+            c.iter().zip(&want).map(|(&o, &w)| (o, o + w, 1)).collect();
         return Ok(b.slice(x, &ranges));
     }
     let starts: Vec<InstrId> = tables.iter().map(|t| b.table(t)).collect();

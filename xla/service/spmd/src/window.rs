@@ -39,7 +39,6 @@ pub fn exchange(
     let xa = dims[a];
     let t = g.tiles(a);
     let s = tile_size(xa, t);
-    let n = p.n();
     if starts.len() as i64 != t {
         return Err(SpmdError::Invalid(
             "window starts do not match the tiles".into(),
@@ -102,7 +101,7 @@ pub fn exchange(
         let mut tables = Vec::new();
         for d in 0..yd.len() {
             if d == a {
-                let tb: Vec<i64> = (0..n).map(|dev| offs[g.coord(dev, a) as usize]).collect();
+                let tb = g.per_coord(a, &offs);
                 tables.push(p.b.table(&tb));
             } else {
                 tables.push(p.b.scalar(xla_hlo_ir::PrimitiveType::S32, 0));
@@ -115,7 +114,7 @@ pub fn exchange(
     if let Some(pv) = pad {
         let needs = starts.iter().any(|&st| st < 0 || st + len > xa);
         if needs {
-            let tb: Vec<i64> = (0..n).map(|dev| starts[g.coord(dev, a) as usize]).collect();
+            let tb = g.per_coord(a, starts);
             let off = p.b.table(&tb);
             let yd = p.b.dims(y);
             let m = p.b.range_mask(&yd, a, off, Some(0), Some(xa));
