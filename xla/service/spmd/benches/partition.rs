@@ -161,7 +161,11 @@ fn main() {
             continue;
         }
         let n0 = devices_used(&module);
+        let only: Option<i64> = std::env::var("BENCH_N").ok().and_then(|v| v.parse().ok());
         for n in [n0, 64, 512, 2048] {
+            if only.is_some_and(|o| o != n) {
+                continue;
+            }
             let m = with_partitions(&module, n);
             match time(&m) {
                 Ok((t, median, runs)) => {

@@ -11,6 +11,7 @@
 //! collective-permute), so partition ids are device ids.
 
 use crate::error::{invalid, SpmdError};
+use crate::grid::Groups;
 use crate::partition::VS;
 use rustc_hash::{FxHashMap, FxHashSet};
 use xla_hlo_ir::attrs::{PaddingDim, SliceDim};
@@ -27,6 +28,8 @@ pub struct ModCtx {
     pub n: i64,
     used_names: FxHashSet<String>,
     reserved: FxHashSet<String>,
+    /// Replica-group lists by the identity of memoized group vectors.
+    group_lists: FxHashMap<usize, (Groups, CollectiveDeviceList)>,
     /// Next suffix to try per name stem.
     next_suffix: FxHashMap<String, u64>,
     next_channel: i64,
@@ -62,6 +65,7 @@ impl ModCtx {
             used_names: FxHashSet::default(),
             reserved,
             next_suffix: FxHashMap::default(),
+            group_lists: FxHashMap::default(),
             next_channel,
             new_comps: Vec::new(),
             first_new_comp: module.computations.len(),
@@ -135,9 +139,20 @@ impl ModCtx {
         id
     }
 
+    /// Replica groups in the shortest form (cached by the groups' identity).
+    pub fn groups(&mut self, groups: &Groups) -> CollectiveDeviceList {
+        let k = std::sync::Arc::as_ptr(groups) as usize;
+        if let Some((_, c)) = self.group_lists.get(&k) {
+            return c.clone();
+        }
+        let c = Self::groups_uncached(groups);
+        self.group_lists.insert(k, (groups.clone(), c.clone()));
+        c
+    }
+
     /// Replica groups in the shortest form: iota when the groups are an iota
     /// pattern, explicit lists otherwise.
-    pub fn groups(&self, groups: &[Vec<i64>]) -> CollectiveDeviceList {
+    fn groups_uncached(groups: &[Vec<i64>]) -> CollectiveDeviceList {
         let g = groups.len() as i64;
         let s = groups.first().map(|x| x.len()).unwrap_or(0) as i64;
         if g > 0 && s > 0 && groups.iter().all(|x| x.len() as i64 == s) {
@@ -552,7 +567,7 @@ impl<'c> Builder<'c> {
 
     // ----- collectives -----
 
-    pub fn all_gather(&mut self, x: InstrId, dim: usize, groups: &[Vec<i64>]) -> InstrId {
+    pub fn all_gather(&mut self, x: InstrId, dim: usize, groups: &Groups) -> InstrId {
         let mut d = self.dims(x);
         let g = groups.first().map(|g| g.len()).unwrap_or(1) as i64;
         d[dim] *= g;
@@ -574,12 +589,7 @@ impl<'c> Builder<'c> {
     }
 
     /// All-reduce with the computation `to_apply`.
-    pub fn all_reduce_with(
-        &mut self,
-        x: InstrId,
-        groups: &[Vec<i64>],
-        to_apply: CompId,
-    ) -> InstrId {
+    pub fn all_reduce_with(&mut self, x: InstrId, groups: &Groups, to_apply: CompId) -> InstrId {
         let shape = self.shape(x).clone();
         let ch = self.ctx.channel();
         let rg = self.ctx.groups(groups);
@@ -601,7 +611,7 @@ impl<'c> Builder<'c> {
     pub fn all_reduce(
         &mut self,
         x: InstrId,
-        groups: &[Vec<i64>],
+        groups: &Groups,
         op: Opcode,
     ) -> Result<InstrId, SpmdError> {
         let ty = self.ty(x)?;
@@ -618,7 +628,7 @@ impl<'c> Builder<'c> {
         &mut self,
         x: InstrId,
         dim: usize,
-        groups: &[Vec<i64>],
+        groups: &Groups,
         op: Opcode,
     ) -> Result<InstrId, SpmdError> {
         let ty = self.ty(x)?;
@@ -652,7 +662,7 @@ impl<'c> Builder<'c> {
         ))
     }
 
-    pub fn all_to_all(&mut self, x: InstrId, dim: usize, groups: &[Vec<i64>]) -> InstrId {
+    pub fn all_to_all(&mut self, x: InstrId, dim: usize, groups: &Groups) -> InstrId {
         let shape = self.shape(x).clone();
         let ch = self.ctx.channel();
         let rg = self.ctx.groups(groups);

@@ -153,21 +153,15 @@ pub fn einsum(
                         })
                         .collect::<Vec<_>>(),
                     c.num_devices(),
-                    |d| {
+                    |d, out| {
                         let mut rank = 0;
                         for &k in &k_tiled {
                             rank = rank * c.tiles(k) + c.coord(d, k);
                         }
-                        (0..io.rank())
-                            .map(|a| {
-                                let ca = io.coord(d, a);
-                                if a == od {
-                                    ca * g + rank
-                                } else {
-                                    ca
-                                }
-                            })
-                            .collect()
+                        for (a, x) in out.iter_mut().enumerate() {
+                            let ca = io.coord(d, a);
+                            *x = if a == od { ca * g + rank } else { ca };
+                        }
                     },
                 );
                 let Some(rs) = rs else { continue };

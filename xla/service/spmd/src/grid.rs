@@ -32,6 +32,9 @@ struct GridData {
     hash: u64,
 }
 
+/// Device groups of a collective (shared).
+pub type Groups = Arc<Vec<Vec<i64>>>;
+
 /// A normalized tiled sharding over all devices. Cloning is cheap (shared);
 /// grids are interned per thread, so equal grids built by the partitioner
 /// usually share storage and derived grids are memoized by identity.
@@ -69,13 +72,14 @@ struct Memo {
     gathered: FxHashMap<(usize, Vec<(usize, i64)>), Option<Grid>>,
     a2a: FxHashMap<(usize, usize, usize, i64), Option<Grid>>,
     coarse: FxHashMap<(usize, Vec<i64>), Option<Grid>>,
-    groups: FxHashMap<(usize, Vec<(usize, i64)>), Arc<Vec<Vec<i64>>>>,
+    groups: FxHashMap<(usize, Vec<(usize, i64)>), Groups>,
     replicated: FxHashMap<(usize, i64), Grid>,
     merged: FxHashMap<(usize, usize, Vec<usize>), Option<Grid>>,
     plans: FxHashMap<(usize, usize, Vec<i64>, u64), crate::reshard::Plan>,
     per_coord: FxHashMap<(usize, usize, Vec<i64>), Arc<[i64]>>,
     slice_tables: FxHashMap<(usize, usize, usize, i64), (Arc<[i64]>, i64)>,
-    shardings: FxHashMap<(xla_hlo_ir::HloSharding, xla_hlo_ir::Shape, i64), crate::partition::VS>,
+    reshapes: FxHashMap<(usize, bool, Vec<i64>, Vec<i64>), Option<Grid>>,
+    shardings: FxHashMap<(xla_hlo_ir::HloSharding, Vec<i64>, i64), crate::partition::VS>,
 }
 
 /// A memoized resharding plan.
@@ -122,6 +126,39 @@ pub(crate) fn slice_table(cur: &Grid, to: &Grid, a: usize, xa: i64) -> (Arc<[i64
     v
 }
 
+/// A memoized grid computation over a reshape (`forward`: the output grid
+/// of a local reshape of `g`; else the operand grid `g` needs).
+pub(crate) fn memo_reshape(
+    g: &Grid,
+    forward: bool,
+    from: &[i64],
+    to: &[i64],
+    f: impl FnOnce() -> Option<Grid>,
+) -> Option<Grid> {
+    let k = (key(g), forward, from.to_vec(), to.to_vec());
+    if let Some(v) = MEMO.with(|m| m.borrow().reshapes.get(&k).cloned()) {
+        return v;
+    }
+    let v = f();
+    MEMO.with(|m| m.borrow_mut().reshapes.insert(k, v.clone()));
+    v
+}
+
+/// The structure of a shape that its sharding conversion depends on: leaf
+/// ranks (-1 for non-arrays) with tuple sizes encoded as `-(k + 2)`.
+fn skeleton(shape: &xla_hlo_ir::Shape, out: &mut Vec<i64>) {
+    match shape {
+        xla_hlo_ir::Shape::Tuple(e) => {
+            out.push(-(e.len() as i64) - 2);
+            for x in e {
+                skeleton(x, out);
+            }
+        }
+        s if s.is_array() => out.push(s.rank() as i64),
+        _ => out.push(-1),
+    }
+}
+
 /// A memoized conversion of an IR sharding.
 pub(crate) fn memo_sharding(
     s: &xla_hlo_ir::HloSharding,
@@ -129,7 +166,9 @@ pub(crate) fn memo_sharding(
     n: i64,
     f: impl FnOnce() -> Result<crate::partition::VS, SpmdError>,
 ) -> Result<crate::partition::VS, SpmdError> {
-    let k = (s.clone(), shape.clone(), n);
+    let mut sk = Vec::new();
+    skeleton(shape, &mut sk);
+    let k = (s.clone(), sk, n);
     if let Some(v) = MEMO.with(|m| m.borrow().shardings.get(&k).cloned()) {
         return Ok(v);
     }
@@ -363,7 +402,7 @@ impl Grid {
 
     /// A grid where device `d` sits at tile coordinates `coord_of(d)` over
     /// data dims `dims`; every tile must get the same number of devices.
-    pub fn from_coords(dims: &[i64], n: i64, coord_of: impl Fn(i64) -> Vec<i64>) -> Option<Grid> {
+    pub fn from_coords(dims: &[i64], n: i64, coord_of: impl Fn(i64, &mut [i64])) -> Option<Grid> {
         let tiles: i64 = dims.iter().product();
         if tiles <= 0 || n % tiles != 0 {
             return None;
@@ -372,9 +411,10 @@ impl Grid {
         let s = strides(dims);
         let mut fill = vec![0i64; tiles as usize];
         let mut devs = vec![-1i64; n as usize];
+        let mut c = vec![0i64; dims.len()];
         for d in 0..n {
-            let c = coord_of(d);
-            if c.len() != dims.len() || c.iter().zip(dims).any(|(&c, &t)| c < 0 || c >= t) {
+            coord_of(d, &mut c);
+            if c.iter().zip(dims).any(|(&c, &t)| c < 0 || c >= t) {
                 return None;
             }
             let flat: i64 = c.iter().zip(&s).map(|(c, s)| c * s).sum();
@@ -422,13 +462,13 @@ impl Grid {
     /// Device groups that vary over the minor factor `f` of each `(dim, f)`
     /// (row-major over the factors in the order given), all other
     /// coordinates fixed; every device is in exactly one group.
-    pub fn factor_groups(&self, factors: &[(usize, i64)]) -> Vec<Vec<i64>> {
+    pub fn factor_groups(&self, factors: &[(usize, i64)]) -> Groups {
         let k = (key(self), factors.to_vec());
         if let Some(g) = MEMO.with(|m| m.borrow().groups.get(&k).cloned()) {
-            return (*g).clone();
+            return g;
         }
-        let g = self.factor_groups_uncached(factors);
-        MEMO.with(|m| m.borrow_mut().groups.insert(k, Arc::new(g.clone())));
+        let g = Arc::new(self.factor_groups_uncached(factors));
+        MEMO.with(|m| m.borrow_mut().groups.insert(k, g.clone()));
         g
     }
 
@@ -484,9 +524,10 @@ impl Grid {
         let fs: Vec<i64> = (0..self.rank())
             .map(|a| factors.iter().find(|x| x.0 == a).map(|x| x.1).unwrap_or(1))
             .collect();
-        Grid::from_coords(&dims, self.num_devices(), |d| {
-            let c = self.coords(d);
-            (0..dims.len()).map(|a| c[a] / fs[a]).collect()
+        Grid::from_coords(&dims, self.num_devices(), |d, c| {
+            for (a, x) in c.iter_mut().enumerate() {
+                *x = self.coord(d, a) / fs[a];
+            }
         })
     }
 
@@ -509,13 +550,13 @@ impl Grid {
         let mut dims = self.0.dims[..self.rank()].to_vec();
         dims[a] /= f;
         dims[b] *= f;
-        Grid::from_coords(&dims, self.num_devices(), |d| {
-            let mut c = self.coords(d);
+        Grid::from_coords(&dims, self.num_devices(), |d, c| {
+            for (k, x) in c.iter_mut().enumerate() {
+                *x = self.coord(d, k);
+            }
             let r = c[a] % f;
             c[a] /= f;
             c[b] = c[b] * f + r;
-            c.truncate(dims.len());
-            c
         })
     }
 
@@ -542,9 +583,10 @@ impl Grid {
             }
             ratio.push(self.0.dims[a] / t);
         }
-        Grid::from_coords(dims, self.num_devices(), |d| {
-            let c = self.coords(d);
-            (0..dims.len()).map(|a| c[a] / ratio[a]).collect()
+        Grid::from_coords(dims, self.num_devices(), |d, c| {
+            for (a, x) in c.iter_mut().enumerate() {
+                *x = self.coord(d, a) / ratio[a];
+            }
         })
     }
 
@@ -568,16 +610,15 @@ impl Grid {
                     }
                 })
                 .collect();
-            Grid::from_coords(&dims, self.num_devices(), |d| {
-                (0..r)
-                    .map(|a| {
-                        if from_y.contains(&a) {
-                            y.coord(d, a)
-                        } else {
-                            self.coord(d, a)
-                        }
-                    })
-                    .collect()
+            let ys: Vec<bool> = (0..r).map(|a| from_y.contains(&a)).collect();
+            Grid::from_coords(&dims, self.num_devices(), |d, c| {
+                for (a, x) in c.iter_mut().enumerate() {
+                    *x = if ys[a] {
+                        y.coord(d, a)
+                    } else {
+                        self.coord(d, a)
+                    };
+                }
             })
         };
         MEMO.with(|m| m.borrow_mut().merged.insert(k, g.clone()));
@@ -648,9 +689,12 @@ mod tests {
         let g = Grid::new(vec![4, 2, 1], (0..8).collect()).unwrap();
         assert_eq!(g.coords(5), vec![2, 1, 0]);
         let groups = g.factor_groups(&[(1, 2)]);
-        assert_eq!(groups, vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]);
+        assert_eq!(
+            *groups,
+            vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]
+        );
         let groups = g.factor_groups(&[(0, 4)]);
-        assert_eq!(groups, vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]);
+        assert_eq!(*groups, vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]);
         let r = g.replicate_dims(&[1]);
         assert_eq!(r.dims(), &[4, 1, 2]);
         let t = g.remap(&[Some(1), Some(0)]);

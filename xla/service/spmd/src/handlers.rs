@@ -346,6 +346,21 @@ fn even(dims: &[i64], g: &Grid) -> bool {
 
 /// The output grid a local reshape of input grid `g` produces, if exact.
 fn reshape_out(in_dims: &[i64], out_dims: &[i64], g: &Grid, n: i64) -> Option<Grid> {
+    crate::grid::memo_reshape(g, true, in_dims, out_dims, || {
+        reshape_out_uncached(in_dims, out_dims, g, n)
+    })
+}
+
+/// The operand grid whose local reshape gives `out`, if any.
+fn reshape_in(in_dims: &[i64], out_dims: &[i64], out: &Grid, n: i64) -> Option<Grid> {
+    crate::grid::memo_reshape(out, false, out_dims, in_dims, || {
+        let s = xla_hlo_utils::ops::reshape_sharding(out_dims, in_dims, &out.to_sharding())?;
+        let pg = Grid::from_sharding(&s, in_dims.len(), n).ok()?;
+        (reshape_out(in_dims, out_dims, &pg, n).as_ref() == Some(out)).then_some(pg)
+    })
+}
+
+fn reshape_out_uncached(in_dims: &[i64], out_dims: &[i64], g: &Grid, n: i64) -> Option<Grid> {
     if !even(in_dims, g) {
         return None;
     }
@@ -373,14 +388,11 @@ fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let out_dims = instr.shape.dims().to_vec();
     let mut cands: Vec<((Grid, Grid), u64)> = Vec::new();
     // (b) the operand resharded to what the output sharding needs.
-    if let Some(s) = xla_hlo_utils::ops::reshape_sharding(&out_dims, &in_dims, &out.to_sharding()) {
-        if let Ok(pg) = Grid::from_sharding(&s, in_dims.len(), n) {
-            if reshape_out(&in_dims, &out_dims, &pg, n).as_ref() == Some(&out) {
-                let c = p.cost(&v, &pg);
-                cands.push(((pg, out.clone()), c));
-            }
-        }
+    if let Some(pg) = reshape_in(&in_dims, &out_dims, &out, n) {
+        let c = p.cost(&v, &pg);
+        cands.push(((pg, out.clone()), c));
     }
+
     // (a) the operand as it is.
     if let Some(q) = reshape_out(&in_dims, &out_dims, &vg, n) {
         let c = p.cost_of(&instr.shape, &q, &out);

@@ -125,9 +125,7 @@ pub fn vs_from_ir(s: Option<&HloSharding>, shape: &Shape, n: i64) -> Result<VS, 
     let Some(s) = s else {
         return Ok(VS::replicated(shape, n));
     };
-    crate::grid::memo_sharding(s, &shape.without_layout(), n, || {
-        vs_from_ir_uncached(s, shape, n)
-    })
+    crate::grid::memo_sharding(s, shape, n, || vs_from_ir_uncached(s, shape, n))
 }
 
 fn vs_from_ir_uncached(s: &HloSharding, shape: &Shape, n: i64) -> Result<VS, SpmdError> {

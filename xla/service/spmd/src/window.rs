@@ -642,17 +642,15 @@ pub fn reverse(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
         Grid::from_coords(
             &(0..g.rank()).map(|a| g.tiles(a)).collect::<Vec<_>>(),
             g.num_devices(),
-            |d| {
-                (0..g.rank())
-                    .map(|a| {
-                        let c = g.coord(d, a);
-                        if rev.contains(&a) {
-                            g.tiles(a) - 1 - c
-                        } else {
-                            c
-                        }
-                    })
-                    .collect()
+            |d, out| {
+                for (a, x) in out.iter_mut().enumerate() {
+                    let c = g.coord(d, a);
+                    *x = if rev.contains(&a) {
+                        g.tiles(a) - 1 - c
+                    } else {
+                        c
+                    };
+                }
             },
         )
     };
