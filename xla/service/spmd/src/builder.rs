@@ -217,10 +217,12 @@ pub struct Builder<'c> {
 }
 
 impl<'c> Builder<'c> {
-    pub fn new(ctx: &'c mut ModCtx, name: &str) -> Builder<'c> {
+    pub fn new(ctx: &'c mut ModCtx, name: &str, capacity: usize) -> Builder<'c> {
+        let mut comp = HloComputation::new(name);
+        comp.instructions.reserve(capacity);
         Builder {
             ctx,
-            comp: HloComputation::new(name),
+            comp,
             pid: None,
             tables: FxHashMap::default(),
             consts: FxHashMap::default(),

@@ -185,7 +185,7 @@ pub fn partition_computation(
     name: &str,
 ) -> Result<(HloComputation, VS), SpmdError> {
     let oc = orig.comp(cid);
-    let b = Builder::new(ctx, name);
+    let b = Builder::new(ctx, name, oc.instructions.len() * 2 + 16);
     let mut p = Part {
         orig,
         oc,
@@ -278,6 +278,8 @@ pub fn dce(comp: &mut HloComputation) {
     let old = std::mem::take(&mut comp.instructions);
     let root = comp.root;
     comp.parameters.clear();
+    let live_count = live.iter().filter(|&&l| l).count();
+    let mut kept = Vec::with_capacity(live_count);
     let mut map = vec![InstrId(u32::MAX); n];
     for (i, mut instr) in old.into_iter().enumerate() {
         if !live[i] {
@@ -286,14 +288,22 @@ pub fn dce(comp: &mut HloComputation) {
         for o in instr.operands.iter_mut() {
             *o = map[o.index()];
         }
-        let preds: Vec<InstrId> = instr
-            .control_predecessors
-            .iter()
-            .map(|p| map[p.index()])
-            .collect();
-        instr.control_predecessors = preds;
-        map[i] = comp.add(instr);
+        for p in instr.control_predecessors.iter_mut() {
+            *p = map[p.index()];
+        }
+        let id = InstrId(kept.len() as u32);
+        if instr.opcode == Opcode::Parameter {
+            if let Some(k) = instr.parameter_number.and_then(|k| usize::try_from(k).ok()) {
+                if comp.parameters.len() <= k {
+                    comp.parameters.resize(k + 1, InstrId(u32::MAX));
+                }
+                comp.parameters[k] = id;
+            }
+        }
+        map[i] = id;
+        kept.push(instr);
     }
+    comp.instructions = kept;
     comp.root = map[root.index()];
 }
 
