@@ -44,7 +44,7 @@ pub struct ModCtx {
     #[allow(clippy::type_complexity)]
     pub partitioned: FxHashMap<(CompId, Vec<VS>, Option<VS>), (CompId, VS)>,
     /// Handler uses by `opcode:handler`.
-    pub handler_counts: std::collections::BTreeMap<String, usize>,
+    pub handler_counts: FxHashMap<(Opcode, &'static str), usize>,
 }
 
 impl ModCtx {

@@ -20,6 +20,7 @@ use crate::error::SpmdError;
 use crate::grid::{local_dims, Grid};
 use crate::handlers::{mask_padding, merge_grids};
 use crate::partition::{PValue, Part, VS};
+use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode};
 
 type Res = Result<Option<PValue>, SpmdError>;
@@ -222,7 +223,7 @@ pub fn einsum(
             let id = p.b.reduce_scatter(local.id, od, &groups, Opcode::Add)?;
             Ok(Some(PValue {
                 id,
-                shape: instr.shape.clone(),
+                shape: Rc::new(instr.shape.clone()),
                 vs: VS::Grid(rs),
             }))
         }
@@ -406,7 +407,7 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
         }
         Ok(PValue {
             id,
-            shape: instr.shape.clone(),
+            shape: Rc::new(instr.shape.clone()),
             vs: vs.clone(),
         })
     })

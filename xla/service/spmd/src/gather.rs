@@ -18,6 +18,7 @@ use crate::error::SpmdError;
 use crate::grid::{local_dims, tile_size, Grid};
 use crate::handlers::{cheapest, merge_grids};
 use crate::partition::{local_shape, PValue, Part, VS};
+use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, PrimitiveType, Shape};
 
 type Res = Result<Option<PValue>, SpmdError>;
@@ -170,7 +171,7 @@ pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res 
     );
     let Some(m) = mask else {
         return Ok(Some(PValue {
-            shape: instr.shape.clone(),
+            shape: Rc::new(instr.shape.clone()),
             ..g
         }));
     };
@@ -191,7 +192,7 @@ pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res 
     let ar = p.b.all_reduce(sel, &groups, Opcode::Add)?;
     Ok(Some(PValue {
         id: ar,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs,
     }))
 }

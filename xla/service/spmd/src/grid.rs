@@ -79,7 +79,8 @@ struct Memo {
     per_coord: FxHashMap<(usize, usize, Vec<i64>), Arc<[i64]>>,
     slice_tables: FxHashMap<(usize, usize, usize, i64), (Arc<[i64]>, i64)>,
     reshapes: FxHashMap<(usize, bool, Vec<i64>, Vec<i64>), Option<Grid>>,
-    shardings: FxHashMap<(xla_hlo_ir::HloSharding, Vec<i64>, i64), crate::partition::VS>,
+    #[allow(clippy::type_complexity)]
+    shardings: FxHashMap<u64, Vec<(xla_hlo_ir::HloSharding, Vec<i64>, i64, crate::partition::VS)>>,
 }
 
 /// A memoized resharding plan.
@@ -168,12 +169,40 @@ pub(crate) fn memo_sharding(
 ) -> Result<crate::partition::VS, SpmdError> {
     let mut sk = Vec::new();
     skeleton(shape, &mut sk);
-    let k = (s.clone(), sk, n);
-    if let Some(v) = MEMO.with(|m| m.borrow().shardings.get(&k).cloned()) {
+    let mut h = FxHasher::default();
+    for leaf in s.leaves() {
+        leaf.kind.hash(&mut h);
+    }
+    s.is_tuple().hash(&mut h);
+    sk.hash(&mut h);
+    n.hash(&mut h);
+    let hk = h.finish();
+    let same = |a: &xla_hlo_ir::HloSharding| {
+        a.is_tuple() == s.is_tuple()
+            && a.leaves().len() == s.leaves().len()
+            && a.leaves()
+                .iter()
+                .zip(s.leaves())
+                .all(|(x, y)| x.kind == y.kind)
+    };
+    let hit = MEMO.with(|m| {
+        m.borrow().shardings.get(&hk).and_then(|b| {
+            b.iter()
+                .find(|e| same(&e.0) && e.1 == sk && e.2 == n)
+                .map(|e| e.3.clone())
+        })
+    });
+    if let Some(v) = hit {
         return Ok(v);
     }
     let v = f()?;
-    MEMO.with(|m| m.borrow_mut().shardings.insert(k, v.clone()));
+    MEMO.with(|m| {
+        m.borrow_mut()
+            .shardings
+            .entry(hk)
+            .or_default()
+            .push((s.clone(), sk, n, v.clone()))
+    });
     Ok(v)
 }
 

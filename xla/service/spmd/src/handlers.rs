@@ -18,6 +18,7 @@ use crate::builder::with_dims;
 use crate::error::{unsupported, SpmdError};
 use crate::grid::{local_dims, tile_size, Grid};
 use crate::partition::{local_shape, PValue, Part, VS};
+use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode, PrimitiveType, Shape};
 
 /// Dispatches `instr` to its handler.
@@ -33,7 +34,7 @@ pub fn dispatch(
             let id = p.clone_instr(instr, vec![], instr.shape.clone());
             return Ok(PValue {
                 id,
-                shape: instr.shape.clone(),
+                shape: Rc::new(instr.shape.clone()),
                 vs: VS::replicated(&instr.shape, p.n()),
             });
         }
@@ -93,7 +94,7 @@ pub fn fallback(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Result<PValue, 
     let id = p.clone_instr(instr, ops, instr.shape.clone());
     Ok(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs: VS::replicated(&instr.shape, p.n()),
     })
 }
@@ -200,7 +201,7 @@ fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     p.note(instr, "iota");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs: VS::Grid(out),
     }))
 }
@@ -227,7 +228,7 @@ fn tuple(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     p.note(instr, "tuple");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs,
     }))
 }
@@ -254,7 +255,7 @@ fn gte(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Res {
     p.note(instr, "get-tuple-element");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs,
     }))
 }
@@ -266,7 +267,7 @@ fn pass_through(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Res {
     p.note(instr, "pass-through");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs: v.vs,
     }))
 }
@@ -302,7 +303,7 @@ fn broadcast(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let id = p.clone_instr(instr, vec![x], shape);
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs,
     }))
 }
@@ -412,7 +413,7 @@ fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     p.note(instr, "reshape");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs: VS::Grid(rg),
     }))
 }
@@ -562,7 +563,7 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         let id = p.b.all_reduce_with(local.id, &groups, to_apply);
         return Ok(Some(PValue {
             id,
-            shape: instr.shape.clone(),
+            shape: Rc::new(instr.shape.clone()),
             vs: out_vs,
         }));
     }
@@ -596,7 +597,7 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let id = p.b.push(c2);
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs: out_vs,
     }))
 }
@@ -620,7 +621,7 @@ fn while_loop(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res 
     p.note(instr, "while");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs: target.clone(),
     }))
 }
@@ -675,7 +676,7 @@ fn conditional(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
     p.note(instr, "conditional");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs: target.clone(),
     }))
 }
@@ -700,7 +701,7 @@ fn call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     p.note(instr, "call");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs: target.clone(),
     }))
 }
@@ -732,7 +733,7 @@ fn custom_call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
             p.note(instr, "full-to-shard");
             Ok(Some(PValue {
                 id,
-                shape: instr.shape.clone(),
+                shape: Rc::new(instr.shape.clone()),
                 vs: VS::Manual,
             }))
         }
@@ -749,7 +750,7 @@ fn custom_call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
             p.note(instr, "shard-to-full");
             Ok(Some(PValue {
                 id,
-                shape: instr.shape.clone(),
+                shape: Rc::new(instr.shape.clone()),
                 vs: target.clone(),
             }))
         }

@@ -165,7 +165,11 @@ fn finish(
     let stats = ModuleStats::of(module);
     Ok(PartitionSummary {
         num_partitions: n,
-        handlers: ctx.handler_counts,
+        handlers: ctx
+            .handler_counts
+            .iter()
+            .map(|((op, h), &c)| (format!("{}:{h}", op.name()), c))
+            .collect(),
         collectives: stats.collectives,
         collective_bytes: stats.collective_bytes,
         collective_bytes_by_op: stats.collective_bytes_by_op,

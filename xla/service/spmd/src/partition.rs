@@ -19,6 +19,7 @@ use crate::error::{invalid, unsupported, SpmdError};
 use crate::grid::{local_dims, Grid};
 use crate::reshard;
 use rustc_hash::FxHashMap;
+use std::rc::Rc;
 use xla_hlo_ir::{
     AttrKey, AttrValue, CompId, HloComputation, HloInstruction, HloModule, HloSharding, InstrId,
     Opcode, Shape,
@@ -159,8 +160,8 @@ fn vs_from_ir_uncached(s: &HloSharding, shape: &Shape, n: i64) -> Result<VS, Spm
 pub struct PValue {
     /// The local instruction.
     pub id: InstrId,
-    /// The global (unpartitioned) shape.
-    pub shape: Shape,
+    /// The global (unpartitioned) shape (shared).
+    pub shape: Rc<Shape>,
     pub vs: VS,
 }
 
@@ -358,11 +359,11 @@ impl<'a, 'c> Part<'a, 'c> {
                 let elems = v.shape.tuple_elements().to_vec();
                 let mut ids = Vec::new();
                 for (k, (s_vs, d_vs)) in src.iter().zip(dst).enumerate() {
-                    let shape = elems.get(k).cloned().unwrap_or_else(|| v.shape.clone());
+                    let shape = elems.get(k).cloned().unwrap_or_else(|| (*v.shape).clone());
                     let g = self.element(v.id, k, local_shape(&shape, s_vs));
                     let ev = PValue {
                         id: g,
-                        shape,
+                        shape: Rc::new(shape),
                         vs: s_vs.clone(),
                     };
                     ids.push(self.reshard(&ev, d_vs)?.id);
@@ -479,12 +480,18 @@ impl<'a, 'c> Part<'a, 'c> {
         ops: Vec<InstrId>,
         shape: Shape,
     ) -> InstrId {
-        let mut c = instr.clone();
-        c.name = self.b.ctx.orig_name(&instr.name);
-        c.operands = ops;
-        c.shape = shape;
-        c.sharding = None;
-        c.control_predecessors.clear();
+        let c = HloInstruction {
+            name: self.b.ctx.orig_name(&instr.name),
+            opcode: instr.opcode,
+            shape,
+            operands: ops,
+            attrs: instr.attrs.clone(),
+            sharding: None,
+            control_predecessors: Vec::new(),
+            parameter_number: instr.parameter_number,
+            literal: instr.literal.clone(),
+            async_wrapped: instr.async_wrapped,
+        };
         self.b.push(c)
     }
 
@@ -519,6 +526,15 @@ impl<'a, 'c> Part<'a, 'c> {
         vs: &VS,
     ) -> Result<PValue, SpmdError> {
         let want = local_shape(&instr.shape, vs);
+        if instr.opcode.is_elementwise() {
+            // The result has the operands' (local) dims by construction.
+            let id = self.clone_instr(instr, ops, want);
+            return Ok(PValue {
+                id,
+                shape: Rc::new(instr.shape.clone()),
+                vs: vs.clone(),
+            });
+        }
         let shapes: Vec<Shape> = ops.iter().map(|&o| self.b.shape(o).clone()).collect();
         let refs: Vec<&Shape> = shapes.iter().collect();
         let got = match self.infer(instr, &refs) {
@@ -533,18 +549,18 @@ impl<'a, 'c> Part<'a, 'c> {
         let id = self.clone_instr(instr, ops, want);
         Ok(PValue {
             id,
-            shape: instr.shape.clone(),
+            shape: Rc::new(instr.shape.clone()),
             vs: vs.clone(),
         })
     }
 
     /// Counts a handler use (for the partitioning summary).
-    pub fn note(&mut self, instr: &HloInstruction, handler: &str) {
+    pub fn note(&mut self, instr: &HloInstruction, handler: &'static str) {
         *self
             .b
             .ctx
             .handler_counts
-            .entry(format!("{}:{handler}", instr.opcode.name()))
+            .entry((instr.opcode, handler))
             .or_default() += 1;
     }
 
@@ -556,7 +572,7 @@ impl<'a, 'c> Part<'a, 'c> {
         let id = self.b.push(c);
         Ok(PValue {
             id,
-            shape: instr.shape.clone(),
+            shape: Rc::new(instr.shape.clone()),
             vs,
         })
     }
@@ -600,7 +616,7 @@ impl<'a, 'c> Part<'a, 'c> {
         let id = self.b.push(c);
         Ok(PValue {
             id,
-            shape: instr.shape.clone(),
+            shape: Rc::new(instr.shape.clone()),
             vs: target,
         })
     }

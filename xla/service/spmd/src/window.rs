@@ -16,6 +16,7 @@ use crate::error::SpmdError;
 use crate::grid::{tile_size, Grid};
 use crate::handlers::cheapest;
 use crate::partition::{local_shape, PValue, Part, VS};
+use std::rc::Rc;
 use xla_hlo_ir::attrs::PaddingDim;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, Shape};
 
@@ -279,7 +280,7 @@ pub fn slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     p.note(instr, "slice");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs: VS::Grid(c),
     }))
 }
@@ -361,7 +362,7 @@ pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     p.note(instr, "pad");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs: VS::Grid(c),
     }))
 }
@@ -417,7 +418,7 @@ pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
     p.note(instr, "reduce-window");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs: VS::Grid(c),
     }))
 }
@@ -528,7 +529,7 @@ pub fn dynamic_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
     p.note(instr, "dynamic-slice");
     Ok(Some(PValue {
         id,
-        shape: instr.shape.clone(),
+        shape: Rc::new(instr.shape.clone()),
         vs,
     }))
 }
