@@ -115,12 +115,17 @@ pub fn einsum(
         cands.extend(merge_grids(&m, &i_o, &non_k));
     }
     let mut best: Option<(Choice, i64)> = None;
+    let mut seen: Vec<Grid> = Vec::with_capacity(cands.len());
     for c in cands {
         let c = if e.whole.iter().any(|&d| c.tiles(d) > 1) {
             c.replicate_dims(&e.whole)
         } else {
             c
         };
+        if seen.contains(&c) {
+            continue;
+        }
+        seen.push(c.clone());
         let il = project(&c, &e.lhs);
         let ir = project(&c, &e.rhs);
         let mut cost = p.cost(lhs, &il) + p.cost(rhs, &ir);
