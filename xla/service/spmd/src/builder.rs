@@ -640,6 +640,17 @@ impl<'c> Builder<'c> {
             op
         };
         let c = self.ctx.reducer(op, ty);
+        self.reduce_scatter_with(x, dim, groups, c)
+    }
+
+    /// Reduce-scatter with the computation `c`.
+    pub fn reduce_scatter_with(
+        &mut self,
+        x: InstrId,
+        dim: usize,
+        groups: &Groups,
+        c: CompId,
+    ) -> Result<InstrId, SpmdError> {
         let mut d = self.dims(x);
         let g = groups.first().map(|g| g.len()).unwrap_or(1) as i64;
         if d[dim] % g != 0 {

@@ -148,28 +148,7 @@ pub fn einsum(
                 if x % (t * g) != 0 {
                     continue;
                 }
-                let rs = Grid::from_coords(
-                    &(0..io.rank())
-                        .map(|a| {
-                            if a == od {
-                                io.tiles(a) * g
-                            } else {
-                                io.tiles(a)
-                            }
-                        })
-                        .collect::<Vec<_>>(),
-                    c.num_devices(),
-                    |d, out| {
-                        let mut rank = 0;
-                        for &k in &k_tiled {
-                            rank = rank * c.tiles(k) + c.coord(d, k);
-                        }
-                        for (a, x) in out.iter_mut().enumerate() {
-                            let ca = io.coord(d, a);
-                            *x = if a == od { ca * g + rank } else { ca };
-                        }
-                    },
-                );
+                let rs = scattered_grid(&c, &io, &k_tiled, od);
                 let Some(rs) = rs else { continue };
                 let cc = lo / g as u64 * bytes + p.cost_of(out_shape, &rs, out);
                 if cc < bp.0 {
@@ -233,6 +212,33 @@ pub fn einsum(
             }))
         }
     }
+}
+
+/// The grid of a partial result laid out by `io` (partial over the tiled
+/// iteration dims `k_tiled` of `c`) after a reduce-scatter over those
+/// dims' device groups onto dim `od`: each device keeps the chunk at its
+/// rank in its group, as a new minor factor of `od`'s tiling.
+pub fn scattered_grid(c: &Grid, io: &Grid, k_tiled: &[usize], od: usize) -> Option<Grid> {
+    let g: i64 = k_tiled.iter().map(|&k| c.tiles(k)).product();
+    let dims: Vec<i64> = (0..io.rank())
+        .map(|a| {
+            if a == od {
+                io.tiles(a) * g
+            } else {
+                io.tiles(a)
+            }
+        })
+        .collect();
+    Grid::from_coords(&dims, c.num_devices(), |d, out| {
+        let mut rank = 0;
+        for &k in k_tiled {
+            rank = rank * c.tiles(k) + c.coord(d, k);
+        }
+        for (a, x) in out.iter_mut().enumerate() {
+            let ca = io.coord(d, a);
+            *x = if a == od { ca * g + rank } else { ca };
+        }
+    })
 }
 
 /// `dot`.

@@ -510,18 +510,32 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
             }
             let c_out = c.remap(&out_map);
             let red_tiled: i64 = red.iter().map(|&a| c.tiles(a)).product();
+            let mut post = p.cost_of(&out_leaf_shape, &c_out, &leaf_target) * k as u64;
             if red_tiled > 1 {
                 let lo: u64 = local_dims(out_leaf_shape.dims(), &c_out)
                     .iter()
                     .map(|&d| d as u64)
                     .product();
-                cost += if k == 1 {
+                post += if k == 1 {
                     lo * bytes_out
                 } else {
                     lo * bytes_out * red_tiled as u64
                 };
+                if k == 1 {
+                    if let Some((_, _, rc)) = reduce_scatter_choice(
+                        p,
+                        &c,
+                        &c_out,
+                        &red,
+                        &out_leaf_shape,
+                        &leaf_target,
+                        lo * bytes_out,
+                    ) {
+                        post = post.min(rc);
+                    }
+                }
             }
-            cost += p.cost_of(&out_leaf_shape, &c_out, &leaf_target) * k as u64;
+            cost += post;
             (c, cost)
         })
         .collect();
@@ -560,6 +574,29 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         let to_apply = instr
             .to_apply()
             .ok_or_else(|| SpmdError::Invalid("reduce without to_apply".into()))?;
+        let lo: u64 = local_dims(out_leaf_shape.dims(), &c_out)
+            .iter()
+            .map(|&d| d as u64)
+            .product();
+        let ar_cost = lo * bytes_out + p.cost_of(&out_leaf_shape, &c_out, &leaf_target);
+        if let Some((od, rs, rc)) = reduce_scatter_choice(
+            p,
+            &c,
+            &c_out,
+            &red,
+            &out_leaf_shape,
+            &leaf_target,
+            lo * bytes_out,
+        ) {
+            if rc < ar_cost {
+                let id = p.b.reduce_scatter_with(local.id, od, &groups, to_apply)?;
+                return Ok(Some(PValue {
+                    id,
+                    shape: Rc::new(instr.shape.clone()),
+                    vs: VS::Grid(rs),
+                }));
+            }
+        }
         let id = p.b.all_reduce_with(local.id, &groups, to_apply);
         return Ok(Some(PValue {
             id,
@@ -600,6 +637,36 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         shape: Rc::new(instr.shape.clone()),
         vs: out_vs,
     }))
+}
+
+/// The cheapest reduce-scatter of a partial reduction (partial over the
+/// tiled dims of `red` in `c`, laid out by `c_out`) onto an output dim:
+/// (dim, resulting grid, bytes of the scatter plus the reshard to `target`).
+fn reduce_scatter_choice(
+    p: &Part<'_, '_>,
+    c: &Grid,
+    c_out: &Grid,
+    red: &[usize],
+    out_shape: &Shape,
+    target: &Grid,
+    ar_bytes: u64,
+) -> Option<(usize, Grid, u64)> {
+    let tiled: Vec<usize> = red.iter().copied().filter(|&a| c.tiles(a) > 1).collect();
+    let g: i64 = tiled.iter().map(|&a| c.tiles(a)).product();
+    let mut best: Option<(usize, Grid, u64)> = None;
+    for (od, &x) in out_shape.dims().iter().enumerate() {
+        if x % (c_out.tiles(od) * g) != 0 {
+            continue;
+        }
+        let Some(rs) = crate::dot::scattered_grid(c, c_out, &tiled, od) else {
+            continue;
+        };
+        let cost = ar_bytes / g as u64 + p.cost_of(out_shape, &rs, target);
+        if best.as_ref().map(|b| cost < b.2).unwrap_or(true) {
+            best = Some((od, rs, cost));
+        }
+    }
+    best
 }
 
 fn while_loop(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {

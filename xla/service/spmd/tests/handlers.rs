@@ -185,3 +185,15 @@ fn uneven_everything_replicated_round_trip() {
     );
     check(&m, 8, false, 0.0, 15);
 }
+
+#[test]
+fn reduce_emits_reduce_scatter_for_sharded_result() {
+    let m = module(
+        "ENTRY %e (a: f32[16,64]) -> f32[16] {\n  %a = f32[16,64] parameter(0), sharding={devices=[1,8]<=[8]}\n  %z = f32[] constant(0)\n  ROOT %r = f32[16] reduce(%a, %z), dimensions={1}, to_apply=%add, sharding={devices=[8]<=[8]}\n}\n",
+        ADD,
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 1e-5, 16);
+    assert_eq!(s.collectives.get("reduce-scatter"), Some(&1), "{s:?}");
+    assert_eq!(s.collective_bytes, 2 * 4);
+}
