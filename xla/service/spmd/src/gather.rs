@@ -309,3 +309,141 @@ fn to_ty(
 fn local_out(instr: &HloInstruction, vs: &VS) -> Shape {
     local_shape(&instr.shape, vs)
 }
+
+/// Scatter with the operand sharded on dims the indices address one row of
+/// (rows outside a device's tile are skipped by scatter's own bounds rule
+/// once the indices are shifted to the tile) and on window dims the updates
+/// cover whole: a local scatter, no communication. Indices are replicated,
+/// updates follow the operand on their window dims. Other cases fall back.
+pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    if instr.operands.len() != 3 {
+        return Ok(None);
+    }
+    let op = p.operand(instr, 0)?;
+    let ix = p.operand(instr, 1)?;
+    let up = p.operand(instr, 2)?;
+    let Some(og) = op.vs.grid().cloned() else {
+        return Ok(None);
+    };
+    let dn = instr.scatter_dimension_numbers();
+    let od = op.shape.dims().to_vec();
+    let ud = up.shape.dims().to_vec();
+    let rop = od.len();
+    let uwd: Vec<usize> = dn.update_window_dims.iter().map(|&d| d as usize).collect();
+    let inserted: Vec<usize> = dn
+        .inserted_window_dims
+        .iter()
+        .map(|&d| d as usize)
+        .collect();
+    let ibatch: Vec<usize> = dn.input_batching_dims.iter().map(|&d| d as usize).collect();
+    let sdod: Vec<usize> = dn
+        .scatter_dims_to_operand_dims
+        .iter()
+        .map(|&d| d as usize)
+        .collect();
+    let window_operand: Vec<usize> = (0..rop)
+        .filter(|d| !inserted.contains(d) && !ibatch.contains(d))
+        .collect();
+    if window_operand.len() != uwd.len() {
+        return Ok(None);
+    }
+    // Window size of each operand dim (inserted dims: 1).
+    let mut wsize = vec![1i64; rop];
+    let mut upd_of = vec![None; rop];
+    for (k, &d) in window_operand.iter().enumerate() {
+        wsize[d] = ud[uwd[k]];
+        upd_of[d] = Some(uwd[k]);
+    }
+    // Dims that may stay tiled: single-row dims the indices address, and
+    // window dims the updates cover whole.
+    let mut allowed = vec![false; rop];
+    let mut sliced = vec![false; rop];
+    for d in 0..rop {
+        if ibatch.contains(&d) {
+            continue;
+        }
+        if sdod.contains(&d) && wsize[d] == 1 && od[d] > 1 {
+            allowed[d] = true;
+            sliced[d] = true;
+        } else if upd_of[d].is_some() && wsize[d] == od[d] {
+            allowed[d] = true;
+        }
+    }
+    let restrict = |g: &Grid| {
+        let bad: Vec<usize> = (0..rop)
+            .filter(|&d| !allowed[d] && g.tiles(d) > 1)
+            .collect();
+        g.replicate_dims(&bad)
+    };
+    let upd_map = |g: &Grid| -> Grid {
+        let map: Vec<Option<usize>> = (0..ud.len())
+            .map(|j| (0..rop).find(|&d| upd_of[d] == Some(j) && !sliced[d]))
+            .collect();
+        g.remap(&map)
+    };
+    let mut cands = vec![restrict(&out)];
+    let c2 = restrict(&og);
+    if c2 != cands[0] {
+        cands.push(c2);
+    }
+    let irep = Grid::replicated(ix.shape.rank(), p.n());
+    let costed: Vec<(Grid, u64)> = cands
+        .into_iter()
+        .map(|c| {
+            let cost = p.cost(&op, &c)
+                + p.cost(&up, &upd_map(&c))
+                + p.cost(&ix, &irep)
+                + p.cost_of(&instr.shape, &c, &out);
+            (c, cost)
+        })
+        .collect();
+    let Some(c) = cheapest(&costed) else {
+        return Ok(None);
+    };
+    let x = p.reshard_to_grid(&op, &c)?;
+    let u = p.reshard_to_grid(&up, &upd_map(&c))?;
+    let mut y = p.reshard_to_grid(&ix, &irep)?;
+    let shifts: Vec<(usize, usize)> = sdod
+        .iter()
+        .enumerate()
+        .filter(|&(_, &d)| sliced[d] && c.tiles(d) > 1)
+        .map(|(k, &d)| (k, d))
+        .collect();
+    if !shifts.is_empty() {
+        let ty = p.b.ty(y)?;
+        let yd = p.b.dims(y);
+        let ivd = dn.index_vector_dim as usize;
+        let implicit = ivd >= yd.len();
+        let ncomp = if implicit { 1 } else { yd[ivd] as usize };
+        let mut comps = Vec::new();
+        for k in 0..ncomp {
+            let comp = if implicit {
+                y
+            } else {
+                let mut rg: Vec<(i64, i64, i64)> = yd.iter().map(|&d| (0, d, 1)).collect();
+                rg[ivd] = (k as i64, k as i64 + 1, 1);
+                p.b.slice(y, &rg)
+            };
+            match shifts.iter().find(|s| s.0 == k) {
+                Some(&(_, d)) => {
+                    let ts = tile_size(od[d], c.tiles(d));
+                    let off = to_ty(p, &c.offsets(d, ts), ty)?;
+                    let cd = p.b.dims(comp);
+                    let ob = p.b.splat(off, &cd);
+                    comps.push(p.b.binary(Opcode::Subtract, comp, ob));
+                }
+                None => comps.push(comp),
+            }
+        }
+        y = if implicit {
+            comps[0]
+        } else {
+            p.b.concatenate(comps, ivd)
+        };
+    }
+    p.note(instr, "scatter");
+    Ok(Some(p.emit_local(instr, vec![x, y, u], &VS::Grid(c))?))
+}

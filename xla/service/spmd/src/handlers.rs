@@ -60,6 +60,7 @@ pub fn dispatch(
         Opcode::Sort => crate::window::sort(p, instr, target),
         Opcode::Reverse => crate::window::reverse(p, instr, target),
         Opcode::Gather => crate::gather::gather(p, instr, target),
+        Opcode::Scatter => crate::gather::scatter(p, instr, target),
         Opcode::OptimizationBarrier => pass_through(p, instr),
         Opcode::BitcastConvert
             if instr.shape.rank()

@@ -197,3 +197,15 @@ fn reduce_emits_reduce_scatter_for_sharded_result() {
     assert_eq!(s.collectives.get("reduce-scatter"), Some(&1), "{s:?}");
     assert_eq!(s.collective_bytes, 2 * 4);
 }
+
+#[test]
+fn scatter_into_sharded_rows_and_columns() {
+    let m = module(
+        "ENTRY %e (t: f32[60,16], ids: s32[10,1], u: f32[10,16]) -> (f32[60,16], f32[60,16]) {\n  %t = f32[60,16] parameter(0), sharding={devices=[8,1]<=[8]}\n  %ids = s32[10,1] parameter(1), sharding={replicated}\n  %u = f32[10,16] parameter(2), sharding={replicated}\n  %sc = f32[60,16] scatter(%t, %ids, %u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add, sharding={devices=[8,1]<=[8]}\n  %s2 = f32[60,16] scatter(%t, %ids, %u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add, sharding={devices=[1,8]<=[8]}\n  ROOT %o = (f32[60,16], f32[60,16]) tuple(%sc, %s2), sharding={{devices=[8,1]<=[8]}, {devices=[1,8]<=[8]}}\n}\n",
+        ADD,
+        8,
+    );
+    // Indices in range and out of range (skipped) alike.
+    let (s, _) = check(&m, 8, false, 0.0, 17);
+    assert_eq!(s.handlers.get("scatter:scatter"), Some(&2), "{s:?}");
+}
