@@ -167,13 +167,28 @@ fn while_and_conditional() {
 fn manual_region_round_trip() {
     let comps = ADD;
     let m = module(
-        "ENTRY %e (a: f32[16,8]) -> f32[16,8] {\n  %a = f32[16,8] parameter(0), sharding={devices=[4,2]<=[8]}\n  %c = f32[16,8] copy(%a), sharding={devices=[4,2]<=[8]}\n  %f = f32[4,4] custom-call(%c), custom_call_target=\"SPMDFullToShardShape\", sharding={manual}\n  %s = f32[4,4] all-reduce(%f), channel_id=1, replica_groups={{0,1},{2,3},{4,5},{6,7}}, use_global_device_ids=true, to_apply=%add, sharding={manual}\n  ROOT %o = f32[16,8] custom-call(%s), custom_call_target=\"SPMDShardToFullShape\", sharding={devices=[4,2]<=[8]}\n}\n",
+        "ENTRY %e (a: f32[16,8]) -> f32[16,8] {\n  %a = f32[16,8] parameter(0), sharding={devices=[4,2]<=[8]}\n  %c = f32[16,8] copy(%a), sharding={devices=[4,2]<=[8]}\n  %f = f32[4,4] custom-call(%c), custom_call_target=\"SPMDFullToShardShape\", sharding={manual}\n  %ar = f32[4,4] all-reduce(%f), channel_id=1, replica_groups={{0,1},{2,3},{4,5},{6,7}}, use_global_device_ids=true, to_apply=%add, sharding={manual}\n  ROOT %o = f32[16,8] custom-call(%ar), custom_call_target=\"SPMDShardToFullShape\", sharding={devices=[4,2]<=[8]}\n}\n",
         comps,
         8,
     );
-    // The global module runs manual regions on 8 devices through the
-    // interpreter's own SPMD custom-call semantics; compare against that.
-    let _ = m;
+    // The global module's manual region needs 8 devices: its reference
+    // result comes from the interpreter's own SPMD semantics.
+    let global = common::parse(&m);
+    let mut part = global.clone();
+    xla_spmd_partitioner::partition_module(
+        &mut part,
+        &xla_spmd_partitioner::SpmdOptions {
+            num_partitions: Some(8),
+        },
+    )
+    .unwrap();
+    xla_hlo_verifier::verify(&part).unwrap();
+    let mut rng = common::Rng(99);
+    let shape = global.entry_computation().root_instr().shape.clone();
+    let x = common::random_value(&shape, &mut rng);
+    let want = xla_hlo_evaluator::evaluate_spmd(&global, std::slice::from_ref(&x), 8).unwrap();
+    let got = xla_spmd_partitioner::exec::run_partitioned(&part, &[x], &shape, 8, true).unwrap();
+    common::compare(&got, &want[0][0], 0.0, &part);
 }
 
 #[test]
