@@ -41,11 +41,19 @@ fn xla_bytes(name: &str) -> u64 {
 
 #[test]
 fn partitioned_runs_match_and_communicate_no_more_than_xla() {
-    for name in ["dp_mlp_3layer", "dot_reduce_scatter_2x4", "uneven_sharding_slices"] {
+    for name in [
+        "dp_mlp_3layer",
+        "dot_reduce_scatter_2x4",
+        "uneven_sharding_slices",
+    ] {
         let j = run(name);
         assert_eq!(j["all_matched"], true, "{name}: {j}");
         assert_eq!(j["devices"], 8);
         let ours = j["partition"]["collective_bytes"].as_u64().unwrap();
-        assert!(ours <= xla_bytes(name), "{name}: {ours} > {}", xla_bytes(name));
+        assert!(
+            ours <= xla_bytes(name),
+            "{name}: {ours} > {}",
+            xla_bytes(name)
+        );
     }
 }
