@@ -9,7 +9,12 @@
 //! - [`grid`]: `Grid`, the working form of an array sharding;
 //! - [`reshard`]: planning and emitting the cheapest reshard between grids;
 //! - [`partition`]: the driver (values, reshard cache, called computations);
-//! - [`handlers`], [`window`], [`dot`], [`gather`]: per-opcode handlers;
+//! - [`handlers`], [`window`], [`dot`], [`gather`]: per-opcode handlers
+//!   (elementwise, broadcast, transpose, reshape, reduce, iota, tuples,
+//!   while/conditional/call, sharding and manual-region custom-calls; slice,
+//!   pad, reduce-window, concatenate, dynamic-slice/update, sort, reverse;
+//!   dot and convolution; gather and scatter), each with a generic fallback
+//!   (replicate the operands, run the op globally, slice the result);
 //! - [`exec`]: splitting global arrays into per-device ones, running the
 //!   partitioned module on loopback devices and assembling the outputs;
 //! - [`builder`]: emitting instructions and collectives.
@@ -18,6 +23,10 @@
 //! root keep their (global) shardings so callers can split inputs and
 //! assemble outputs; every other sharding is removed; nothing panics on
 //! malformed input (errors are `SpmdError`).
+
+// Index loops over several parallel arrays and keyed memo tables read
+// better as written.
+#![allow(clippy::needless_range_loop, clippy::type_complexity)]
 
 pub mod builder;
 pub mod dot;
