@@ -301,17 +301,15 @@ pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     })
 }
 
-/// `convolution` (no feature or batch grouping): batch, output feature and
-/// input feature dims as an einsum; sharded spatial dims via halo exchange.
+/// `convolution`: batch, output feature and input feature dims as an
+/// einsum (grouped convolutions keep their grouped dims whole); sharded
+/// spatial dims via halo exchange.
 pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
-    if instr.int_attr(AttrKey::FeatureGroupCount).unwrap_or(1) != 1
-        || instr.int_attr(AttrKey::BatchGroupCount).unwrap_or(1) != 1
-    {
-        return Ok(None);
-    }
+    let fgc = instr.int_attr(AttrKey::FeatureGroupCount).unwrap_or(1);
+    let bgc = instr.int_attr(AttrKey::BatchGroupCount).unwrap_or(1);
     let (Some(dn), Some(win)) = (
         instr.conv_dimension_numbers().cloned(),
         instr.window().cloned(),
@@ -354,6 +352,13 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
         }
     }
     let mut whole: Vec<usize> = (0..ns).map(|s| 3 + ns + s).collect();
+    // Grouped convolutions keep the grouped dims whole.
+    if fgc != 1 {
+        whole.extend([1, 2]);
+    }
+    if bgc != 1 {
+        whole.extend([0, 1]);
+    }
     whole.extend((0..ns).filter(|s| !halo_dims.contains(s)).map(|s| 3 + s));
     let e = Einsum {
         ni,

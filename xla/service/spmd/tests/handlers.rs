@@ -224,3 +224,14 @@ fn scatter_into_sharded_rows_and_columns() {
     let (s, _) = check(&m, 8, false, 0.0, 17);
     assert_eq!(s.handlers.get("scatter:scatter"), Some(&2), "{s:?}");
 }
+
+#[test]
+fn depthwise_convolution_batch_and_spatial_sharded() {
+    let m = module(
+        "ENTRY %e (x: f32[4,16,8,6], k: f32[3,3,1,6]) -> f32[4,16,8,6] {\n  %x = f32[4,16,8,6] parameter(0), sharding={devices=[2,4,1,1]<=[8]}\n  %k = f32[3,3,1,6] parameter(1), sharding={replicated}\n  ROOT %c = f32[4,16,8,6] convolution(%x, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=6, sharding={devices=[2,4,1,1]<=[8]}\n}\n",
+        "",
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 1e-4, 18);
+    assert!(!s.collectives.contains_key("all-gather"), "{s:?}");
+}
