@@ -159,6 +159,7 @@ fn finish(
     ctx: builder::ModCtx,
 ) -> Result<PartitionSummary, SpmdError> {
     module.config.num_partitions = Some(n);
+    order_callees_first(module);
     let entry = module.entry;
     let e = module.comp(entry);
     let param_shapes: Vec<xla_hlo_ir::Shape> = e
@@ -183,6 +184,77 @@ fn finish(
         collective_bytes: stats.collective_bytes,
         collective_bytes_by_op: stats.collective_bytes_by_op,
     })
+}
+
+/// Reorders computations so that every computation comes after the ones it
+/// calls (XLA's parser reads callees first), keeping the order otherwise.
+fn order_callees_first(module: &mut HloModule) {
+    use xla_hlo_ir::{AttrValue, CompId};
+    let n = module.computations.len();
+    let callees: Vec<Vec<usize>> = module
+        .computations
+        .iter()
+        .map(|c| {
+            let mut v: Vec<usize> = c
+                .instructions
+                .iter()
+                .flat_map(|i| i.called_computations())
+                .map(|c| c.index())
+                .filter(|&x| x < n)
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        })
+        .collect();
+    let mut order = Vec::with_capacity(n);
+    let mut state = vec![0u8; n]; // 0 new, 1 on stack, 2 done
+    for root in 0..n {
+        if state[root] != 0 {
+            continue;
+        }
+        // Iterative post-order DFS.
+        let mut stack = vec![(root, 0usize)];
+        state[root] = 1;
+        while let Some((c, k)) = stack.pop() {
+            if k < callees[c].len() {
+                stack.push((c, k + 1));
+                let d = callees[c][k];
+                if state[d] == 0 {
+                    state[d] = 1;
+                    stack.push((d, 0));
+                }
+            } else {
+                state[c] = 2;
+                order.push(c);
+            }
+        }
+    }
+    if order.iter().enumerate().all(|(i, &c)| i == c) {
+        return;
+    }
+    let mut new_id = vec![0u32; n];
+    for (i, &c) in order.iter().enumerate() {
+        new_id[c] = i as u32;
+    }
+    let mut old: Vec<Option<xla_hlo_ir::HloComputation>> = std::mem::take(&mut module.computations)
+        .into_iter()
+        .map(Some)
+        .collect();
+    module.computations = order.iter().filter_map(|&c| old[c].take()).collect();
+    let remap = |c: &mut CompId| *c = CompId(new_id[c.index().min(n - 1)]);
+    for comp in module.computations.iter_mut() {
+        for instr in comp.instructions.iter_mut() {
+            for a in instr.attrs.iter_mut() {
+                match &mut a.value {
+                    AttrValue::Computation(c) => remap(c),
+                    AttrValue::Computations(cs) => cs.iter_mut().for_each(remap),
+                    _ => {}
+                }
+            }
+        }
+    }
+    remap(&mut module.entry);
 }
 
 /// The `spmd-partitioning` pass.

@@ -80,6 +80,23 @@ pub fn check(
     if let Err(e) = xla_hlo_verifier::verify(&m) {
         panic!("partitioned module does not verify:\n{e}\n{}", m.to_text());
     }
+    // The printed program reads back (callees are printed before callers).
+    let text_out = m.to_text();
+    let back = xla_hlo_parser::parse_module(&text_out)
+        .unwrap_or_else(|e| panic!("printed module does not parse: {e}\n{text_out}"));
+    let pos = |name: &str| text_out.find(&format!("%{name} (")).unwrap_or(0);
+    for c in &back.computations {
+        for i in &c.instructions {
+            for callee in i.called_computations() {
+                let callee = &back.comp(callee).name;
+                assert!(
+                    pos(callee) < pos(&c.name),
+                    "{callee} printed after its caller {}",
+                    c.name
+                );
+            }
+        }
+    }
     let mut rng = Rng(seed | 1);
     let e = global.entry_computation();
     let args: Vec<Value> = e
