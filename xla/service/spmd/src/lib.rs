@@ -73,7 +73,7 @@ pub fn partition_module(
 ) -> Result<PartitionSummary, SpmdError> {
     let n = options
         .num_partitions
-        .unwrap_or_else(|| module.num_partitions())
+        .unwrap_or_else(|| module.num_partitions().max(devices_in_shardings(module)))
         .max(1);
     grid::clear_memo();
     let placeholder = HloModule {
@@ -184,6 +184,29 @@ fn finish(
         collective_bytes: stats.collective_bytes,
         collective_bytes_by_op: stats.collective_bytes_by_op,
     })
+}
+
+/// The number of devices the module's tiled shardings use (1 when none):
+/// the partition count of modules whose header leaves it out.
+pub fn devices_in_shardings(module: &HloModule) -> i64 {
+    use xla_hlo_ir::sharding::ShardingKind;
+    let mut n = 1;
+    for c in &module.computations {
+        for i in &c.instructions {
+            for leaf in i.sharding.iter().flat_map(|s| s.leaves()) {
+                match &leaf.kind {
+                    ShardingKind::Tiled {
+                        tile_assignment, ..
+                    } => n = n.max(tile_assignment.num_tiles()),
+                    ShardingKind::Named(ns) => {
+                        n = n.max(ns.mesh.axes.iter().map(|a| a.1).product())
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    n
 }
 
 /// Reorders computations so that every computation comes after the ones it
