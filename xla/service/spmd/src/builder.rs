@@ -43,6 +43,9 @@ pub struct ModCtx {
     /// Partitioned called computations by (original, parameter shardings, root sharding).
     #[allow(clippy::type_complexity)]
     pub partitioned: FxHashMap<(CompId, Vec<VS>, Option<VS>), (CompId, VS)>,
+    /// Instructions added or removed beyond clones of the original ones
+    /// (the pass reports a change when nonzero).
+    pub changes: usize,
     /// Handler uses by `opcode:handler`.
     pub handler_counts: FxHashMap<(Opcode, &'static str), usize>,
 }
@@ -73,6 +76,7 @@ impl ModCtx {
             replaced: FxHashMap::default(),
             partitioned: FxHashMap::default(),
             handler_counts: Default::default(),
+            changes: 0,
         }
     }
 
@@ -260,6 +264,7 @@ impl<'c> Builder<'c> {
         for (k, v) in attrs {
             i.set_attr(k, v);
         }
+        self.ctx.changes += 1;
         self.comp.add(i)
     }
 
@@ -267,6 +272,7 @@ impl<'c> Builder<'c> {
         let mut i =
             HloInstruction::new(self.ctx.fresh("constant"), Opcode::Constant, shape, vec![]);
         i.literal = Some(Box::new(lit));
+        self.ctx.changes += 1;
         self.comp.add(i)
     }
 

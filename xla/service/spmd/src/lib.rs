@@ -64,6 +64,9 @@ pub struct PartitionSummary {
     /// Bytes per device of every collective result (static).
     pub collective_bytes: u64,
     pub collective_bytes_by_op: BTreeMap<String, u64>,
+    /// The module changed (shardings removed, instructions added or
+    /// removed, shapes or computations changed).
+    pub changed: bool,
 }
 
 /// Partitions `module` in place.
@@ -84,13 +87,25 @@ pub fn partition_module(
         entry: module.entry,
     };
     let orig = std::mem::replace(module, placeholder);
+    let base_change = sharding_or_header_changes(&orig, n);
+    let orig_entry: Vec<xla_hlo_ir::Shape> = {
+        let e = orig.entry_computation();
+        let mut v: Vec<xla_hlo_ir::Shape> = e
+            .parameters
+            .iter()
+            .filter_map(|p| e.instructions.get(p.index()).map(|i| i.shape.clone()))
+            .collect();
+        v.push(e.root_instr().shape.clone());
+        v
+    };
     match partition_owned(&orig, n) {
-        Ok((comps, summary_ctx)) => {
+        Ok((comps, summary_ctx, new_comps)) => {
             *module = HloModule {
                 computations: comps,
                 ..orig
             };
-            finish(module, n, summary_ctx)
+            let changed = base_change || new_comps || summary_ctx.changes > 0;
+            finish(module, n, summary_ctx, changed, &orig_entry)
         }
         Err(e) => {
             *module = orig;
@@ -103,7 +118,7 @@ pub fn partition_module(
 fn partition_owned(
     orig: &HloModule,
     n: i64,
-) -> Result<(Vec<xla_hlo_ir::HloComputation>, builder::ModCtx), SpmdError> {
+) -> Result<(Vec<xla_hlo_ir::HloComputation>, builder::ModCtx, bool), SpmdError> {
     let mut ctx = builder::ModCtx::new(orig, n);
     let entry = orig.entry;
     let ec = orig.comp(entry);
@@ -149,17 +164,39 @@ fn partition_owned(
             comps.push(c);
         }
     }
+    let new_comps = !ctx.new_comps.is_empty();
     comps.append(&mut ctx.new_comps);
-    Ok((comps, ctx))
+    Ok((comps, ctx, new_comps))
+}
+
+/// Changes partitioning makes whatever it emits: shardings removed from
+/// instructions other than the entry parameters and root, a root sharding
+/// added, a new partition count.
+fn sharding_or_header_changes(orig: &HloModule, n: i64) -> bool {
+    if orig.config.num_partitions != Some(n) {
+        return true;
+    }
+    let entry = orig.entry;
+    if orig.entry_computation().root_instr().sharding.is_none() {
+        return true;
+    }
+    orig.computations.iter().enumerate().any(|(ci, c)| {
+        c.instructions.iter().enumerate().any(|(ii, i)| {
+            i.sharding.is_some()
+                && !(ci == entry.index() && (i.opcode == Opcode::Parameter || ii == c.root.index()))
+        })
+    })
 }
 
 fn finish(
     module: &mut HloModule,
     n: i64,
     ctx: builder::ModCtx,
+    changed: bool,
+    orig_entry: &[xla_hlo_ir::Shape],
 ) -> Result<PartitionSummary, SpmdError> {
     module.config.num_partitions = Some(n);
-    order_callees_first(module);
+    let reordered = order_callees_first(module);
     let entry = module.entry;
     let e = module.comp(entry);
     let param_shapes: Vec<xla_hlo_ir::Shape> = e
@@ -168,6 +205,12 @@ fn finish(
         .map(|&p| e.instr(p).shape.clone())
         .collect();
     let result_shape = e.root_instr().shape.clone();
+    let shapes_changed = param_shapes.len() + 1 != orig_entry.len()
+        || param_shapes
+            .iter()
+            .chain(std::iter::once(&result_shape))
+            .zip(orig_entry)
+            .any(|(a, b)| a != b);
     if let Some(layout) = module.config.entry_computation_layout.as_mut() {
         layout.parameters = param_shapes;
         layout.result = result_shape;
@@ -183,6 +226,7 @@ fn finish(
         collectives: stats.collectives,
         collective_bytes: stats.collective_bytes,
         collective_bytes_by_op: stats.collective_bytes_by_op,
+        changed: changed || reordered || shapes_changed,
     })
 }
 
@@ -211,7 +255,7 @@ pub fn devices_in_shardings(module: &HloModule) -> i64 {
 
 /// Reorders computations so that every computation comes after the ones it
 /// calls (XLA's parser reads callees first), keeping the order otherwise.
-fn order_callees_first(module: &mut HloModule) {
+fn order_callees_first(module: &mut HloModule) -> bool {
     use xla_hlo_ir::{AttrValue, CompId};
     let n = module.computations.len();
     let callees: Vec<Vec<usize>> = module
@@ -254,7 +298,7 @@ fn order_callees_first(module: &mut HloModule) {
         }
     }
     if order.iter().enumerate().all(|(i, &c)| i == c) {
-        return;
+        return false;
     }
     let mut new_id = vec![0u32; n];
     for (i, &c) in order.iter().enumerate() {
@@ -278,6 +322,7 @@ fn order_callees_first(module: &mut HloModule) {
         }
     }
     remap(&mut module.entry);
+    true
 }
 
 /// The `spmd-partitioning` pass.
@@ -302,13 +347,13 @@ impl Pass for SpmdPartitioner {
         "spmd-partitioning"
     }
     fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
-        let before = module.clone();
         let summary = partition_module(module, &self.options).map_err(|e| PassError::Failed {
             pass: "spmd-partitioning".into(),
             message: e.to_string(),
         })?;
+        let changed = summary.changed;
         self.last_summary = Some(summary);
-        Ok(&before != module)
+        Ok(changed)
     }
 }
 

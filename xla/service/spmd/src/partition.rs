@@ -216,7 +216,8 @@ pub fn partition_computation(
     p.b.comp.root = rv.id;
     let mut comp = std::mem::replace(&mut p.b.comp, HloComputation::new(""));
     comp.execution_thread = oc.execution_thread.clone();
-    dce(&mut comp);
+    let removed = dce(&mut comp);
+    p.b.ctx.changes += removed;
     Ok((comp, rv.vs))
 }
 
@@ -254,8 +255,9 @@ fn has_side_effect(i: &HloInstruction) -> bool {
     }
 }
 
-/// Removes instructions nothing live uses (parameters and side effects stay).
-pub fn dce(comp: &mut HloComputation) {
+/// Removes instructions nothing live uses (parameters and side effects
+/// stay); returns how many were removed.
+pub fn dce(comp: &mut HloComputation) -> usize {
     let n = comp.instructions.len();
     let mut live = vec![false; n];
     let mut stack: Vec<usize> = vec![comp.root.index()];
@@ -274,7 +276,7 @@ pub fn dce(comp: &mut HloComputation) {
         stack.extend(instr.control_predecessors.iter().map(|o| o.index()));
     }
     if live.iter().all(|&l| l) {
-        return;
+        return 0;
     }
     let old = std::mem::take(&mut comp.instructions);
     let root = comp.root;
@@ -304,8 +306,10 @@ pub fn dce(comp: &mut HloComputation) {
         map[i] = id;
         kept.push(instr);
     }
+    let removed = n - kept.len();
     comp.instructions = kept;
     comp.root = map[root.index()];
+    removed
 }
 
 impl<'a, 'c> Part<'a, 'c> {
@@ -480,6 +484,9 @@ impl<'a, 'c> Part<'a, 'c> {
         ops: Vec<InstrId>,
         shape: Shape,
     ) -> InstrId {
+        if !instr.control_predecessors.is_empty() {
+            self.b.ctx.changes += 1;
+        }
         let c = HloInstruction {
             name: self.b.ctx.orig_name(&instr.name),
             opcode: instr.opcode,

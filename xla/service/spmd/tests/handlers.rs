@@ -235,3 +235,37 @@ fn depthwise_convolution_batch_and_spatial_sharded() {
     let (s, _) = check(&m, 8, false, 1e-4, 18);
     assert!(!s.collectives.contains_key("all-gather"), "{s:?}");
 }
+
+#[test]
+fn pass_reports_changes_honestly() {
+    use xla_hlo_pass::{Pass, Pipeline};
+    let texts = [
+        // Sharded: changes.
+        module(
+            "ENTRY %e (a: f32[16,8]) -> f32[16,8] {\n  %a = f32[16,8] parameter(0), sharding={devices=[8,1]<=[8]}\n  ROOT %n = f32[16,8] negate(%a), sharding={devices=[1,8]<=[8]}\n}\n",
+            "",
+            8,
+        ),
+        // One partition, shardings on the signature only: nothing to do.
+        module(
+            "ENTRY %e (a: f32[16,8]) -> f32[16,8] {\n  %a = f32[16,8] parameter(0), sharding={replicated}\n  ROOT %n = f32[16,8] negate(%a), sharding={replicated}\n}\n",
+            "",
+            1,
+        ),
+        // No root sharding: one is added.
+        module(
+            "ENTRY %e (a: f32[16,8]) -> f32[16,8] {\n  %a = f32[16,8] parameter(0)\n  ROOT %n = f32[16,8] negate(%a)\n}\n",
+            "",
+            1,
+        ),
+    ];
+    for (k, t) in texts.iter().enumerate() {
+        let mut m = common::parse(t);
+        let mut p = Pipeline::new("t")
+            .add(xla_spmd_partitioner::SpmdPartitioner::default())
+            .with_change_check(true);
+        let r = p.run(&mut m).unwrap_or_else(|e| panic!("case {k}: {e}"));
+        assert_eq!(r.changed(), k != 1, "case {k}");
+        let _ = xla_spmd_partitioner::SpmdPartitioner::default().name();
+    }
+}
