@@ -46,7 +46,54 @@ pub fn exchange(
         ));
     }
     let (l, r, _) = halos(g, dims, a, starts, len);
-    let (buf, base): (InstrId, Vec<i64>) = if l > s || r > s {
+    let multi_hop = l > s || r > s;
+    let use_pieces = multi_hop && {
+        let shape = with_dims_of(p, x, dims);
+        let per_row = other_bytes(&shape, g, a);
+        let gather = p.cost_of(&shape, g, &g.replicate_dims(&[a]));
+        pieces_cost(&pieces(starts, len, s, xa), per_row) < gather
+    };
+    let (buf, base): (InstrId, Vec<i64>) = if use_pieces {
+        // Halos beyond the neighbours, cheaper than a gather: one
+        // collective-permute per tile distance.
+        let ps = pieces(starts, len, s, xa);
+        let ld = p.b.dims(x);
+        let mut parts = Vec::new();
+        let mut at = Vec::new();
+        let mut pos = 0;
+        for &(k, lo, hi) in &ps {
+            let mut rg: Vec<(i64, i64, i64)> = ld.iter().map(|&d| (0, d, 1)).collect();
+            rg[a] = (lo, hi, 1);
+            let sl = p.b.slice(x, &rg);
+            parts.push(if k == 0 {
+                sl
+            } else {
+                let pairs = neighbour_pairs(g, a, -k);
+                p.b.collective_permute(sl, &pairs)
+            });
+            at.push((k, lo, pos));
+            pos += hi - lo;
+        }
+        let y = p.b.concatenate(parts, a);
+        // Buffer position of global row g for tile i (where tile i's window
+        // needs it); windows start at that position less their
+        // out-of-range prefix.
+        let base: Vec<i64> = (0..t)
+            .map(|i| {
+                let st = starts[i as usize];
+                let (lo, hi) = (st.max(0), (st + len).min(xa));
+                if lo >= hi {
+                    return st;
+                }
+                let k = lo / s - i;
+                match at.iter().find(|e| e.0 == k) {
+                    Some(&(_, plo, ppos)) => st - (ppos + (lo - (i + k) * s - plo) - (lo - st)),
+                    None => st,
+                }
+            })
+            .collect();
+        (y, base)
+    } else if multi_hop {
         // Halo beyond a neighbour: gather the dim.
         let full = g.replicate_dims(&[a]);
         let y = p.reshard_grid(x, g, &full, &with_dims_of(p, x, dims))?;
@@ -144,6 +191,51 @@ fn halos(g: &Grid, dims: &[i64], a: usize, starts: &[i64], len: i64) -> (i64, i6
     (l, r, s)
 }
 
+/// Pieces of a multi-hop exchange: for each tile distance `k` (the source
+/// tile is `i + k`), the hull `[lo, hi)` of the source tile's rows some
+/// window needs, by increasing `k`.
+fn pieces(starts: &[i64], len: i64, s: i64, xa: i64) -> Vec<(i64, i64, i64)> {
+    let mut map: std::collections::BTreeMap<i64, (i64, i64)> = Default::default();
+    for (i, &st) in starts.iter().enumerate() {
+        let i = i as i64;
+        let (lo, hi) = (st.max(0), (st + len).min(xa));
+        if lo >= hi || s <= 0 {
+            continue;
+        }
+        for j in lo / s..=(hi - 1) / s {
+            let a = lo.max(j * s) - j * s;
+            let b = hi.min(j * s + s) - j * s;
+            let e = map.entry(j - i).or_insert((a, b));
+            e.0 = e.0.min(a);
+            e.1 = e.1.max(b);
+        }
+    }
+    map.into_iter().map(|(k, (a, b))| (k, a, b)).collect()
+}
+
+/// Bytes the collective-permutes of `pieces` move (the local piece is free).
+fn pieces_cost(ps: &[(i64, i64, i64)], per_row: u64) -> u64 {
+    ps.iter()
+        .filter(|p| p.0 != 0)
+        .map(|p| (p.2 - p.1).max(0) as u64 * per_row)
+        .sum()
+}
+
+/// Bytes of one row (one index along dim `a`) of the local tile.
+fn other_bytes(shape: &Shape, g: &Grid, a: usize) -> u64 {
+    let bytes = shape
+        .element_type()
+        .map(|t| t.byte_width().max(1))
+        .unwrap_or(4) as u64;
+    let ld = crate::grid::local_dims(shape.dims(), g);
+    ld.iter()
+        .enumerate()
+        .filter(|&(k, _)| k != a)
+        .map(|(_, &d)| d.max(0) as u64)
+        .product::<u64>()
+        * bytes
+}
+
 /// Bytes per device `exchange` moves.
 fn exchange_cost(
     p: &Part<'_, '_>,
@@ -156,7 +248,9 @@ fn exchange_cost(
     let dims = shape.dims();
     let (l, r, s) = halos(g, dims, a, starts, len);
     if l > s || r > s {
-        return p.cost_of(shape, g, &g.replicate_dims(&[a]));
+        let gather = p.cost_of(shape, g, &g.replicate_dims(&[a]));
+        let pc = pieces_cost(&pieces(starts, len, s, dims[a]), other_bytes(shape, g, a));
+        return gather.min(pc);
     }
     let bytes = shape
         .element_type()

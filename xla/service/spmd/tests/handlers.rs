@@ -269,3 +269,14 @@ fn pass_reports_changes_honestly() {
         let _ = xla_spmd_partitioner::SpmdPartitioner::default().name();
     }
 }
+
+#[test]
+fn multi_hop_windows_use_collective_permutes() {
+    let m = module(
+        "ENTRY %e (a: f32[64,8]) -> (f32[16,8], f32[64,8]) {\n  %a = f32[64,8] parameter(0), sharding={devices=[8,1]<=[8]}\n  %sl = f32[16,8] slice(%a), slice={[0:16], [0:8]}, sharding={devices=[8,1]<=[8]}\n  %z = f32[] constant(0)\n  %cs = f32[64,8] reduce-window(%a, %z), window={size=64x1 pad=63_0x0_0}, to_apply=%add, sharding={devices=[8,1]<=[8]}\n  ROOT %o = (f32[16,8], f32[64,8]) tuple(%sl, %cs), sharding={{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}\n}\n",
+        ADD,
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 1e-4, 19);
+    assert!(!s.collectives.contains_key("all-gather"), "{s:?}");
+}

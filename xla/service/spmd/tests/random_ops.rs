@@ -130,3 +130,55 @@ fn random_reductions_and_transposes() {
         check(&text, n, false, 1e-4, seed);
     }
 }
+
+#[test]
+fn random_windows() {
+    let mut ran = 0;
+    for seed in 1..61u64 {
+        let mut rng = Rng(seed * 15485863);
+        let n = [2i64, 4, 8][(rng.next() % 3) as usize];
+        let x = 3 + (rng.next() % 30) as i64;
+        let tin = [1i64, 2, 4, 8][(rng.next() % 4) as usize].min(n);
+        let sin = if tin == 1 {
+            "{replicated}".to_string()
+        } else {
+            format!(
+                "{{devices=[{tin},1,{}]<=[{n}] last_tile_dim_replicate}}",
+                n / tin
+            )
+        };
+        let tout = [2i64, 4, 8][(rng.next() % 3) as usize].min(n);
+        let sout = format!(
+            "{{devices=[{tout},1,{}]<=[{n}] last_tile_dim_replicate}}",
+            n / tout
+        );
+        // slice
+        let start = (rng.next() % x as u64) as i64;
+        let limit = start + 1 + (rng.next() % (x - start) as u64) as i64;
+        let stride = 1 + (rng.next() % 3) as i64;
+        let sl = (limit - start + stride - 1) / stride;
+        // pad
+        let (lo, hi, it) = (
+            (rng.next() % 9) as i64 - 3,
+            (rng.next() % 9) as i64 - 3,
+            (rng.next() % 3) as i64,
+        );
+        let px = (x + lo + hi + (x - 1) * it).max(0);
+        let (lo, hi) = if px <= 0 { (0, 0) } else { (lo, hi) };
+        let px = x + lo + hi + (x - 1) * it;
+        // reduce-window
+        let w = 1 + (rng.next() % 6) as i64;
+        let ws = 1 + (rng.next() % 3) as i64;
+        let (wl, wh) = ((rng.next() % 4) as i64, (rng.next() % 4) as i64);
+        let rx = (x + wl + wh - w).max(-1) / ws + 1;
+        if rx <= 0 {
+            continue;
+        }
+        let text = format!(
+            "HloModule w, num_partitions={n}\n\n{ADD}ENTRY %e (a: f32[{x},4]) -> (f32[{sl},4], f32[{px},4], f32[{rx},4]) {{\n  %a = f32[{x},4] parameter(0), sharding={sin}\n  %sl = f32[{sl},4] slice(%a), slice={{[{start}:{limit}:{stride}], [0:4]}}, sharding={sout}\n  %c = f32[] constant(-2)\n  %pd = f32[{px},4] pad(%a, %c), padding={lo}_{hi}_{it}x0_0, sharding={sout}\n  %z = f32[] constant(0)\n  %rw = f32[{rx},4] reduce-window(%a, %z), window={{size={w}x1 stride={ws}x1 pad={wl}_{wh}x0_0}}, to_apply=%add, sharding={sout}\n  ROOT %o = (f32[{sl},4], f32[{px},4], f32[{rx},4]) tuple(%sl, %pd, %rw), sharding={{{sout}, {sout}, {sout}}}\n}}\n"
+        );
+        check(&text, n, false, 1e-4, seed);
+        ran += 1;
+    }
+    assert!(ran >= 40, "only {ran} cases ran");
+}
