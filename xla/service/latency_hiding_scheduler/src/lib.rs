@@ -40,7 +40,7 @@ pub use graph::CompSummary;
 pub use kinds::{ResourceKind, NUM_RESOURCES};
 pub use pass::{schedule_module, LatencyHidingScheduler, ScheduleStats, SchedulerConfig};
 pub use report::ScheduleReport;
-pub use scheduler::{MemoryPolicy, Priority};
+pub use scheduler::{MemoryPolicy, PressureOrder, Priority};
 pub use simulator::{simulate_module, ModuleSimulation, Timeline};
 pub use trace::chrome_trace;
 pub use validate::{validate_schedule, Validation, Violation};

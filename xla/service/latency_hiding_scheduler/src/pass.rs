@@ -5,8 +5,9 @@
 //!
 //! Memory: with a limit, the module's peak live bytes are computed after
 //! scheduling; when over the limit, every computation is rescheduled with
-//! memory pressure starting earlier (thresholds 0.9, 0.75, 0.5, 0.25, 0 of
-//! the limit), down to the input order without overlap. If no level fits,
+//! memory pressure (least-memory choices, so less overlap) starting
+//! earlier (thresholds 0.9, 0.75, 0.5, 0.25, 0 of the limit), and last in
+//! the input order without overlap. If no level fits,
 //! the pass fails with `SchedulerError::MemoryLimit` and the module is
 //! left as it was (after conversion).
 //!
@@ -20,7 +21,7 @@ use crate::cost::CostModel;
 use crate::error::SchedulerError;
 use crate::graph::{topological_order, CompSummary, Graph};
 use crate::kinds::{ResourceKind, NUM_RESOURCES};
-use crate::scheduler::{schedule_graph, MemoryPolicy, Priority};
+use crate::scheduler::{schedule_graph, MemoryPolicy, PressureOrder, Priority};
 use crate::simulator::simulate_graph;
 use std::sync::Arc;
 use std::time::Instant;
@@ -137,15 +138,24 @@ pub fn schedule_module(
     let order = callee_first_order(module);
     let mut levels: Vec<Option<MemoryPolicy>> = vec![None];
     if let Some(limit) = config.memory_limit {
-        levels.extend(
-            config
-                .memory_thresholds
-                .iter()
-                .map(|&threshold| Some(MemoryPolicy { limit, threshold })),
-        );
+        levels.extend(config.memory_thresholds.iter().map(|&threshold| {
+            Some(MemoryPolicy {
+                limit,
+                threshold,
+                order: PressureOrder::LeastMemory,
+            })
+        }));
+        levels.push(Some(MemoryPolicy {
+            limit,
+            threshold: 0.0,
+            order: PressureOrder::Original,
+        }));
     }
     let mut best: Option<(u64, Vec<Option<Vec<u32>>>, CompSummary)> = None;
     let mut accepted = None;
+    // The priority Auto settled on per computation in the first attempt;
+    // memory-pressure attempts start from it.
+    let mut chosen: Vec<Priority> = vec![config.priority; module.computations.len()];
     for policy in levels {
         stats.attempts += 1;
         let mut summaries: Vec<Option<CompSummary>> = vec![None; module.computations.len()];
@@ -156,16 +166,21 @@ pub fn schedule_module(
                 let t0 = Instant::now();
                 let g = Graph::build(module, c, model, &summaries)?;
                 let t_build = t0.elapsed();
-                let mut ord = schedule_graph(&g, &config.overlap_limits, policy, config.priority);
+                let base = chosen[c.index()];
+                let mut ord = schedule_graph(&g, &config.overlap_limits, policy, base);
                 let (mut s, _) = simulate_graph(&g, &ord, &config.overlap_limits, None, false);
-                if config.priority == Priority::Auto && policy.is_none() && s.exposed_comm > 0.0 {
-                    let alt =
-                        schedule_graph(&g, &config.overlap_limits, None, Priority::AsyncDepth);
-                    let (sa, _) = simulate_graph(&g, &alt, &config.overlap_limits, None, false);
-                    let pareto = sa.makespan < s.makespan && sa.peak_total <= s.peak_total;
-                    if pareto || sa.makespan < s.makespan * (1.0 - AUTO_GAIN) {
-                        ord = alt;
-                        s = sa;
+                if base == Priority::Auto && policy.is_none() {
+                    chosen[c.index()] = Priority::OriginalOrder;
+                    if s.exposed_comm > 0.0 {
+                        let alt =
+                            schedule_graph(&g, &config.overlap_limits, None, Priority::AsyncDepth);
+                        let (sa, _) = simulate_graph(&g, &alt, &config.overlap_limits, None, false);
+                        let pareto = sa.makespan < s.makespan && sa.peak_total <= s.peak_total;
+                        if pareto || sa.makespan < s.makespan * (1.0 - AUTO_GAIN) {
+                            ord = alt;
+                            s = sa;
+                            chosen[c.index()] = Priority::AsyncDepth;
+                        }
                     }
                 }
                 log::debug!(

@@ -6,8 +6,9 @@
 //! Selection, in order (a reduced form of `ReadySetLt`):
 //! 1. free bookkeeping nodes (XLA's NOP set);
 //! 2. under memory pressure (live bytes above `threshold × limit`): the
-//!    ready node latest in the original order, i.e. the input order and
-//!    no new overlap, which is what the rerun levels tighten;
+//!    ready node that adds the fewest live bytes (or, as a last resort,
+//!    the latest in the original order: the input order and no new
+//!    overlap), which is what the rerun levels tighten;
 //! 3. `kScheduleDone`: an async done whose resource has a free slot
 //!    (bottom-up, a done occupies its resource until its start is placed),
 //!    best critical-path priority first;
@@ -28,7 +29,7 @@
 //! its limit allows (except as a logged last resort when a malformed
 //! module leaves no other choice); equal inputs give equal outputs.
 
-use crate::graph::{Graph, NodeKind, NONE};
+use crate::graph::{Csr, Graph, NodeKind, NONE};
 use crate::kinds::NUM_RESOURCES;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -40,6 +41,29 @@ pub struct MemoryPolicy {
     pub limit: u64,
     /// Pressure mode starts when live bytes exceed `threshold × limit`.
     pub threshold: f64,
+    /// Which ready node pressure mode takes.
+    pub order: PressureOrder,
+}
+
+/// The choice under memory pressure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PressureOrder {
+    /// The node whose placement adds the fewest live bytes (bottom-up: the
+    /// operands it makes live minus the results it ends), ties to the
+    /// original order. A done adds its transfer's buffers, so overlap
+    /// only happens where it costs no memory.
+    #[default]
+    LeastMemory,
+    /// The latest node in the original order (the input order, no new
+    /// overlap).
+    Original,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct PKey {
+    /// Negated byte delta (larger is better).
+    neg_delta: i128,
+    idx: u32,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -102,7 +126,7 @@ pub fn schedule_graph(
     let mut dones: Vec<BinaryHeap<Pri>> = (0..NUM_RESOURCES).map(|_| BinaryHeap::new()).collect();
     let mut starts: BinaryHeap<Reverse<Pri>> = BinaryHeap::new();
     let mut compute: BinaryHeap<Pri> = BinaryHeap::new();
-    let mut pressure: BinaryHeap<u32> = BinaryHeap::new();
+    let mut pressure: BinaryHeap<PKey> = BinaryHeap::new();
     let mut out_rev: Vec<u32> = Vec::with_capacity(n);
     let mut t = 0.0f64;
 
@@ -119,6 +143,38 @@ pub fn schedule_graph(
         }
     }
     let limits: [usize; NUM_RESOURCES] = limits.map(|l| l.max(1));
+    let least_memory = memory.is_some_and(|m| m.order == PressureOrder::LeastMemory);
+    // Users of each buffer (to refresh their deltas when it becomes live).
+    let buffer_users: Csr = if least_memory {
+        let mut lists: Vec<Vec<u32>> = vec![Vec::new(); bufs.num_buffers()];
+        for i in 0..n {
+            for &b in bufs.uses.get(i) {
+                lists[b as usize].push(i as u32);
+            }
+        }
+        Csr::from_lists(&lists)
+    } else {
+        Csr::default()
+    };
+    // Bytes placing `i` now adds (bottom-up).
+    let delta = |i: usize, live: &[bool]| -> i128 {
+        if !least_memory {
+            return 0;
+        }
+        let mut d: i128 = 0;
+        for &b in bufs.uses.get(i) {
+            let b = b as usize;
+            if !bufs.is_param[b] && !live[b] {
+                d += bufs.size[b] as i128;
+            }
+        }
+        for &b in bufs.defs.get(i) {
+            if live[b as usize] {
+                d -= bufs.size[b as usize] as i128;
+            }
+        }
+        d
+    };
 
     macro_rules! push_ready {
         ($i:expr) => {{
@@ -131,21 +187,36 @@ pub fn schedule_graph(
                         p: tl[i],
                         idx: i as u32,
                     });
-                    pressure.push(i as u32);
+                    if memory.is_some() {
+                        pressure.push(PKey {
+                            neg_delta: -delta(i, &live),
+                            idx: i as u32,
+                        });
+                    }
                 }
                 NodeKind::Start if g.pair[i] != NONE => {
                     starts.push(Reverse(Pri {
                         p: ready_time[i],
                         idx: u32::MAX - i as u32,
                     }));
-                    pressure.push(i as u32);
+                    if memory.is_some() {
+                        pressure.push(PKey {
+                            neg_delta: -delta(i, &live),
+                            idx: i as u32,
+                        });
+                    }
                 }
                 _ => {
                     compute.push(Pri {
                         p: tl[i],
                         idx: i as u32,
                     });
-                    pressure.push(i as u32);
+                    if memory.is_some() {
+                        pressure.push(PKey {
+                            neg_delta: -delta(i, &live),
+                            idx: i as u32,
+                        });
+                    }
                 }
             }
         }};
@@ -166,15 +237,21 @@ pub fn schedule_graph(
             if let Some(pol) = memory {
                 let now = live_bytes.saturating_add(bufs.param_bytes);
                 if now as f64 > pol.limit as f64 * pol.threshold {
-                    while let Some(&i) = pressure.peek() {
-                        if scheduled[i as usize] {
-                            pressure.pop();
-                        } else {
-                            break;
+                    let mut blocked = Vec::new();
+                    while let Some(top) = pressure.pop() {
+                        let i = top.idx as usize;
+                        if scheduled[i] {
+                            continue;
                         }
-                    }
-                    if let Some(&i) = pressure.peek() {
-                        let i = i as usize;
+                        let d = -delta(i, &live);
+                        if d != top.neg_delta {
+                            // Stale: its operands went live since.
+                            pressure.push(PKey {
+                                neg_delta: d,
+                                idx: top.idx,
+                            });
+                            continue;
+                        }
                         let ok = match g.kind[i] {
                             NodeKind::Done => {
                                 let r = g.resource[i].map_or(0, |r| r.index());
@@ -183,10 +260,12 @@ pub fn schedule_graph(
                             _ => true,
                         };
                         if ok {
-                            pressure.pop();
                             pick = Some(i);
+                            break;
                         }
+                        blocked.push(top);
                     }
+                    pressure.extend(blocked);
                 }
             }
         }
@@ -305,6 +384,25 @@ pub fn schedule_graph(
             if !bufs.is_param[b] && !live[b] {
                 live[b] = true;
                 live_bytes += bufs.size[b];
+                if least_memory {
+                    // Ready users and the definer now add fewer bytes.
+                    let def = bufs.def[b];
+                    let others = buffer_users
+                        .get(b)
+                        .iter()
+                        .copied()
+                        .chain((def != u32::MAX).then_some(def));
+                    for u in others {
+                        let u = u as usize;
+                        if u < n && !scheduled[u] && remaining[u] == 0 && g.kind[u] != NodeKind::Nop
+                        {
+                            pressure.push(PKey {
+                                neg_delta: -delta(u, &live),
+                                idx: u as u32,
+                            });
+                        }
+                    }
+                }
             }
         }
         for &b in bufs.defs.get(i) {
