@@ -108,8 +108,8 @@ pub fn convert_collectives(module: &mut HloModule, cfg: &AsyncConversionConfig) 
     // how far insertions have shifted them.
     let original: Vec<bool> = uses.iter().map(|u| *u == CompUse::Sequential).collect();
     let mut shift = 0u32;
-    for orig_idx in 0..original.len() {
-        if !original[orig_idx] {
+    for (orig_idx, &sequential) in original.iter().enumerate() {
+        if !sequential {
             continue;
         }
         let ci = orig_idx + shift as usize;

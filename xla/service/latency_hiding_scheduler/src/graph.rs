@@ -149,9 +149,9 @@ pub fn topological_order(comp: &HloComputation) -> Option<Vec<u32>> {
 fn topo_from_preds(n: usize, preds: &Csr) -> Option<Vec<u32>> {
     let mut indeg = vec![0u32; n];
     let mut succ_lists: Vec<Vec<u32>> = vec![Vec::new(); n];
-    for i in 0..n {
+    for (i, d) in indeg.iter_mut().enumerate() {
         for &p in preds.get(i) {
-            indeg[i] += 1;
+            *d += 1;
             succ_lists[p as usize].push(i as u32);
         }
     }
@@ -205,7 +205,7 @@ fn raw_preds(comp: &HloComputation) -> Csr {
     Csr::from_lists(&lists)
 }
 
-fn summary<'a>(summaries: &'a [Option<CompSummary>], c: Option<CompId>) -> Option<&'a CompSummary> {
+fn summary(summaries: &[Option<CompSummary>], c: Option<CompId>) -> Option<&CompSummary> {
     summaries.get(c?.index())?.as_ref()
 }
 
@@ -285,8 +285,7 @@ impl Graph {
                 }
             }
         }
-        for i in 0..n {
-            let instr = &comp.instructions[i];
+        for (i, instr) in comp.instructions.iter().enumerate() {
             let op = Op::new(module, comp, InstrId(i as u32));
             match g.kind[i] {
                 NodeKind::Start => {

@@ -243,8 +243,7 @@ impl Buffers {
         // Uses: the buffers of every operand; a done also uses its start's operands.
         let mut uses: Vec<Vec<u32>> = vec![Vec::new(); n];
         let mut mark = vec![u32::MAX; b.size.len()];
-        for i in 0..n {
-            let instr = &comp.instructions[i];
+        for (i, instr) in comp.instructions.iter().enumerate() {
             let mut add = |x: u32, out: &mut Vec<u32>| {
                 if let Some(m) = mark.get_mut(x as usize) {
                     if *m != i as u32 {

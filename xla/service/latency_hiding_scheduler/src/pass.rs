@@ -151,7 +151,9 @@ pub fn schedule_module(
             order: PressureOrder::Original,
         }));
     }
-    let mut best: Option<(u64, Vec<Option<Vec<u32>>>, CompSummary)> = None;
+    // (peak, orders, entry summary) of the lowest-memory attempt.
+    type Attempt = (u64, Vec<Option<Vec<u32>>>, CompSummary);
+    let mut best: Option<Attempt> = None;
     let mut accepted = None;
     // The priority Auto settled on per computation in the first attempt;
     // memory-pressure attempts start from it.
@@ -214,7 +216,7 @@ pub fn schedule_module(
             .flatten()
             .unwrap_or_default();
         let peak = entry.peak_total;
-        let fits = config.memory_limit.map_or(true, |l| peak <= l);
+        let fits = config.memory_limit.filter(|&l| peak > l).is_none();
         if fits {
             accepted = Some((orders, entry));
             break;
@@ -224,7 +226,7 @@ pub fn schedule_module(
             config.memory_limit,
             policy
         );
-        if best.as_ref().map_or(true, |b| peak < b.0) {
+        if best.as_ref().filter(|b| peak >= b.0).is_none() {
             best = Some((peak, orders, entry));
         }
     }

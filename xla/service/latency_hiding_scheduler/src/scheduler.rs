@@ -222,8 +222,8 @@ pub fn schedule_graph(
         }};
     }
 
-    for i in 0..n {
-        if remaining[i] == 0 {
+    for (i, &r) in remaining.clone().iter().enumerate() {
+        if r == 0 {
             push_ready!(i);
         }
     }

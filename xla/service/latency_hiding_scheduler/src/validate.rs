@@ -116,7 +116,7 @@ pub fn validate_schedule(
                 dones_of_start[g.pair[i] as usize] += 1;
             }
         }
-        for i in 0..n {
+        for (i, &dones) in dones_of_start.iter().enumerate() {
             let role = crate::kinds::async_role(module, comp, InstrId(i as u32));
             match role {
                 Some(crate::kinds::AsyncRole::Start(_)) if g.kind[i] != NodeKind::Start => {
@@ -137,12 +137,12 @@ pub fn validate_schedule(
                 }
                 _ => {}
             }
-            if g.kind[i] == NodeKind::Start && dones_of_start[i] != 1 {
+            if g.kind[i] == NodeKind::Start && dones != 1 {
                 push(
                     &mut v,
                     &comp.name,
                     &comp.instructions[i].name,
-                    format!("async start with {} dones", dones_of_start[i]),
+                    format!("async start with {dones} dones"),
                 );
             }
         }
