@@ -133,6 +133,11 @@ pub struct Graph {
     pub nested_busy: Vec<(u32, f64)>,
     /// Callee peak of temporaries, added while the node runs.
     pub transient: Vec<u64>,
+    /// Resources the node's callees use (bit `r` for `ResourceKind` `r`):
+    /// a loop, call or branch that moves data of kind `r` needs a free
+    /// slot of `r` while it runs, as XLA's while aggregates its body's
+    /// resources.
+    pub nested_resources: Vec<u16>,
     pub buffers: Buffers,
 }
 
@@ -262,6 +267,7 @@ impl Graph {
             nested_comm: Vec::new(),
             nested_exposed: Vec::new(),
             nested_busy: Vec::new(),
+            nested_resources: vec![0; n],
             transient: vec![0; n],
             buffers: Buffers::analyse(comp),
         };
@@ -356,6 +362,9 @@ impl Graph {
                             *c += trip * s.comm_busy[k];
                         }
                     }
+                    for s in [body, cond].into_iter().flatten() {
+                        g.nested_resources[i] |= resource_mask(s);
+                    }
                     g.nested_comm.push((i as u32, comm));
                     let exposed = trip
                         * (get(body, |s| s.exposed_comm) + get(cond, |s| s.exposed_comm))
@@ -391,6 +400,9 @@ impl Graph {
                             for (k, c) in comm.iter_mut().enumerate() {
                                 *c = c.min(s.comm_busy[k]);
                             }
+                        }
+                        for s in &callees {
+                            g.nested_resources[i] |= resource_mask(s);
                         }
                         g.nested_comm.push((i as u32, comm));
                         g.nested_exposed.push((i as u32, max(|s| s.exposed_comm)));
@@ -535,9 +547,16 @@ impl Graph {
         }
         let mut machine = [0.0f64; NUM_RESOURCES];
         for r in 0..NUM_RESOURCES {
+            // Transfers of r, and loops / calls whose callees use r (each
+            // holds one slot of r while it runs).
             let items: Vec<(f64, f64, f64)> = (0..m)
                 .filter(|&k| transfers[k].2 == r)
                 .map(|k| (head[k], self.latency[transfers[k].0], tail[k]))
+                .chain(
+                    (0..self.n)
+                        .filter(|&i| self.nested_resources[i] & (1 << r) != 0)
+                        .map(|i| (tl[i] - w[i], w[i], bl[i] - w[i])),
+                )
                 .collect();
             machine[r] = one_machine_bound(&items, lanes[r].max(1) as f64);
         }
@@ -703,6 +722,17 @@ pub fn one_machine_bound(items: &[(f64, f64, f64)], lanes: f64) -> f64 {
         best = best.max(min_head + sum / lanes + q);
     }
     best
+}
+
+/// Bit `r` set when the computation moves data of resource `r`.
+fn resource_mask(s: &CompSummary) -> u16 {
+    let mut m = 0u16;
+    for (r, &busy) in s.comm_busy.iter().enumerate() {
+        if busy > 0.0 {
+            m |= 1 << r;
+        }
+    }
+    m
 }
 
 fn sane(x: f64) -> f64 {

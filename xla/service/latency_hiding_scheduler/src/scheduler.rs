@@ -21,6 +21,11 @@
 //! 6. otherwise the start that stalls least (the clock jumps: exposed
 //!    communication).
 //!
+//! A loop, call or branch whose callees move data of a kind counts as one
+//! more operation of that kind while it runs (XLA's while aggregates its
+//! body's resources), so no transfer of that kind spans it beyond the
+//! limit.
+//!
 //! Every choice pops a binary heap, so a computation of `n` nodes and `e`
 //! edges is scheduled in `O((n + e) log n)`.
 //!
@@ -81,6 +86,15 @@ impl Ord for Pri {
     fn cmp(&self, o: &Self) -> Ordering {
         self.p.total_cmp(&o.p).then(self.idx.cmp(&o.idx))
     }
+}
+
+/// True when every resource in `mask` has a free slot.
+fn nested_fits(
+    mask: u16,
+    inflight: &[usize; NUM_RESOURCES],
+    limits: &[usize; NUM_RESOURCES],
+) -> bool {
+    mask == 0 || (0..NUM_RESOURCES).all(|r| mask & (1 << r) == 0 || inflight[r] < limits[r])
 }
 
 /// How ready compute nodes are ranked (rule 5).
@@ -257,7 +271,7 @@ pub fn schedule_graph(
                                 let r = g.resource[i].map_or(0, |r| r.index());
                                 inflight[r] < limits[r]
                             }
-                            _ => true,
+                            _ => nested_fits(g.nested_resources[i], &inflight, &limits),
                         };
                         if ok {
                             pick = Some(i);
@@ -315,16 +329,35 @@ pub fn schedule_graph(
             }
         }
         if pick.is_none() {
+            let mut blocked = Vec::new();
             while let Some(top) = compute.pop() {
-                if !scheduled[top.idx as usize] {
-                    pick = Some(top.idx as usize);
-                    break;
+                let i = top.idx as usize;
+                if scheduled[i] {
+                    continue;
                 }
+                if !nested_fits(g.nested_resources[i], &inflight, &limits) {
+                    blocked.push(top);
+                    continue;
+                }
+                pick = Some(i);
+                break;
             }
+            compute.extend(blocked);
         }
         if pick.is_none() {
             if let Some(Reverse(top)) = starts.pop() {
                 pick = Some((u32::MAX - top.idx) as usize);
+            }
+        }
+        if pick.is_none() {
+            // Only blocked nodes remain (a malformed pairing): take the best
+            // compute node anyway.
+            while let Some(top) = compute.pop() {
+                if !scheduled[top.idx as usize] {
+                    log::warn!("scheduler: a loop overlaps a transfer of a kind it uses");
+                    pick = Some(top.idx as usize);
+                    break;
+                }
             }
         }
         if pick.is_none() {

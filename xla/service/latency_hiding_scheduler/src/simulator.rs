@@ -118,9 +118,30 @@ pub fn simulate_graph(
         match g.kind[i] {
             NodeKind::Nop | NodeKind::Update => {}
             NodeKind::Compute => {
+                let mask = g.nested_resources[i];
+                if mask != 0 {
+                    // Its transfers need a lane of each kind it uses.
+                    let mut free = t;
+                    for (r, lanes) in lane_free.iter().enumerate() {
+                        if mask & (1 << r) != 0 {
+                            free = free.max(lanes.iter().copied().fold(f64::INFINITY, f64::min));
+                        }
+                    }
+                    exposed += free - t;
+                    t = free;
+                }
                 let b = t;
                 t += g.cost[i];
                 exposed += nested_exposed(i);
+                if mask != 0 {
+                    for (r, lanes) in lane_free.iter_mut().enumerate() {
+                        if mask & (1 << r) != 0 {
+                            if let Some(l) = lanes.iter_mut().min_by(|a, b| a.total_cmp(b)) {
+                                *l = t;
+                            }
+                        }
+                    }
+                }
                 if let Some(tl) = timeline.as_mut() {
                     if g.cost[i] > 0.0 {
                         tl.events.push(TraceEvent {

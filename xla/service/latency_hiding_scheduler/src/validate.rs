@@ -3,8 +3,9 @@
 //! instructions in their original relative order is the scheduler's
 //! business, not checked here); every async done follows its start and
 //! every start has exactly one done; no resource ever has more operations
-//! in flight than its overlap limit; the module's peak live bytes stay
-//! within the memory limit when one is given.
+//! in flight than its overlap limit (a loop, call or branch that moves
+//! data of a kind counts as one more while it runs); the module's peak
+//! live bytes stay within the memory limit when one is given.
 //!
 //! Invariant: validation never panics; it reports every violation found
 //! (capped at 100) rather than stopping at the first.
@@ -79,6 +80,10 @@ pub fn validate_schedule(
     }
     let uses = computation_uses(module);
     let model = ApproximateCostModel;
+    // Callee summaries tell which resources loops and calls use.
+    let sim = simulate_module(module, &model, limits, false).ok();
+    let summaries: &[Option<crate::graph::CompSummary>] =
+        sim.as_ref().map_or(&[], |s| s.summaries.as_slice());
     for (ci, comp) in module.computations.iter().enumerate() {
         let n = comp.instructions.len();
         for (i, instr) in comp.instructions.iter().enumerate() {
@@ -100,7 +105,7 @@ pub fn validate_schedule(
         if uses.get(ci) != Some(&CompUse::Sequential) {
             continue;
         }
-        let Ok(g) = Graph::build(module, xla_hlo_ir::CompId(ci as u32), &model, &[]) else {
+        let Ok(g) = Graph::build(module, xla_hlo_ir::CompId(ci as u32), &model, summaries) else {
             push(
                 &mut v,
                 &comp.name,
@@ -173,8 +178,37 @@ pub fn validate_schedule(
                 _ => {}
             }
         }
+        // A loop, call or branch that moves data of a kind is one more
+        // operation of that kind while it runs.
+        let mut inflight = [0usize; NUM_RESOURCES];
+        for i in 0..n {
+            match (g.kind[i], g.resource[i]) {
+                (NodeKind::Start, Some(r)) => inflight[r.index()] += 1,
+                (NodeKind::Done, Some(r)) => {
+                    inflight[r.index()] = inflight[r.index()].saturating_sub(1)
+                }
+                _ => {}
+            }
+            let mask = g.nested_resources[i];
+            for r in 0..NUM_RESOURCES {
+                if mask & (1 << r) != 0 && inflight[r] + 1 > limits[r].max(1) {
+                    push(
+                        &mut v,
+                        &comp.name,
+                        &comp.instructions[i].name,
+                        format!(
+                            "runs {} transfers while {} {} operations are in flight, over the limit of {}",
+                            ResourceKind::ALL[r].name(),
+                            inflight[r],
+                            ResourceKind::ALL[r].name(),
+                            limits[r].max(1)
+                        ),
+                    );
+                }
+            }
+        }
     }
-    if let Ok(sim) = simulate_module(module, &model, limits, false) {
+    if let Some(sim) = &sim {
         v.peak_memory_bytes = sim.entry.peak_total;
         if let Some(limit) = memory_limit {
             if sim.entry.peak_total > limit {

@@ -259,6 +259,82 @@ ENTRY %e (p0: f32[1024], p1: f32[1024]) -> (s32[], f32[1024], f32[1024]) {
     );
 }
 
+/// A loop whose body all-reduces counts as one more all-reduce while it
+/// runs: with one slot, an independent entry all-reduce cannot span it
+/// (exposed: 125 + 100); with two slots it hides behind the loop (125).
+#[test]
+fn loops_hold_the_resources_their_bodies_use() {
+    let text = module(
+        "%cond (s: (s32[], f32[1024], f32[1024])) -> pred[] {
+  %s = (s32[], f32[1024]{0}, f32[1024]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (s.1: (s32[], f32[1024], f32[1024])) -> (s32[], f32[1024], f32[1024]) {
+  %s.1 = (s32[], f32[1024]{0}, f32[1024]{0}) parameter(0)
+  %i.1 = s32[] get-tuple-element(%s.1), index=0
+  %x = f32[1024]{0} get-tuple-element(%s.1), index=1
+  %y = f32[1024]{0} get-tuple-element(%s.1), index=2
+  %one = s32[] constant(1)
+  %i.2 = s32[] add(%i.1, %one)
+  %ar = f32[1024]{0} all-reduce(%x), channel_id=1, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%add
+  %c1 = f32[1024]{0} exponential(%y)
+  %c2 = f32[1024]{0} exponential(%c1)
+  %c3 = f32[1024]{0} exponential(%c2)
+  ROOT %t = (s32[], f32[1024]{0}, f32[1024]{0}) tuple(%i.2, %ar, %c3)
+}
+
+ENTRY %e (p0: f32[1024], p1: f32[1024], p2: f32[1024]) -> ((s32[], f32[1024], f32[1024]), f32[1024]) {
+  %p0 = f32[1024]{0} parameter(0)
+  %p1 = f32[1024]{0} parameter(1)
+  %p2 = f32[1024]{0} parameter(2)
+  %ar0 = f32[1024]{0} all-reduce(%p2), channel_id=2, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%add
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[1024]{0}, f32[1024]{0}) tuple(%zero, %p0, %p1)
+  %w = (s32[], f32[1024]{0}, f32[1024]{0}) while(%init), condition=%cond, body=%body
+  ROOT %r = ((s32[], f32[1024]{0}, f32[1024]{0}), f32[1024]{0}) tuple(%w, %ar0)
+}
+",
+    );
+    let m = parse(&text);
+    let model = fixed(&[
+        ("c1", 10.0),
+        ("c2", 10.0),
+        ("c3", 10.0),
+        ("ar", 25.0),
+        ("lt", 1.0),
+        ("ar0", 100.0),
+    ]);
+    let (out1, one) = schedule(&m, &SchedulerConfig::default(), model.as_ref());
+    assert!(
+        close(one.entry.makespan, 225.0),
+        "makespan {}",
+        one.entry.makespan
+    );
+    assert!(
+        close(one.entry.lower_bound, 225.0),
+        "bound {}",
+        one.entry.lower_bound
+    );
+    let two = SchedulerConfig::default().with_limit(ResourceKind::AllReduce, 2);
+    let (out2, sim2) = schedule(&m, &two, model.as_ref());
+    assert!(
+        close(sim2.entry.makespan, 125.0),
+        "makespan {}",
+        sim2.entry.makespan
+    );
+    // The two-slot schedule breaks the one-slot rule; the one-slot one does not.
+    let v = xla_latency_hiding_scheduler::validate_schedule(&out2, &limits(1), None);
+    assert!(
+        v.violations.iter().any(|x| x.instruction == "w"),
+        "{:?}",
+        v.violations
+    );
+    assert!(xla_latency_hiding_scheduler::validate_schedule(&out1, &limits(1), None).is_valid());
+}
+
 /// A gather whose 4 MiB result, if prefetched to hide its transfer, is
 /// live beside two 4 MiB chain temporaries (12 MiB), while the input
 /// order never holds more than two (8 MiB). A limit of 8 MiB of
