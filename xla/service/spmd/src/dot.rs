@@ -257,7 +257,11 @@ pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         to_us(&dn.lhs_contracting),
         to_us(&dn.rhs_contracting),
     );
-    if lb.len() != rb.len() || lc.len() != rc.len() {
+    if lb.len() != rb.len()
+        || lc.len() != rc.len()
+        || lb.iter().chain(&lc).any(|&d| d >= rl)
+        || rb.iter().chain(&rc).any(|&d| d >= rr)
+    {
         return Ok(None);
     }
     let lf: Vec<usize> = (0..rl)
@@ -326,6 +330,19 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
     // 3+ns.. kernel spatial.
     let ni = 3 + 2 * ns;
     let (rl, rr, ro) = (lhs.shape.rank(), rhs.shape.rank(), instr.shape.rank());
+    let in_range = |d: i64, r: usize| usize::try_from(d).map(|d| d < r).unwrap_or(false);
+    if !in_range(dn.input_batch, rl)
+        || !in_range(dn.input_feature, rl)
+        || !in_range(dn.kernel_input_feature, rr)
+        || !in_range(dn.kernel_output_feature, rr)
+        || !in_range(dn.output_batch, ro)
+        || !in_range(dn.output_feature, ro)
+        || dn.input_spatial.iter().any(|&d| !in_range(d, rl))
+        || dn.kernel_spatial.iter().any(|&d| !in_range(d, rr))
+        || dn.output_spatial.iter().any(|&d| !in_range(d, ro))
+    {
+        return Ok(None);
+    }
     let mut lmap = vec![0usize; rl];
     let mut rmap = vec![0usize; rr];
     let mut omap = vec![0usize; ro];

@@ -52,7 +52,20 @@ pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res 
     let ro = instr.shape.rank();
     let (rop, ri) = (od.len(), id.len());
     let ivd = dn.index_vector_dim as usize;
-    if sizes.len() != rop {
+    if sizes.len() != rop
+        || ivd > ri
+        || dn.offset_dims.iter().any(|&d| d < 0 || d as usize >= ro)
+        || dn
+            .collapsed_slice_dims
+            .iter()
+            .chain(&dn.operand_batching_dims)
+            .chain(&dn.start_index_map)
+            .any(|&d| d < 0 || d as usize >= rop)
+        || dn
+            .start_indices_batching_dims
+            .iter()
+            .any(|&d| d < 0 || d as usize >= ri)
+    {
         return Ok(None);
     }
     let offset: Vec<usize> = dn.offset_dims.iter().map(|&d| d as usize).collect();
@@ -344,6 +357,15 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
         .iter()
         .map(|&d| d as usize)
         .collect();
+    if uwd.iter().any(|&d| d >= ud.len())
+        || inserted
+            .iter()
+            .chain(&ibatch)
+            .chain(&sdod)
+            .any(|&d| d >= rop)
+    {
+        return Ok(None);
+    }
     let window_operand: Vec<usize> = (0..rop)
         .filter(|d| !inserted.contains(d) && !ibatch.contains(d))
         .collect();

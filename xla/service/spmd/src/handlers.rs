@@ -480,6 +480,9 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let in_shape = inputs[0].shape.clone();
     let r = in_shape.rank();
     let red: Vec<usize> = instr.dimensions().iter().map(|&d| d as usize).collect();
+    if red.iter().any(|&d| d >= r) || inputs.iter().any(|v| v.shape.rank() != r) {
+        return Ok(None);
+    }
     let kept: Vec<usize> = (0..r).filter(|a| !red.contains(a)).collect();
     let in_map: Vec<Option<usize>> = (0..r).map(|a| kept.iter().position(|&x| x == a)).collect();
     let out_map: Vec<Option<usize>> = kept.iter().map(|&a| Some(a)).collect();

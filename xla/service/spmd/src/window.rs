@@ -548,6 +548,9 @@ pub fn concatenate(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
     for k in 0..instr.operands.len() {
         vals.push(p.operand(instr, k)?);
     }
+    if a >= out.rank() || vals.iter().any(|v| v.shape.rank() != out.rank()) {
+        return Ok(None);
+    }
     let c = if out.tiles(a) == 1 {
         out.clone()
     } else {
@@ -592,6 +595,9 @@ pub fn dynamic_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
     };
     let dims = v.shape.dims().to_vec();
     let sizes = instr.shape.dims().to_vec();
+    if sizes.len() != dims.len() || out.rank() != dims.len() || vg.rank() != dims.len() {
+        return Ok(None);
+    }
     let cut = cut_dims(&dims, &sizes);
     let cands = [out.replicate_dims(&cut), vg.replicate_dims(&cut)];
     let costed: Vec<(Grid, u64)> = cands
@@ -639,6 +645,9 @@ pub fn dynamic_update_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target
     };
     let dims = v.shape.dims().to_vec();
     let usz = u.shape.dims().to_vec();
+    if usz.len() != dims.len() || out.rank() != dims.len() || vg.rank() != dims.len() {
+        return Ok(None);
+    }
     let cut = cut_dims(&dims, &usz);
     let cands = [out.replicate_dims(&cut), vg.replicate_dims(&cut)];
     let costed: Vec<(Grid, u64)> = cands
@@ -683,6 +692,9 @@ pub fn sort(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let mut vals = Vec::new();
     for k in 0..instr.operands.len() {
         vals.push(p.operand(instr, k)?);
+    }
+    if vals.is_empty() || a >= out.rank() || vals.iter().any(|v| v.shape.rank() != out.rank()) {
+        return Ok(None);
     }
     let leaf_shape = vals[0].shape.clone();
     let mut cands = unsharded_candidates(&out, a, &[leaf_shape.dims()]);
