@@ -19,6 +19,9 @@ fi
 echo "== cargo test (all crates)"
 cargo test --workspace --release
 
+echo "== the NCCL backend compiles (cudarc loads CUDA at run time; no GPU needed to build)"
+cargo build --release -p collectives --features nccl
+
 echo "== Cargo.toml / BUILD.bazel consistency"
 python3 tools/check_bazel_cargo.py
 # ... and the check itself fails when one side loses a dependency.

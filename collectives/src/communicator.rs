@@ -39,6 +39,12 @@ pub trait Communicator: Send {
     /// `"loopback"`, `"nccl"`.
     fn backend_name(&self) -> &'static str;
 
+    /// Declares this device failed (its program hit an error): members
+    /// waiting for it, now or later, get an error naming it instead of
+    /// waiting for the timeout. Backends without failure propagation ignore
+    /// it.
+    fn abort(&mut self, _reason: &str) {}
+
     /// All-reduce: every member gets the elementwise fold (in rank order) of
     /// every member's operand i.
     fn all_reduce(

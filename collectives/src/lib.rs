@@ -49,7 +49,7 @@ pub use buffer::{DeviceBuffer, Element, HostBytes};
 pub use communicator::Communicator;
 pub use error::{CallSite, CollectiveError, CollectiveKind, Result, StoreError};
 pub use groups::{DeviceId, GroupMode, ParticipantGroups, PermutePlan, Topology};
-pub use loopback::{InjectedFault, LoopbackCommunicator, LoopbackWorld};
+pub use loopback::{run_world, DeviceOutcome, InjectedFault, LoopbackCommunicator, LoopbackWorld};
 pub use reduce::ReductionKind;
 pub use staged::{StagedCommunicator, ThreadTransport, Transport};
 pub use store::{FileStore, InMemoryStore, KeyValueStore, TcpStore, TcpStoreServer};

@@ -19,10 +19,9 @@ use serde_json::{json, Value as Json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use xla_hlo_evaluator::npy::{load_argument, read_npy, write_npy};
-use xla_hlo_evaluator::{
-    evaluate, evaluate_partitioned, evaluate_spmd, needs_spmd, Array, EvalContext, Value,
-};
+use xla_hlo_evaluator::{evaluate, evaluate_spmd, needs_spmd, Array, EvalContext, Value};
 use xla_hlo_ir::HloModule;
+use xla_runtime::{Backend, CpuBackend, LaunchPlan};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -63,12 +62,14 @@ struct Cli {
     #[arg(long, default_value_t = 1)]
     repeat: usize,
     /// Treat FILE as a partitioned per-device program (e.g. a corpus
-    /// xla_partitioned.hlo): arguments are global and sharded by its entry
-    /// parameters' shardings; outputs are reassembled with the root
-    /// shardings and global shapes of this (unpartitioned) module, e.g. the
-    /// case's propagated.hlo.
-    #[arg(long, value_name = "GLOBAL.hlo")]
-    partitioned: Option<PathBuf>,
+    /// xla_partitioned.hlo) and run it on --devices N (default: its
+    /// num_partitions) through the runtime's launcher: arguments are global
+    /// (this module's signature) and split by the entry parameters'
+    /// shardings, taken from this module by parameter number (FILE's own
+    /// where this one has none); outputs are assembled by this module's root
+    /// sharding into its root's global shapes. E.g. the case's propagated.hlo.
+    #[arg(long, value_name = "GLOBAL.hlo", alias = "partitioned")]
+    shardings_from: Option<PathBuf>,
     /// Propagate shardings, partition the module for --devices N (default:
     /// its num_partitions) and run the per-device program on N loopback
     /// devices: arguments are split and outputs assembled by the entry
@@ -109,7 +110,7 @@ fn run(cli: &Cli) -> Result<bool> {
         Some(p) => Some(load_json(p)?),
         None => None,
     };
-    let global = match &cli.partitioned {
+    let global = match &cli.shardings_from {
         Some(p) => Some(parse_file(p)?),
         None => None,
     };
@@ -140,7 +141,7 @@ fn run(cli: &Cli) -> Result<bool> {
         args.push(Value::Array(arr));
     }
     let devices = cli.devices.unwrap_or_else(|| {
-        if needs_spmd(&module) {
+        if needs_spmd(&module) || global.is_some() {
             module.num_partitions()
         } else {
             1
@@ -152,6 +153,10 @@ fn run(cli: &Cli) -> Result<bool> {
         None
     };
     let devices = partitioned.as_ref().map(|p| p.devices).unwrap_or(devices);
+    let exe = match &global {
+        Some(_) => Some(CpuBackend.compile(&module)?),
+        None => None,
+    };
     let mut best = f64::INFINITY;
     let mut outputs = Vec::new();
     for _ in 0..cli.repeat.max(1) {
@@ -159,28 +164,11 @@ fn run(cli: &Cli) -> Result<bool> {
         outputs = if let Some(pm) = &partitioned {
             pm.run(&args)?
         } else if let Some(g) = &global {
-            let root = g.entry_computation().root_instr();
-            let leaves: Vec<_> = root
-                .shape
-                .leaves()
-                .into_iter()
-                .map(|s| s.dims().to_vec())
-                .collect();
-            let shardings: Vec<_> = match &root.sharding {
-                Some(s) if s.leaves().len() == leaves.len() => s.leaves().to_vec(),
-                Some(s) if s.leaves().len() == 1 => vec![s.leaves()[0].clone(); leaves.len()],
-                _ => bail!(
-                    "{}: the entry root has no usable sharding",
-                    cli.partitioned
-                        .as_ref()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default()
-                ),
-            };
-            evaluate_partitioned(&module, &args, &shardings, &leaves)?
-                .into_iter()
-                .map(Value::Array)
-                .collect()
+            let plan = launch_plan(&module, g, cli.devices)?;
+            let exe = exe
+                .as_deref()
+                .ok_or_else(|| anyhow!("the module was not compiled"))?;
+            xla_runtime::run_spmd(exe, &args, &plan)?
         } else if devices > 1 {
             evaluate_spmd(&module, &args, devices)?
                 .into_iter()
@@ -271,6 +259,44 @@ fn run(cli: &Cli) -> Result<bool> {
     }
     println!("{line}");
     Ok(!compared || all_ok)
+}
+
+/// How to run partitioned `module` on global data: parameter shardings by
+/// parameter number from `global` (the module's own where `global` has
+/// none), the result sharding and global result shape from `global`'s root.
+fn launch_plan(module: &HloModule, global: &HloModule, devices: Option<i64>) -> Result<LaunchPlan> {
+    let local = module.entry_computation();
+    let g = global.entry_computation();
+    if local.parameters.len() != g.parameters.len() {
+        bail!(
+            "the partitioned module has {} entry parameters but the global module has {}",
+            local.parameters.len(),
+            g.parameters.len()
+        );
+    }
+    let parameter_shardings = local
+        .parameters
+        .iter()
+        .zip(&g.parameters)
+        .map(|(&l, &gl)| {
+            g.instructions[gl.index()]
+                .sharding
+                .clone()
+                .or_else(|| local.instructions[l.index()].sharding.clone())
+        })
+        .collect();
+    let root = g.root_instr();
+    let n = devices.unwrap_or_else(|| module.num_partitions()).max(1);
+    Ok(LaunchPlan {
+        num_partitions: n as usize,
+        parameter_shardings,
+        result_sharding: root
+            .sharding
+            .clone()
+            .or_else(|| local.root_instr().sharding.clone()),
+        result_shape: root.shape.clone(),
+        timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
+    })
 }
 
 /// Compares one output with its expected array.

@@ -120,3 +120,50 @@ fn differential_against_xla() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// XLA's partitioned program of a testdata case (uneven shards) on 8
+/// loopback devices through the runtime's launcher, shardings and global
+/// shapes from propagated.hlo, reproduces XLA's outputs; a mismatched
+/// global module is a clear error.
+#[test]
+fn partitioned_program_runs_on_devices_with_shardings_from() {
+    let c = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/cases/uneven_sharding_slices");
+    if !c.is_dir() {
+        eprintln!("skipping: {} not present", c.display());
+        return;
+    }
+    let out = tool()
+        .arg(c.join("xla_partitioned.hlo"))
+        .args(["--devices", "8"])
+        .args([
+            "--shardings-from".as_ref(),
+            c.join("propagated.hlo").as_os_str(),
+        ])
+        .args(["--args".as_ref(), c.join("args").as_os_str()])
+        .args(["--expected".as_ref(), c.join("expected").as_os_str()])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{line} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(j["all_matched"], true);
+    assert_eq!(j["devices"], 8);
+
+    let other = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/cases/transformer_block_2x4_causal/propagated.hlo");
+    let out = tool()
+        .arg(c.join("xla_partitioned.hlo"))
+        .args(["--devices", "8"])
+        .args(["--shardings-from".as_ref(), other.as_os_str()])
+        .args(["--args".as_ref(), c.join("args").as_os_str()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error:"), "{err}");
+}

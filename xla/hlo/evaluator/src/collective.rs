@@ -1,211 +1,120 @@
 //! Collectives and the SPMD custom calls.
 //!
-//! The interpreter computes every collective's semantics itself (all-reduce,
-//! all-gather, reduce-scatter, all-to-all, collective-permute,
-//! collective-broadcast, their async starts) on top of one primitive that a
-//! runtime provides: `CollectiveHandler::exchange`, a rendezvous in which
-//! each member of a device group contributes arrays and receives every
-//! member's contribution. `LoopbackCollectives` implements it for devices
-//! running as threads of one process; `evaluate_spmd` runs a module on N
-//! such devices.
+//! The interpreter runs every collective through the `collectives` crate:
+//! the instruction's `replica_groups` / `channel_id` /
+//! `use_global_device_ids` / `source_target_pairs` become a call on this
+//! device's [`Communicator`] (`collectives::hlo::execute`), which applies
+//! XLA's group modes. `evaluate_spmd` runs a module on N loopback devices
+//! (threads of one process, `collectives::run_world`).
 //!
 //! Invariants: device ids are global (`replica * num_partitions +
-//! partition`); groups are resolved from `replica_groups`, `channel_id` and
-//! `use_global_device_ids` exactly as XLA's collective group modes define
-//! them; without a handler a collective over a group of one device is the
-//! identity and anything larger is an error naming the instruction. Custom
-//! calls `Sharding` (and other annotation targets) are the identity;
-//! `SPMDFullToShardShape` takes this device's tile of its operand's sharding;
-//! `SPMDShardToFullShape` assembles the full array from every partition.
+//! partition`); without a communicator a collective whose group is this
+//! device alone is computed locally and anything larger is an error naming
+//! the instruction. All-reduce and reduce-scatter whose reducer is not one
+//! of the communicator's kinds (add, multiply, min, max, and, or) gather
+//! every member's operands and fold them here with the reducer, in rank
+//! order. Custom calls `Sharding` (and other annotation targets) are the
+//! identity; `SPMDFullToShardShape` takes this device's tile of its
+//! operand's sharding; `SPMDShardToFullShape` gathers every partition's tile.
 
 use crate::error::{bad, EvalError};
 use crate::interp::{EvalContext, Evaluator};
-use crate::value::{Array, Value};
-use std::collections::HashMap;
-use std::sync::{Condvar, Mutex};
+use crate::value::{storage_of, Array, Data, Storage, Value};
+use collectives::buffer::{cast_slice, HostBytes};
+use collectives::hlo::{GroupAttributes, HloCollective};
+use collectives::{
+    Communicator, DeviceBuffer, DeviceOutcome, ParticipantGroups, ReductionKind, Topology,
+};
+use half::{bf16, f16};
+use std::sync::Mutex;
 use std::time::Duration;
 use xla_hlo_ir::sharding::{ShardingKind, SingleSharding};
-use xla_hlo_ir::{AttrKey, AttrValue, HloComputation, HloInstruction, HloModule, Opcode, Shape};
+use xla_hlo_ir::{
+    AttrKey, AttrValue, CollectiveDeviceList, HloComputation, HloInstruction, HloModule, Opcode,
+    Shape,
+};
 
-/// One collective as seen by the runtime.
-pub struct CollectiveOp<'a> {
-    pub opcode: Opcode,
-    /// The instruction's name.
-    pub name: &'a str,
-    pub channel_id: Option<i64>,
-    /// How many collectives this device issued before this one; equal on
-    /// every member for the same collective in SPMD programs.
-    pub seq: u64,
-    /// Global device ids of the group, in group order.
-    pub group: &'a [i64],
-    /// This device's global id (a member of `group`).
-    pub me: i64,
-}
+/// A device's communicator as the interpreter holds it (collectives are
+/// issued one at a time, in program order).
+pub type DeviceCommunicator = Mutex<dyn Communicator>;
 
-/// The rendezvous primitive a multi-device runtime provides.
-pub trait CollectiveHandler: Send + Sync {
-    /// Called by every member of `op.group`; returns the contributions of
-    /// all members, in group order.
-    fn exchange(
-        &self,
-        op: &CollectiveOp<'_>,
-        contribution: Vec<Array>,
-    ) -> Result<Vec<Vec<Array>>, EvalError>;
-}
+/// How long loopback devices wait for each other at a collective: long
+/// enough for the slowest device to interpret the work between two
+/// collectives of a large module.
+pub const LOOPBACK_TIMEOUT: Duration = Duration::from_secs(600);
 
-struct Slot {
-    parts: HashMap<i64, Vec<Array>>,
-    readers_left: usize,
-}
-
-/// An in-process rendezvous for devices running as threads.
-pub struct LoopbackCollectives {
-    slots: Mutex<HashMap<(u64, Vec<i64>), Slot>>,
-    cv: Condvar,
-    aborted: Mutex<Option<String>>,
-    timeout: Duration,
-}
-
-impl Default for LoopbackCollectives {
-    fn default() -> Self {
-        LoopbackCollectives::new()
-    }
-}
-
-impl LoopbackCollectives {
-    pub fn new() -> LoopbackCollectives {
-        LoopbackCollectives {
-            slots: Mutex::new(HashMap::new()),
-            cv: Condvar::new(),
-            aborted: Mutex::new(None),
-            timeout: Duration::from_secs(600),
-        }
-    }
-    /// Makes every waiting and future exchange fail (a device failed).
-    pub fn abort(&self, why: &str) {
-        *self.aborted.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.to_string());
-        self.cv.notify_all();
-    }
-    fn aborted(&self) -> Option<String> {
-        self.aborted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
-
-impl CollectiveHandler for LoopbackCollectives {
-    fn exchange(
-        &self,
-        op: &CollectiveOp<'_>,
-        contribution: Vec<Array>,
-    ) -> Result<Vec<Vec<Array>>, EvalError> {
-        let key = (op.seq, op.group.to_vec());
-        let err = |m: String| EvalError::Collective {
-            instruction: op.name.to_string(),
-            message: m,
-        };
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        {
-            let slot = slots.entry(key.clone()).or_insert_with(|| Slot {
-                parts: HashMap::new(),
-                readers_left: op.group.len(),
-            });
-            slot.parts.insert(op.me, contribution);
-        }
-        self.cv.notify_all();
-        let start = std::time::Instant::now();
-        loop {
-            if let Some(why) = self.aborted() {
-                return Err(err(format!("aborted: {why}")));
-            }
-            let ready = slots
-                .get(&key)
-                .is_some_and(|s| op.group.iter().all(|d| s.parts.contains_key(d)));
-            if ready {
-                break;
-            }
-            if start.elapsed() > self.timeout {
-                return Err(err("timed out waiting for the other devices".into()));
-            }
-            slots = self
-                .cv
-                .wait_timeout(slots, Duration::from_millis(50))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        let slot = slots.get_mut(&key).expect("ready slot");
-        let out: Vec<Vec<Array>> = op
-            .group
-            .iter()
-            .map(|d| slot.parts.get(d).cloned().unwrap_or_default())
-            .collect();
-        slot.readers_left -= 1;
-        if slot.readers_left == 0 {
-            slots.remove(&key);
-        }
-        Ok(out)
-    }
-}
-
-/// Runs `module` on `num_partitions` devices (threads) with loopback
-/// collectives; every device gets the same `args`. Returns each device's
-/// outputs (root tuple split), indexed by partition id.
-pub fn evaluate_spmd(
+/// Runs `module` on `num_partitions` loopback devices (threads), device `p`
+/// getting `args_of(p)`. Returns each device's outputs (root tuple split),
+/// indexed by partition id; the first real failure (not the echo of another
+/// device's failure) is the error.
+pub fn evaluate_on_devices(
     module: &HloModule,
-    args: &[Value],
     num_partitions: i64,
+    args_of: &(dyn Fn(i64) -> Result<Vec<Value>, EvalError> + Sync),
 ) -> Result<Vec<Vec<Value>>, EvalError> {
     let n = num_partitions.max(1);
-    let lb = LoopbackCollectives::new();
-    let results: Vec<Result<Vec<Value>, EvalError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|p| {
-                let lb = &lb;
-                s.spawn(move || {
-                    let ctx = EvalContext {
-                        partition_id: p,
-                        replica_id: 0,
-                        num_partitions: Some(n),
-                        num_replicas: Some(1),
-                        collectives: Some(lb),
-                    };
-                    let r = crate::interp::evaluate(module, args, &ctx);
-                    if let Err(e) = &r {
-                        lb.abort(&format!("device {p} failed: {e}"));
-                    }
-                    r
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(EvalError::Internal("device thread panicked".into())))
-            })
-            .collect()
-    });
-    // Report the first real failure rather than an "aborted" echo.
-    let mut out = Vec::new();
+    let outcomes = collectives::run_world(n as usize, LOOPBACK_TIMEOUT, |device, comm| {
+        let p = device as i64;
+        let args = args_of(p)?;
+        let ctx = EvalContext {
+            partition_id: p,
+            replica_id: 0,
+            num_partitions: Some(n),
+            num_replicas: Some(1),
+            collectives: Some(comm as &DeviceCommunicator),
+        };
+        crate::interp::evaluate(module, &args, &ctx)
+    })
+    .map_err(|e| EvalError::Internal(format!("cannot start loopback devices: {e}")))?;
+    first_failure(outcomes)
+}
+
+/// The devices' results, or the most telling failure: a device's own error
+/// rather than another device's report that a peer failed.
+pub fn first_failure<T>(outcomes: Vec<DeviceOutcome<T, EvalError>>) -> Result<Vec<T>, EvalError> {
+    let mut out = Vec::with_capacity(outcomes.len());
     let mut first_err: Option<EvalError> = None;
-    for r in results {
-        match r {
-            Ok(v) => out.push(v),
-            Err(e) => {
-                let is_echo = matches!(&e, EvalError::Collective { message, .. } if message.starts_with("aborted"));
-                if first_err.is_none()
-                    || (!is_echo && matches!(first_err, Some(EvalError::Collective { .. })))
-                {
-                    first_err = Some(e);
-                }
+    for (device, o) in outcomes.into_iter().enumerate() {
+        let e = match o {
+            DeviceOutcome::Done(v) => {
+                out.push(v);
+                continue;
             }
+            DeviceOutcome::Failed(e) => e,
+            DeviceOutcome::Panicked(m) => {
+                EvalError::Internal(format!("device {device} panicked: {m}"))
+            }
+        };
+        let is_echo = |e: &EvalError| {
+            matches!(
+                e,
+                EvalError::Collective {
+                    peer_failed: true,
+                    ..
+                }
+            )
+        };
+        if first_err
+            .as_ref()
+            .map_or(true, |f| is_echo(f) && !is_echo(&e))
+        {
+            first_err = Some(e);
         }
     }
     match first_err {
         Some(e) => Err(e),
         None => Ok(out),
     }
+}
+
+/// Runs `module` on `num_partitions` loopback devices, every device getting
+/// the same `args`. Returns each device's outputs, indexed by partition id.
+pub fn evaluate_spmd(
+    module: &HloModule,
+    args: &[Value],
+    num_partitions: i64,
+) -> Result<Vec<Vec<Value>>, EvalError> {
+    evaluate_on_devices(module, num_partitions, &|_| Ok(args.to_vec()))
 }
 
 /// True when a module needs several devices to run with global semantics
@@ -223,137 +132,261 @@ pub fn needs_spmd(module: &HloModule) -> bool {
     })
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Mode {
-    CrossReplica,
-    CrossPartition,
-    CrossReplicaAndPartition,
-    Flattened,
-}
-
-fn mode_of(instr: &HloInstruction, op: Opcode) -> Mode {
-    let channel = instr.channel_id().is_some();
-    // Only all-reduce, all-gather and reduce-scatter carry
-    // use_global_device_ids; the others use cross-partition groups whenever
-    // they have a channel id (XLA's GetCollectiveOpGroupMode).
-    if !matches!(
-        op,
-        Opcode::AllReduce
-            | Opcode::AllReduceStart
-            | Opcode::AllGather
-            | Opcode::AllGatherStart
-            | Opcode::ReduceScatter
-    ) {
-        return if channel {
-            Mode::CrossPartition
-        } else {
-            Mode::CrossReplica
-        };
-    }
-    if instr.bool_attr(AttrKey::UseGlobalDeviceIds) == Some(true) {
-        Mode::Flattened
-    } else if channel {
-        Mode::CrossReplicaAndPartition
-    } else {
-        Mode::CrossReplica
-    }
-}
-
-/// The device group (global ids) this device belongs to, and its rank in it.
-fn my_group(
-    ev: &Evaluator,
-    instr: &HloInstruction,
-    op: Opcode,
-) -> Result<(Vec<i64>, usize), EvalError> {
-    let p_count = ev.num_partitions();
-    let r_count = ev.num_replicas();
-    let (r, p) = (ev.ctx.replica_id, ev.ctx.partition_id);
-    let me = r * p_count + p;
-    let groups = match instr.replica_groups() {
-        Some(g) => g
-            .groups()
-            .ok_or_else(|| EvalError::invalid("replica_groups cannot be expanded"))?,
-        None => Vec::new(),
+/// The interpreter's array as a collectives buffer (one copy).
+pub fn to_buffer(a: &Array) -> Result<DeviceBuffer, EvalError> {
+    let bytes = match &*a.data {
+        Data::Pred(v) => HostBytes::from_slice(&v.iter().map(|&b| b as u8).collect::<Vec<_>>()),
+        Data::S8(v) => HostBytes::from_typed(v),
+        Data::S16(v) => HostBytes::from_typed(v),
+        Data::S32(v) => HostBytes::from_typed(v),
+        Data::S64(v) => HostBytes::from_typed(v),
+        Data::U8(v) | Data::F8(v) => HostBytes::from_typed(v),
+        Data::U16(v) => HostBytes::from_typed(v),
+        Data::U32(v) => HostBytes::from_typed(v),
+        Data::U64(v) => HostBytes::from_typed(v),
+        Data::F16(v) => HostBytes::from_typed(v),
+        Data::Bf16(v) => HostBytes::from_typed(v),
+        Data::F32(v) => HostBytes::from_typed(v),
+        Data::F64(v) => HostBytes::from_typed(v),
     };
-    let mode = mode_of(instr, op);
-    let find = |groups: &[Vec<i64>], x: i64, all: i64| -> Result<Vec<i64>, EvalError> {
-        if groups.is_empty() {
-            return Ok((0..all).collect());
-        }
-        groups
-            .iter()
-            .find(|g| g.contains(&x))
+    DeviceBuffer::new(a.ty, a.dims.clone(), bytes)
+        .map_err(|e| EvalError::Internal(format!("array to buffer: {e}")))
+}
+
+/// A collectives buffer as the interpreter's array (one copy).
+pub fn from_buffer(b: &DeviceBuffer) -> Result<Array, EvalError> {
+    fn typed<T: collectives::buffer::Pod>(b: &DeviceBuffer) -> Result<Vec<T>, EvalError> {
+        cast_slice::<T>(b.bytes())
+            .map(|s| s.to_vec())
+            .ok_or_else(|| EvalError::Internal("misaligned collective buffer".into()))
+    }
+    let ty = b.dtype();
+    let data = match storage_of(ty)? {
+        Storage::Pred => Data::Pred(b.bytes().iter().map(|&x| x != 0).collect()),
+        Storage::S8 => Data::S8(typed(b)?),
+        Storage::S16 => Data::S16(typed(b)?),
+        Storage::S32 => Data::S32(typed(b)?),
+        Storage::S64 => Data::S64(typed(b)?),
+        Storage::U8 => Data::U8(typed(b)?),
+        Storage::U16 => Data::U16(typed(b)?),
+        Storage::U32 => Data::U32(typed(b)?),
+        Storage::U64 => Data::U64(typed(b)?),
+        Storage::F16 => Data::F16(typed::<f16>(b)?),
+        Storage::Bf16 => Data::Bf16(typed::<bf16>(b)?),
+        Storage::F32 => Data::F32(typed(b)?),
+        Storage::F64 => Data::F64(typed(b)?),
+        Storage::F8 => Data::F8(typed(b)?),
+    };
+    Array::new(ty, b.dims().to_vec(), data)
+}
+
+fn collective_err(instr: &HloInstruction, e: collectives::CollectiveError) -> EvalError {
+    EvalError::Collective {
+        instruction: instr.name.clone(),
+        peer_failed: matches!(e, collectives::CollectiveError::PeerFailed { .. }),
+        message: e.to_string(),
+    }
+}
+
+fn topology(ev: &Evaluator) -> Result<Topology, EvalError> {
+    let as_count = |n: i64| usize::try_from(n.max(1)).unwrap_or(1);
+    Topology::new(as_count(ev.num_replicas()), as_count(ev.num_partitions()))
+        .map_err(|e| EvalError::invalid(e.to_string()))
+}
+
+fn group_attributes(instr: &HloInstruction) -> GroupAttributes {
+    let takes_global_ids = matches!(
+        instr.effective_opcode(),
+        Opcode::AllReduce | Opcode::AllGather | Opcode::ReduceScatter
+    );
+    GroupAttributes {
+        replica_groups: instr
+            .replica_groups()
             .cloned()
-            .ok_or_else(|| EvalError::invalid(format!("device {x} is in no replica group")))
-    };
-    let devices: Vec<i64> = match mode {
-        Mode::CrossReplica => find(&groups, r, r_count)?
-            .iter()
-            .map(|&rr| rr * p_count + p)
-            .collect(),
-        Mode::CrossPartition => find(&groups, p, p_count)?
-            .iter()
-            .map(|&pp| r * p_count + pp)
-            .collect(),
-        Mode::CrossReplicaAndPartition => find(&groups, r, r_count)?
-            .iter()
-            .flat_map(|&rr| (0..p_count).map(move |pp| rr * p_count + pp))
-            .collect(),
-        Mode::Flattened => find(&groups, me, r_count * p_count)?,
-    };
-    if let Some(&bad_id) = devices.iter().find(|&&d| d < 0 || d >= r_count * p_count) {
-        return bad(format!(
-            "replica_groups name device {bad_id} but only {r_count} replicas x {p_count} partitions exist ({mode:?} groups)"
-        ));
+            .unwrap_or(CollectiveDeviceList::Explicit(Vec::new())),
+        channel_id: instr.channel_id(),
+        use_global_device_ids: if takes_global_ids {
+            instr.bool_attr(AttrKey::UseGlobalDeviceIds)
+        } else {
+            None
+        },
     }
-    let rank = devices
-        .iter()
-        .position(|&d| d == me)
-        .ok_or_else(|| EvalError::invalid("this device is not in its own group"))?;
-    Ok((devices, rank))
 }
 
-fn exchange(
+fn source_target_pairs(instr: &HloInstruction) -> Vec<(i64, i64)> {
+    match instr.attr(AttrKey::SourceTargetPairs) {
+        Some(AttrValue::IntLists(l)) => l
+            .iter()
+            .filter(|p| p.len() == 2)
+            .map(|p| (p[0], p[1]))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The communicator's reduction for the instruction's `to_apply`, when it
+/// is one (pred add/multiply are or/and, as XLA evaluates them).
+fn reduction_kind(ev: &Evaluator, instr: &HloInstruction) -> Option<ReductionKind> {
+    let op = crate::reduce::binary_reducer(ev, instr.to_apply()?)?;
+    Some(match op {
+        Opcode::Add => ReductionKind::Sum,
+        Opcode::Multiply => ReductionKind::Product,
+        Opcode::Minimum => ReductionKind::Min,
+        Opcode::Maximum => ReductionKind::Max,
+        Opcode::And => ReductionKind::And,
+        Opcode::Or => ReductionKind::Or,
+        _ => return None,
+    })
+}
+
+/// Runs `op` on this device's communicator; without one, only a group of
+/// this device alone is allowed and the result is computed locally.
+fn run(
     ev: &Evaluator,
     instr: &HloInstruction,
-    op: Opcode,
-    group: &[i64],
-    me: i64,
-    contribution: Vec<Array>,
-) -> Result<Vec<Vec<Array>>, EvalError> {
-    let seq = {
-        let mut s = ev.collective_seq.lock().unwrap_or_else(|e| e.into_inner());
-        *s += 1;
-        *s - 1
+    op: &HloCollective,
+    operands: &[Array],
+) -> Result<Vec<Array>, EvalError> {
+    let topo = topology(ev)?;
+    let me = (ev.ctx.replica_id * ev.num_partitions() + ev.ctx.partition_id) as usize;
+    let attrs = group_attributes(instr);
+    let Some(cell) = ev.ctx.collectives else {
+        return run_alone(instr, op, &attrs, topo, me, operands);
     };
-    if group.len() == 1 && group[0] == me {
-        return Ok(vec![contribution]);
+    let buffers = operands
+        .iter()
+        .map(to_buffer)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut comm = cell.lock().unwrap_or_else(|e| e.into_inner());
+    let out = collectives::hlo::execute(&mut *comm, op, &attrs, topo, &buffers)
+        .map_err(|e| collective_err(instr, e))?;
+    drop(comm);
+    out.iter().map(from_buffer).collect()
+}
+
+/// A collective without a communicator: its group must be this device.
+fn run_alone(
+    instr: &HloInstruction,
+    op: &HloCollective,
+    attrs: &GroupAttributes,
+    topo: Topology,
+    me: usize,
+    operands: &[Array],
+) -> Result<Vec<Array>, EvalError> {
+    let err = |e: collectives::CollectiveError| collective_err(instr, e);
+    let needs_runtime = |n: usize| EvalError::Collective {
+        instruction: instr.name.clone(),
+        peer_failed: false,
+        message: format!(
+            "{} over a group of {n} devices needs a collective communicator (multi-device runtime)",
+            instr.opcode
+        ),
+    };
+    if let HloCollective::CollectivePermute {
+        source_target_pairs,
+    } = op
+    {
+        let plan = collectives::groups::permute_plan(
+            source_target_pairs,
+            attrs.channel_id.is_some(),
+            topo,
+            me,
+        )
+        .map_err(err)?;
+        if plan
+            .pairs
+            .iter()
+            .any(|&(s, t)| s != t && (s == me || t == me))
+        {
+            return Err(needs_runtime(plan.group.len()));
+        }
+        let keeps = plan.pairs.contains(&(me, me));
+        return operands
+            .iter()
+            .map(|a| {
+                if keeps {
+                    Ok(a.clone())
+                } else {
+                    Array::zeros(a.ty, a.dims.clone())
+                }
+            })
+            .collect();
     }
-    let Some(h) = ev.ctx.collectives else {
-        return Err(EvalError::Collective {
-            instruction: instr.name.clone(),
-            message: format!(
-                "{op} over a group of {} devices needs a collective handler (multi-device runtime)",
-                group.len()
-            ),
-        });
-    };
-    let cop = CollectiveOp {
-        opcode: op,
-        name: &instr.name,
-        channel_id: instr.channel_id(),
-        seq,
-        group,
-        me,
-    };
-    let r = h.exchange(&cop, contribution)?;
-    if r.len() != group.len() {
-        return Err(EvalError::Collective {
-            instruction: instr.name.clone(),
-            message: "the handler returned the wrong number of contributions".into(),
+    let groups = ParticipantGroups::from_hlo(
+        &attrs.replica_groups,
+        attrs.channel_id,
+        attrs.use_global_device_ids,
+        topo,
+    )
+    .map_err(err)?;
+    let group = groups.group_of(me).map_err(err)?;
+    if group.len() != 1 {
+        return Err(needs_runtime(group.len()));
+    }
+    Ok(operands.to_vec())
+}
+
+/// All-reduce or reduce-scatter with a reducer the communicator lacks:
+/// gather every member's operands, fold them in rank order with the
+/// reducer, and (reduce-scatter) keep this member's part of `dim`.
+fn reduce_by_gathering(
+    ev: &Evaluator,
+    instr: &HloInstruction,
+    operands: &[Array],
+    scatter_dim: Option<usize>,
+) -> Result<Vec<Array>, EvalError> {
+    let stacked: Vec<Array> = operands
+        .iter()
+        .map(|a| a.reshaped([1].iter().chain(&a.dims).copied().collect()))
+        .collect();
+    let gathered = run(
+        ev,
+        instr,
+        &HloCollective::AllGather { dimension: 0 },
+        &stacked,
+    )?;
+    let mut out = Vec::with_capacity(operands.len());
+    for (a, g) in operands.iter().zip(&gathered) {
+        let members = g.dims.first().copied().unwrap_or(1).max(1) as usize;
+        let mut acc: Option<Array> = None;
+        for k in 0..members {
+            let part = split_dim(g, 0, members, k)?.reshaped(a.dims.clone());
+            acc = Some(match acc {
+                None => part,
+                Some(x) => combine(ev, instr, &x, &part)?,
+            });
+        }
+        let acc = acc.ok_or_else(|| EvalError::invalid("empty collective group"))?;
+        out.push(match scatter_dim {
+            None => acc,
+            Some(dim) => {
+                let rank = my_rank(ev, instr, members)?;
+                split_dim(&acc, dim, members, rank)?
+            }
         });
     }
-    Ok(r)
+    Ok(out)
+}
+
+/// This device's rank in its group for instruction `instr`.
+fn my_rank(ev: &Evaluator, instr: &HloInstruction, members: usize) -> Result<usize, EvalError> {
+    let topo = topology(ev)?;
+    let me = (ev.ctx.replica_id * ev.num_partitions() + ev.ctx.partition_id) as usize;
+    let attrs = group_attributes(instr);
+    let groups = ParticipantGroups::from_hlo(
+        &attrs.replica_groups,
+        attrs.channel_id,
+        attrs.use_global_device_ids,
+        topo,
+    )
+    .map_err(|e| collective_err(instr, e))?;
+    let rank = groups
+        .rank_of(me)
+        .ok_or_else(|| EvalError::invalid(format!("device {me} is in no group")))?;
+    if groups.group_of(me).map(|g| g.len()).unwrap_or(0) != members {
+        return bad("group size changed between gathering and scattering");
+    }
+    Ok(rank)
 }
 
 fn combine(
@@ -429,153 +462,72 @@ pub fn eval_collective(
     ops: Vec<Value>,
 ) -> Result<Value, EvalError> {
     let op = instr.effective_opcode();
-    let me = ev.ctx.replica_id * ev.num_partitions() + ev.ctx.partition_id;
     let tuple_result = instr.shape.is_tuple();
     let ops = arrays(ops)?;
+    let rank = ops.first().map(|a| a.rank()).unwrap_or(0);
     match op {
         Opcode::AllReduce => {
-            let (group, _) = my_group(ev, instr, op)?;
-            let parts = exchange(ev, instr, op, &group, me, ops)?;
-            let mut acc = parts[0].clone();
-            for p in &parts[1..] {
-                for (a, b) in acc.iter_mut().zip(p) {
-                    *a = combine(ev, instr, a, b)?;
-                }
-            }
-            Ok(pack(acc, tuple_result))
+            let outs = match reduction_kind(ev, instr) {
+                Some(kind) => run(ev, instr, &HloCollective::AllReduce(kind), &ops)?,
+                None => reduce_by_gathering(ev, instr, &ops, None)?,
+            };
+            Ok(pack(outs, tuple_result))
         }
         Opcode::AllGather => {
-            let (group, _) = my_group(ev, instr, op)?;
-            let rank = ops.first().map(|a| a.rank()).unwrap_or(0);
-            let dim = dim_attr(instr, rank)?;
-            let n_ops = ops.len();
-            let inputs = ops.clone();
-            let parts = exchange(ev, instr, op, &group, me, ops)?;
-            let mut outs = Vec::new();
-            for k in 0..n_ops {
-                let pieces: Vec<&Array> = parts
-                    .iter()
-                    .map(|p| {
-                        p.get(k)
-                            .ok_or_else(|| EvalError::invalid("missing contribution"))
-                    })
-                    .collect::<Result<_, _>>()?;
-                outs.push(crate::data::concatenate(&pieces, dim as i64)?);
-            }
+            let dimension = dim_attr(instr, rank)?;
+            let outs = run(ev, instr, &HloCollective::AllGather { dimension }, &ops)?;
             if instr.opcode == Opcode::AllGatherStart {
                 // ((operands), (results)) or (operand, result)
-                return Ok(Value::Tuple(vec![
-                    pack(inputs, n_ops > 1),
-                    pack(outs, n_ops > 1),
-                ]));
+                let n = ops.len();
+                return Ok(Value::Tuple(vec![pack(ops, n > 1), pack(outs, n > 1)]));
             }
             Ok(pack(outs, tuple_result))
         }
         Opcode::ReduceScatter => {
-            let (group, rank_in_group) = my_group(ev, instr, op)?;
-            let rank = ops.first().map(|a| a.rank()).unwrap_or(0);
-            let dim = dim_attr(instr, rank)?;
-            let parts = exchange(ev, instr, op, &group, me, ops)?;
-            let mut acc = parts[0].clone();
-            for p in &parts[1..] {
-                for (a, b) in acc.iter_mut().zip(p) {
-                    *a = combine(ev, instr, a, b)?;
-                }
-            }
-            let outs = acc
-                .iter()
-                .map(|a| split_dim(a, dim, group.len(), rank_in_group))
-                .collect::<Result<Vec<_>, _>>()?;
+            let dimension = dim_attr(instr, rank)?;
+            let outs = match reduction_kind(ev, instr) {
+                Some(kind) => run(
+                    ev,
+                    instr,
+                    &HloCollective::ReduceScatter { kind, dimension },
+                    &ops,
+                )?,
+                None => reduce_by_gathering(ev, instr, &ops, Some(dimension))?,
+            };
             Ok(pack(outs, tuple_result))
         }
         Opcode::AllToAll => {
-            let (group, rank_in_group) = my_group(ev, instr, op)?;
-            let g = group.len();
             if instr.dimensions().is_empty() {
-                if ops.len() != g {
-                    return bad("tuple all-to-all needs one operand per group member");
-                }
-                let parts = exchange(ev, instr, op, &group, me, ops)?;
-                let outs = parts
-                    .iter()
-                    .map(|p| {
-                        p.get(rank_in_group)
-                            .cloned()
-                            .ok_or_else(|| EvalError::invalid("missing chunk"))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
+                let outs = run(
+                    ev,
+                    instr,
+                    &HloCollective::AllToAll { dimension: None },
+                    &ops,
+                )?;
                 return Ok(pack(outs, true));
             }
-            let rank = ops.first().map(|a| a.rank()).unwrap_or(0);
-            let dim = dim_attr(instr, rank)?;
-            let n_ops = ops.len();
-            let parts = exchange(ev, instr, op, &group, me, ops)?;
-            let mut outs = Vec::new();
-            for k in 0..n_ops {
-                let chunks: Vec<Array> = parts
-                    .iter()
-                    .map(|p| {
-                        let a = p
-                            .get(k)
-                            .ok_or_else(|| EvalError::invalid("missing contribution"))?;
-                        split_dim(a, dim, g, rank_in_group)
-                    })
-                    .collect::<Result<_, _>>()?;
-                let refs: Vec<&Array> = chunks.iter().collect();
-                outs.push(crate::data::concatenate(&refs, dim as i64)?);
-            }
+            let dimension = Some(dim_attr(instr, rank)?);
+            let outs = run(ev, instr, &HloCollective::AllToAll { dimension }, &ops)?;
             Ok(pack(outs, tuple_result))
         }
         Opcode::CollectiveBroadcast => {
-            let (group, _) = my_group(ev, instr, op)?;
-            let parts = exchange(ev, instr, op, &group, me, ops)?;
-            Ok(pack(parts[0].clone(), tuple_result))
+            let outs = run(ev, instr, &HloCollective::CollectiveBroadcast, &ops)?;
+            Ok(pack(outs, tuple_result))
         }
         Opcode::CollectivePermute => {
-            let pairs: Vec<(i64, i64)> = match instr.attr(AttrKey::SourceTargetPairs) {
-                Some(AttrValue::IntLists(l)) => l
-                    .iter()
-                    .filter(|p| p.len() == 2)
-                    .map(|p| (p[0], p[1]))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            let p_count = ev.num_partitions();
-            let r_count = ev.num_replicas();
-            let (r, p) = (ev.ctx.replica_id, ev.ctx.partition_id);
-            let cross_partition = mode_of(instr, op) == Mode::CrossPartition;
-            // Everyone in the same domain takes part; ids in pairs are
-            // partition ids (cross-partition) or replica ids.
-            let (domain, my_id): (Vec<i64>, i64) = if cross_partition {
-                ((0..p_count).map(|q| r * p_count + q).collect(), p)
-            } else {
-                ((0..r_count).map(|q| q * p_count + p).collect(), r)
-            };
             let input = ops
                 .into_iter()
                 .next()
                 .ok_or_else(|| EvalError::invalid("collective-permute without operand"))?;
-            let template = input.clone();
-            let needs_exchange = !(pairs.iter().all(|&(s, t)| s == t) || domain.len() == 1);
-            let received: Option<Array> = if needs_exchange {
-                let parts = exchange(ev, instr, op, &domain, me, vec![input.clone()])?;
-                pairs
-                    .iter()
-                    .find(|&&(_, t)| t == my_id)
-                    .and_then(|&(s, _)| usize::try_from(s).ok())
-                    .and_then(|s| parts.get(s).and_then(|v| v.first().cloned()))
-            } else {
-                pairs
-                    .iter()
-                    .find(|&&(_, t)| t == my_id)
-                    .map(|_| input.clone())
+            let permute = HloCollective::CollectivePermute {
+                source_target_pairs: source_target_pairs(instr),
             };
-            let result = match received {
-                Some(a) => a,
-                None => Array::zeros(template.ty, template.dims.clone())?,
-            };
+            let result = run(ev, instr, &permute, std::slice::from_ref(&input))?
+                .into_iter()
+                .next()
+                .ok_or_else(|| EvalError::invalid("collective-permute returned nothing"))?;
             if instr.opcode == Opcode::CollectivePermuteStart {
-                let mut items = vec![Value::Array(template), Value::Array(result)];
+                let mut items = vec![Value::Array(input), Value::Array(result)];
                 if let Shape::Tuple(e) = &instr.shape {
                     for s in e.iter().skip(2) {
                         items.push(Value::zeros(s)?);
@@ -688,21 +640,14 @@ pub fn eval_custom_call(
             if out_dims == shard.dims && !matches!(dst.kind, ShardingKind::Tiled { .. }) {
                 return Ok(Value::Array(shard));
             }
-            let p_count = ev.num_partitions();
-            let r = ev.ctx.replica_id;
-            let me = r * p_count + ev.ctx.partition_id;
-            let domain: Vec<i64> = (0..p_count).map(|q| r * p_count + q).collect();
-            let parts = exchange(ev, instr, Opcode::CustomCall, &domain, me, vec![shard])?;
+            let parts = gather_partitions(ev, instr, &shard)?;
             let mut full = Array::zeros(
                 instr.shape.element_type().ok_or_else(|| {
                     EvalError::invalid("SPMDShardToFullShape result is not an array")
                 })?,
                 out_dims.clone(),
             )?;
-            for (q, part) in parts.iter().enumerate() {
-                let piece = part
-                    .first()
-                    .ok_or_else(|| EvalError::invalid("missing shard"))?;
+            for (q, piece) in parts.iter().enumerate() {
                 let (offsets, _) = tile_of(dst, &out_dims, q as i64)?;
                 full = insert_tile(&full, piece, &offsets)?;
             }
@@ -791,94 +736,38 @@ pub fn assemble_array(
     Ok(full)
 }
 
-/// Runs a partitioned (per-device SPMD) module on `num_partitions` loopback
-/// devices: global arguments are sharded by the entry parameters'
-/// shardings, and each output leaf is reassembled with `out_shardings[k]`
-/// into `out_dims[k]`. Returns the global output leaves.
-pub fn evaluate_partitioned(
-    module: &HloModule,
-    global_args: &[Value],
-    out_shardings: &[SingleSharding],
-    out_dims: &[Vec<i64>],
+/// Every partition's `shard` (of this device's replica), in partition order.
+fn gather_partitions(
+    ev: &Evaluator,
+    instr: &HloInstruction,
+    shard: &Array,
 ) -> Result<Vec<Array>, EvalError> {
-    let n = module.num_partitions().max(1);
-    let entry = module.entry_computation();
-    if global_args.len() != entry.parameters.len() {
-        return Err(EvalError::ArgumentCount {
-            expected: entry.parameters.len(),
-            got: global_args.len(),
+    let p_count = ev.num_partitions().max(1);
+    if p_count == 1 {
+        return Ok(vec![shard.clone()]);
+    }
+    let Some(cell) = ev.ctx.collectives else {
+        return Err(EvalError::Collective {
+            instruction: instr.name.clone(),
+            peer_failed: false,
+            message: format!("gathering {p_count} partitions needs a collective communicator"),
         });
-    }
-    let lb = LoopbackCollectives::new();
-    let per_device: Vec<Vec<Value>> = (0..n)
-        .map(|d| {
-            entry
-                .parameters
-                .iter()
-                .zip(global_args)
-                .map(|(&p, a)| {
-                    let instr = &entry.instructions[p.index()];
-                    let arr = a.as_array().ok_or_else(|| {
-                        EvalError::invalid("tuple arguments are not supported here")
-                    })?;
-                    match instr.sharding.as_ref().and_then(single) {
-                        Some(s) => Ok(Value::Array(shard_array(arr, s, d)?)),
-                        None => Ok(a.clone()),
-                    }
-                })
-                .collect::<Result<Vec<_>, EvalError>>()
-        })
-        .collect::<Result<_, _>>()?;
-    let results: Vec<Result<Vec<Value>, EvalError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = per_device
-            .iter()
-            .enumerate()
-            .map(|(p, args)| {
-                let lb = &lb;
-                s.spawn(move || {
-                    let ctx = EvalContext {
-                        partition_id: p as i64,
-                        replica_id: 0,
-                        num_partitions: Some(n),
-                        num_replicas: Some(1),
-                        collectives: Some(lb),
-                    };
-                    let r = crate::interp::evaluate(module, args, &ctx);
-                    if let Err(e) = &r {
-                        lb.abort(&format!("device {p} failed: {e}"));
-                    }
-                    r
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(EvalError::Internal("device thread panicked".into())))
-            })
-            .collect()
-    });
-    let mut outs: Vec<Vec<Array>> = Vec::new();
-    for r in results {
-        let v = r?;
-        outs.push(
-            v.iter()
-                .flat_map(|x| x.leaves().into_iter().cloned())
-                .collect(),
-        );
-    }
-    let leaves = outs.first().map(|o| o.len()).unwrap_or(0);
-    (0..leaves)
-        .map(|k| {
-            let shards: Vec<Array> = outs.iter().map(|o| o[k].clone()).collect();
-            let s = out_shardings
-                .get(k)
-                .ok_or_else(|| EvalError::invalid(format!("no sharding for output {k}")))?;
-            let dims = out_dims
-                .get(k)
-                .ok_or_else(|| EvalError::invalid(format!("no global shape for output {k}")))?;
-            assemble_array(&shards, s, dims)
-        })
+    };
+    let base = ev.ctx.replica_id * p_count;
+    let group: Vec<usize> = (0..p_count).map(|q| (base + q) as usize).collect();
+    let stacked = shard.reshaped([1].iter().chain(&shard.dims).copied().collect());
+    let buffer = to_buffer(&stacked)?;
+    let mut comm = cell.lock().unwrap_or_else(|e| e.into_inner());
+    let gathered = comm
+        .all_gather(&group, 0, std::slice::from_ref(&buffer))
+        .map_err(|e| collective_err(instr, e))?;
+    drop(comm);
+    let all = from_buffer(
+        gathered
+            .first()
+            .ok_or_else(|| EvalError::invalid("all-gather returned nothing"))?,
+    )?;
+    (0..group.len())
+        .map(|k| Ok(split_dim(&all, 0, group.len(), k)?.reshaped(shard.dims.clone())))
         .collect()
 }

@@ -34,6 +34,9 @@ pub enum EvalError {
     #[error("collective %{instruction}: {message}")]
     Collective {
         instruction: String,
+        /// The failure is another device's (it failed or never arrived),
+        /// reported here because this device waited for it.
+        peer_failed: bool,
         message: String,
     },
     #[error("{0}")]

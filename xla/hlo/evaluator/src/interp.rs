@@ -7,7 +7,7 @@
 //! wrapped once with the name and opcode of the instruction that raised them
 //! (errors from nested computations keep their innermost instruction).
 
-use crate::collective::{self, CollectiveHandler};
+use crate::collective::{self, DeviceCommunicator};
 use crate::error::{bad, EvalError};
 use crate::value::{Array, Value};
 use crate::{data, dot, elementwise as ew, reduce, rng};
@@ -26,9 +26,9 @@ pub struct EvalContext<'a> {
     /// Participants; `None` takes the module's `num_partitions` / `replica_count`.
     pub num_partitions: Option<i64>,
     pub num_replicas: Option<i64>,
-    /// Carries out collectives across devices; without one, collectives
-    /// over groups of one device are the identity and others are errors.
-    pub collectives: Option<&'a dyn CollectiveHandler>,
+    /// This device's communicator; without one, collectives over groups of
+    /// this device alone are computed locally and others are errors.
+    pub collectives: Option<&'a DeviceCommunicator>,
 }
 
 impl Default for EvalContext<'_> {
@@ -109,8 +109,6 @@ pub struct Evaluator<'m> {
     pub module: &'m HloModule,
     pub ctx: EvalContext<'m>,
     plans: Mutex<HashMap<CompId, std::sync::Arc<Plan>>>,
-    /// Per-device count of collectives issued, for rendezvous keys.
-    pub(crate) collective_seq: Mutex<u64>,
     /// Time per (opcode, shape) when `XLA_EVAL_PROFILE` is set.
     profile: Option<Mutex<HashMap<String, (f64, usize)>>>,
 }
@@ -152,7 +150,6 @@ impl<'m> Evaluator<'m> {
             module,
             ctx,
             plans: Mutex::new(HashMap::new()),
-            collective_seq: Mutex::new(0),
             profile: std::env::var_os("XLA_EVAL_PROFILE").map(|_| Mutex::new(HashMap::new())),
         }
     }

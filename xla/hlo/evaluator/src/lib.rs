@@ -2,7 +2,7 @@
 //! the CPU with XLA's semantics. It is the oracle that checks partitioning
 //! and scheduling passes (run a module before and after, compare), and the
 //! per-device runtime of the loopback multi-device runtime (collectives go
-//! through a `CollectiveHandler`).
+//! through a `collectives::Communicator`).
 //!
 //! Invariants: evaluation never panics on malformed modules or inputs; every
 //! failure is an `EvalError` naming the instruction, parameter, opcode or
@@ -24,8 +24,8 @@ pub mod rng;
 pub mod value;
 
 pub use collective::{
-    evaluate_partitioned, evaluate_spmd, needs_spmd, CollectiveHandler, CollectiveOp,
-    LoopbackCollectives,
+    evaluate_on_devices, evaluate_spmd, first_failure, needs_spmd, DeviceCommunicator,
+    LOOPBACK_TIMEOUT,
 };
 pub use error::EvalError;
 pub use interp::{evaluate, evaluate_value, EvalContext, Evaluator};

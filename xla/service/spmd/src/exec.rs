@@ -1,7 +1,7 @@
 //! Running a partitioned module: split global arrays into per-device
 //! arrays by a sharding (padded tiles, zeros in the padding), run the module
-//! on `N` loopback devices (one thread each, collectives through
-//! `LoopbackCollectives`), and assemble global outputs from the devices'
+//! on `N` loopback devices (one thread each, collectives through the
+//! `collectives` crate's loopback world), and assemble global outputs from the devices'
 //! tiles by the root's sharding.
 //!
 //! Invariants: `assemble(split(x)) == x` exactly for every sharding and
@@ -12,7 +12,7 @@
 use crate::error::SpmdError;
 use crate::grid::{local_dims, tile_size, Grid};
 use crate::partition::{vs_from_ir, VS};
-use xla_hlo_evaluator::{evaluate, Array, EvalContext, LoopbackCollectives, Value};
+use xla_hlo_evaluator::{evaluate, evaluate_on_devices, Array, EvalContext, Value};
 use xla_hlo_ir::attrs::SliceDim;
 use xla_hlo_ir::{HloModule, Shape};
 
@@ -170,67 +170,23 @@ pub fn run_devices(
     args: &[Vec<Value>],
     n: i64,
 ) -> Result<Vec<Value>, SpmdError> {
-    let lb = LoopbackCollectives::new();
-    let results: Vec<Result<Value, SpmdError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|p| {
-                let lb = &lb;
-                let a = &args[p as usize];
-                s.spawn(move || {
-                    let ctx = EvalContext {
-                        partition_id: p,
-                        replica_id: 0,
-                        num_partitions: Some(n),
-                        num_replicas: Some(1),
-                        collectives: Some(lb),
-                    };
-                    let r = evaluate(module, a, &ctx);
-                    if let Err(e) = &r {
-                        lb.abort(&format!("device {p} failed: {e}"));
-                    }
-                    r.map(|outs| {
-                        if outs.len() == 1
-                            && !module.entry_computation().root_instr().shape.is_tuple()
-                        {
-                            outs.into_iter().next().unwrap_or(Value::Tuple(vec![]))
-                        } else {
-                            Value::Tuple(outs)
-                        }
-                    })
-                    .map_err(|e| SpmdError::Eval(format!("device {p}: {e}")))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(SpmdError::Eval("device thread panicked".into())))
-            })
-            .collect()
-    });
-    let mut out = Vec::new();
-    let mut first_err: Option<SpmdError> = None;
-    for r in results {
-        match r {
-            Ok(v) => out.push(v),
-            Err(e) => {
-                let echo = e.to_string().contains("aborted");
-                if first_err.is_none()
-                    || (!echo
-                        && first_err
-                            .as_ref()
-                            .is_some_and(|f| f.to_string().contains("aborted")))
-                {
-                    first_err = Some(e);
-                }
+    let args_of = |p: i64| {
+        args.get(p as usize).cloned().ok_or_else(|| {
+            xla_hlo_evaluator::EvalError::invalid(format!("no arguments for device {p}"))
+        })
+    };
+    let outs = evaluate_on_devices(module, n, &args_of).map_err(eval_err)?;
+    let tuple_root = module.entry_computation().root_instr().shape.is_tuple();
+    Ok(outs
+        .into_iter()
+        .map(|mut o| {
+            if o.len() == 1 && !tuple_root {
+                o.remove(0)
+            } else {
+                Value::Tuple(o)
             }
-        }
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
+        })
+        .collect())
 }
 
 /// Runs a partitioned module (entry parameters and root carry their global

@@ -1,0 +1,268 @@
+//! Running one SPMD executable on N devices with global arguments and
+//! results.
+//!
+//! Device `d` (partition `d`, replica 0) gets, for each entry parameter, its
+//! tile of the global argument under the parameter's sharding: tiled
+//! shardings take the tile at the device's position in the tile assignment
+//! (uneven tiles padded with zeros past the end of the array, as XLA pads
+//! them), replicated ones the whole array. Each global result leaf is
+//! assembled from every device's tiles under the result sharding, trimmed
+//! to the global shape; a replicated leaf is device 0's value, a maximal
+//! one its device's.
+//!
+//! Invariants: shard-then-assemble returns the input exactly for every
+//! sharding and dtype (property-tested); named (mesh) shardings are
+//! converted to tile assignments first; manual and unknown shardings are
+//! errors for split and assemble, since they say nothing about where the
+//! data lives.
+
+use crate::backend::{DeviceContext, Executable, RuntimeError};
+use std::time::Duration;
+use xla_hlo_evaluator::collective::{assemble_array, shard_array};
+use xla_hlo_evaluator::{first_failure, Array, DeviceCommunicator, EvalError, Value};
+use xla_hlo_ir::sharding::{ShardingKind, SingleSharding};
+use xla_hlo_ir::{HloSharding, Shape};
+
+/// How to run an SPMD executable on global data.
+#[derive(Clone, Debug)]
+pub struct LaunchPlan {
+    /// Devices (partitions) to run on.
+    pub num_partitions: usize,
+    /// Per entry parameter, its sharding (`None`: replicated).
+    pub parameter_shardings: Vec<Option<HloSharding>>,
+    /// The root's sharding (`None`: replicated).
+    pub result_sharding: Option<HloSharding>,
+    /// The root's global shape.
+    pub result_shape: Shape,
+    /// How long devices wait for each other at a collective.
+    pub timeout: Duration,
+}
+
+impl LaunchPlan {
+    /// The plan the executable's own module implies: parameter and root
+    /// shardings from its entry, `num_partitions` devices, and a global
+    /// result shape of the local shape times the tile counts (exact unless
+    /// the global shape was uneven; pass the global module's root shape then).
+    pub fn from_module(exe: &dyn Executable) -> Result<LaunchPlan, RuntimeError> {
+        let module = exe.module();
+        let entry = module.entry_computation();
+        let root = entry.root_instr();
+        let n = module.num_partitions().max(1) as usize;
+        let parameter_shardings = entry
+            .parameters
+            .iter()
+            .map(|p| entry.instructions[p.index()].sharding.clone())
+            .collect();
+        let result_shape = global_shape(&root.shape, root.sharding.as_ref())?;
+        Ok(LaunchPlan {
+            num_partitions: n,
+            parameter_shardings,
+            result_sharding: root.sharding.clone(),
+            result_shape,
+            timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
+        })
+    }
+}
+
+/// The global shape a per-device `local` shape stands for under `sharding`
+/// (each tiled dim times its tile count).
+pub fn global_shape(local: &Shape, sharding: Option<&HloSharding>) -> Result<Shape, RuntimeError> {
+    let Some(sharding) = sharding else {
+        return Ok(local.clone());
+    };
+    let leaves = local.leaves();
+    let mut shapes = Vec::with_capacity(leaves.len());
+    for (k, leaf) in leaves.iter().enumerate() {
+        let s = leaf_sharding(sharding, k, leaves.len())?;
+        let tiled = tiled(&s)?;
+        let dims: Vec<i64> = match &tiled {
+            Some(t) => leaf
+                .dims()
+                .iter()
+                .zip(tile_counts(t))
+                .map(|(&d, t)| d * t)
+                .collect(),
+            None => leaf.dims().to_vec(),
+        };
+        let ty = leaf.element_type().ok_or_else(|| {
+            RuntimeError::Sharding(format!("result leaf {k} ({leaf}) is not an array"))
+        })?;
+        shapes.push(Shape::array(ty, dims));
+    }
+    Ok(if local.is_tuple() {
+        Shape::Tuple(shapes)
+    } else {
+        shapes.remove(0)
+    })
+}
+
+/// Tiles per dimension of a tiled sharding (trailing replication dims
+/// included; zipping with an array's dims drops them).
+fn tile_counts(s: &SingleSharding) -> Vec<i64> {
+    match &s.kind {
+        ShardingKind::Tiled {
+            tile_assignment, ..
+        } => tile_assignment.dims().to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+/// Leaf `k` (of `count`) of a sharding: a tuple sharding's element, or the
+/// single sharding itself for every leaf.
+fn leaf_sharding(s: &HloSharding, k: usize, count: usize) -> Result<SingleSharding, RuntimeError> {
+    match s {
+        HloSharding::Single(x) => Ok(x.clone()),
+        HloSharding::Tuple(v) if v.len() == count => Ok(v[k].clone()),
+        HloSharding::Tuple(v) => Err(RuntimeError::Sharding(format!(
+            "tuple sharding has {} elements for a value of {count} leaves",
+            v.len()
+        ))),
+    }
+}
+
+/// The sharding as a tile assignment (`Some`) or a whole-array placement
+/// (`None`: replicated or maximal); named shardings are converted.
+fn tiled(s: &SingleSharding) -> Result<Option<SingleSharding>, RuntimeError> {
+    match &s.kind {
+        ShardingKind::Tiled { .. } => Ok(Some(s.clone())),
+        ShardingKind::Replicated | ShardingKind::Maximal(_) | ShardingKind::MaximalMesh(_) => {
+            Ok(None)
+        }
+        ShardingKind::Named(ns) => {
+            let algebraic = xla_hlo_utils::named::named_to_sharding(ns)
+                .map_err(|e| RuntimeError::Sharding(format!("named sharding: {e}")))?;
+            tiled(&algebraic.to_ir())
+        }
+        other => Err(RuntimeError::Sharding(format!(
+            "a {} sharding does not say where global data lives",
+            kind_name(other)
+        ))),
+    }
+}
+
+fn kind_name(k: &ShardingKind) -> &'static str {
+    match k {
+        ShardingKind::Manual => "manual",
+        ShardingKind::Unknown => "unknown",
+        ShardingKind::Unreduced => "unreduced",
+        _ => "non-tiled",
+    }
+}
+
+/// Device `device`'s part of global value `v` under `sharding`.
+pub fn split_value(
+    v: &Value,
+    sharding: Option<&HloSharding>,
+    device: i64,
+) -> Result<Value, RuntimeError> {
+    let Some(sharding) = sharding else {
+        return Ok(v.clone());
+    };
+    let leaves = v.leaves();
+    let mut parts = Vec::with_capacity(leaves.len());
+    for (k, a) in leaves.iter().enumerate() {
+        let s = leaf_sharding(sharding, k, leaves.len())?;
+        parts.push(Value::Array(match tiled(&s)? {
+            Some(t) => shard_array(a, &t, device)?,
+            None => (*a).clone(),
+        }));
+    }
+    Ok(match v {
+        Value::Tuple(_) => Value::Tuple(parts),
+        _ => parts.remove(0),
+    })
+}
+
+/// Global leaf `k` assembled from every device's local leaf.
+fn assemble_leaf(
+    shards: &[Array],
+    s: &SingleSharding,
+    global_dims: &[i64],
+) -> Result<Array, RuntimeError> {
+    match (&s.kind, tiled(s)?) {
+        (_, Some(t)) => Ok(assemble_array(shards, &t, global_dims)?),
+        (ShardingKind::Maximal(d) | ShardingKind::MaximalMesh(d), None) => shards
+            .get(usize::try_from(*d).unwrap_or(usize::MAX))
+            .cloned()
+            .ok_or_else(|| RuntimeError::Sharding(format!("maximal device {d} did not run"))),
+        (_, None) => shards
+            .first()
+            .cloned()
+            .ok_or_else(|| RuntimeError::Devices("no device ran".into())),
+    }
+}
+
+/// Runs `exe` on `plan.num_partitions` loopback devices with global
+/// arguments; returns the global results (a tuple root split into leaves).
+pub fn run_spmd(
+    exe: &dyn Executable,
+    global_args: &[Value],
+    plan: &LaunchPlan,
+) -> Result<Vec<Value>, RuntimeError> {
+    let n = plan.num_partitions.max(1);
+    if global_args.len() != plan.parameter_shardings.len() {
+        return Err(RuntimeError::Execute(EvalError::ArgumentCount {
+            expected: plan.parameter_shardings.len(),
+            got: global_args.len(),
+        }));
+    }
+    let local_args = |device: i64| -> Result<Vec<Value>, RuntimeError> {
+        global_args
+            .iter()
+            .zip(&plan.parameter_shardings)
+            .map(|(a, s)| split_value(a, s.as_ref(), device))
+            .collect()
+    };
+    let outcomes = collectives::run_world(n, plan.timeout, |device, comm| {
+        let ctx = DeviceContext {
+            replica_id: 0,
+            partition_id: device as i64,
+            num_replicas: 1,
+            num_partitions: n as i64,
+            communicator: Some(comm as &DeviceCommunicator),
+        };
+        let args = local_args(device as i64).map_err(to_eval)?;
+        exe.execute(&ctx, &args).map_err(to_eval)
+    })
+    .map_err(|e| RuntimeError::Devices(e.to_string()))?;
+    let per_device = first_failure(outcomes)?;
+    let leaf_shapes = plan.result_shape.leaves();
+    let per_device_leaves: Vec<Vec<Array>> = per_device
+        .iter()
+        .map(|outs| {
+            outs.iter()
+                .flat_map(|v| v.leaves().into_iter().cloned())
+                .collect()
+        })
+        .collect();
+    let mut results = Vec::with_capacity(leaf_shapes.len());
+    for (k, shape) in leaf_shapes.iter().enumerate() {
+        let shards: Vec<Array> = per_device_leaves
+            .iter()
+            .map(|leaves| {
+                leaves.get(k).cloned().ok_or_else(|| {
+                    RuntimeError::Devices(format!(
+                        "a device returned {} result leaves, the global result has {}",
+                        leaves.len(),
+                        leaf_shapes.len()
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let s = match &plan.result_sharding {
+            Some(s) => leaf_sharding(s, k, leaf_shapes.len())?,
+            None => SingleSharding::new(ShardingKind::Replicated),
+        };
+        results.push(Value::Array(assemble_leaf(&shards, &s, shape.dims())?));
+    }
+    Ok(results)
+}
+
+/// Runtime errors cross the device threads as interpreter errors (so the
+/// echo of another device's failure can be told apart).
+fn to_eval(e: RuntimeError) -> EvalError {
+    match e {
+        RuntimeError::Execute(e) => e,
+        other => EvalError::Invalid(other.to_string()),
+    }
+}
