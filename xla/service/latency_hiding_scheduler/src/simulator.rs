@@ -260,6 +260,18 @@ pub fn simulate_graph(
             }
         }
     }
+    let total_comm: f64 = (0..n)
+        .filter(|&i| {
+            g.resource[i].is_some()
+                && matches!(g.kind[i], NodeKind::Start | NodeKind::SyncCollective)
+        })
+        .map(|i| g.latency[i])
+        .sum::<f64>()
+        + g.nested_total
+            .iter()
+            .map(|&(_, v)| v)
+            .filter(|v| v.is_finite())
+            .sum::<f64>();
     let compute_busy: f64 = (0..n)
         .filter(|&i| g.kind[i] != NodeKind::SyncCollective)
         .map(|i| g.lb_cost[i])
@@ -297,6 +309,7 @@ pub fn simulate_graph(
         compute_busy,
         comm_busy,
         exposed_comm: exposed,
+        total_comm,
         peak_temp,
         peak_total,
     };
