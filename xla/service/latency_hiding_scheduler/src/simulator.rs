@@ -266,12 +266,15 @@ pub fn simulate_graph(
                 && matches!(g.kind[i], NodeKind::Start | NodeKind::SyncCollective)
         })
         .map(|i| g.latency[i])
-        .sum::<f64>()
-        + g.nested_total
-            .iter()
-            .map(|&(_, v)| v)
-            .filter(|v| v.is_finite())
-            .sum::<f64>();
+        .chain(
+            g.nested_total
+                .iter()
+                .map(|&(_, v)| v)
+                .filter(|v| v.is_finite()),
+        )
+        // fold from +0.0: an empty f64 `sum` is -0.0, which the report
+        // would print as "-0.0".
+        .fold(0.0, |a, x| a + x);
     let compute_busy: f64 = (0..n)
         .filter(|&i| g.kind[i] != NodeKind::SyncCollective)
         .map(|i| g.lb_cost[i])

@@ -452,3 +452,20 @@ ENTRY %e (p: pred[], p0: f32[1024]) -> f32[1024] {
     assert!(e.exposed_comm <= e.total_comm() + 1e-9);
     assert!(e.comm_busy.iter().sum::<f64>() <= e.total_comm() + 1e-9);
 }
+
+/// Without collectives the total is +0.0 (an empty f64 sum is -0.0, which
+/// the JSON report would print as "-0.0").
+#[test]
+fn no_communication_totals_positive_zero() {
+    let m = parse(&module(
+        "ENTRY %e (p0: f32[1024]) -> f32[1024] {
+  %p0 = f32[1024]{0} parameter(0)
+  ROOT %c1 = f32[1024]{0} exponential(%p0)
+}
+",
+    ));
+    let model = fixed(&[("c1", 10.0)]);
+    let (_, sim) = schedule(&m, &SchedulerConfig::default(), model.as_ref());
+    let t = sim.entry.total_comm();
+    assert!(t == 0.0 && t.is_sign_positive(), "total {t:?}");
+}
