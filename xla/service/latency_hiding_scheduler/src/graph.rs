@@ -77,6 +77,11 @@ pub struct CompSummary {
     pub comm_busy: [f64; NUM_RESOURCES],
     /// Time the compute stream waits for transfers (nested included).
     pub exposed_comm: f64,
+    /// Transfer time of one execution, nested included, taking the
+    /// costliest branch of each conditional (as `exposed_comm` does, so
+    /// `exposed_comm <= total_comm`; `comm_busy` takes the cheapest
+    /// branch instead, since it feeds the lower bound).
+    pub total_comm: f64,
     /// Peak live bytes of temporaries (parameters excluded).
     pub peak_temp: u64,
     /// Peak live bytes including parameters.
@@ -85,7 +90,7 @@ pub struct CompSummary {
 
 impl CompSummary {
     pub fn total_comm(&self) -> f64 {
-        self.comm_busy.iter().sum()
+        self.total_comm
     }
 }
 
@@ -129,6 +134,8 @@ pub struct Graph {
     pub nested_comm: Vec<(u32, [f64; NUM_RESOURCES])>,
     /// Nested exposed communication per node.
     pub nested_exposed: Vec<(u32, f64)>,
+    /// Nested transfer time per node (costliest branch, times trip counts).
+    pub nested_total: Vec<(u32, f64)>,
     /// Nested compute-busy lower bound per node.
     pub nested_busy: Vec<(u32, f64)>,
     /// Callee peak of temporaries, added while the node runs.
@@ -266,6 +273,7 @@ impl Graph {
             pair: vec![NONE; n],
             nested_comm: Vec::new(),
             nested_exposed: Vec::new(),
+            nested_total: Vec::new(),
             nested_busy: Vec::new(),
             nested_resources: vec![0; n],
             transient: vec![0; n],
@@ -370,6 +378,9 @@ impl Graph {
                         * (get(body, |s| s.exposed_comm) + get(cond, |s| s.exposed_comm))
                         + get(cond, |s| s.exposed_comm);
                     g.nested_exposed.push((i as u32, exposed));
+                    let total = trip * (get(body, |s| s.total_comm) + get(cond, |s| s.total_comm))
+                        + get(cond, |s| s.total_comm);
+                    g.nested_total.push((i as u32, total));
                     let busy = trip
                         * (get(body, |s| s.compute_busy) + get(cond, |s| s.compute_busy))
                         + get(cond, |s| s.compute_busy);
@@ -406,6 +417,7 @@ impl Graph {
                         }
                         g.nested_comm.push((i as u32, comm));
                         g.nested_exposed.push((i as u32, max(|s| s.exposed_comm)));
+                        g.nested_total.push((i as u32, max(|s| s.total_comm)));
                         let busy = callees
                             .iter()
                             .map(|s| s.compute_busy)

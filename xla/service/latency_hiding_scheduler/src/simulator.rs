@@ -260,6 +260,21 @@ pub fn simulate_graph(
             }
         }
     }
+    let total_comm: f64 = (0..n)
+        .filter(|&i| {
+            g.resource[i].is_some()
+                && matches!(g.kind[i], NodeKind::Start | NodeKind::SyncCollective)
+        })
+        .map(|i| g.latency[i])
+        .chain(
+            g.nested_total
+                .iter()
+                .map(|&(_, v)| v)
+                .filter(|v| v.is_finite()),
+        )
+        // fold from +0.0: an empty f64 `sum` is -0.0, which the report
+        // would print as "-0.0".
+        .fold(0.0, |a, x| a + x);
     let compute_busy: f64 = (0..n)
         .filter(|&i| g.kind[i] != NodeKind::SyncCollective)
         .map(|i| g.lb_cost[i])
@@ -297,6 +312,7 @@ pub fn simulate_graph(
         compute_busy,
         comm_busy,
         exposed_comm: exposed,
+        total_comm,
         peak_temp,
         peak_total,
     };

@@ -419,3 +419,53 @@ fn deterministic_and_stable() {
     assert!(close(sim_c.entry.makespan, sim_a.entry.makespan));
     assert!(c.config.is_scheduled);
 }
+
+/// A conditional whose one branch all-reduces and whose other branch does
+/// not: the lower bound may only count the cheaper branch's transfers, but
+/// the reported total counts the costlier one, as exposed communication
+/// does, so `exposed_comm <= total_comm` (the report's invariant) holds.
+#[test]
+fn conditional_total_comm_counts_the_costliest_branch() {
+    let m = parse(&module(
+        "%tb (x: f32[1024]) -> f32[1024] {
+  %x = f32[1024]{0} parameter(0)
+  ROOT %ar = f32[1024]{0} all-reduce(%x), channel_id=1, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%add
+}
+
+%fb (y: f32[1024]) -> f32[1024] {
+  %y = f32[1024]{0} parameter(0)
+  ROOT %ex = f32[1024]{0} exponential(%y)
+}
+
+ENTRY %e (p: pred[], p0: f32[1024]) -> f32[1024] {
+  %p = pred[] parameter(0)
+  %p0 = f32[1024]{0} parameter(1)
+  ROOT %c = f32[1024]{0} conditional(%p, %p0, %p0), true_computation=%tb, false_computation=%fb
+}
+",
+    ));
+    let model = fixed(&[("ar", 30.0), ("ex", 5.0)]);
+    let (_, sim) = schedule(&m, &SchedulerConfig::default(), model.as_ref());
+    let e = &sim.entry;
+    assert!(close(e.total_comm(), 30.0), "total {}", e.total_comm());
+    assert!(close(e.exposed_comm, 30.0), "exposed {}", e.exposed_comm);
+    assert!(e.exposed_comm <= e.total_comm() + 1e-9);
+    assert!(e.comm_busy.iter().sum::<f64>() <= e.total_comm() + 1e-9);
+}
+
+/// Without collectives the total is +0.0 (an empty f64 sum is -0.0, which
+/// the JSON report would print as "-0.0").
+#[test]
+fn no_communication_totals_positive_zero() {
+    let m = parse(&module(
+        "ENTRY %e (p0: f32[1024]) -> f32[1024] {
+  %p0 = f32[1024]{0} parameter(0)
+  ROOT %c1 = f32[1024]{0} exponential(%p0)
+}
+",
+    ));
+    let model = fixed(&[("c1", 10.0)]);
+    let (_, sim) = schedule(&m, &SchedulerConfig::default(), model.as_ref());
+    let t = sim.entry.total_comm();
+    assert!(t == 0.0 && t.is_sign_positive(), "total {t:?}");
+}
