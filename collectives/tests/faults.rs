@@ -389,3 +389,53 @@ fn world_keeps_working_after_a_failed_call() {
         assert_eq!(second, vec![6.0]);
     }
 }
+
+/// `run_world`: a device whose program fails or panics before a collective
+/// makes the others fail with an error naming it, long before the timeout;
+/// each device's outcome is reported.
+#[test]
+fn run_world_propagates_failures_and_panics() {
+    use collectives::{run_world, DeviceOutcome};
+    let long = Duration::from_secs(30);
+    for panics in [false, true] {
+        let t = Instant::now();
+        let outcomes = run_world(4, long, |d, comm| -> Result<f32, String> {
+            if d == 2 {
+                if panics {
+                    panic!("device program bug");
+                }
+                return Err("device program error".into());
+            }
+            let mut c = comm.lock().unwrap();
+            let out = c
+                .all_reduce(&all(4), ReductionKind::Sum, &[f32s(&[1.0])])
+                .map_err(|e| e.to_string())?;
+            Ok(out[0].typed::<f32>().unwrap()[0])
+        })
+        .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        for (d, o) in outcomes.iter().enumerate() {
+            match (d, o) {
+                (2, DeviceOutcome::Panicked(m)) if panics => assert!(m.contains("bug"), "{m}"),
+                (2, DeviceOutcome::Failed(m)) if !panics => assert!(m.contains("error"), "{m}"),
+                (_, DeviceOutcome::Failed(m)) if d != 2 => {
+                    assert!(m.contains("device 2"), "device {d}: {m}")
+                }
+                other => panic!("unexpected outcome {other:?} (panics={panics})"),
+            }
+        }
+    }
+    // Without failures every device finishes.
+    let outcomes = run_world(3, long, |d, comm| -> Result<usize, String> {
+        comm.lock()
+            .unwrap()
+            .barrier(&all(3))
+            .map_err(|e| e.to_string())?;
+        Ok(d)
+    })
+    .unwrap();
+    assert!(outcomes
+        .iter()
+        .enumerate()
+        .all(|(d, o)| matches!(o, DeviceOutcome::Done(x) if *x == d)));
+}
