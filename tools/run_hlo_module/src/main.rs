@@ -29,8 +29,14 @@ use xla_runtime::{Backend, CpuBackend, LaunchPlan};
     about = "Run an HLO module on the reference interpreter"
 )]
 struct Cli {
-    /// The HLO text file.
-    file: PathBuf,
+    /// The HLO text file (default with --case: DIR/input.hlo).
+    #[arg(required_unless_present = "case")]
+    file: Option<PathBuf>,
+    /// A case folder (testdata/cases/NAME or a corpus case): FILE defaults
+    /// to its input.hlo, --args/--expected to its args/ and expected/ when
+    /// present, --case-json to its case.json.
+    #[arg(long, value_name = "DIR")]
+    case: Option<PathBuf>,
     /// Folder with arg0.npy, arg1.npy, ... (entry parameter order).
     #[arg(long)]
     args: Option<PathBuf>,
@@ -76,14 +82,37 @@ struct Cli {
     /// shardings; the JSON line gains "partition" statistics.
     #[arg(long)]
     partition: bool,
+    /// With --partition: schedule the partitioned module with the
+    /// latency-hiding scheduler (analytical cost model) before running it;
+    /// the JSON line gains the schedule report.
+    #[arg(long, requires = "partition")]
+    schedule: bool,
+}
+
+impl Cli {
+    /// Fills FILE, --args, --expected and --case-json from --case.
+    fn resolve_case(mut self) -> Cli {
+        if let Some(dir) = self.case.clone() {
+            let existing = |p: PathBuf| p.exists().then_some(p);
+            self.file = self.file.or_else(|| Some(dir.join("input.hlo")));
+            self.args = self.args.or_else(|| existing(dir.join("args")));
+            self.expected = self.expected.or_else(|| existing(dir.join("expected")));
+            self.case_json = self.case_json.or_else(|| existing(dir.join("case.json")));
+        }
+        self
+    }
+
+    fn file(&self) -> &Path {
+        self.file.as_deref().unwrap_or(Path::new("-"))
+    }
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse().resolve_case();
     match run(&cli) {
         Ok(ok) => std::process::exit(if ok { 0 } else { 1 }),
         Err(e) => {
-            let line = json!({"file": cli.file.display().to_string(), "error": format!("{e:#}")});
+            let line = json!({"file": cli.file().display().to_string(), "error": format!("{e:#}")});
             println!("{line}");
             eprintln!("error: {e:#}");
             std::process::exit(2);
@@ -105,7 +134,7 @@ fn load_json(path: &Path) -> Result<Json> {
 
 fn run(cli: &Cli) -> Result<bool> {
     let t_total = Instant::now();
-    let module = parse_file(&cli.file)?;
+    let module = parse_file(cli.file())?;
     let case = match &cli.case_json {
         Some(p) => Some(load_json(p)?),
         None => None,
@@ -148,7 +177,11 @@ fn run(cli: &Cli) -> Result<bool> {
         }
     });
     let partitioned = if cli.partition {
-        Some(partition::Partitioned::new(&module, cli.devices)?)
+        Some(partition::Partitioned::new(
+            &module,
+            cli.devices,
+            cli.schedule,
+        )?)
     } else {
         None
     };
@@ -236,20 +269,28 @@ fn run(cli: &Cli) -> Result<bool> {
         }
     }
     let mut line = json!({
-        "file": cli.file.display().to_string(),
+        "file": cli.file().display().to_string(),
         "devices": devices,
         "outputs": report,
         "eval_s": best,
         "wall_s": t_total.elapsed().as_secs_f64(),
     });
     if let Some(pm) = &partitioned {
-        line["partition"] = pm.stats();
+        let mut stats = pm.stats();
+        if let Some(xla) = case.as_ref().and_then(|c| c.get("xla_collective_bytes")) {
+            stats["xla_collective_bytes"] = xla.clone();
+        }
+        eprint!(
+            "{}",
+            summary(&stats, devices, best, compared.then_some(all_ok))
+        );
+        line["partition"] = stats;
     }
     if compared {
         line["all_matched"] = json!(all_ok);
     }
     if cli.bench_xla {
-        match generate::bench_xla(&cli.file, &args, cli.repeat.max(1)) {
+        match generate::bench_xla(cli.file(), &args, cli.repeat.max(1)) {
             Ok(xla_s) => {
                 line["xla_s"] = json!(xla_s);
                 line["ratio_vs_xla"] = json!(best / xla_s);
@@ -297,6 +338,61 @@ fn launch_plan(module: &HloModule, global: &HloModule, devices: Option<i64>) -> 
         result_shape: root.shape.clone(),
         timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
     })
+}
+
+/// A short human-readable report of a --partition run (stderr; stdout
+/// keeps the one JSON line).
+fn summary(stats: &Json, devices: i64, eval_s: f64, matched: Option<bool>) -> String {
+    let f = |k: &str| stats.get(k).and_then(Json::as_f64).unwrap_or(0.0);
+    let mut out = format!(
+        "propagated in {:.2} ms, partitioned for {devices} devices in {:.2} ms\n",
+        f("propagation_s") * 1e3,
+        f("partitioning_s") * 1e3
+    );
+    let kinds: Vec<String> = stats
+        .get("collectives")
+        .and_then(Json::as_object)
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+                .map(|(k, v)| format!("{k} x{v}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let ours = stats["collective_bytes"].as_u64().unwrap_or(0);
+    out += &format!(
+        "collectives: {} ({ours} bytes per device",
+        if kinds.is_empty() {
+            "none".to_string()
+        } else {
+            kinds.join(", ")
+        }
+    );
+    match stats.get("xla_collective_bytes").and_then(Json::as_u64) {
+        Some(xla) => out += &format!("; XLA's partitioner: {xla} bytes)\n"),
+        None => out += ")\n",
+    }
+    if let Some(s) = stats.get("schedule") {
+        let g = |k: &str| s.get(k).and_then(Json::as_f64).unwrap_or(0.0);
+        out += &format!(
+            "scheduled in {:.2} ms: makespan {:.1} us (lower bound {:.1} us, sequential {:.1} us), exposed communication {:.1} us\n",
+            g("scheduler_ms"),
+            g("makespan_us"),
+            g("lower_bound_us"),
+            g("sequential_makespan_us"),
+            g("exposed_comm_us")
+        );
+    }
+    out += &format!(
+        "ran on {devices} loopback devices in {:.3} s{}\n",
+        eval_s,
+        match matched {
+            Some(true) => ": outputs match XLA's",
+            Some(false) => ": OUTPUTS DIFFER from the expected ones",
+            None => "",
+        }
+    );
+    out
 }
 
 /// Compares one output with its expected array.

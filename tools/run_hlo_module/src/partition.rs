@@ -1,7 +1,9 @@
 //! `--partition`: runs sharding propagation and the SPMD partitioner on the
-//! module, then the per-device program on N loopback devices, splitting the
-//! global arguments by the entry parameters' shardings and assembling the
-//! global outputs by the root's sharding (checking that replicas agree).
+//! module (with `--schedule`, then the latency-hiding scheduler under the
+//! analytical NVLink cost model), then the per-device program on N loopback
+//! devices, splitting the global arguments by the entry parameters'
+//! shardings and assembling the global outputs by the root's sharding
+//! (checking that replicas agree).
 //!
 //! Invariant: the outputs have the unpartitioned module's shapes, in its
 //! flattened output order, so they compare with the same expected arrays.
@@ -24,7 +26,7 @@ pub struct Partitioned {
 impl Partitioned {
     /// Propagates shardings and partitions `module` for `devices` (default:
     /// the module's `num_partitions`).
-    pub fn new(module: &HloModule, devices: Option<i64>) -> Result<Partitioned> {
+    pub fn new(module: &HloModule, devices: Option<i64>, schedule: bool) -> Result<Partitioned> {
         let n = devices.unwrap_or_else(|| module.num_partitions()).max(1);
         let mut m = module.clone();
         let t0 = Instant::now();
@@ -41,6 +43,11 @@ impl Partitioned {
         let t2 = Instant::now();
         xla_hlo_verifier::verify(&m)
             .map_err(|e| anyhow!("the partitioned module does not verify:\n{e}"))?;
+        let schedule_report = if schedule {
+            Some(schedule_module(&mut m)?)
+        } else {
+            None
+        };
         let s = pass
             .last_summary
             .clone()
@@ -59,6 +66,10 @@ impl Partitioned {
             "collective_bytes_by_op": s.collective_bytes_by_op,
             "fallbacks": fallbacks,
         });
+        let mut stats = stats;
+        if let Some(r) = schedule_report {
+            stats["schedule"] = r;
+        }
         Ok(Partitioned {
             module: m,
             devices: n,
@@ -86,4 +97,29 @@ impl Partitioned {
     pub fn stats(&self) -> Json {
         self.stats.clone()
     }
+}
+
+/// Schedules `m` with the latency-hiding scheduler (analytical cost model);
+/// returns the schedule report (makespan, lower bound, sequential makespan,
+/// exposed communication, peak memory, scheduler time).
+fn schedule_module(m: &mut HloModule) -> Result<Json> {
+    use xla_latency_hiding_scheduler as lhs;
+    let model = lhs::cost_model_from_spec("analytical")?;
+    let config = lhs::SchedulerConfig::default();
+    let original = m.clone();
+    let t = Instant::now();
+    lhs::LatencyHidingScheduler::new(config.clone(), model.clone()).run(m)?;
+    let scheduler_ms = t.elapsed().as_secs_f64() * 1e3;
+    xla_hlo_verifier::verify(m)
+        .map_err(|e| anyhow!("the scheduled module does not verify:\n{e}"))?;
+    let (report, _) = lhs::ScheduleReport::compute(
+        &original,
+        m,
+        model.as_ref(),
+        &config.overlap_limits,
+        scheduler_ms,
+        None,
+        false,
+    )?;
+    Ok(report.to_json())
 }

@@ -57,3 +57,31 @@ fn partitioned_runs_match_and_communicate_no_more_than_xla() {
         );
     }
 }
+
+/// The README's main command: `--case DIR --partition --schedule` runs the
+/// bundled transformer block end to end (propagate, partition, schedule,
+/// 8 devices), matches XLA's outputs, and reports bytes beside XLA's and
+/// the schedule against its lower bound.
+#[test]
+fn readme_main_command_runs_end_to_end() {
+    let out = Command::new(env!("CARGO_BIN_EXE_run_hlo_module"))
+        .args([
+            "--case".as_ref(),
+            case("transformer_block_2x4_causal").as_os_str(),
+        ])
+        .args(["--partition", "--schedule"])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    let report = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{line} {report}");
+    let j: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(j["all_matched"], true);
+    assert_eq!(j["devices"], 8);
+    let p = &j["partition"];
+    assert!(p["collective_bytes"].as_u64().unwrap() <= p["xla_collective_bytes"].as_u64().unwrap());
+    let s = &p["schedule"];
+    assert!(s["makespan_us"].as_f64().unwrap() <= 1.10 * s["lower_bound_us"].as_f64().unwrap());
+    assert!(report.contains("outputs match XLA's"), "{report}");
+    assert!(report.contains("XLA's partitioner"), "{report}");
+}
