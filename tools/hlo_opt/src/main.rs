@@ -39,7 +39,7 @@ struct Args {
     #[arg(long)]
     no_verify: bool,
     /// Run these passes in order, e.g. `--passes=sharding-propagation`
-    /// (known: sharding-propagation, complete-shardings,
+    /// (known: sharding-propagation, complete-shardings, spmd-partitioning,
     /// async-collective-creator, latency-hiding-scheduler). The module is
     /// verified after each.
     #[arg(long, value_delimiter = ',', value_name = "PASS,...")]
