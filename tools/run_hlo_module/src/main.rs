@@ -327,7 +327,11 @@ fn launch_plan(module: &HloModule, global: &HloModule, devices: Option<i64>) -> 
         })
         .collect();
     let root = g.root_instr();
-    let n = devices.unwrap_or_else(|| module.num_partitions()).max(1);
+    let declared = module.num_partitions();
+    let n = devices.unwrap_or(declared).max(1);
+    if declared > 1 && n != declared {
+        bail!("the partitioned module is for num_partitions={declared} but --devices is {n}");
+    }
     Ok(LaunchPlan {
         num_partitions: n as usize,
         parameter_shardings,
