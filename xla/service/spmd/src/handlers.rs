@@ -609,7 +609,7 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         }));
     }
     // Variadic: gather the partial results and reduce them again.
-    let g = groups[0].len() as i64;
+    let g = groups.size;
     let leaves = lshape.tuple_elements().to_vec();
     let mut gathered = Vec::new();
     for (j, ls) in leaves.iter().enumerate() {
