@@ -163,7 +163,9 @@ struct Memo {
     merged: FxHashMap<(usize, usize, Vec<usize>), Option<Grid>>,
     plans: FxHashMap<(usize, usize, Vec<i64>, u64), crate::reshard::Plan>,
     per_coord: FxHashMap<(usize, usize, Vec<i64>), Arc<[i64]>>,
-    slice_tables: FxHashMap<(usize, usize, usize, i64), (Arc<[i64]>, i64)>,
+    slice_tables: FxHashMap<(usize, usize, usize, i64), Arc<[i64]>>,
+    slice_summaries: FxHashMap<(usize, usize, usize, i64), (Option<i64>, i64)>,
+    pairs: FxHashMap<(usize, usize, usize), Arc<[(i64, i64)]>>,
     reshapes: FxHashMap<(usize, bool, Vec<i64>, Vec<i64>), Option<Grid>>,
     #[allow(clippy::type_complexity)]
     shardings: FxHashMap<u64, Vec<(xla_hlo_ir::HloSharding, Vec<i64>, i64, crate::partition::VS)>>,
@@ -186,31 +188,68 @@ pub(crate) fn memo_plan(
     p
 }
 
+/// Where a slice from `cur`'s tile to `to`'s along dim `a` (of size `xa`)
+/// starts, for a device at coordinate `cs` (under `cur`) and `ct` (under
+/// `to`): `None` for devices whose target tile is padding only.
+fn slice_offset(cur: &Grid, to: &Grid, a: usize, xa: i64, cs: i64, ct: i64) -> Option<i64> {
+    let (ss, st) = (tile_size(xa, cur.tiles(a)), tile_size(xa, to.tiles(a)));
+    let ot = ct * st;
+    let vt = (xa - ot).clamp(0, st);
+    (vt != 0).then(|| ot - cs * ss)
+}
+
+/// The slice offsets from `cur`'s tile to `to`'s along dim `a` of size
+/// `xa`: the offset when every partition has the same one (0 for devices
+/// whose target tile is padding), and the buffer length the slices need
+/// (memoized; O(coordinate pairs), not O(devices)).
+pub(crate) fn slice_summary(cur: &Grid, to: &Grid, a: usize, xa: i64) -> (Option<i64>, i64) {
+    let k = (key(cur), key(to), a, xa);
+    if let Some(v) = MEMO.with(|m| m.borrow().slice_summaries.get(&k).cloned()) {
+        return v;
+    }
+    let st = tile_size(xa, to.tiles(a));
+    let mut need = st;
+    let mut first: Option<i64> = None;
+    let mut constant = true;
+    for &(cs, ct) in cur.coord_pairs(to, a).iter() {
+        let v = slice_offset(cur, to, a, xa, cs, ct);
+        if let Some(off) = v {
+            need = need.max(off + st);
+        }
+        let v = v.unwrap_or(0);
+        match first {
+            None => first = Some(v),
+            Some(f) if f != v => constant = false,
+            _ => {}
+        }
+    }
+    let v = (
+        if constant {
+            Some(first.unwrap_or(0))
+        } else {
+            None
+        },
+        need,
+    );
+    MEMO.with(|m| m.borrow_mut().slice_summaries.insert(k, v));
+    v
+}
+
 /// The per-partition offsets of a local slice from `cur`'s tile to `to`'s
-/// along dim `a` of size `xa` (0 for devices whose target tile is padding),
-/// and the buffer length the slices need (memoized).
-pub(crate) fn slice_table(cur: &Grid, to: &Grid, a: usize, xa: i64) -> (Arc<[i64]>, i64) {
+/// along dim `a` of size `xa` (0 for devices whose target tile is padding;
+/// memoized).
+pub(crate) fn slice_table(cur: &Grid, to: &Grid, a: usize, xa: i64) -> Arc<[i64]> {
     let k = (key(cur), key(to), a, xa);
     if let Some(v) = MEMO.with(|m| m.borrow().slice_tables.get(&k).cloned()) {
         return v;
     }
-    let (ss, st) = (tile_size(xa, cur.tiles(a)), tile_size(xa, to.tiles(a)));
     let n = cur.num_devices();
-    let mut t = vec![0i64; n as usize];
-    let mut need = st;
-    for d in 0..n {
-        let ot = to.coord(d, a) * st;
-        let vt = (xa - ot).clamp(0, st);
-        if vt == 0 {
-            continue;
-        }
-        let off = ot - cur.coord(d, a) * ss;
-        t[d as usize] = off;
-        need = need.max(off + st);
-    }
-    let v: (Arc<[i64]>, i64) = (t.into(), need);
-    MEMO.with(|m| m.borrow_mut().slice_tables.insert(k, v.clone()));
-    v
+    let t: Arc<[i64]> = (0..n)
+        .map(|d| slice_offset(cur, to, a, xa, cur.coord(d, a), to.coord(d, a)).unwrap_or(0))
+        .collect::<Vec<_>>()
+        .into();
+    MEMO.with(|m| m.borrow_mut().slice_tables.insert(k, t.clone()));
+    t
 }
 
 /// A memoized grid computation over a reshape (`forward`: the output grid
@@ -1272,6 +1311,79 @@ impl Grid {
         self.per_coord(a, &vals)
     }
 
+    /// The distinct pairs (coordinate along dim `a` under this grid, under
+    /// `other`) over all devices, sorted (memoized; without visiting every
+    /// device when both grids are in digit form).
+    pub fn coord_pairs(&self, other: &Grid, a: usize) -> Arc<[(i64, i64)]> {
+        let k = (key(self), key(other), a);
+        if let Some(v) = MEMO.with(|m| m.borrow().pairs.get(&k).cloned()) {
+            return v;
+        }
+        let v: Arc<[(i64, i64)]> = self
+            .coord_pairs_sym(other, a)
+            .unwrap_or_else(|| {
+                let mut v: Vec<(i64, i64)> = (0..self.num_devices())
+                    .map(|d| (self.coord(d, a), other.coord(d, a)))
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            })
+            .into();
+        MEMO.with(|m| m.borrow_mut().pairs.insert(k, v.clone()));
+        v
+    }
+
+    fn coord_pairs_sym(&self, other: &Grid, a: usize) -> Option<Vec<(i64, i64)>> {
+        let (x, y) = Sym::common(self.0.sym.as_ref()?, other.0.sym.as_ref()?)?;
+        let mut u: Vec<usize> = x.digs[a].iter().chain(&y.digs[a]).copied().collect();
+        u.sort_unstable();
+        u.dedup();
+        let count: i64 = u.iter().map(|&k| x.radix[k]).product();
+        let mut v = Vec::with_capacity(count as usize);
+        let mut idx = vec![0i64; u.len()];
+        for _ in 0..count {
+            let d: i64 = u.iter().zip(&idx).map(|(&k, &i)| i * x.base[k]).sum();
+            v.push((x.coord(d, a), y.coord(d, a)));
+            for t in 0..u.len() {
+                idx[t] += 1;
+                if idx[t] < x.radix[u[t]] {
+                    break;
+                }
+                idx[t] = 0;
+            }
+        }
+        v.sort_unstable();
+        v.dedup();
+        Some(v)
+    }
+
+    /// This grid (`io`) with the coordinates of `c`'s data dims `ks` (major
+    /// first) appended as a new minor factor of dim `od`: the layout of a
+    /// reduce-scatter over `ks`'s device groups onto `od`.
+    pub fn with_minor_from(&self, c: &Grid, ks: &[usize], od: usize) -> Option<Grid> {
+        let (x, y) = Sym::common(self.0.sym.as_ref()?, c.0.sym.as_ref()?)?;
+        let r = self.rank();
+        if od >= r || ks.iter().any(|&k| k >= c.rank()) {
+            return None;
+        }
+        let mut digs: Vec<Vec<usize>> = x.digs[..r].to_vec();
+        for &k in ks {
+            digs[od].extend(&y.digs[k]);
+        }
+        let mut used = vec![false; x.radix.len()];
+        for l in &digs {
+            for &k in l {
+                if used[k] {
+                    return None;
+                }
+                used[k] = true;
+            }
+        }
+        digs.push((0..used.len()).filter(|&k| !used[k]).collect());
+        Some(Grid::from_sym(Sym::canon(x.radix, digs)?))
+    }
+
     /// Replicates the given data dims (their tiles merge into replication).
     pub fn replicate_dims(&self, dims: &[usize]) -> Grid {
         let map: Vec<Option<usize>> = (0..self.rank())
@@ -1494,6 +1606,31 @@ mod tests {
                     }
                 });
                 assert!(same(&m1, &m2), "merge {dims:?} {from_y:?}");
+            }
+            // Coordinate pairs.
+            let mut pe: Vec<(i64, i64)> = (0..n).map(|d| (e.coord(d, a), he.coord(d, a))).collect();
+            pe.sort_unstable();
+            pe.dedup();
+            assert_eq!(&g.coord_pairs(&h, a)[..], &pe[..]);
+            // A reduce-scatter layout: h's dims `ks` appended to g's dim `a`
+            // (when g leaves them free).
+            let ks: Vec<usize> = (0..rank).filter(|_| rng.next(2) == 0).collect();
+            if let Some(w) = g.with_minor_from(&h, &ks, a) {
+                let gk: i64 = ks.iter().map(|&k| h.tiles(k)).product();
+                let dims_w: Vec<i64> = (0..rank)
+                    .map(|x| if x == a { g.tiles(x) * gk } else { g.tiles(x) })
+                    .collect();
+                let w2 = Grid::from_coords(&dims_w, n, |d, out| {
+                    let mut r = 0;
+                    for &k in &ks {
+                        r = r * he.tiles(k) + he.coord(d, k);
+                    }
+                    for (x, v) in out.iter_mut().enumerate() {
+                        let c = e.coord(d, x);
+                        *v = if x == a { c * gk + r } else { c };
+                    }
+                });
+                assert!(same(&Some(w), &w2), "with_minor_from {dims:?} {ks:?}");
             }
         }
         assert!(
