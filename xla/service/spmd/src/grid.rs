@@ -607,12 +607,31 @@ impl Sym {
         }
         let t = TileArray::new(vec![n], devs.to_vec()).ok()?;
         let (rd, perm) = t.to_iota()?;
+        let s = Sym::from_iota(dims, &rd, &perm)?;
+        (s.devices() == devs).then_some(s)
+    }
+
+    /// The digit form of `iota(rd).transpose(perm)` laid out over `dims`
+    /// (data dims then replication), when its dims line up with `dims`.
+    fn from_iota(dims: &[i64], rd: &[i64], perm: &[i64]) -> Option<Sym> {
         let m = rd.len();
         let perm: Vec<usize> = if perm.is_empty() {
             (0..m).collect()
         } else {
             perm.iter().map(|&p| p as usize).collect()
         };
+        if perm.len() != m || rd.iter().any(|&r| r < 1) {
+            return None;
+        }
+        let mut seen = vec![false; m];
+        for &p in &perm {
+            if p >= m || std::mem::replace(&mut seen[p], true) {
+                return None;
+            }
+        }
+        if dims.is_empty() || dims.iter().product::<i64>() != rd.iter().product::<i64>() {
+            return None;
+        }
         // Digits minor first: reshape dim j is digit m-1-j.
         let radix: Vec<i64> = (0..m).map(|k| rd[m - 1 - k]).collect();
         let seq: Vec<usize> = perm.iter().map(|&p| m - 1 - p).collect();
@@ -642,12 +661,15 @@ impl Sym {
                 }
             }
         }
-        if !s.digs[tmp].is_empty() {
-            return None;
+        while let Some(&k) = s.digs[tmp].first() {
+            if s.radix[k] != 1 {
+                return None;
+            }
+            s.digs[tmp].remove(0);
+            s.digs[dims.len() - 1].push(k);
         }
         s.digs.pop();
-        let s = Sym::canon(s.radix, s.digs)?;
-        (s.devices() == devs).then_some(s)
+        Sym::canon(s.radix, s.digs)
     }
 
     /// Both forms over one digit basis (`None` when their weights do not
@@ -762,6 +784,13 @@ impl Grid {
             sharding: OnceLock::new(),
             hash: h.finish(),
         }))
+    }
+
+    /// The grid of an iota tile assignment `iota(reshape_dims).transpose(perm)`
+    /// laid out over `dims` (data dims then replication), without building
+    /// the device list; `None` when the dims do not line up.
+    pub fn from_iota(dims: &[i64], reshape_dims: &[i64], perm: &[i64]) -> Option<Grid> {
+        Some(Grid::from_sym(Sym::from_iota(dims, reshape_dims, perm)?))
     }
 
     /// The grid of a digit form.
@@ -1637,5 +1666,34 @@ mod tests {
             sym_seen > 1000 && merges > 300 && gathers > 300,
             "{sym_seen} {merges} {gathers}"
         );
+    }
+
+    /// Grids read from iota tile assignments equal the grids of their
+    /// device lists.
+    #[test]
+    fn from_iota_matches_device_lists() {
+        let mut rng = Rng(0x2545f4914f6cdd1d);
+        let mut hits = 0;
+        for _ in 0..3000 {
+            let n = [1i64, 2, 4, 6, 8, 12, 16, 24, 32, 64, 2048][rng.next(11) as usize];
+            let k = 1 + rng.next(4) as usize;
+            let rd = factors(&mut rng, n, k);
+            let mut perm: Vec<usize> = (0..k).collect();
+            for i in (1..k).rev() {
+                let j = rng.next(i as u64 + 1) as usize;
+                perm.swap(i, j);
+            }
+            let (_, devs) = transpose_devices(&rd, &(0..n).collect::<Vec<_>>(), &perm);
+            let rank = 1 + rng.next(3) as usize;
+            let dims = factors(&mut rng, n, rank + 1);
+            let p: Vec<i64> = perm.iter().map(|&x| x as i64).collect();
+            let want = Grid::new(dims.clone(), devs).unwrap();
+            if let Some(g) = Grid::from_iota(&dims, &rd, &p) {
+                hits += 1;
+                assert_eq!(g.devs(), want.devs(), "{dims:?} {rd:?} {perm:?}");
+                assert!(g == want);
+            }
+        }
+        assert!(hits > 1500, "{hits}");
     }
 }
