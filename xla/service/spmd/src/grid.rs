@@ -1363,6 +1363,43 @@ impl Grid {
         v
     }
 
+    /// True when `pred(coordinate under this grid, under other)` holds for
+    /// every device along dim `a`; stops at the first pair that fails
+    /// (without visiting every device when both are in digit form).
+    pub fn all_pairs(
+        &self,
+        other: &Grid,
+        a: usize,
+        mut pred: impl FnMut(i64, i64) -> bool,
+    ) -> bool {
+        if let (Some(x), Some(y)) = (&self.0.sym, &other.0.sym) {
+            if let Some((x, y)) = Sym::common(x, y) {
+                let mut u: Vec<usize> = x.digs[a].iter().chain(&y.digs[a]).copied().collect();
+                u.sort_unstable();
+                u.dedup();
+                let count: i64 = u.iter().map(|&k| x.radix[k]).product();
+                let mut idx = vec![0i64; u.len()];
+                let mut d = 0i64;
+                for _ in 0..count {
+                    if !pred(x.coord(d, a), y.coord(d, a)) {
+                        return false;
+                    }
+                    for t in 0..u.len() {
+                        idx[t] += 1;
+                        d += x.base[u[t]];
+                        if idx[t] < x.radix[u[t]] {
+                            break;
+                        }
+                        d -= x.base[u[t]] * x.radix[u[t]];
+                        idx[t] = 0;
+                    }
+                }
+                return true;
+            }
+        }
+        (0..self.num_devices()).all(|d| pred(self.coord(d, a), other.coord(d, a)))
+    }
+
     fn coord_pairs_sym(&self, other: &Grid, a: usize) -> Option<Vec<(i64, i64)>> {
         let (x, y) = Sym::common(self.0.sym.as_ref()?, other.0.sym.as_ref()?)?;
         let mut u: Vec<usize> = x.digs[a].iter().chain(&y.digs[a]).copied().collect();
@@ -1641,6 +1678,16 @@ mod tests {
             pe.sort_unstable();
             pe.dedup();
             assert_eq!(&g.coord_pairs(&h, a)[..], &pe[..]);
+            let mut seen = Vec::new();
+            assert!(g.all_pairs(&h, a, |x, y| {
+                seen.push((x, y));
+                true
+            }));
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen, pe);
+            let bad = pe[rng.next(pe.len() as u64) as usize];
+            assert!(!g.all_pairs(&h, a, |x, y| (x, y) != bad));
             // A reduce-scatter layout: h's dims `ks` appended to g's dim `a`
             // (when g leaves them free).
             let ks: Vec<usize> = (0..rank).filter(|_| rng.next(2) == 0).collect();

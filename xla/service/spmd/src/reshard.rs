@@ -64,17 +64,18 @@ pub fn slice_ok(src: &Grid, tgt: &Grid, dims: &[i64]) -> bool {
             continue;
         }
         let (ss, st) = (tile_size(x, ts), tile_size(x, tt));
-        for &(cs, ct) in src.coord_pairs(tgt, a).iter() {
+        let ok = src.all_pairs(tgt, a, |cs, ct| {
             let ot = ct * st;
             let vt = (x - ot).clamp(0, st);
             if vt == 0 {
-                continue;
+                return true;
             }
             let os = cs * ss;
             let vs = (x - os).clamp(0, ss);
-            if ot < os || ot + vt > os + vs {
-                return false;
-            }
+            !(ot < os || ot + vt > os + vs)
+        });
+        if !ok {
+            return false;
         }
     }
     true
