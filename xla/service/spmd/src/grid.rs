@@ -1340,6 +1340,63 @@ impl Grid {
         self.per_coord(a, &vals)
     }
 
+    /// XLA's `ReshapeSharding` of this grid from global dims `source` to
+    /// `target`, in digit form: `Some(result)` when it was computed here
+    /// (`result` as `xla_hlo_utils::ops::reshape_sharding` would give it),
+    /// `None` when only the device-list path can tell (it replicates dims).
+    pub fn reshaped(&self, source: &[i64], target: &[i64]) -> Option<Option<Grid>> {
+        let sym = self.0.sym.as_ref()?;
+        if source.len() != self.rank() {
+            return Some(None);
+        }
+        if self.is_replicated() {
+            return Some(Some(Grid::replicated(target.len(), self.num_devices())));
+        }
+        let tiles = &self.0.dims[..self.rank()];
+        let mut tt = reshape_tile_counts(source, target, tiles)?;
+        let Some(t) = tt.as_mut() else {
+            return Some(None);
+        };
+        let p: i64 = t.iter().product();
+        let total = self.num_devices();
+        if p == 0 || total % p != 0 {
+            return Some(None);
+        }
+        t.push(total / p);
+        // The devices keep their row-major order; only the dims change.
+        let seq: Vec<usize> = sym.digs.iter().flatten().copied().collect();
+        let mut digs = vec![Vec::new(); t.len()];
+        digs.push(seq);
+        let mut x = Sym::with(sym.radix.clone(), digs);
+        let tmp = t.len();
+        for (a, &want) in t.iter().enumerate() {
+            let mut need = want;
+            while need > 1 {
+                let &k = x.digs[tmp].first()?;
+                let r = x.radix[k];
+                if need % r == 0 {
+                    x.digs[tmp].remove(0);
+                    x.digs[a].push(k);
+                    need /= r;
+                } else if r % need == 0 {
+                    if !x.split(k, r / need) {
+                        return None;
+                    }
+                    let k2 = x.digs[tmp].remove(0);
+                    x.digs[a].push(k2);
+                    need = 1;
+                } else {
+                    return None;
+                }
+            }
+        }
+        if !x.digs[tmp].is_empty() {
+            return None;
+        }
+        x.digs.pop();
+        Some(Some(Grid::from_sym(Sym::canon(x.radix, x.digs)?)))
+    }
+
     /// The distinct pairs (coordinate along dim `a` under this grid, under
     /// `other`) over all devices, sorted (memoized; without visiting every
     /// device when both grids are in digit form).
@@ -1457,6 +1514,112 @@ impl Grid {
             .collect();
         self.remap(&map)
     }
+}
+
+/// The data tile counts `xla_hlo_utils::ops::reshape_sharding` gives a
+/// reshape from `source` to `target` of a sharding with data tile counts
+/// `tiles` (a port of its first phase): `Some(None)` when it gives no
+/// sharding, `None` when it would replicate some dims (not handled here).
+fn reshape_tile_counts(source: &[i64], target: &[i64], tiles: &[i64]) -> Option<Option<Vec<i64>>> {
+    let mut target_tiles: Vec<i64> = Vec::new();
+    let mut src_stack: Vec<i64> = source.iter().rev().copied().collect();
+    let mut tgt_stack: Vec<i64> = target.iter().rev().copied().collect();
+    let mut tile_stack: Vec<i64> = tiles.iter().rev().copied().collect();
+    let mut src_index: i64 = -1;
+    let mut inplace = false;
+    fn append(target_tiles: &mut Vec<i64>, inplace: &mut bool, size: i64) {
+        if *inplace {
+            if let Some(l) = target_tiles.last_mut() {
+                *l *= size;
+            }
+        } else {
+            target_tiles.push(size);
+        }
+        *inplace = false;
+    }
+    while !src_stack.is_empty() && !tgt_stack.is_empty() && tile_stack.iter().product::<i64>() != 1
+    {
+        let mut src_product = 1i64;
+        while tile_stack.last() == Some(&1) {
+            let Some(&l) = src_stack.last() else {
+                return Some(None);
+            };
+            src_product *= l;
+            src_stack.pop();
+            tile_stack.pop();
+            src_index += 1;
+        }
+        while let Some(&tl) = tgt_stack.last() {
+            if tl > 1 && src_product % tl == 0 {
+                src_product /= tl;
+                tgt_stack.pop();
+                append(&mut target_tiles, &mut inplace, 1);
+            } else {
+                break;
+            }
+        }
+        if src_product != 1 {
+            src_stack.push(src_product);
+            tile_stack.push(1);
+            src_index -= 1;
+        }
+        if src_stack.is_empty() || tgt_stack.is_empty() {
+            break;
+        }
+        let (Some(&s_size), Some(&s_parts)) = (src_stack.last(), tile_stack.last()) else {
+            return Some(None);
+        };
+        src_stack.pop();
+        tile_stack.pop();
+        src_index += 1;
+        let Some(t_size) = tgt_stack.pop() else {
+            return Some(None);
+        };
+        if s_size == t_size {
+            append(&mut target_tiles, &mut inplace, s_parts);
+        } else if t_size == 1 {
+            append(&mut target_tiles, &mut inplace, 1);
+            src_stack.push(s_size);
+            tile_stack.push(s_parts);
+            src_index -= 1;
+        } else if s_size == 1 {
+            tgt_stack.push(t_size);
+            if s_parts > 1 && src_index >= 0 {
+                return None;
+            }
+        } else if s_parts == 1 {
+            if !src_stack.is_empty() && tile_stack.last() == Some(&1) {
+                if let Some(l) = src_stack.last_mut() {
+                    *l *= s_size;
+                }
+            } else {
+                break;
+            }
+        } else if s_size % s_parts != 0 {
+            return Some(None);
+        } else {
+            let g = gcd(s_parts, t_size);
+            if g == 1 {
+                break;
+            }
+            src_stack.push(s_size / g);
+            tile_stack.push(s_parts / g);
+            src_index -= 1;
+            tgt_stack.push(t_size / g);
+            append(&mut target_tiles, &mut inplace, g);
+            inplace = true;
+        }
+    }
+    if target_tiles.iter().product::<i64>() == 1 {
+        return Some(None);
+    }
+    while target_tiles.len() < target.len() {
+        target_tiles.push(1);
+    }
+    if target_tiles.len() > target.len() {
+        return Some(None);
+    }
+    Some(Some(target_tiles))
 }
 
 /// Padded tile size of a dim of size `x` split into `t` tiles.
@@ -1742,5 +1905,56 @@ mod tests {
             }
         }
         assert!(hits > 1500, "{hits}");
+    }
+
+    /// Reshaped grids in digit form equal XLA's `ReshapeSharding` through
+    /// device lists.
+    #[test]
+    fn reshaped_matches_reshape_sharding() {
+        let mut rng = Rng(0x853c49e6748fea9b);
+        let mut hits = 0;
+        for _ in 0..4000 {
+            let n = [2i64, 4, 8, 16, 32, 64][rng.next(6) as usize];
+            let rank = 1 + rng.next(3) as usize;
+            let dims = factors(&mut rng, n, rank + 1);
+            let devs = random_devs(&mut rng, n);
+            let g = Grid::new(dims.clone(), devs).unwrap();
+            // A global shape: each dim a multiple (or not) of its tiles.
+            let source: Vec<i64> = (0..rank)
+                .map(|a| {
+                    g.tiles(a) * [1i64, 2, 3, 4][rng.next(4) as usize] + i64::from(rng.next(6) == 0)
+                })
+                .collect();
+            let total: i64 = source.iter().product();
+            // A random target shape with the same element count.
+            let mut target = Vec::new();
+            let mut rest = total;
+            let mut p = 2;
+            let mut fs = Vec::new();
+            while rest > 1 {
+                while rest % p == 0 {
+                    rest /= p;
+                    fs.push(p);
+                }
+                p += 1;
+            }
+            let k = 1 + rng.next(4) as usize;
+            target.resize(k, 1i64);
+            for f in fs {
+                let i = rng.next(k as u64) as usize;
+                target[i] *= f;
+            }
+            let want = xla_hlo_utils::ops::reshape_sharding(&source, &target, &g.to_sharding())
+                .and_then(|s| Grid::from_sharding(&s, target.len(), n).ok());
+            if let Some(got) = g.reshaped(&source, &target) {
+                hits += 1;
+                assert!(
+                    same(&got, &want),
+                    "{source:?} -> {target:?} on {:?}",
+                    g.dims()
+                );
+            }
+        }
+        assert!(hits > 2000, "{hits}");
     }
 }
