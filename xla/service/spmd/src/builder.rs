@@ -289,10 +289,12 @@ impl<'c> Builder<'c> {
             }
         }
         let n = table.len() as i64;
-        let mut lit = ArrayLiteral::zeros(ArrayShape::new(PrimitiveType::S32, vec![n]));
-        for (i, &v) in table.iter().enumerate() {
-            lit.set_int(i, v as i128);
-        }
+        let mut lit = ArrayLiteral::zeros(ArrayShape::new(PrimitiveType::S32, vec![0]));
+        lit.shape = ArrayShape::new(PrimitiveType::S32, vec![n]);
+        lit.data = table
+            .iter()
+            .flat_map(|&v| (v as i32).to_le_bytes())
+            .collect();
         let c = self.constant(Literal::Array(lit), arr(PrimitiveType::S32, vec![n]));
         let p = self.partition_id();
         let ds = self.add(

@@ -452,7 +452,19 @@ fn emit_permute(b: &mut Builder<'_>, x: InstrId, cur: &Grid, to: &Grid) -> Instr
     if pairs.iter().all(|&(s, d)| s == d) {
         return x;
     }
-    pairs.sort_unstable_by_key(|p| p.1);
+    // Sorted by target: every device is the target of exactly one pair.
+    let n = cur.num_devices() as usize;
+    let mut by_dst = vec![(-1i64, -1i64); n];
+    for &(s, d) in &pairs {
+        if let Some(slot) = by_dst.get_mut(d as usize) {
+            *slot = (s, d);
+        }
+    }
+    if by_dst.iter().all(|p| p.1 >= 0) && pairs.len() == n {
+        pairs = by_dst;
+    } else {
+        pairs.sort_unstable_by_key(|p| p.1);
+    }
     b.collective_permute(x, &pairs)
 }
 
