@@ -5,10 +5,22 @@
 //! (XLA's uneven-sharding convention: every tile has the ceiling size, the
 //! valid part comes first, trailing tiles may be padding only).
 //!
-//! Invariants: `devs` lists every device `0..n` exactly once (a sharding that
-//! leaves devices out is rejected); devices inside one replication group are
-//! sorted, so `==` is semantic equality; `pos[d]` is device `d`'s flat index.
-//! Nothing panics on malformed input; constructors return `None`/errors.
+//! Grids whose device array is a transposed iota (XLA's
+//! `IotaTileAssignment`; every sharding the partitioner derives from iota
+//! shardings) are kept in digit form (`Sym`): device ids as mixed-radix
+//! numbers, each grid dim reading some digits. Derived grids (gathers,
+//! all-to-alls, remaps, merges, reshapes), device groups (emitted as iota
+//! replica groups) and slice checks then cost O(rank), not O(devices); the
+//! device list is built only when something needs it (collective-permute
+//! pairs, per-partition offset tables, execution). Other grids keep an
+//! explicit device list and the device-list algorithms.
+//!
+//! Invariants: a grid covers every device `0..n` exactly once (a sharding
+//! that leaves devices out is rejected); devices inside one replication
+//! group are sorted; the digit form is canonical and used whenever one
+//! exists, so `==` is semantic equality; `pos[d]` is device `d`'s flat
+//! index. Nothing panics on malformed input; constructors return
+//! `None`/errors.
 
 use crate::error::SpmdError;
 use rustc_hash::{FxHashMap, FxHasher};
