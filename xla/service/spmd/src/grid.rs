@@ -255,10 +255,10 @@ pub(crate) fn slice_table(cur: &Grid, to: &Grid, a: usize, xa: i64) -> Arc<[i64]
     if let Some(v) = MEMO.with(|m| m.borrow().slice_tables.get(&k).cloned()) {
         return v;
     }
-    let n = cur.num_devices();
-    let t: Arc<[i64]> = (0..n)
-        .map(|d| slice_offset(cur, to, a, xa, cur.coord(d, a), to.coord(d, a)).unwrap_or(0))
-        .collect::<Vec<_>>()
+    let t: Arc<[i64]> = cur
+        .pair_table(to, a, |cs, ct| {
+            slice_offset(cur, to, a, xa, cs, ct).unwrap_or(0)
+        })
         .into();
     MEMO.with(|m| m.borrow_mut().slice_tables.insert(k, t.clone()));
     t
@@ -1338,9 +1338,8 @@ impl Grid {
         if let Some(v) = MEMO.with(|m| m.borrow().per_coord.get(&k).cloned()) {
             return v;
         }
-        let t: Arc<[i64]> = (0..self.num_devices())
-            .map(|d| vals.get(self.coord(d, a) as usize).copied().unwrap_or(0))
-            .collect::<Vec<_>>()
+        let t: Arc<[i64]> = self
+            .pair_table(self, a, |c, _| vals.get(c as usize).copied().unwrap_or(0))
             .into();
         MEMO.with(|m| m.borrow_mut().per_coord.insert(k, t.clone()));
         t
@@ -1467,6 +1466,50 @@ impl Grid {
             }
         }
         (0..self.num_devices()).all(|d| pred(self.coord(d, a), other.coord(d, a)))
+    }
+
+    /// The table over devices `d` (in order) of `f(coordinate of d along
+    /// dim a under this grid, under other)`: one pass with digit counters
+    /// when both are in digit form.
+    pub fn pair_table(&self, other: &Grid, a: usize, f: impl Fn(i64, i64) -> i64) -> Vec<i64> {
+        let n = self.num_devices();
+        if let (Some(x), Some(y)) = (&self.0.sym, &other.0.sym) {
+            if let Some((x, y)) = Sym::common(x, y) {
+                // Place value of each digit in each coordinate (0 if unused).
+                let place = |s: &Sym| -> Vec<i64> {
+                    let mut pv = vec![0i64; s.radix.len()];
+                    let mut w = 1i64;
+                    for &k in s.digs[a].iter().rev() {
+                        pv[k] = w;
+                        w *= s.radix[k];
+                    }
+                    pv
+                };
+                let (px, py) = (place(&x), place(&y));
+                let m = x.radix.len();
+                let mut idx = vec![0i64; m];
+                let (mut cx, mut cy) = (0i64, 0i64);
+                let mut out = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    out.push(f(cx, cy));
+                    for k in 0..m {
+                        idx[k] += 1;
+                        cx += px[k];
+                        cy += py[k];
+                        if idx[k] < x.radix[k] {
+                            break;
+                        }
+                        cx -= px[k] * x.radix[k];
+                        cy -= py[k] * x.radix[k];
+                        idx[k] = 0;
+                    }
+                }
+                return out;
+            }
+        }
+        (0..n)
+            .map(|d| f(self.coord(d, a), other.coord(d, a)))
+            .collect()
     }
 
     fn coord_pairs_sym(&self, other: &Grid, a: usize) -> Option<Vec<(i64, i64)>> {
@@ -1853,6 +1896,10 @@ mod tests {
             pe.sort_unstable();
             pe.dedup();
             assert_eq!(&g.coord_pairs(&h, a)[..], &pe[..]);
+            let tab: Vec<i64> = (0..n)
+                .map(|d| e.coord(d, a) * 1000 + he.coord(d, a))
+                .collect();
+            assert_eq!(g.pair_table(&h, a, |x, y| x * 1000 + y), tab);
             let mut seen = Vec::new();
             assert!(g.all_pairs(&h, a, |x, y| {
                 seen.push((x, y));
