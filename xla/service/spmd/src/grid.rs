@@ -223,7 +223,7 @@ pub(crate) fn slice_summary(cur: &Grid, to: &Grid, a: usize, xa: i64) -> (Option
     let mut need = st;
     let mut first: Option<i64> = None;
     let mut constant = true;
-    for &(cs, ct) in cur.coord_pairs(to, a).iter() {
+    cur.all_pairs(to, a, |cs, ct| {
         let v = slice_offset(cur, to, a, xa, cs, ct);
         if let Some(off) = v {
             need = need.max(off + st);
@@ -234,7 +234,8 @@ pub(crate) fn slice_summary(cur: &Grid, to: &Grid, a: usize, xa: i64) -> (Option
             Some(f) if f != v => constant = false,
             _ => {}
         }
-    }
+        true
+    });
     let v = (
         if constant {
             Some(first.unwrap_or(0))
@@ -561,6 +562,18 @@ impl Sym {
             }
         }
         true
+    }
+
+    /// The place value of every digit in the coordinate of dim `a` (0 for
+    /// digits it does not read).
+    fn places(&self, a: usize) -> Vec<i64> {
+        let mut pv = vec![0i64; self.radix.len()];
+        let mut w = 1i64;
+        for &k in self.digs[a].iter().rev() {
+            pv[k] = w;
+            w *= self.radix[k];
+        }
+        pv
     }
 
     fn coord(&self, d: i64, a: usize) -> i64 {
@@ -1442,23 +1455,28 @@ impl Grid {
     ) -> bool {
         if let (Some(x), Some(y)) = (&self.0.sym, &other.0.sym) {
             if let Some((x, y)) = Sym::common(x, y) {
-                let mut u: Vec<usize> = x.digs[a].iter().chain(&y.digs[a]).copied().collect();
-                u.sort_unstable();
-                u.dedup();
+                // Only the digits either coordinate reads, with their place
+                // values in each coordinate.
+                let (px, py) = (x.places(a), y.places(a));
+                let u: Vec<usize> = (0..x.radix.len())
+                    .filter(|&k| px[k] != 0 || py[k] != 0)
+                    .collect();
                 let count: i64 = u.iter().map(|&k| x.radix[k]).product();
                 let mut idx = vec![0i64; u.len()];
-                let mut d = 0i64;
+                let (mut cx, mut cy) = (0i64, 0i64);
                 for _ in 0..count {
-                    if !pred(x.coord(d, a), y.coord(d, a)) {
+                    if !pred(cx, cy) {
                         return false;
                     }
-                    for t in 0..u.len() {
+                    for (t, &k) in u.iter().enumerate() {
                         idx[t] += 1;
-                        d += x.base[u[t]];
-                        if idx[t] < x.radix[u[t]] {
+                        cx += px[k];
+                        cy += py[k];
+                        if idx[t] < x.radix[k] {
                             break;
                         }
-                        d -= x.base[u[t]] * x.radix[u[t]];
+                        cx -= px[k] * x.radix[k];
+                        cy -= py[k] * x.radix[k];
                         idx[t] = 0;
                     }
                 }
@@ -1476,16 +1494,7 @@ impl Grid {
         if let (Some(x), Some(y)) = (&self.0.sym, &other.0.sym) {
             if let Some((x, y)) = Sym::common(x, y) {
                 // Place value of each digit in each coordinate (0 if unused).
-                let place = |s: &Sym| -> Vec<i64> {
-                    let mut pv = vec![0i64; s.radix.len()];
-                    let mut w = 1i64;
-                    for &k in s.digs[a].iter().rev() {
-                        pv[k] = w;
-                        w *= s.radix[k];
-                    }
-                    pv
-                };
-                let (px, py) = (place(&x), place(&y));
+                let (px, py) = (x.places(a), y.places(a));
                 let m = x.radix.len();
                 let mut idx = vec![0i64; m];
                 let (mut cx, mut cy) = (0i64, 0i64);
