@@ -20,7 +20,6 @@ use xla_hlo_ir::{
     ArrayShape, AttrKey, AttrValue, CollectiveDeviceList, CompId, HloComputation, HloInstruction,
     HloModule, InstrId, Literal, Opcode, PrimitiveType, Shape,
 };
-use xla_hlo_utils::TileArray;
 
 /// Module-wide state shared by every computation being partitioned.
 pub struct ModCtx {
@@ -28,8 +27,6 @@ pub struct ModCtx {
     pub n: i64,
     used_names: FxHashSet<String>,
     reserved: FxHashSet<String>,
-    /// Replica-group lists by the identity of memoized group vectors.
-    group_lists: FxHashMap<usize, (Groups, CollectiveDeviceList)>,
     /// Next suffix to try per name stem.
     next_suffix: FxHashMap<String, u64>,
     next_channel: i64,
@@ -68,7 +65,6 @@ impl ModCtx {
             used_names: FxHashSet::default(),
             reserved,
             next_suffix: FxHashMap::default(),
-            group_lists: FxHashMap::default(),
             next_channel,
             new_comps: Vec::new(),
             first_new_comp: module.computations.len(),
@@ -143,36 +139,9 @@ impl ModCtx {
         id
     }
 
-    /// Replica groups in the shortest form (cached by the groups' identity).
+    /// Replica groups in the shortest form (iota whenever possible).
     pub fn groups(&mut self, groups: &Groups) -> CollectiveDeviceList {
-        let k = std::sync::Arc::as_ptr(groups) as usize;
-        if let Some((_, c)) = self.group_lists.get(&k) {
-            return c.clone();
-        }
-        let c = Self::groups_uncached(groups);
-        self.group_lists.insert(k, (groups.clone(), c.clone()));
-        c
-    }
-
-    /// Replica groups in the shortest form: iota when the groups are an iota
-    /// pattern, explicit lists otherwise.
-    fn groups_uncached(groups: &[Vec<i64>]) -> CollectiveDeviceList {
-        let g = groups.len() as i64;
-        let s = groups.first().map(|x| x.len()).unwrap_or(0) as i64;
-        if g > 0 && s > 0 && groups.iter().all(|x| x.len() as i64 == s) {
-            let flat: Vec<i64> = groups.iter().flatten().copied().collect();
-            if let Ok(t) = TileArray::new(vec![g, s], flat) {
-                if let Some((reshape_dims, perm)) = t.to_iota() {
-                    return CollectiveDeviceList::Iota {
-                        num_groups: g,
-                        group_size: s,
-                        reshape_dims,
-                        perm,
-                    };
-                }
-            }
-        }
-        CollectiveDeviceList::Explicit(groups.to_vec())
+        groups.list.clone()
     }
 }
 
@@ -320,10 +289,12 @@ impl<'c> Builder<'c> {
             }
         }
         let n = table.len() as i64;
-        let mut lit = ArrayLiteral::zeros(ArrayShape::new(PrimitiveType::S32, vec![n]));
-        for (i, &v) in table.iter().enumerate() {
-            lit.set_int(i, v as i128);
-        }
+        let mut lit = ArrayLiteral::zeros(ArrayShape::new(PrimitiveType::S32, vec![0]));
+        lit.shape = ArrayShape::new(PrimitiveType::S32, vec![n]);
+        lit.data = table
+            .iter()
+            .flat_map(|&v| (v as i32).to_le_bytes())
+            .collect();
         let c = self.constant(Literal::Array(lit), arr(PrimitiveType::S32, vec![n]));
         let p = self.partition_id();
         let ds = self.add(
@@ -577,7 +548,7 @@ impl<'c> Builder<'c> {
 
     pub fn all_gather(&mut self, x: InstrId, dim: usize, groups: &Groups) -> InstrId {
         let mut d = self.dims(x);
-        let g = groups.first().map(|g| g.len()).unwrap_or(1) as i64;
+        let g = groups.size;
         d[dim] *= g;
         let shape = with_dims(self.shape(x), &d);
         let ch = self.ctx.channel();
@@ -658,7 +629,7 @@ impl<'c> Builder<'c> {
         c: CompId,
     ) -> Result<InstrId, SpmdError> {
         let mut d = self.dims(x);
-        let g = groups.first().map(|g| g.len()).unwrap_or(1) as i64;
+        let g = groups.size;
         if d[dim] % g != 0 {
             return invalid("reduce-scatter of an indivisible dim");
         }

@@ -229,6 +229,9 @@ pub fn scattered_grid(c: &Grid, io: &Grid, k_tiled: &[usize], od: usize) -> Opti
             }
         })
         .collect();
+    if let Some(g) = io.with_minor_from(c, k_tiled, od) {
+        return Some(g);
+    }
     Grid::from_coords(&dims, c.num_devices(), |d, out| {
         let mut rank = 0;
         for &k in k_tiled {

@@ -425,6 +425,16 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
     let Some(c) = cheapest(&costed) else {
         return Ok(None);
     };
+    let best = costed
+        .iter()
+        .find(|x| x.0 == c)
+        .map(|x| x.1)
+        .unwrap_or(u64::MAX);
+    if ibatch.is_empty() {
+        if let Some(v) = scatter_reduce(p, instr, &out, (&op, &ix, &up), &uwd, best)? {
+            return Ok(Some(v));
+        }
+    }
     let x = p.reshard_to_grid(&op, &c)?;
     let u = p.reshard_to_grid(&up, &upd_map(&c))?;
     let mut y = p.reshard_to_grid(&ix, &irep)?;
@@ -468,4 +478,145 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
     }
     p.note(instr, "scatter");
     Ok(Some(p.emit_local(instr, vec![x, y, u], &VS::Grid(c))?))
+}
+
+/// The combiner op of a scatter whose `to_apply` is `(x, y) -> op(x, y)`
+/// for an op with an identity (add, or, and float max/min), with the
+/// identity, for element type `ty`.
+fn add_like_combiner(
+    p: &Part<'_, '_>,
+    instr: &HloInstruction,
+    ty: PrimitiveType,
+) -> Option<(Opcode, f64)> {
+    let cid = instr.to_apply()?;
+    let comp = p.orig.computations.get(cid.index())?;
+    if comp.parameters.len() != 2 {
+        return None;
+    }
+    let root = comp.root_instr();
+    let [a, b] = root.operands[..] else {
+        return None;
+    };
+    let is_param = |id: InstrId, k: i64| {
+        comp.instructions
+            .get(id.index())
+            .is_some_and(|i| i.opcode == Opcode::Parameter && i.parameter_number == Some(k))
+    };
+    if !((is_param(a, 0) && is_param(b, 1)) || (is_param(a, 1) && is_param(b, 0))) {
+        return None;
+    }
+    let float = ty.is_float();
+    match root.opcode {
+        Opcode::Add if ty != PrimitiveType::Pred && !ty.is_complex() => Some((Opcode::Add, 0.0)),
+        Opcode::Or if ty == PrimitiveType::Pred || (!float && !ty.is_complex()) => {
+            Some((Opcode::Or, 0.0))
+        }
+        Opcode::Maximum if float => Some((Opcode::Maximum, f64::NEG_INFINITY)),
+        Opcode::Minimum if float => Some((Opcode::Minimum, f64::INFINITY)),
+        _ => None,
+    }
+}
+
+/// Scatter with an add-like combiner as a local scatter of each device's
+/// update shard (tiled on update scatter dims only, evenly) into an
+/// identity-filled buffer of the whole operand, an all-reduce over the
+/// devices holding different shards, then `op(operand, sum)` laid out by
+/// `out`. Taken only when its bytes (resharding updates and indices, the
+/// all-reduce, resharding the operand to `out`) are below `best`.
+fn scatter_reduce(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    out: &Grid,
+    (op, ix, up): (&PValue, &PValue, &PValue),
+    uwd: &[usize],
+    best: u64,
+) -> Res {
+    let Some(ty) = instr.shape.element_type() else {
+        return Ok(None);
+    };
+    if !instr.shape.is_array() || !up.shape.is_array() || !ix.shape.is_array() {
+        return Ok(None);
+    }
+    let Some((cop, ident)) = add_like_combiner(p, instr, ty) else {
+        return Ok(None);
+    };
+    let dn = instr.scatter_dimension_numbers();
+    let ud = up.shape.dims().to_vec();
+    let xd = ix.shape.dims().to_vec();
+    let od = instr.shape.dims().to_vec();
+    let ivd = dn.index_vector_dim as usize;
+    let usd: Vec<usize> = (0..ud.len()).filter(|d| !uwd.contains(d)).collect();
+    let isd: Vec<usize> = (0..xd.len()).filter(|&d| d != ivd).collect();
+    if usd.len() != isd.len() || usd.iter().zip(&isd).any(|(&u, &i)| ud[u] != xd[i]) {
+        return Ok(None);
+    }
+    // Candidate update grids: the updates' own and the indices', keeping
+    // only even tilings of the update scatter dims.
+    let even = |g: &Grid| -> Grid {
+        let drop: Vec<usize> = (0..ud.len())
+            .filter(|&d| g.tiles(d) > 1 && (!usd.contains(&d) || ud[d] % g.tiles(d) != 0))
+            .collect();
+        g.replicate_dims(&drop)
+    };
+    let mut cands: Vec<Grid> = Vec::new();
+    if let Some(g) = up.vs.grid() {
+        cands.push(even(g));
+    }
+    if let Some(g) = ix.vs.grid() {
+        let map: Vec<Option<usize>> = (0..ud.len())
+            .map(|d| usd.iter().position(|&u| u == d).map(|k| isd[k]))
+            .collect();
+        let c = even(&g.remap(&map));
+        if !cands.contains(&c) {
+            cands.push(c);
+        }
+    }
+    let n = p.n();
+    let repl = Grid::replicated(od.len(), n);
+    let ar_bytes =
+        od.iter().map(|&d| d.max(0) as u64).product::<u64>() * ty.byte_width().max(1) as u64;
+    let ix_map: Vec<Option<usize>> = (0..xd.len())
+        .map(|j| isd.iter().position(|&i| i == j).map(|k| usd[k]))
+        .collect();
+    let mut chosen: Option<(Grid, Grid, u64)> = None;
+    for gu in cands {
+        if gu.is_replicated() {
+            continue;
+        }
+        let gi = gu.remap(&ix_map);
+        let cost = p.cost(up, &gu)
+            + p.cost(ix, &gi)
+            + ar_bytes
+            + p.cost(op, out)
+            + p.cost_of(&instr.shape, &repl, out);
+        if cost < best && !matches!(&chosen, Some(c) if c.2 <= cost) {
+            chosen = Some((gu, gi, cost));
+        }
+    }
+    let Some((gu, gi, _)) = chosen else {
+        return Ok(None);
+    };
+    let factors: Vec<(usize, i64)> = gu.tiled_dims().iter().map(|&d| (d, gu.tiles(d))).collect();
+    let groups = gu.factor_groups(&factors);
+    let u = p.reshard_to_grid(up, &gu)?;
+    let y = p.reshard_to_grid(ix, &gi)?;
+    let init =
+        p.b.constant(crate::builder::scalar_literal(ty, ident), Shape::scalar(ty));
+    let buf = p.b.splat(init, &od);
+    let local = p.clone_instr(instr, vec![buf, y, u], instr.shape.clone());
+    let sum = p.b.all_reduce(local, &groups, cop)?;
+    let summed = PValue {
+        id: sum,
+        shape: Rc::new(instr.shape.clone()),
+        vs: VS::Grid(repl),
+    };
+    let s = p.reshard_to_grid(&summed, out)?;
+    let o = p.reshard_to_grid(op, out)?;
+    let id = p.b.binary(cop, o, s);
+    p.note(instr, "scatter_all_reduce");
+    Ok(Some(PValue {
+        id,
+        shape: Rc::new(instr.shape.clone()),
+        vs: VS::Grid(out.clone()),
+    }))
 }

@@ -5,17 +5,30 @@
 //! (XLA's uneven-sharding convention: every tile has the ceiling size, the
 //! valid part comes first, trailing tiles may be padding only).
 //!
-//! Invariants: `devs` lists every device `0..n` exactly once (a sharding that
-//! leaves devices out is rejected); devices inside one replication group are
-//! sorted, so `==` is semantic equality; `pos[d]` is device `d`'s flat index.
-//! Nothing panics on malformed input; constructors return `None`/errors.
+//! Grids whose device array is a transposed iota (XLA's
+//! `IotaTileAssignment`; every sharding the partitioner derives from iota
+//! shardings) are kept in digit form (`Sym`): device ids as mixed-radix
+//! numbers, each grid dim reading some digits. Derived grids (gathers,
+//! all-to-alls, remaps, merges, reshapes), device groups (emitted as iota
+//! replica groups) and slice checks then cost O(rank), not O(devices); the
+//! device list is built only when something needs it (collective-permute
+//! pairs, per-partition offset tables, execution). Other grids keep an
+//! explicit device list and the device-list algorithms.
+//!
+//! Invariants: a grid covers every device `0..n` exactly once (a sharding
+//! that leaves devices out is rejected); devices inside one replication
+//! group are sorted; the digit form is canonical and used whenever one
+//! exists, so `==` is semantic equality; `pos[d]` is device `d`'s flat
+//! index. Nothing panics on malformed input; constructors return
+//! `None`/errors.
 
 use crate::error::SpmdError;
 use rustc_hash::{FxHashMap, FxHasher};
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use xla_hlo_ir::sharding::SubgroupType;
+use xla_hlo_ir::CollectiveDeviceList;
 use xla_hlo_utils::{Sharding, TileArray};
 
 #[derive(Debug)]
@@ -24,16 +37,91 @@ struct GridData {
     dims: Vec<i64>,
     /// Row-major strides of `dims`.
     strides: Vec<i64>,
-    /// Devices, row-major over `dims`.
-    devs: Vec<i64>,
-    /// Device -> flat index into `devs`.
-    pos: Vec<u32>,
-    /// Hash of `dims` and `devs` (cheap inequality).
+    /// Number of devices.
+    n: i64,
+    /// The digit form, when the device array has one (then every grid
+    /// operation is O(rank) and no device list is built unless asked for).
+    sym: Option<Sym>,
+    /// Devices, row-major over `dims` (built on demand for digit forms).
+    devs: OnceLock<Vec<i64>>,
+    /// Device -> flat index into `devs` (explicit grids only).
+    pos: OnceLock<Vec<u32>>,
+    /// The canonical sharding (built on demand).
+    sharding: OnceLock<Sharding>,
+    /// Hash of `dims` and the digit form or `devs` (cheap inequality).
     hash: u64,
 }
 
+/// The device groups of a collective: every group has `size` devices;
+/// `list` is the replica-group attribute (iota form whenever possible).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevGroups {
+    pub count: i64,
+    pub size: i64,
+    pub list: CollectiveDeviceList,
+}
+
+impl DevGroups {
+    /// Groups from explicit lists (iota form when they are an iota pattern).
+    pub fn from_lists(groups: &[Vec<i64>]) -> DevGroups {
+        let g = groups.len() as i64;
+        let s = groups.first().map(|x| x.len()).unwrap_or(0) as i64;
+        if g > 0 && s > 0 && groups.iter().all(|x| x.len() as i64 == s) {
+            let flat: Vec<i64> = groups.iter().flatten().copied().collect();
+            if let Ok(t) = TileArray::new(vec![g, s], flat) {
+                if let Some((reshape_dims, perm)) = t.to_iota() {
+                    return DevGroups {
+                        count: g,
+                        size: s,
+                        list: CollectiveDeviceList::Iota {
+                            num_groups: g,
+                            group_size: s,
+                            reshape_dims,
+                            perm,
+                        },
+                    };
+                }
+            }
+        }
+        DevGroups {
+            count: g,
+            size: s.max(1),
+            list: CollectiveDeviceList::Explicit(groups.to_vec()),
+        }
+    }
+
+    /// The groups as explicit device lists.
+    pub fn lists(&self) -> Vec<Vec<i64>> {
+        match &self.list {
+            CollectiveDeviceList::Explicit(v) => v.clone(),
+            CollectiveDeviceList::Iota {
+                num_groups,
+                group_size,
+                reshape_dims,
+                perm,
+            } => {
+                let n: i64 = reshape_dims.iter().product();
+                let t = TileArray::new(vec![n], (0..n).collect()).expect("iota");
+                let t = t.reshape(reshape_dims.clone());
+                let t = if perm.is_empty() {
+                    t
+                } else {
+                    let p: Vec<usize> = perm.iter().map(|&x| x as usize).collect();
+                    t.transpose(&p)
+                };
+                let _ = num_groups;
+                t.devices()
+                    .chunks((*group_size).max(1) as usize)
+                    .map(|c| c.to_vec())
+                    .collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
 /// Device groups of a collective (shared).
-pub type Groups = Arc<Vec<Vec<i64>>>;
+pub type Groups = Arc<DevGroups>;
 
 /// A normalized tiled sharding over all devices. Cloning is cheap (shared);
 /// grids are interned per thread, so equal grids built by the partitioner
@@ -44,15 +132,25 @@ pub struct Grid(Arc<GridData>);
 impl PartialEq for Grid {
     fn eq(&self, other: &Grid) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
-            || (self.0.hash == other.0.hash
-                && self.0.dims == other.0.dims
-                && self.0.devs == other.0.devs)
+            || (self.0.dims == other.0.dims && same_devices(&self.0, &other.0))
     }
 }
 impl Eq for Grid {}
 impl Hash for Grid {
     fn hash<H: Hasher>(&self, h: &mut H) {
         h.write_u64(self.0.hash);
+    }
+}
+
+/// Equal device arrays (same dims assumed).
+fn same_devices(a: &GridData, b: &GridData) -> bool {
+    match (&a.sym, &b.sym) {
+        (Some(x), Some(y)) => a.hash == b.hash && x == y,
+        (None, None) => a.hash == b.hash && a.devs.get() == b.devs.get(),
+        (Some(x), None) | (None, Some(x)) => {
+            let e = if a.sym.is_none() { a } else { b };
+            e.devs.get().map(|d| &x.devices() == d).unwrap_or(false)
+        }
     }
 }
 
@@ -77,7 +175,9 @@ struct Memo {
     merged: FxHashMap<(usize, usize, Vec<usize>), Option<Grid>>,
     plans: FxHashMap<(usize, usize, Vec<i64>, u64), crate::reshard::Plan>,
     per_coord: FxHashMap<(usize, usize, Vec<i64>), Arc<[i64]>>,
-    slice_tables: FxHashMap<(usize, usize, usize, i64), (Arc<[i64]>, i64)>,
+    slice_tables: FxHashMap<(usize, usize, usize, i64), Arc<[i64]>>,
+    slice_summaries: FxHashMap<(usize, usize, usize, i64), (Option<i64>, i64)>,
+    pairs: FxHashMap<(usize, usize, usize), Arc<[(i64, i64)]>>,
     reshapes: FxHashMap<(usize, bool, Vec<i64>, Vec<i64>), Option<Grid>>,
     #[allow(clippy::type_complexity)]
     shardings: FxHashMap<u64, Vec<(xla_hlo_ir::HloSharding, Vec<i64>, i64, crate::partition::VS)>>,
@@ -100,31 +200,69 @@ pub(crate) fn memo_plan(
     p
 }
 
+/// Where a slice from `cur`'s tile to `to`'s along dim `a` (of size `xa`)
+/// starts, for a device at coordinate `cs` (under `cur`) and `ct` (under
+/// `to`): `None` for devices whose target tile is padding only.
+fn slice_offset(cur: &Grid, to: &Grid, a: usize, xa: i64, cs: i64, ct: i64) -> Option<i64> {
+    let (ss, st) = (tile_size(xa, cur.tiles(a)), tile_size(xa, to.tiles(a)));
+    let ot = ct * st;
+    let vt = (xa - ot).clamp(0, st);
+    (vt != 0).then(|| ot - cs * ss)
+}
+
+/// The slice offsets from `cur`'s tile to `to`'s along dim `a` of size
+/// `xa`: the offset when every partition has the same one (0 for devices
+/// whose target tile is padding), and the buffer length the slices need
+/// (memoized; O(coordinate pairs), not O(devices)).
+pub(crate) fn slice_summary(cur: &Grid, to: &Grid, a: usize, xa: i64) -> (Option<i64>, i64) {
+    let k = (key(cur), key(to), a, xa);
+    if let Some(v) = MEMO.with(|m| m.borrow().slice_summaries.get(&k).cloned()) {
+        return v;
+    }
+    let st = tile_size(xa, to.tiles(a));
+    let mut need = st;
+    let mut first: Option<i64> = None;
+    let mut constant = true;
+    cur.all_pairs(to, a, |cs, ct| {
+        let v = slice_offset(cur, to, a, xa, cs, ct);
+        if let Some(off) = v {
+            need = need.max(off + st);
+        }
+        let v = v.unwrap_or(0);
+        match first {
+            None => first = Some(v),
+            Some(f) if f != v => constant = false,
+            _ => {}
+        }
+        true
+    });
+    let v = (
+        if constant {
+            Some(first.unwrap_or(0))
+        } else {
+            None
+        },
+        need,
+    );
+    MEMO.with(|m| m.borrow_mut().slice_summaries.insert(k, v));
+    v
+}
+
 /// The per-partition offsets of a local slice from `cur`'s tile to `to`'s
-/// along dim `a` of size `xa` (0 for devices whose target tile is padding),
-/// and the buffer length the slices need (memoized).
-pub(crate) fn slice_table(cur: &Grid, to: &Grid, a: usize, xa: i64) -> (Arc<[i64]>, i64) {
+/// along dim `a` of size `xa` (0 for devices whose target tile is padding;
+/// memoized).
+pub(crate) fn slice_table(cur: &Grid, to: &Grid, a: usize, xa: i64) -> Arc<[i64]> {
     let k = (key(cur), key(to), a, xa);
     if let Some(v) = MEMO.with(|m| m.borrow().slice_tables.get(&k).cloned()) {
         return v;
     }
-    let (ss, st) = (tile_size(xa, cur.tiles(a)), tile_size(xa, to.tiles(a)));
-    let n = cur.num_devices();
-    let mut t = vec![0i64; n as usize];
-    let mut need = st;
-    for d in 0..n {
-        let ot = to.coord(d, a) * st;
-        let vt = (xa - ot).clamp(0, st);
-        if vt == 0 {
-            continue;
-        }
-        let off = ot - cur.coord(d, a) * ss;
-        t[d as usize] = off;
-        need = need.max(off + st);
-    }
-    let v: (Arc<[i64]>, i64) = (t.into(), need);
-    MEMO.with(|m| m.borrow_mut().slice_tables.insert(k, v.clone()));
-    v
+    let t: Arc<[i64]> = cur
+        .pair_table(to, a, |cs, ct| {
+            slice_offset(cur, to, a, xa, cs, ct).unwrap_or(0)
+        })
+        .into();
+    MEMO.with(|m| m.borrow_mut().slice_tables.insert(k, t.clone()));
+    t
 }
 
 /// A memoized grid computation over a reshape (`forward`: the output grid
@@ -247,6 +385,365 @@ pub(crate) fn transpose_devices(
     (new_dims, out)
 }
 
+/// A device array in digit form: a device id is a mixed-radix number whose
+/// digit `k` (minor first) has radix `radix[k]` and weight `base[k]`; each
+/// grid dim (data dims, then replication) reads some digits, major first,
+/// as its coordinate. This is XLA's iota tile assignment
+/// (`iota(reshape_dims).transpose(perm)`) with the transposed dims grouped
+/// per grid dim. Canonical (so `==` is equality of device arrays): no
+/// radix-1 digits, two digits that sit next to each other (major `k+1`
+/// right before minor `k`) in one dim are merged, replication digits are
+/// sorted major first (devices of a group ascending).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Sym {
+    radix: Vec<i64>,
+    base: Vec<i64>,
+    digs: Vec<Vec<usize>>,
+}
+
+impl Sym {
+    /// Canonical form of a digit assignment (`None` unless every digit is
+    /// read by exactly one list). The last list is the replication dim.
+    fn canon(radix: Vec<i64>, digs: Vec<Vec<usize>>) -> Option<Sym> {
+        Sym::canon_with(radix, digs, true)
+    }
+
+    fn canon_with(mut radix: Vec<i64>, mut digs: Vec<Vec<usize>>, sort_last: bool) -> Option<Sym> {
+        let m = radix.len();
+        let mut seen = vec![false; m];
+        for l in &digs {
+            for &k in l {
+                if k >= m || seen[k] {
+                    return None;
+                }
+                seen[k] = true;
+            }
+        }
+        if seen.iter().any(|s| !s) || radix.iter().any(|&r| r < 1) || digs.is_empty() {
+            return None;
+        }
+        if sort_last {
+            if let Some(l) = digs.last_mut() {
+                l.sort_unstable_by(|a, b| b.cmp(a));
+            }
+        }
+        fn drop_digit(radix: &mut Vec<i64>, digs: &mut [Vec<usize>], k: usize) {
+            radix.remove(k);
+            for l in digs.iter_mut() {
+                l.retain(|&x| x != k);
+                for x in l.iter_mut() {
+                    if *x > k {
+                        *x -= 1;
+                    }
+                }
+            }
+        }
+        loop {
+            if let Some(k) = (0..radix.len()).find(|&k| radix[k] == 1) {
+                drop_digit(&mut radix, &mut digs, k);
+                continue;
+            }
+            let mut hit = None;
+            'outer: for l in digs.iter() {
+                for w in l.windows(2) {
+                    if w[0] == w[1] + 1 {
+                        hit = Some(w[1]);
+                        break 'outer;
+                    }
+                }
+            }
+            let Some(k) = hit else { break };
+            radix[k] *= radix[k + 1];
+            radix[k + 1] = 1;
+            drop_digit(&mut radix, &mut digs, k + 1);
+        }
+        Some(Sym::with(radix, digs))
+    }
+
+    fn with(radix: Vec<i64>, digs: Vec<Vec<usize>>) -> Sym {
+        let mut base = Vec::with_capacity(radix.len());
+        let mut b = 1i64;
+        for &r in &radix {
+            base.push(b);
+            b = b.saturating_mul(r);
+        }
+        Sym { radix, base, digs }
+    }
+
+    /// Everything on `n` devices (one replication digit).
+    fn replicated(rank: usize, n: i64) -> Sym {
+        let mut digs = vec![Vec::new(); rank + 1];
+        if n > 1 {
+            digs[rank].push(0);
+            Sym::with(vec![n], digs)
+        } else {
+            Sym::with(vec![], digs)
+        }
+    }
+
+    fn dims(&self) -> Vec<i64> {
+        self.digs
+            .iter()
+            .map(|l| l.iter().map(|&k| self.radix[k]).product())
+            .collect()
+    }
+
+    /// Splits digit `k` into a minor digit `k` of radix `inner` and a major
+    /// digit `k + 1` (it must divide).
+    fn split(&mut self, k: usize, inner: i64) -> bool {
+        let r = self.radix[k];
+        if inner < 1 || r % inner != 0 {
+            return false;
+        }
+        if inner == 1 || inner == r {
+            return true;
+        }
+        for l in self.digs.iter_mut() {
+            let mut out = Vec::with_capacity(l.len() + 1);
+            for &x in l.iter() {
+                if x == k {
+                    out.push(k + 1);
+                    out.push(k);
+                } else if x > k {
+                    out.push(x + 1);
+                } else {
+                    out.push(x);
+                }
+            }
+            *l = out;
+        }
+        self.radix[k] = inner;
+        self.radix.insert(k + 1, r / inner);
+        let (radix, digs) = (
+            std::mem::take(&mut self.radix),
+            std::mem::take(&mut self.digs),
+        );
+        *self = Sym::with(radix, digs);
+        true
+    }
+
+    /// Makes `p` a digit boundary (a weight), splitting a digit if needed.
+    fn refine(&mut self, p: i64) -> bool {
+        for k in 0..self.radix.len() {
+            let (b, r) = (self.base[k], self.radix[k]);
+            if p == b {
+                return true;
+            }
+            if p > b && p < b * r {
+                return p % b == 0 && self.split(k, p / b);
+            }
+        }
+        true
+    }
+
+    /// Moves the minor factor `f` of list `a` (splitting a digit if needed)
+    /// to the front of list `into`.
+    fn take_minor(&mut self, a: usize, f: i64, into: usize) -> bool {
+        let mut need = f;
+        while need > 1 {
+            let Some(&k) = self.digs[a].last() else {
+                return false;
+            };
+            let r = self.radix[k];
+            if need % r == 0 {
+                self.digs[a].pop();
+                self.digs[into].insert(0, k);
+                need /= r;
+            } else if r % need == 0 {
+                if !self.split(k, need) {
+                    return false;
+                }
+                // Now list `a` ends with [k+1, k]; digit k has radix `need`.
+                self.digs[a].pop();
+                self.digs[into].insert(0, k);
+                need = 1;
+            } else {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The place value of every digit in the coordinate of dim `a` (0 for
+    /// digits it does not read).
+    fn places(&self, a: usize) -> Vec<i64> {
+        let mut pv = vec![0i64; self.radix.len()];
+        let mut w = 1i64;
+        for &k in self.digs[a].iter().rev() {
+            pv[k] = w;
+            w *= self.radix[k];
+        }
+        pv
+    }
+
+    fn coord(&self, d: i64, a: usize) -> i64 {
+        let mut c = 0;
+        for &k in &self.digs[a] {
+            c = c * self.radix[k] + (d / self.base[k]) % self.radix[k];
+        }
+        c
+    }
+
+    fn device(&self, coords: &[i64]) -> i64 {
+        let mut d = 0;
+        for (l, &c) in self.digs.iter().zip(coords) {
+            let mut c = c;
+            for &k in l.iter().rev() {
+                d += (c % self.radix[k]) * self.base[k];
+                c /= self.radix[k];
+            }
+        }
+        d
+    }
+
+    /// The devices in row-major order over the grid dims.
+    fn devices(&self) -> Vec<i64> {
+        let m = self.radix.len();
+        let order: Vec<usize> = self.digs.iter().flatten().copied().collect();
+        let n: i64 = self.radix.iter().product();
+        if m == 0 {
+            return vec![0];
+        }
+        let sizes: Vec<i64> = order.iter().map(|&k| self.radix[k]).collect();
+        let weights: Vec<i64> = order.iter().map(|&k| self.base[k]).collect();
+        let mut out = Vec::with_capacity(n as usize);
+        let mut idx = vec![0i64; m];
+        let mut v = 0i64;
+        for _ in 0..n {
+            out.push(v);
+            for t in (0..m).rev() {
+                idx[t] += 1;
+                v += weights[t];
+                if idx[t] < sizes[t] {
+                    break;
+                }
+                v -= weights[t] * sizes[t];
+                idx[t] = 0;
+            }
+        }
+        out
+    }
+
+    /// The digit form of `devs` over `dims`, when it has one.
+    fn detect(dims: &[i64], devs: &[i64]) -> Option<Sym> {
+        let n = devs.len() as i64;
+        if n == 1 {
+            return Some(Sym::replicated(dims.len() - 1, 1));
+        }
+        let t = TileArray::new(vec![n], devs.to_vec()).ok()?;
+        let (rd, perm) = t.to_iota()?;
+        let s = Sym::from_iota(dims, &rd, &perm)?;
+        (s.devices() == devs).then_some(s)
+    }
+
+    /// The digit form of `iota(rd).transpose(perm)` laid out over `dims`
+    /// (data dims then replication), when its dims line up with `dims`.
+    fn from_iota(dims: &[i64], rd: &[i64], perm: &[i64]) -> Option<Sym> {
+        let m = rd.len();
+        let perm: Vec<usize> = if perm.is_empty() {
+            (0..m).collect()
+        } else {
+            perm.iter().map(|&p| p as usize).collect()
+        };
+        if perm.len() != m || rd.iter().any(|&r| r < 1) {
+            return None;
+        }
+        let mut seen = vec![false; m];
+        for &p in &perm {
+            if p >= m || std::mem::replace(&mut seen[p], true) {
+                return None;
+            }
+        }
+        if dims.is_empty() || dims.iter().product::<i64>() != rd.iter().product::<i64>() {
+            return None;
+        }
+        // Digits minor first: reshape dim j is digit m-1-j.
+        let radix: Vec<i64> = (0..m).map(|k| rd[m - 1 - k]).collect();
+        let seq: Vec<usize> = perm.iter().map(|&p| m - 1 - p).collect();
+        let mut digs = vec![Vec::new(); dims.len()];
+        digs.push(seq);
+        let mut s = Sym::with(radix, digs);
+        let tmp = dims.len();
+        for (a, &want) in dims.iter().enumerate() {
+            let mut need = want;
+            while need > 1 {
+                let &k = s.digs[tmp].first()?;
+                let r = s.radix[k];
+                if need % r == 0 {
+                    s.digs[tmp].remove(0);
+                    s.digs[a].push(k);
+                    need /= r;
+                } else if r % need == 0 {
+                    // Split: the major part (radix `need`) goes to dim a.
+                    if !s.split(k, r / need) {
+                        return None;
+                    }
+                    let k2 = s.digs[tmp].remove(0); // k + 1, the major part
+                    s.digs[a].push(k2);
+                    need = 1;
+                } else {
+                    return None;
+                }
+            }
+        }
+        while let Some(&k) = s.digs[tmp].first() {
+            if s.radix[k] != 1 {
+                return None;
+            }
+            s.digs[tmp].remove(0);
+            s.digs[dims.len() - 1].push(k);
+        }
+        s.digs.pop();
+        Sym::canon(s.radix, s.digs)
+    }
+
+    /// Both forms over one digit basis (`None` when their weights do not
+    /// form one chain).
+    fn common(x: &Sym, y: &Sym) -> Option<(Sym, Sym)> {
+        let (mut x, mut y) = (x.clone(), y.clone());
+        for _ in 0..4 {
+            if x.radix == y.radix {
+                return Some((x, y));
+            }
+            for p in y.base.clone() {
+                if !x.refine(p) {
+                    return None;
+                }
+            }
+            for p in x.base.clone() {
+                if !y.refine(p) {
+                    return None;
+                }
+            }
+        }
+        (x.radix == y.radix).then_some((x, y))
+    }
+
+    /// Replica groups over the digits of the other coordinates (major
+    /// first) then `minor` (the group members), in XLA's shortest iota form.
+    fn iota_groups(&self, rest: &[usize], minor: &[usize]) -> CollectiveDeviceList {
+        let m = self.radix.len();
+        let g: i64 = minor.iter().map(|&k| self.radix[k]).product();
+        let n: i64 = self.radix.iter().product();
+        // Merge digits adjacent in the sequence (major k+1 before minor k).
+        let seq: Vec<usize> = rest.iter().chain(minor).copied().collect();
+        let s = Sym::canon_with(self.radix.clone(), vec![seq], false)
+            .unwrap_or_else(|| Sym::replicated(0, n));
+        let seq = &s.digs[0];
+        let m2 = s.radix.len();
+        let _ = m;
+        let reshape_dims: Vec<i64> = (0..m2).map(|j| s.radix[m2 - 1 - j]).collect();
+        let perm: Vec<i64> = seq.iter().map(|&k| (m2 - 1 - k) as i64).collect();
+        let identity = perm.iter().enumerate().all(|(i, &p)| i as i64 == p);
+        CollectiveDeviceList::Iota {
+            num_groups: n / g.max(1),
+            group_size: g,
+            reshape_dims: if m2 == 0 { vec![1] } else { reshape_dims },
+            perm: if identity { vec![] } else { perm },
+        }
+    }
+}
+
 impl Grid {
     /// A grid from tile counts (data dims then replication) and devices.
     pub fn new(dims: Vec<i64>, mut devs: Vec<i64>) -> Option<Grid> {
@@ -271,18 +768,84 @@ impl Grid {
             }
             *slot = i as u32;
         }
+        if let Some(s) = Sym::detect(&dims, &devs) {
+            let g = Grid::from_sym(s);
+            let _ = g.0.devs.set(devs);
+            let _ = g.0.pos.set(pos);
+            return Some(g);
+        }
         let mut h = FxHasher::default();
         dims.hash(&mut h);
         devs.hash(&mut h);
         let hash = h.finish();
         let data = GridData {
             strides: strides(&dims),
+            n,
             dims,
-            devs,
-            pos,
+            sym: None,
+            devs: OnceLock::from(devs),
+            pos: OnceLock::from(pos),
+            sharding: OnceLock::new(),
             hash,
         };
         Some(Grid::intern(data))
+    }
+
+    /// An explicit (device-list) grid, never in digit form and not interned
+    /// (tests compare the digit-form operations against it).
+    #[cfg(test)]
+    fn new_explicit(dims: Vec<i64>, devs: Vec<i64>) -> Grid {
+        let g = Grid::new(dims, devs).expect("grid");
+        let mut h = FxHasher::default();
+        g.dims().hash(&mut h);
+        g.devs().hash(&mut h);
+        Grid(Arc::new(GridData {
+            strides: strides(g.dims()),
+            n: g.num_devices(),
+            dims: g.dims().to_vec(),
+            sym: None,
+            devs: OnceLock::from(g.devs().to_vec()),
+            pos: OnceLock::new(),
+            sharding: OnceLock::new(),
+            hash: h.finish(),
+        }))
+    }
+
+    /// The grid of an iota tile assignment `iota(reshape_dims).transpose(perm)`
+    /// laid out over `dims` (data dims then replication), without building
+    /// the device list; `None` when the dims do not line up.
+    pub fn from_iota(dims: &[i64], reshape_dims: &[i64], perm: &[i64]) -> Option<Grid> {
+        Some(Grid::from_sym(Sym::from_iota(dims, reshape_dims, perm)?))
+    }
+
+    /// The grid of a digit form.
+    fn from_sym(s: Sym) -> Grid {
+        let dims = s.dims();
+        let mut h = FxHasher::default();
+        dims.hash(&mut h);
+        s.hash(&mut h);
+        let hash = h.finish();
+        let hit = MEMO.with(|m| {
+            m.borrow().interned.get(&hash).and_then(|b| {
+                b.iter()
+                    .find(|g| g.0.dims == dims && g.0.sym.as_ref() == Some(&s))
+                    .cloned()
+            })
+        });
+        if let Some(g) = hit {
+            return g;
+        }
+        let data = GridData {
+            strides: strides(&dims),
+            n: dims.iter().product(),
+            dims,
+            sym: Some(s),
+            devs: OnceLock::new(),
+            pos: OnceLock::new(),
+            sharding: OnceLock::new(),
+            hash,
+        };
+        Grid::intern(data)
     }
 
     fn intern(data: GridData) -> Grid {
@@ -291,7 +854,7 @@ impl Grid {
             let bucket = m.interned.entry(data.hash).or_default();
             if let Some(g) = bucket
                 .iter()
-                .find(|g| g.0.dims == data.dims && g.0.devs == data.devs)
+                .find(|g| g.0.dims == data.dims && same_devices(&g.0, &data))
             {
                 return g.clone();
             }
@@ -306,17 +869,7 @@ impl Grid {
         if let Some(g) = MEMO.with(|m| m.borrow().replicated.get(&(rank, n)).cloned()) {
             return g;
         }
-        let mut dims = vec![1; rank];
-        dims.push(n.max(1));
-        let g = Grid::new(dims, (0..n.max(1)).collect()).unwrap_or_else(|| {
-            Grid(Arc::new(GridData {
-                dims: vec![1],
-                strides: vec![1],
-                devs: vec![0],
-                pos: vec![0],
-                hash: 0,
-            }))
-        });
+        let g = Grid::from_sym(Sym::replicated(rank, n.max(1)));
         MEMO.with(|m| m.borrow_mut().replicated.insert((rank, n), g.clone()));
         g
     }
@@ -370,12 +923,17 @@ impl Grid {
         }
     }
 
-    /// The canonical sharding of this grid.
+    /// The canonical sharding of this grid (built once per grid).
     pub fn to_sharding(&self) -> Sharding {
-        match TileArray::new(self.0.dims.clone(), self.0.devs.clone()) {
-            Ok(t) => Sharding::partial_tile(t),
-            Err(_) => Sharding::Replicated,
-        }
+        self.0
+            .sharding
+            .get_or_init(
+                || match TileArray::new(self.0.dims.clone(), self.devs().to_vec()) {
+                    Ok(t) => Sharding::partial_tile(t),
+                    Err(_) => Sharding::Replicated,
+                },
+            )
+            .clone()
     }
 
     pub fn rank(&self) -> usize {
@@ -384,8 +942,25 @@ impl Grid {
     pub fn dims(&self) -> &[i64] {
         &self.0.dims
     }
+    /// The devices, row-major over the grid dims (O(devices) the first time
+    /// for a grid in digit form).
     pub fn devs(&self) -> &[i64] {
-        &self.0.devs
+        self.0.devs.get_or_init(|| match &self.0.sym {
+            Some(s) => s.devices(),
+            None => Vec::new(),
+        })
+    }
+    fn pos(&self) -> &[u32] {
+        self.0.pos.get_or_init(|| {
+            let devs = self.devs();
+            let mut pos = vec![0u32; devs.len()];
+            for (i, &d) in devs.iter().enumerate() {
+                if let Some(p) = pos.get_mut(d as usize) {
+                    *p = i as u32;
+                }
+            }
+            pos
+        })
     }
     /// Tile count of data dim `a`.
     pub fn tiles(&self, a: usize) -> i64 {
@@ -395,7 +970,7 @@ impl Grid {
         *self.0.dims.last().unwrap_or(&1)
     }
     pub fn num_devices(&self) -> i64 {
-        self.0.devs.len() as i64
+        self.0.n
     }
     pub fn num_tiles(&self) -> i64 {
         self.0.dims[..self.rank()].iter().product()
@@ -410,23 +985,23 @@ impl Grid {
 
     /// The coordinates (data dims then replica index) of device `d`.
     pub fn coords(&self, d: i64) -> Vec<i64> {
-        let p = self.0.pos[d as usize] as i64;
-        self.0
-            .strides
-            .iter()
-            .zip(&self.0.dims)
-            .map(|(st, dim)| (p / st) % dim)
-            .collect()
+        (0..self.0.dims.len()).map(|a| self.coord(d, a)).collect()
     }
     /// The coordinate of device `d` along data dim `a`.
     pub fn coord(&self, d: i64, a: usize) -> i64 {
-        let p = self.0.pos[d as usize] as i64;
+        if let Some(s) = &self.0.sym {
+            return s.coord(d, a);
+        }
+        let p = self.pos()[d as usize] as i64;
         (p / self.0.strides[a]) % self.0.dims[a]
     }
     /// The device at coordinates (data dims then replica index).
     pub fn device_at(&self, coords: &[i64]) -> i64 {
+        if let Some(s) = &self.0.sym {
+            return s.device(coords);
+        }
         let flat: i64 = coords.iter().zip(&self.0.strides).map(|(c, s)| c * s).sum();
-        self.0.devs[flat as usize]
+        self.devs()[flat as usize]
     }
 
     /// A grid where device `d` sits at tile coordinates `coord_of(d)` over
@@ -467,9 +1042,36 @@ impl Grid {
         if let Some(g) = MEMO.with(|m| m.borrow().remap.get(&k).cloned()) {
             return g;
         }
-        let g = self.remap_uncached(map);
+        let g = self
+            .remap_sym(map)
+            .unwrap_or_else(|| self.remap_uncached(map));
         MEMO.with(|m| m.borrow_mut().remap.insert(k, g.clone()));
         g
+    }
+
+    fn remap_sym(&self, map: &[Option<usize>]) -> Option<Grid> {
+        let s = self.0.sym.as_ref()?;
+        let r = self.rank();
+        let mut used = vec![false; r + 1];
+        let mut digs: Vec<Vec<usize>> = Vec::with_capacity(map.len() + 1);
+        for m in map {
+            match m {
+                Some(a) if *a < r && !used[*a] => {
+                    used[*a] = true;
+                    digs.push(s.digs[*a].clone());
+                }
+                Some(_) => return None,
+                None => digs.push(Vec::new()),
+            }
+        }
+        let mut rest = Vec::new();
+        for a in 0..=r {
+            if !used[a] {
+                rest.extend(&s.digs[a]);
+            }
+        }
+        digs.push(rest);
+        Some(Grid::from_sym(Sym::canon(s.radix.clone(), digs)?))
     }
 
     fn remap_uncached(&self, map: &[Option<usize>]) -> Grid {
@@ -478,7 +1080,7 @@ impl Grid {
         let mut rest: Vec<usize> = (0..r).filter(|d| !perm.contains(d)).collect();
         perm.append(&mut rest);
         perm.push(r);
-        let (_, devs) = transpose_devices(&self.0.dims, &self.0.devs, &perm);
+        let (_, devs) = transpose_devices(&self.0.dims, self.devs(), &perm);
         let mut dims: Vec<i64> = map
             .iter()
             .map(|m| m.map(|d| self.0.dims[d]).unwrap_or(1))
@@ -496,9 +1098,39 @@ impl Grid {
         if let Some(g) = MEMO.with(|m| m.borrow().groups.get(&k).cloned()) {
             return g;
         }
-        let g = Arc::new(self.factor_groups_uncached(factors));
+        let g = Arc::new(
+            self.factor_groups_sym(factors)
+                .unwrap_or_else(|| DevGroups::from_lists(&self.factor_groups_uncached(factors))),
+        );
         MEMO.with(|m| m.borrow_mut().groups.insert(k, g.clone()));
         g
+    }
+
+    fn factor_groups_sym(&self, factors: &[(usize, i64)]) -> Option<DevGroups> {
+        let mut s = self.0.sym.clone()?;
+        let r = self.rank();
+        let nd = s.digs.len();
+        let mut lists = Vec::new();
+        for &(a, f) in factors {
+            if a >= r || f <= 1 {
+                continue;
+            }
+            s.digs.push(Vec::new());
+            let into = s.digs.len() - 1;
+            if !s.take_minor(a, f, into) {
+                return None;
+            }
+            lists.push(into);
+        }
+        let rest: Vec<usize> = s.digs[..nd].iter().flatten().copied().collect();
+        let minor: Vec<usize> = lists.iter().flat_map(|&l| s.digs[l].clone()).collect();
+        let list = s.iota_groups(&rest, &minor);
+        let size: i64 = minor.iter().map(|&k| s.radix[k]).product();
+        Some(DevGroups {
+            count: self.num_devices() / size.max(1),
+            size,
+            list,
+        })
     }
 
     fn factor_groups_uncached(&self, factors: &[(usize, i64)]) -> Vec<Vec<i64>> {
@@ -527,8 +1159,23 @@ impl Grid {
                 g *= f;
             }
         }
-        let (_, devs) = transpose_devices(&dims, &self.0.devs, &perm);
+        let (_, devs) = transpose_devices(&dims, self.devs(), &perm);
         devs.chunks(g.max(1) as usize).map(|c| c.to_vec()).collect()
+    }
+
+    /// Moves the minor factor `f` of each `(dim, f)` into replication.
+    fn gathered_sym(&self, factors: &[(usize, i64)]) -> Option<Grid> {
+        let mut s = self.0.sym.clone()?;
+        let r = self.rank();
+        for &(a, f) in factors {
+            if a >= r || f < 1 || self.0.dims[a] % f != 0 {
+                return None;
+            }
+            if !s.take_minor(a, f, r) {
+                return None;
+            }
+        }
+        Some(Grid::from_sym(Sym::canon(s.radix, s.digs)?))
     }
 
     /// The grid after gathering the minor factor `f` of each `(dim, f)`.
@@ -537,7 +1184,9 @@ impl Grid {
         if let Some(g) = MEMO.with(|m| m.borrow().gathered.get(&k).cloned()) {
             return g;
         }
-        let g = self.gathered_uncached(factors);
+        let g = self
+            .gathered_sym(factors)
+            .or_else(|| self.gathered_uncached(factors));
         MEMO.with(|m| m.borrow_mut().gathered.insert(k, g.clone()));
         g
     }
@@ -572,9 +1221,24 @@ impl Grid {
         g
     }
 
-    fn all_to_all_uncached(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
-        if a == b || f < 2 || self.0.dims[a] % f != 0 {
+    fn all_to_all_sym(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
+        let mut s = self.0.sym.clone()?;
+        s.digs.push(Vec::new());
+        let into = s.digs.len() - 1;
+        if !s.take_minor(a, f, into) {
             return None;
+        }
+        let moved = s.digs.pop()?;
+        s.digs[b].extend(moved);
+        Some(Grid::from_sym(Sym::canon(s.radix, s.digs)?))
+    }
+
+    fn all_to_all_uncached(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
+        if a == b || f < 2 || self.0.dims[a] % f != 0 || a >= self.rank() || b >= self.rank() {
+            return None;
+        }
+        if let Some(g) = self.all_to_all_sym(a, b, f) {
+            return Some(g);
         }
         let mut dims = self.0.dims[..self.rank()].to_vec();
         dims[a] /= f;
@@ -612,11 +1276,46 @@ impl Grid {
             }
             ratio.push(self.0.dims[a] / t);
         }
+        let factors: Vec<(usize, i64)> = ratio
+            .iter()
+            .enumerate()
+            .filter(|x| *x.1 > 1)
+            .map(|(a, &f)| (a, f))
+            .collect();
+        if let Some(g) = self.gathered_sym(&factors) {
+            return Some(g);
+        }
         Grid::from_coords(dims, self.num_devices(), |d, c| {
             for (a, x) in c.iter_mut().enumerate() {
                 *x = self.coord(d, a) / ratio[a];
             }
         })
+    }
+
+    fn merge_sym(&self, y: &Grid, from_y: &[usize]) -> Option<Grid> {
+        let (sx, sy) = (self.0.sym.as_ref()?, y.0.sym.as_ref()?);
+        let (sx, sy) = Sym::common(sx, sy)?;
+        let r = self.rank();
+        let mut digs: Vec<Vec<usize>> = (0..r)
+            .map(|a| {
+                if from_y.contains(&a) {
+                    sy.digs[a].clone()
+                } else {
+                    sx.digs[a].clone()
+                }
+            })
+            .collect();
+        let mut used = vec![false; sx.radix.len()];
+        for l in &digs {
+            for &k in l {
+                if used[k] {
+                    return None;
+                }
+                used[k] = true;
+            }
+        }
+        digs.push((0..used.len()).filter(|&k| !used[k]).collect());
+        Some(Grid::from_sym(Sym::canon(sx.radix, digs)?))
     }
 
     /// Combines two grids over the same dims: dims in `from_y` take `y`'s
@@ -627,8 +1326,10 @@ impl Grid {
             return g;
         }
         let r = self.rank();
-        let g = if y.rank() != r {
+        let g = if y.rank() != r || y.num_devices() != self.num_devices() {
             None
+        } else if let Some(g) = self.merge_sym(y, from_y) {
+            Some(g)
         } else {
             let dims: Vec<i64> = (0..r)
                 .map(|a| {
@@ -660,9 +1361,8 @@ impl Grid {
         if let Some(v) = MEMO.with(|m| m.borrow().per_coord.get(&k).cloned()) {
             return v;
         }
-        let t: Arc<[i64]> = (0..self.num_devices())
-            .map(|d| vals.get(self.coord(d, a) as usize).copied().unwrap_or(0))
-            .collect::<Vec<_>>()
+        let t: Arc<[i64]> = self
+            .pair_table(self, a, |c, _| vals.get(c as usize).copied().unwrap_or(0))
             .into();
         MEMO.with(|m| m.borrow_mut().per_coord.insert(k, t.clone()));
         t
@@ -674,6 +1374,213 @@ impl Grid {
         self.per_coord(a, &vals)
     }
 
+    /// XLA's `ReshapeSharding` of this grid from global dims `source` to
+    /// `target`, in digit form: `Some(result)` when it was computed here
+    /// (`result` as `xla_hlo_utils::ops::reshape_sharding` would give it),
+    /// `None` when only the device-list path can tell (it replicates dims).
+    pub fn reshaped(&self, source: &[i64], target: &[i64]) -> Option<Option<Grid>> {
+        let sym = self.0.sym.as_ref()?;
+        if source.len() != self.rank() {
+            return Some(None);
+        }
+        if self.is_replicated() {
+            return Some(Some(Grid::replicated(target.len(), self.num_devices())));
+        }
+        let tiles = &self.0.dims[..self.rank()];
+        let mut tt = reshape_tile_counts(source, target, tiles)?;
+        let Some(t) = tt.as_mut() else {
+            return Some(None);
+        };
+        let p: i64 = t.iter().product();
+        let total = self.num_devices();
+        if p == 0 || total % p != 0 {
+            return Some(None);
+        }
+        t.push(total / p);
+        // The devices keep their row-major order; only the dims change.
+        let seq: Vec<usize> = sym.digs.iter().flatten().copied().collect();
+        let mut digs = vec![Vec::new(); t.len()];
+        digs.push(seq);
+        let mut x = Sym::with(sym.radix.clone(), digs);
+        let tmp = t.len();
+        for (a, &want) in t.iter().enumerate() {
+            let mut need = want;
+            while need > 1 {
+                let &k = x.digs[tmp].first()?;
+                let r = x.radix[k];
+                if need % r == 0 {
+                    x.digs[tmp].remove(0);
+                    x.digs[a].push(k);
+                    need /= r;
+                } else if r % need == 0 {
+                    if !x.split(k, r / need) {
+                        return None;
+                    }
+                    let k2 = x.digs[tmp].remove(0);
+                    x.digs[a].push(k2);
+                    need = 1;
+                } else {
+                    return None;
+                }
+            }
+        }
+        if !x.digs[tmp].is_empty() {
+            return None;
+        }
+        x.digs.pop();
+        Some(Some(Grid::from_sym(Sym::canon(x.radix, x.digs)?)))
+    }
+
+    /// The distinct pairs (coordinate along dim `a` under this grid, under
+    /// `other`) over all devices, sorted (memoized; without visiting every
+    /// device when both grids are in digit form).
+    pub fn coord_pairs(&self, other: &Grid, a: usize) -> Arc<[(i64, i64)]> {
+        let k = (key(self), key(other), a);
+        if let Some(v) = MEMO.with(|m| m.borrow().pairs.get(&k).cloned()) {
+            return v;
+        }
+        let v: Arc<[(i64, i64)]> = self
+            .coord_pairs_sym(other, a)
+            .unwrap_or_else(|| {
+                let mut v: Vec<(i64, i64)> = (0..self.num_devices())
+                    .map(|d| (self.coord(d, a), other.coord(d, a)))
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            })
+            .into();
+        MEMO.with(|m| m.borrow_mut().pairs.insert(k, v.clone()));
+        v
+    }
+
+    /// True when `pred(coordinate under this grid, under other)` holds for
+    /// every device along dim `a`; stops at the first pair that fails
+    /// (without visiting every device when both are in digit form).
+    pub fn all_pairs(
+        &self,
+        other: &Grid,
+        a: usize,
+        mut pred: impl FnMut(i64, i64) -> bool,
+    ) -> bool {
+        if let (Some(x), Some(y)) = (&self.0.sym, &other.0.sym) {
+            if let Some((x, y)) = Sym::common(x, y) {
+                // Only the digits either coordinate reads, with their place
+                // values in each coordinate.
+                let (px, py) = (x.places(a), y.places(a));
+                let u: Vec<usize> = (0..x.radix.len())
+                    .filter(|&k| px[k] != 0 || py[k] != 0)
+                    .collect();
+                let count: i64 = u.iter().map(|&k| x.radix[k]).product();
+                let mut idx = vec![0i64; u.len()];
+                let (mut cx, mut cy) = (0i64, 0i64);
+                for _ in 0..count {
+                    if !pred(cx, cy) {
+                        return false;
+                    }
+                    for (t, &k) in u.iter().enumerate() {
+                        idx[t] += 1;
+                        cx += px[k];
+                        cy += py[k];
+                        if idx[t] < x.radix[k] {
+                            break;
+                        }
+                        cx -= px[k] * x.radix[k];
+                        cy -= py[k] * x.radix[k];
+                        idx[t] = 0;
+                    }
+                }
+                return true;
+            }
+        }
+        (0..self.num_devices()).all(|d| pred(self.coord(d, a), other.coord(d, a)))
+    }
+
+    /// The table over devices `d` (in order) of `f(coordinate of d along
+    /// dim a under this grid, under other)`: one pass with digit counters
+    /// when both are in digit form.
+    pub fn pair_table(&self, other: &Grid, a: usize, f: impl Fn(i64, i64) -> i64) -> Vec<i64> {
+        let n = self.num_devices();
+        if let (Some(x), Some(y)) = (&self.0.sym, &other.0.sym) {
+            if let Some((x, y)) = Sym::common(x, y) {
+                // Place value of each digit in each coordinate (0 if unused).
+                let (px, py) = (x.places(a), y.places(a));
+                let m = x.radix.len();
+                let mut idx = vec![0i64; m];
+                let (mut cx, mut cy) = (0i64, 0i64);
+                let mut out = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    out.push(f(cx, cy));
+                    for k in 0..m {
+                        idx[k] += 1;
+                        cx += px[k];
+                        cy += py[k];
+                        if idx[k] < x.radix[k] {
+                            break;
+                        }
+                        cx -= px[k] * x.radix[k];
+                        cy -= py[k] * x.radix[k];
+                        idx[k] = 0;
+                    }
+                }
+                return out;
+            }
+        }
+        (0..n)
+            .map(|d| f(self.coord(d, a), other.coord(d, a)))
+            .collect()
+    }
+
+    fn coord_pairs_sym(&self, other: &Grid, a: usize) -> Option<Vec<(i64, i64)>> {
+        let (x, y) = Sym::common(self.0.sym.as_ref()?, other.0.sym.as_ref()?)?;
+        let mut u: Vec<usize> = x.digs[a].iter().chain(&y.digs[a]).copied().collect();
+        u.sort_unstable();
+        u.dedup();
+        let count: i64 = u.iter().map(|&k| x.radix[k]).product();
+        let mut v = Vec::with_capacity(count as usize);
+        let mut idx = vec![0i64; u.len()];
+        for _ in 0..count {
+            let d: i64 = u.iter().zip(&idx).map(|(&k, &i)| i * x.base[k]).sum();
+            v.push((x.coord(d, a), y.coord(d, a)));
+            for t in 0..u.len() {
+                idx[t] += 1;
+                if idx[t] < x.radix[u[t]] {
+                    break;
+                }
+                idx[t] = 0;
+            }
+        }
+        v.sort_unstable();
+        v.dedup();
+        Some(v)
+    }
+
+    /// This grid (`io`) with the coordinates of `c`'s data dims `ks` (major
+    /// first) appended as a new minor factor of dim `od`: the layout of a
+    /// reduce-scatter over `ks`'s device groups onto `od`.
+    pub fn with_minor_from(&self, c: &Grid, ks: &[usize], od: usize) -> Option<Grid> {
+        let (x, y) = Sym::common(self.0.sym.as_ref()?, c.0.sym.as_ref()?)?;
+        let r = self.rank();
+        if od >= r || ks.iter().any(|&k| k >= c.rank()) {
+            return None;
+        }
+        let mut digs: Vec<Vec<usize>> = x.digs[..r].to_vec();
+        for &k in ks {
+            digs[od].extend(&y.digs[k]);
+        }
+        let mut used = vec![false; x.radix.len()];
+        for l in &digs {
+            for &k in l {
+                if used[k] {
+                    return None;
+                }
+                used[k] = true;
+            }
+        }
+        digs.push((0..used.len()).filter(|&k| !used[k]).collect());
+        Some(Grid::from_sym(Sym::canon(x.radix, digs)?))
+    }
+
     /// Replicates the given data dims (their tiles merge into replication).
     pub fn replicate_dims(&self, dims: &[usize]) -> Grid {
         let map: Vec<Option<usize>> = (0..self.rank())
@@ -681,6 +1588,112 @@ impl Grid {
             .collect();
         self.remap(&map)
     }
+}
+
+/// The data tile counts `xla_hlo_utils::ops::reshape_sharding` gives a
+/// reshape from `source` to `target` of a sharding with data tile counts
+/// `tiles` (a port of its first phase): `Some(None)` when it gives no
+/// sharding, `None` when it would replicate some dims (not handled here).
+fn reshape_tile_counts(source: &[i64], target: &[i64], tiles: &[i64]) -> Option<Option<Vec<i64>>> {
+    let mut target_tiles: Vec<i64> = Vec::new();
+    let mut src_stack: Vec<i64> = source.iter().rev().copied().collect();
+    let mut tgt_stack: Vec<i64> = target.iter().rev().copied().collect();
+    let mut tile_stack: Vec<i64> = tiles.iter().rev().copied().collect();
+    let mut src_index: i64 = -1;
+    let mut inplace = false;
+    fn append(target_tiles: &mut Vec<i64>, inplace: &mut bool, size: i64) {
+        if *inplace {
+            if let Some(l) = target_tiles.last_mut() {
+                *l *= size;
+            }
+        } else {
+            target_tiles.push(size);
+        }
+        *inplace = false;
+    }
+    while !src_stack.is_empty() && !tgt_stack.is_empty() && tile_stack.iter().product::<i64>() != 1
+    {
+        let mut src_product = 1i64;
+        while tile_stack.last() == Some(&1) {
+            let Some(&l) = src_stack.last() else {
+                return Some(None);
+            };
+            src_product *= l;
+            src_stack.pop();
+            tile_stack.pop();
+            src_index += 1;
+        }
+        while let Some(&tl) = tgt_stack.last() {
+            if tl > 1 && src_product % tl == 0 {
+                src_product /= tl;
+                tgt_stack.pop();
+                append(&mut target_tiles, &mut inplace, 1);
+            } else {
+                break;
+            }
+        }
+        if src_product != 1 {
+            src_stack.push(src_product);
+            tile_stack.push(1);
+            src_index -= 1;
+        }
+        if src_stack.is_empty() || tgt_stack.is_empty() {
+            break;
+        }
+        let (Some(&s_size), Some(&s_parts)) = (src_stack.last(), tile_stack.last()) else {
+            return Some(None);
+        };
+        src_stack.pop();
+        tile_stack.pop();
+        src_index += 1;
+        let Some(t_size) = tgt_stack.pop() else {
+            return Some(None);
+        };
+        if s_size == t_size {
+            append(&mut target_tiles, &mut inplace, s_parts);
+        } else if t_size == 1 {
+            append(&mut target_tiles, &mut inplace, 1);
+            src_stack.push(s_size);
+            tile_stack.push(s_parts);
+            src_index -= 1;
+        } else if s_size == 1 {
+            tgt_stack.push(t_size);
+            if s_parts > 1 && src_index >= 0 {
+                return None;
+            }
+        } else if s_parts == 1 {
+            if !src_stack.is_empty() && tile_stack.last() == Some(&1) {
+                if let Some(l) = src_stack.last_mut() {
+                    *l *= s_size;
+                }
+            } else {
+                break;
+            }
+        } else if s_size % s_parts != 0 {
+            return Some(None);
+        } else {
+            let g = gcd(s_parts, t_size);
+            if g == 1 {
+                break;
+            }
+            src_stack.push(s_size / g);
+            tile_stack.push(s_parts / g);
+            src_index -= 1;
+            tgt_stack.push(t_size / g);
+            append(&mut target_tiles, &mut inplace, g);
+            inplace = true;
+        }
+    }
+    if target_tiles.iter().product::<i64>() == 1 {
+        return Some(None);
+    }
+    while target_tiles.len() < target.len() {
+        target_tiles.push(1);
+    }
+    if target_tiles.len() > target.len() {
+        return Some(None);
+    }
+    Some(Some(target_tiles))
 }
 
 /// Padded tile size of a dim of size `x` split into `t` tiles.
@@ -719,11 +1732,11 @@ mod tests {
         assert_eq!(g.coords(5), vec![2, 1, 0]);
         let groups = g.factor_groups(&[(1, 2)]);
         assert_eq!(
-            *groups,
+            groups.lists(),
             vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]
         );
         let groups = g.factor_groups(&[(0, 4)]);
-        assert_eq!(*groups, vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]);
+        assert_eq!(groups.lists(), vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]);
         let r = g.replicate_dims(&[1]);
         assert_eq!(r.dims(), &[4, 1, 2]);
         let t = g.remap(&[Some(1), Some(0)]);
@@ -740,5 +1753,286 @@ mod tests {
         assert_eq!(t.devs(), &(0..8).collect::<Vec<_>>()[..]);
         let full = g.gathered(&[(0, 8)]).unwrap();
         assert!(full.is_replicated());
+    }
+
+    /// A tiny deterministic generator (xorshift).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self, k: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % k.max(1)
+        }
+    }
+
+    /// A random factorization of `n` into `k` factors.
+    fn factors(rng: &mut Rng, n: i64, k: usize) -> Vec<i64> {
+        let mut out = vec![1i64; k];
+        let mut rest = n;
+        let mut p = 2;
+        while rest > 1 {
+            while rest % p == 0 {
+                rest /= p;
+                let i = rng.next(k as u64) as usize;
+                out[i] *= p;
+            }
+            p += 1;
+        }
+        out
+    }
+
+    /// A random transposed-iota device array over `n` devices.
+    fn random_devs(rng: &mut Rng, n: i64) -> Vec<i64> {
+        let k = 1 + rng.next(4) as usize;
+        let rd = factors(rng, n, k);
+        let mut perm: Vec<usize> = (0..k).collect();
+        for i in (1..k).rev() {
+            let j = rng.next(i as u64 + 1) as usize;
+            perm.swap(i, j);
+        }
+        let (_, devs) = transpose_devices(&rd, &(0..n).collect::<Vec<_>>(), &perm);
+        if rng.next(8) == 0 {
+            // Sometimes not an iota pattern at all.
+            let mut d = devs;
+            let (i, j) = (rng.next(n as u64) as usize, rng.next(n as u64) as usize);
+            d.swap(i, j);
+            return d;
+        }
+        devs
+    }
+
+    fn same(a: &Option<Grid>, b: &Option<Grid>) -> bool {
+        match (a, b) {
+            (Some(x), Some(y)) => x.dims() == y.dims() && x.devs() == y.devs() && x == y,
+            (None, None) => true,
+            _ => false,
+        }
+    }
+
+    /// Every operation on grids in digit form agrees with the explicit
+    /// device-list computation.
+    #[test]
+    fn digit_form_matches_explicit() {
+        let mut rng = Rng(0x9e3779b97f4a7c15);
+        let mut sym_seen = 0;
+        let mut merges = 0;
+        let mut gathers = 0;
+        for _ in 0..3000 {
+            let n = [1i64, 2, 4, 6, 8, 12, 16, 24, 32, 36, 64][rng.next(11) as usize];
+            let rank = 1 + rng.next(3) as usize;
+            let dims = factors(&mut rng, n, rank + 1);
+            let devs = random_devs(&mut rng, n);
+            let g = Grid::new(dims.clone(), devs.clone()).unwrap();
+            let e = Grid::new_explicit(dims.clone(), devs.clone());
+            assert_eq!(g.devs(), e.devs());
+            assert!(g == e || g.0.sym.is_none());
+            if g.0.sym.is_some() {
+                sym_seen += 1;
+            }
+            for d in 0..n {
+                assert_eq!(g.coords(d), e.coords(d), "{dims:?} {devs:?}");
+                assert_eq!(g.device_at(&g.coords(d)), d);
+            }
+            // Gathers of minor factors.
+            let a = rng.next(rank as u64) as usize;
+            let divs: Vec<i64> = (1..=g.tiles(a)).filter(|f| g.tiles(a) % f == 0).collect();
+            let f = divs[rng.next(divs.len() as u64) as usize];
+            let b = rng.next(rank as u64) as usize;
+            assert!(same(
+                &g.gathered_sym(&[(a, f)])
+                    .or_else(|| g.gathered_uncached(&[(a, f)])),
+                &e.gathered_uncached(&[(a, f)])
+            ));
+            assert!(
+                same(
+                    &g.all_to_all_uncached(a, b, f),
+                    &e.all_to_all_uncached(a, b, f)
+                ) || g.0.sym.is_none()
+            );
+            let cd: Vec<i64> = (0..rank)
+                .map(|x| if x == a { g.tiles(x) / f } else { g.tiles(x) })
+                .collect();
+            assert!(same(&g.coarsened_uncached(&cd), &e.coarsened_uncached(&cd)));
+            if f > 1 && g.gathered_sym(&[(a, f)]).is_some() {
+                gathers += 1;
+            }
+            // Groups.
+            let fg = g.factor_groups(&[(a, f)]);
+            assert_eq!(
+                fg.lists(),
+                e.factor_groups_uncached(&[(a, f)]),
+                "{dims:?} {devs:?} {a} {f}"
+            );
+            if b != a {
+                let f2 = g.tiles(b);
+                let fg = g.factor_groups(&[(b, f2), (a, f)]);
+                assert_eq!(fg.lists(), e.factor_groups_uncached(&[(b, f2), (a, f)]));
+            }
+            // Remaps.
+            let mut map: Vec<Option<usize>> = (0..rank).map(Some).collect();
+            if rng.next(2) == 0 {
+                map.swap(0, rank - 1);
+            }
+            if rng.next(2) == 0 {
+                map[a] = None;
+            }
+            if rng.next(2) == 0 {
+                map.insert(0, None);
+            }
+            assert!(same(&Some(g.remap(&map)), &Some(e.remap_uncached(&map))));
+            // Merges with another grid of the same rank.
+            let dims2 = factors(&mut rng, n, rank + 1);
+            let devs2 = random_devs(&mut rng, n);
+            let h = Grid::new(dims2.clone(), devs2.clone()).unwrap();
+            let he = Grid::new_explicit(dims2, devs2);
+            let from_y: Vec<usize> = (0..rank).filter(|_| rng.next(2) == 0).collect();
+            let m1 = g.merge_sym(&h, &from_y);
+            if m1.is_some() {
+                merges += 1;
+                let dims_m: Vec<i64> = (0..rank)
+                    .map(|x| {
+                        if from_y.contains(&x) {
+                            h.tiles(x)
+                        } else {
+                            g.tiles(x)
+                        }
+                    })
+                    .collect();
+                let m2 = Grid::from_coords(&dims_m, n, |d, c| {
+                    for (x, v) in c.iter_mut().enumerate() {
+                        *v = if from_y.contains(&x) {
+                            he.coord(d, x)
+                        } else {
+                            e.coord(d, x)
+                        };
+                    }
+                });
+                assert!(same(&m1, &m2), "merge {dims:?} {from_y:?}");
+            }
+            // Coordinate pairs.
+            let mut pe: Vec<(i64, i64)> = (0..n).map(|d| (e.coord(d, a), he.coord(d, a))).collect();
+            pe.sort_unstable();
+            pe.dedup();
+            assert_eq!(&g.coord_pairs(&h, a)[..], &pe[..]);
+            let tab: Vec<i64> = (0..n)
+                .map(|d| e.coord(d, a) * 1000 + he.coord(d, a))
+                .collect();
+            assert_eq!(g.pair_table(&h, a, |x, y| x * 1000 + y), tab);
+            let mut seen = Vec::new();
+            assert!(g.all_pairs(&h, a, |x, y| {
+                seen.push((x, y));
+                true
+            }));
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen, pe);
+            let bad = pe[rng.next(pe.len() as u64) as usize];
+            assert!(!g.all_pairs(&h, a, |x, y| (x, y) != bad));
+            // A reduce-scatter layout: h's dims `ks` appended to g's dim `a`
+            // (when g leaves them free).
+            let ks: Vec<usize> = (0..rank).filter(|_| rng.next(2) == 0).collect();
+            if let Some(w) = g.with_minor_from(&h, &ks, a) {
+                let gk: i64 = ks.iter().map(|&k| h.tiles(k)).product();
+                let dims_w: Vec<i64> = (0..rank)
+                    .map(|x| if x == a { g.tiles(x) * gk } else { g.tiles(x) })
+                    .collect();
+                let w2 = Grid::from_coords(&dims_w, n, |d, out| {
+                    let mut r = 0;
+                    for &k in &ks {
+                        r = r * he.tiles(k) + he.coord(d, k);
+                    }
+                    for (x, v) in out.iter_mut().enumerate() {
+                        let c = e.coord(d, x);
+                        *v = if x == a { c * gk + r } else { c };
+                    }
+                });
+                assert!(same(&Some(w), &w2), "with_minor_from {dims:?} {ks:?}");
+            }
+        }
+        assert!(
+            sym_seen > 1000 && merges > 300 && gathers > 300,
+            "{sym_seen} {merges} {gathers}"
+        );
+    }
+
+    /// Grids read from iota tile assignments equal the grids of their
+    /// device lists.
+    #[test]
+    fn from_iota_matches_device_lists() {
+        let mut rng = Rng(0x2545f4914f6cdd1d);
+        let mut hits = 0;
+        for _ in 0..3000 {
+            let n = [1i64, 2, 4, 6, 8, 12, 16, 24, 32, 64, 2048][rng.next(11) as usize];
+            let k = 1 + rng.next(4) as usize;
+            let rd = factors(&mut rng, n, k);
+            let mut perm: Vec<usize> = (0..k).collect();
+            for i in (1..k).rev() {
+                let j = rng.next(i as u64 + 1) as usize;
+                perm.swap(i, j);
+            }
+            let (_, devs) = transpose_devices(&rd, &(0..n).collect::<Vec<_>>(), &perm);
+            let rank = 1 + rng.next(3) as usize;
+            let dims = factors(&mut rng, n, rank + 1);
+            let p: Vec<i64> = perm.iter().map(|&x| x as i64).collect();
+            let want = Grid::new(dims.clone(), devs).unwrap();
+            if let Some(g) = Grid::from_iota(&dims, &rd, &p) {
+                hits += 1;
+                assert_eq!(g.devs(), want.devs(), "{dims:?} {rd:?} {perm:?}");
+                assert!(g == want);
+            }
+        }
+        assert!(hits > 1500, "{hits}");
+    }
+
+    /// Reshaped grids in digit form equal XLA's `ReshapeSharding` through
+    /// device lists.
+    #[test]
+    fn reshaped_matches_reshape_sharding() {
+        let mut rng = Rng(0x853c49e6748fea9b);
+        let mut hits = 0;
+        for _ in 0..4000 {
+            let n = [2i64, 4, 8, 16, 32, 64][rng.next(6) as usize];
+            let rank = 1 + rng.next(3) as usize;
+            let dims = factors(&mut rng, n, rank + 1);
+            let devs = random_devs(&mut rng, n);
+            let g = Grid::new(dims.clone(), devs).unwrap();
+            // A global shape: each dim a multiple (or not) of its tiles.
+            let source: Vec<i64> = (0..rank)
+                .map(|a| {
+                    g.tiles(a) * [1i64, 2, 3, 4][rng.next(4) as usize] + i64::from(rng.next(6) == 0)
+                })
+                .collect();
+            let total: i64 = source.iter().product();
+            // A random target shape with the same element count.
+            let mut target = Vec::new();
+            let mut rest = total;
+            let mut p = 2;
+            let mut fs = Vec::new();
+            while rest > 1 {
+                while rest % p == 0 {
+                    rest /= p;
+                    fs.push(p);
+                }
+                p += 1;
+            }
+            let k = 1 + rng.next(4) as usize;
+            target.resize(k, 1i64);
+            for f in fs {
+                let i = rng.next(k as u64) as usize;
+                target[i] *= f;
+            }
+            let want = xla_hlo_utils::ops::reshape_sharding(&source, &target, &g.to_sharding())
+                .and_then(|s| Grid::from_sharding(&s, target.len(), n).ok());
+            if let Some(got) = g.reshaped(&source, &target) {
+                hits += 1;
+                assert!(
+                    same(&got, &want),
+                    "{source:?} -> {target:?} on {:?}",
+                    g.dims()
+                );
+            }
+        }
+        assert!(hits > 2000, "{hits}");
     }
 }

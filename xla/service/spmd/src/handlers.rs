@@ -356,8 +356,14 @@ fn reshape_out(in_dims: &[i64], out_dims: &[i64], g: &Grid, n: i64) -> Option<Gr
 /// The operand grid whose local reshape gives `out`, if any.
 fn reshape_in(in_dims: &[i64], out_dims: &[i64], out: &Grid, n: i64) -> Option<Grid> {
     crate::grid::memo_reshape(out, false, out_dims, in_dims, || {
-        let s = xla_hlo_utils::ops::reshape_sharding(out_dims, in_dims, &out.to_sharding())?;
-        let pg = Grid::from_sharding(&s, in_dims.len(), n).ok()?;
+        let pg = match out.reshaped(out_dims, in_dims) {
+            Some(g) => g?,
+            None => {
+                let s =
+                    xla_hlo_utils::ops::reshape_sharding(out_dims, in_dims, &out.to_sharding())?;
+                Grid::from_sharding(&s, in_dims.len(), n).ok()?
+            }
+        };
         (reshape_out(in_dims, out_dims, &pg, n).as_ref() == Some(out)).then_some(pg)
     })
 }
@@ -366,8 +372,13 @@ fn reshape_out_uncached(in_dims: &[i64], out_dims: &[i64], g: &Grid, n: i64) -> 
     if !even(in_dims, g) {
         return None;
     }
-    let s = xla_hlo_utils::ops::reshape_sharding(in_dims, out_dims, &g.to_sharding())?;
-    let q = Grid::from_sharding(&s, out_dims.len(), n).ok()?;
+    let q = match g.reshaped(in_dims, out_dims) {
+        Some(q) => q?,
+        None => {
+            let s = xla_hlo_utils::ops::reshape_sharding(in_dims, out_dims, &g.to_sharding())?;
+            Grid::from_sharding(&s, out_dims.len(), n).ok()?
+        }
+    };
     if !even(out_dims, &q) {
         return None;
     }
@@ -609,7 +620,7 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         }));
     }
     // Variadic: gather the partial results and reduce them again.
-    let g = groups[0].len() as i64;
+    let g = groups.size;
     let leaves = lshape.tuple_elements().to_vec();
     let mut gathered = Vec::new();
     for (j, ls) in leaves.iter().enumerate() {

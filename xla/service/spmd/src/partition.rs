@@ -129,7 +129,83 @@ pub fn vs_from_ir(s: Option<&HloSharding>, shape: &Shape, n: i64) -> Result<VS, 
     crate::grid::memo_sharding(s, shape, n, || vs_from_ir_uncached(s, shape, n))
 }
 
+/// The grid of an iota-tiled leaf sharding with only replicated subgroups,
+/// read straight from the IR (no device list); `None` for anything else.
+fn fast_leaf(leaf: &xla_hlo_ir::SingleSharding, shape: &Shape, n: i64) -> Option<VS> {
+    use xla_hlo_ir::sharding::{ShardingKind, SubgroupType, TileAssignment};
+    if !shape.is_array() {
+        return None;
+    }
+    match &leaf.kind {
+        ShardingKind::Replicated => Some(VS::Grid(Grid::replicated(shape.rank(), n))),
+        ShardingKind::Tiled {
+            tile_assignment:
+                TileAssignment::Iota {
+                    dims,
+                    reshape_dims,
+                    perm,
+                },
+            replicate_on_last_tile_dim,
+            last_tile_dims,
+        } => {
+            if last_tile_dims
+                .iter()
+                .any(|t| *t != SubgroupType::Replicated)
+            {
+                return None;
+            }
+            let sub = last_tile_dims.len() + usize::from(*replicate_on_last_tile_dim);
+            if dims.len() != shape.rank() + sub || dims.iter().product::<i64>() != n {
+                return None;
+            }
+            let mut gd = dims[..shape.rank()].to_vec();
+            gd.push(dims[shape.rank()..].iter().product());
+            Grid::from_iota(&gd, reshape_dims, perm).map(VS::Grid)
+        }
+        _ => None,
+    }
+}
+
 fn vs_from_ir_uncached(s: &HloSharding, shape: &Shape, n: i64) -> Result<VS, SpmdError> {
+    match (s, shape) {
+        (HloSharding::Single(leaf), sh) if sh.is_array() => {
+            if let Some(v) = fast_leaf(leaf, sh, n) {
+                return Ok(v);
+            }
+        }
+        (HloSharding::Tuple(leaves), Shape::Tuple(_)) => {
+            fn build(
+                shape: &Shape,
+                leaves: &[xla_hlo_ir::SingleSharding],
+                next: &mut usize,
+                n: i64,
+            ) -> Option<VS> {
+                match shape {
+                    Shape::Tuple(e) => Some(VS::Tuple(
+                        e.iter()
+                            .map(|x| build(x, leaves, next, n))
+                            .collect::<Option<_>>()?,
+                    )),
+                    s => {
+                        let leaf = leaves.get(*next)?;
+                        *next += 1;
+                        if s.is_array() {
+                            fast_leaf(leaf, s, n)
+                        } else {
+                            Some(VS::Opaque)
+                        }
+                    }
+                }
+            }
+            let mut next = 0;
+            if let Some(v) = build(shape, leaves, &mut next, n) {
+                if next == leaves.len() {
+                    return Ok(v);
+                }
+            }
+        }
+        _ => {}
+    }
     let is = InstrSharding::from_ir(s, shape)?;
     let leaves = is.leaves();
     fn build(

@@ -58,24 +58,24 @@ fn elems(dims: &[i64]) -> u64 {
 
 /// True when every device's valid target tile lies inside its valid source tile.
 pub fn slice_ok(src: &Grid, tgt: &Grid, dims: &[i64]) -> bool {
-    let n = src.num_devices();
     for (a, &x) in dims.iter().enumerate() {
         let (ts, tt) = (src.tiles(a), tgt.tiles(a));
         if ts == 1 {
             continue;
         }
         let (ss, st) = (tile_size(x, ts), tile_size(x, tt));
-        for d in 0..n {
-            let ot = tgt.coord(d, a) * st;
+        let ok = src.all_pairs(tgt, a, |cs, ct| {
+            let ot = ct * st;
             let vt = (x - ot).clamp(0, st);
             if vt == 0 {
-                continue;
+                return true;
             }
-            let os = src.coord(d, a) * ss;
+            let os = cs * ss;
             let vs = (x - os).clamp(0, ss);
-            if ot < os || ot + vt > os + vs {
-                return false;
-            }
+            !(ot < os || ot + vt > os + vs)
+        });
+        if !ok {
+            return false;
         }
     }
     true
@@ -417,26 +417,54 @@ fn emit_all_to_all(
 
 fn emit_permute(b: &mut Builder<'_>, x: InstrId, cur: &Grid, to: &Grid) -> InstrId {
     let r = cur.repl() as usize;
-    let mut pairs = Vec::new();
+    let mut pairs = Vec::with_capacity(cur.num_devices() as usize);
+    let (mut srcs, mut dsts) = (Vec::with_capacity(r), Vec::with_capacity(r));
+    // Devices within a replication group are sorted: merge the two groups,
+    // keeping devices in both in place and pairing the others in order.
     for (src_group, dst_group) in cur.devs().chunks(r).zip(to.devs().chunks(r)) {
-        let mut srcs: Vec<i64> = src_group.to_vec();
-        let mut dsts = Vec::new();
-        for &d in dst_group {
-            if let Some(p) = srcs.iter().position(|&s| s == d) {
-                srcs.remove(p);
-                pairs.push((d, d));
-            } else {
-                dsts.push(d);
+        srcs.clear();
+        dsts.clear();
+        let (mut i, mut j) = (0, 0);
+        while i < src_group.len() || j < dst_group.len() {
+            match (src_group.get(i), dst_group.get(j)) {
+                (Some(&s), Some(&d)) if s == d => {
+                    pairs.push((d, d));
+                    i += 1;
+                    j += 1;
+                }
+                (Some(&s), Some(&d)) if s < d => {
+                    srcs.push(s);
+                    i += 1;
+                }
+                (Some(_), Some(&d)) | (None, Some(&d)) => {
+                    dsts.push(d);
+                    j += 1;
+                }
+                (Some(&s), None) => {
+                    srcs.push(s);
+                    i += 1;
+                }
+                (None, None) => break,
             }
         }
-        for (s, d) in srcs.into_iter().zip(dsts) {
-            pairs.push((s, d));
-        }
+        pairs.extend(srcs.iter().copied().zip(dsts.iter().copied()));
     }
     if pairs.iter().all(|&(s, d)| s == d) {
         return x;
     }
-    pairs.sort_unstable_by_key(|p| p.1);
+    // Sorted by target: every device is the target of exactly one pair.
+    let n = cur.num_devices() as usize;
+    let mut by_dst = vec![(-1i64, -1i64); n];
+    for &(s, d) in &pairs {
+        if let Some(slot) = by_dst.get_mut(d as usize) {
+            *slot = (s, d);
+        }
+    }
+    if by_dst.iter().all(|p| p.1 >= 0) && pairs.len() == n {
+        pairs = by_dst;
+    } else {
+        pairs.sort_unstable_by_key(|p| p.1);
+    }
     b.collective_permute(x, &pairs)
 }
 
@@ -449,28 +477,28 @@ fn emit_slice(
 ) -> Result<InstrId, SpmdError> {
     let buf = b.dims(x);
     let want = local_dims(dims, to);
-    let mut tables = Vec::with_capacity(dims.len());
+    let mut consts = Vec::with_capacity(dims.len());
     let mut pads = vec![(0i64, 0i64); dims.len()];
     for (a, &xa) in dims.iter().enumerate() {
-        let (t, need) = crate::grid::slice_table(cur, to, a, xa);
+        let (c, need) = crate::grid::slice_summary(cur, to, a, xa);
         if need > buf[a] {
             pads[a].1 = need - buf[a];
         }
-        tables.push(t);
+        consts.push(c);
     }
     let x = b.pad_zero(x, &pads)?;
-    let constant: Option<Vec<i64>> = tables
-        .iter()
-        .map(|t| {
-            let f = t.first().copied().unwrap_or(0);
-            t.iter().all(|&v| v == f).then_some(f)
-        })
-        .collect();
+    let constant: Option<Vec<i64>> = consts.iter().copied().collect();
     if let Some(c) = constant {
         let ranges: Vec<(i64, i64, i64)> =
             c.iter().zip(&want).map(|(&o, &w)| (o, o + w, 1)).collect();
         return Ok(b.slice(x, &ranges));
     }
-    let starts: Vec<InstrId> = tables.iter().map(|t| b.table(t)).collect();
+    let mut starts = Vec::with_capacity(dims.len());
+    for (a, &xa) in dims.iter().enumerate() {
+        starts.push(match consts[a] {
+            Some(c) => b.scalar(xla_hlo_ir::PrimitiveType::S32, c),
+            None => b.table(&crate::grid::slice_table(cur, to, a, xa)),
+        });
+    }
     Ok(b.dynamic_slice(x, starts, &want))
 }

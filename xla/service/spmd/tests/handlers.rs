@@ -226,6 +226,31 @@ fn scatter_into_sharded_rows_and_columns() {
 }
 
 #[test]
+fn scatter_add_of_sharded_updates_all_reduces() {
+    // Replicated operand, updates and indices sharded on the scatter batch
+    // dims: local scatters into identity buffers, then an all-reduce (fewer
+    // bytes than gathering the updates). Float add and max, int add, a
+    // partially replicated 2-D batch, sharded and replicated results.
+    const IADD: &str = "%iadd (ix: s32[], iy: s32[]) -> s32[] {\n  %ix = s32[] parameter(0)\n  %iy = s32[] parameter(1)\n  ROOT %is = s32[] add(%ix, %iy)\n}\n\n";
+    let comps = format!("{ADD}{MAX}{IADD}");
+    let m = module(
+        "ENTRY %e (t: f32[60,16], ids: s32[1024,1], u: f32[1024,16], ti: s32[60,16], ids2: s32[8,8,1], u2: s32[8,8,16]) -> (f32[60,16], f32[60,16], s32[60,16]) {\n  %t = f32[60,16] parameter(0), sharding={replicated}\n  %ids = s32[1024,1] parameter(1), sharding={devices=[8,1]<=[8]}\n  %u = f32[1024,16] parameter(2), sharding={devices=[8,1]<=[8]}\n  %ti = s32[60,16] parameter(3), sharding={replicated}\n  %ids2 = s32[8,8,1] parameter(4), sharding={devices=[4,1,1,2]<=[8] last_tile_dim_replicate}\n  %u2 = s32[8,8,16] parameter(5), sharding={devices=[4,1,1,2]<=[8] last_tile_dim_replicate}\n  %sa = f32[60,16] scatter(%t, %ids, %u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add, sharding={replicated}\n  %sm = f32[60,16] scatter(%t, %ids, %u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%max, sharding={devices=[1,8]<=[8]}\n  %si = s32[60,16] scatter(%ti, %ids2, %u2), update_window_dims={2}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=2, to_apply=%iadd, sharding={replicated}\n  ROOT %o = (f32[60,16], f32[60,16], s32[60,16]) tuple(%sa, %sm, %si), sharding={{replicated}, {devices=[1,8]<=[8]}, {replicated}}\n}\n",
+        &comps,
+        8,
+    );
+    for seed in [3, 29, 71] {
+        let (s, _) = check(&m, 8, false, 1e-5, seed);
+        assert_eq!(
+            s.handlers.get("scatter:scatter_all_reduce"),
+            Some(&3),
+            "{s:?}"
+        );
+        assert_eq!(s.collectives.get("all-reduce"), Some(&3), "{s:?}");
+        assert_eq!(s.collective_bytes, 3 * 60 * 16 * 4, "{s:?}");
+    }
+}
+
+#[test]
 fn depthwise_convolution_batch_and_spatial_sharded() {
     let m = module(
         "ENTRY %e (x: f32[4,16,8,6], k: f32[3,3,1,6]) -> f32[4,16,8,6] {\n  %x = f32[4,16,8,6] parameter(0), sharding={devices=[2,4,1,1]<=[8]}\n  %k = f32[3,3,1,6] parameter(1), sharding={replicated}\n  ROOT %c = f32[4,16,8,6] convolution(%x, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=6, sharding={devices=[2,4,1,1]<=[8]}\n}\n",
