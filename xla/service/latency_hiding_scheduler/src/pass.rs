@@ -173,15 +173,17 @@ pub fn schedule_module(
                 let (mut s, _) = simulate_graph(&g, &ord, &config.overlap_limits, None, false);
                 if base == Priority::Auto && policy.is_none() {
                     chosen[c.index()] = Priority::OriginalOrder;
-                    if s.exposed_comm > 0.0 {
-                        let alt =
-                            schedule_graph(&g, &config.overlap_limits, None, Priority::AsyncDepth);
+                    for candidate in [Priority::AsyncDepth, Priority::CriticalPath] {
+                        if s.exposed_comm <= 0.0 {
+                            break;
+                        }
+                        let alt = schedule_graph(&g, &config.overlap_limits, None, candidate);
                         let (sa, _) = simulate_graph(&g, &alt, &config.overlap_limits, None, false);
                         let pareto = sa.makespan < s.makespan && sa.peak_total <= s.peak_total;
                         if pareto || sa.makespan < s.makespan * (1.0 - AUTO_GAIN) {
                             ord = alt;
                             s = sa;
-                            chosen[c.index()] = Priority::AsyncDepth;
+                            chosen[c.index()] = candidate;
                         }
                     }
                 }

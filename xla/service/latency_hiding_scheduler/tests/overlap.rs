@@ -469,3 +469,39 @@ fn no_communication_totals_positive_zero() {
     let t = sim.entry.total_comm();
     assert!(t == 0.0 && t.is_sign_positive(), "total {t:?}");
 }
+
+/// Attention-shaped (found on an unseen JAX case): a compute chain ends in
+/// an all-gather, and an all-gather of a late parameter (input order puts
+/// it after the chain) feeds the same final dot. The parameter's gather
+/// must start before the chain (one all-gather lane: it finishes before
+/// the chain's gather needs the lane): optimum 10+10+10+20+1 = 51 = lower
+/// bound; the input order gives 71.
+#[test]
+fn late_parameter_gather_moves_ahead_of_the_chain() {
+    let m = parse(&module(
+        "ENTRY %e (p0: f32[128], p1: f32[128]) -> f32[1024] {
+  %p0 = f32[128]{0} parameter(0)
+  %c1 = f32[128]{0} exponential(%p0)
+  %c2 = f32[128]{0} exponential(%c1)
+  %c3 = f32[128]{0} exponential(%c2)
+  %ag0 = f32[1024]{0} all-gather(%c3), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true
+  %p1 = f32[128]{0} parameter(1)
+  %ag1 = f32[1024]{0} all-gather(%p1), channel_id=2, replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true
+  ROOT %r = f32[1024]{0} multiply(%ag0, %ag1)
+}
+",
+    ));
+    let model = fixed(&[
+        ("c1", 10.0),
+        ("c2", 10.0),
+        ("c3", 10.0),
+        ("r", 1.0),
+        ("ag0", 20.0),
+        ("ag1", 20.0),
+    ]);
+    let (out, sim) = schedule(&m, &SchedulerConfig::default(), model.as_ref());
+    let e = &sim.entry;
+    assert!(close(e.lower_bound, 51.0), "lower bound {}", e.lower_bound);
+    assert!(close(e.makespan, 51.0), "makespan {}", e.makespan);
+    assert!(pos(&out, "ag1-start") < pos(&out, "c2"));
+}
