@@ -1115,6 +1115,367 @@ def _m3_reshard(c):
     return f
 
 
+
+# --- second set: the same kinds with other meshes, shapes, dtypes and ops ---------------
+# (written to check the pipeline on cases it was not developed against)
+
+@case("tp_mlp_4x2_gelu_odd_dims", "Megatron MLP (gelu) on a 4x2 (d, m) mesh with odd sizes: x [12,20] batch on d, w1 [20,30] columns on m, w2 [30,20] rows on m", (4, 2), ("d", "m"), rtol=1e-4, atol=1e-5)
+def _a(c):
+    c.arg("x", (12, 20), "f32", P("d", None))
+    c.arg("w1", (20, 30), "f32", P(None, "m"), scale=0.2)
+    c.arg("w2", (30, 20), "f32", P("m", None), scale=0.1)
+    c.out("y", P("d", None))
+    def f(x, w1, w2):
+        return (jax.nn.gelu(x @ w1) @ w2,)
+    return f
+
+
+@case("bf16_dot_contracting_sharded_2x4", "bf16 dot contracting-sharded", (2, 4), ("a", "b"), rtol=2e-2, atol=2e-2)
+def _c(c):
+    c.arg("x", (16, 64), "bf16", P("a", "b"))
+    c.arg("w", (64, 24), "bf16", P("b", None), scale=0.2)
+    c.out("y", P("a", None))
+    def f(x, w):
+        return (jnp.dot(x, w, preferred_element_type=jnp.float32),)
+    return f
+
+
+@case("reductions_mesh3d", "reductions over sharded dims", (2, 2, 2), ("a", "b", "c"), rtol=1e-5, atol=1e-5)
+def _d(c):
+    c.arg("x", (6, 10, 8), "f32", P("a", "b", "c"))
+    c.out("s", P(None))
+    c.out("m", P("a"))
+    c.out("mean", P())
+    def f(x):
+        return jnp.sum(x, axis=(0, 2)), jnp.max(x, axis=(1, 2)), jnp.mean(x)
+    return f
+
+
+@case("integer_div_rem_any_count", "integer and bool ops", (8,), ("x",), rtol=0, atol=0)
+def _e(c):
+    c.arg("a", (24, 6), "s32", P("x", None), lo=-50, hi=50)
+    c.arg("b", (24, 6), "s32", P(None, None), lo=1, hi=9)
+    c.out("q", P("x", None))
+    c.out("any", P(None))
+    c.out("cnt", P())
+    def f(a, b):
+        q = (a // b) * (a % b)
+        return q, jnp.any(a > 40, axis=0), jnp.sum((a & 3) == 1).astype(jnp.int32)
+    return f
+
+
+@case("transpose_then_reshape_4x2", "transpose + reshape sharded", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _f(c):
+    c.arg("x", (8, 6, 4), "f32", P("a", None, "b"))
+    c.out("y", P(None, "a"))
+    def f(x):
+        y = jnp.transpose(x, (1, 0, 2)).reshape(6, 32)
+        return (wsc(y, P(None, "a")),)
+    return f
+
+
+@case("embedding_take_2x4", "embedding lookup vocab sharded", (2, 4), ("d", "v"), rtol=0, atol=0)
+def _h(c):
+    c.arg("table", (40, 12), "f32", P("v", None))
+    c.arg("ids", (6, 5), "s32", P("d", None), lo=0, hi=40)
+    c.out("e", P("d", None, None))
+    def f(table, ids):
+        return (jnp.take(table, ids, axis=0),)
+    return f
+
+
+@case("scan_rnn_batch_sharded", "scan with sharded carry", (8,), ("b",), rtol=1e-4, atol=1e-5)
+def _i(c):
+    c.arg("h0", (16, 8), "f32", P("b", None))
+    c.arg("xs", (5, 16, 8), "f32", P(None, "b", None))
+    c.arg("w", (8, 8), "f32", P(None, None), scale=0.3)
+    c.out("h", P("b", None))
+    c.out("ys", P(None, "b", None))
+    def f(h0, xs, w):
+        def step(h, x):
+            h = jnp.tanh(h @ w + x)
+            return h, h * 2.0
+        return lax.scan(step, h0, xs)
+    return f
+
+
+@case("attention_heads_4x2_late_gather", "attention heads sharded on 4x2", (4, 2), ("d", "m"), rtol=1e-4, atol=1e-5)
+def _j(c):
+    c.arg("q", (4, 2, 6, 8), "f32", P("d", "m", None, None))
+    c.arg("k", (4, 2, 6, 8), "f32", P("d", "m", None, None))
+    c.arg("v", (4, 2, 6, 8), "f32", P("d", "m", None, None))
+    c.out("o", P("d", None, None, None))
+    def f(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 3.0
+        p = jax.nn.softmax(s, axis=-1)
+        o = jnp.einsum("bhqk,bhkd->bhqd", p, v)
+        return (wsc(o, P("d", None, None, None)),)
+    return f
+
+
+@case("top_k_and_sort_4x2", "top_k on sharded batch, sort along sharded dim", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _m(c):
+    c.arg("x", (8, 20), "f32", P("a", "b"))
+    c.out("vals", P("a", None))
+    c.out("idx", P("a", None))
+    c.out("srt", P("a", "b"))
+    def f(x):
+        v, i = lax.top_k(x, 3)
+        return v, i.astype(jnp.int32), jnp.sort(x, axis=1)
+    return f
+
+
+@case("concat_pad_strided_slice_uneven", "concat, pad, slice with uneven (via constraints)", (8,), ("x",), rtol=0, atol=0)
+def _g(c):
+    c.arg("x", (10, 16), "f32", P(None, "x"))
+    c.arg("y", (10, 8), "f32", P(None, "x"))
+    c.out("z", P(None, None))
+    c.out("s", P(None, None))
+    def f(x, y):
+        z = jnp.concatenate([x[:, :9], y[:, :5]], axis=1)
+        z = wsc(z, P(None, "x"))
+        z = jnp.pad(z, ((0, 0), (2, 3)))
+        z = wsc(z, P(None, "x"))
+        return z, wsc(z[:, 3:17:2], P(None, "x"))
+    return f
+
+
+@case("cumsum_rows_uneven", "cumsum along sharded uneven dim", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _l(c):
+    c.arg("x", (32, 3), "f32", P("x", None))
+    c.out("c", P(None, None))
+    def f(x):
+        y = wsc(x[:30] * 1.5, P("x", None))
+        return (wsc(jnp.cumsum(y, axis=0), P("x", None)),)
+    return f
+
+
+@case("conv2d_height_sharded_uneven", "conv with H sharded 8-way, uneven", (8,), ("h",), rtol=1e-5, atol=1e-5)
+def _n(c):
+    c.arg("x", (1, 24, 6, 3), "f32", P(None, "h", None, None))
+    c.arg("k", (3, 3, 3, 4), "f32", P(None, None, None, None), scale=0.2)
+    c.out("y", P(None, None, None, None))
+    def f(x, k):
+        x = wsc(x[:, :20], P(None, "h", None, None))
+        y = lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return (wsc(y, P(None, "h", None, None)),)
+    return f
+
+
+@case("train_step_fsdp_sgd", "FSDP train step with grads", (8,), ("f",), rtol=1e-4, atol=1e-5)
+def _o(c):
+    c.arg("x", (16, 16), "f32", P("f", None))
+    c.arg("t", (16, 4), "f32", P("f", None))
+    c.arg("w", (16, 4), "f32", P("f", None), scale=0.3)
+    c.out("w_new", P("f", None))
+    c.out("loss", P())
+    def f(x, t, w):
+        def loss(w):
+            return jnp.mean((x @ wsc(w, P(None, None)) - t) ** 2)
+        l, gw = jax.value_and_grad(loss)(w)
+        return w - 0.1 * wsc(gw, P("f", None)), l
+    return f
+
+
+@case("dynamic_slice_update_uneven_4x2", "dynamic slice/update on uneven 4x2", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _p(c):
+    c.arg("x", (16, 8), "f32", P("a", "b"))
+    c.arg("u", (3, 3), "f32", P(None, None))
+    c.arg("i", (), "s32", P(), value=5)
+    c.out("w", P(None, None))
+    c.out("x2", P(None, None))
+    def f(x, u, i):
+        x = wsc(x[:14, :7], P("a", "b"))
+        return lax.dynamic_slice(x, (i, i - 3), (4, 3)), wsc(lax.dynamic_update_slice(x, u, (i, 2)), P("a", "b"))
+    return f
+
+
+@case("fori_loop_with_cond_2x4", "fori_loop with cond inside, sharded", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q(c):
+    c.arg("x", (8, 8), "f32", P("a", "b"))
+    c.arg("n", (), "s32", P(), value=3)
+    c.out("y", P("a", "b"))
+    def f(x, n):
+        def body(i, h):
+            return lax.cond(i % 2 == 0, lambda h: h * 0.5 + 1.0, lambda h: jnp.sin(h) + h.sum(axis=0, keepdims=True) * 0.01, h)
+        return (lax.fori_loop(0, n, body, x),)
+    return f
+
+
+@case("switch_three_branches_2x4", "lax.switch 3 branches on sharded data", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _a(c):
+    c.arg("x", (8, 16), "f32", P("a", "b"))
+    c.arg("k", (), "s32", P(), value=2)
+    c.out("y", P("a", "b"))
+    c.out("s", P())
+    def f(x, k):
+        y = lax.switch(k, [lambda x: x * 2.0, lambda x: jnp.cos(x), lambda x: x - x.mean(axis=1, keepdims=True)], x)
+        return y, jnp.sum(y)
+    return f
+
+
+@case("elementwise_zoo_4x2", "many unary/binary ops", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-6)
+def _b(c):
+    c.arg("x", (8, 6), "f32", P("a", "b"), scale=0.9)
+    c.arg("y", (8, 6), "f32", P("a", None), scale=2.0)
+    c.out("o1", P("a", "b"))
+    c.out("o2", P(None, "b"))
+    def f(x, y):
+        o1 = lax.erf(x) + jnp.log1p(jnp.abs(x)) + jnp.expm1(x) + jnp.arctan2(x, y + 3.0) + jnp.round(y) + jnp.clip(y, -0.5, 0.5)
+        o2 = lax.rsqrt(jnp.abs(y) + 1.0) * x ** 3 + jnp.sign(y) * jnp.floor(x * 4.0) + jnp.maximum(x, y)
+        return o1, wsc(o2, P(None, "b"))
+    return f
+
+
+@case("dot_reduce_scatter_mesh3d", "dot with reduce-scatter on 3D mesh", (2, 2, 2), ("a", "b", "c"), rtol=1e-4, atol=1e-5)
+def _c(c):
+    c.arg("x", (8, 32), "f32", P("a", ("b", "c")))
+    c.arg("w", (32, 16), "f32", P(("b", "c"), None), scale=0.2)
+    c.out("y", P("a", ("b", "c")))
+    def f(x, w):
+        return (wsc(x @ w, P("a", ("b", "c"))),)
+    return f
+
+
+@case("xent_bf16_vocab_sharded", "cross entropy bf16 logits vocab-sharded", (8,), ("v",), rtol=2e-2, atol=2e-2)
+def _d(c):
+    c.arg("logits", (4, 64), "bf16", P(None, "v"), scale=2.0)
+    c.arg("labels", (4,), "s32", P(None), lo=0, hi=64)
+    c.out("loss", P())
+    def f(logits, labels):
+        lp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+        return (-jnp.mean(jnp.take_along_axis(lp, labels[:, None], axis=1)),)
+    return f
+
+
+@case("argmax_and_descending_sort", "argmax on sharded dim + descending sort", (8,), ("x",), rtol=0, atol=0)
+def _e(c):
+    c.arg("x", (16, 8), "f32", P("x", None))
+    c.out("am", P(None))
+    c.out("sd", P("x", None))
+    def f(x):
+        return jnp.argmax(x, axis=0).astype(jnp.int32), -jnp.sort(-x, axis=0)
+    return f
+
+
+@case("reshape_merge_split_mesh3d", "reshape merge/split on 3D mesh", (2, 2, 2), ("a", "b", "c"), rtol=0, atol=0)
+def _f(c):
+    c.arg("x", (4, 8, 6), "f32", P("a", "b", None))
+    c.out("y", P("a", None))
+    c.out("z", P("a", "b", None, None))
+    def f(x):
+        y = wsc(x.reshape(4, 48), P("a", None))
+        z = wsc(x.reshape(4, 2, 4, 6), P("a", "b", None, None))
+        return y, z
+    return f
+
+
+@case("reshard_mesh3d_rotate_and_merge", "reshard rotate 3 axes", (2, 2, 2), ("a", "b", "c"), rtol=0, atol=0)
+def _g(c):
+    c.arg("x", (8, 8, 8), "f32", P("a", "b", "c"))
+    c.out("y", P("c", "a", "b"))
+    c.out("z", P(("a", "b"), None, "c"))
+    def f(x):
+        return wsc(x + 1.0, P("c", "a", "b")), wsc(x * 2.0, P(("a", "b"), None, "c"))
+    return f
+
+
+@case("conv2d_batch_and_features_2x4", "conv with output features sharded", (2, 4), ("d", "f"), rtol=1e-5, atol=1e-5)
+def _h(c):
+    c.arg("x", (4, 6, 6, 3), "f32", P("d", None, None, None))
+    c.arg("k", (3, 3, 3, 8), "f32", P(None, None, None, "f"), scale=0.2)
+    c.out("y", P("d", None, None, "f"))
+    def f(x, k):
+        return (lax.conv_general_dilated(x, k, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")),)
+    return f
+
+
+@case("maxpool2d_height_width_sharded", "2D max pool with H sharded", (4, 2), ("h", "w"), rtol=0, atol=0)
+def _i(c):
+    c.arg("x", (2, 16, 8, 3), "f32", P(None, "h", "w", None))
+    c.out("y", P(None, "h", None, None))
+    def f(x):
+        y = lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+        return (wsc(y, P(None, "h", None, None)),)
+    return f
+
+
+@case("dynamic_slice_clamped_start", "dynamic slice clamped index", (8,), ("x",), rtol=0, atol=0)
+def _j(c):
+    c.arg("x", (32, 4), "f32", P("x", None))
+    c.arg("i", (), "s32", P(), value=29)
+    c.out("w", P(None, None))
+    c.out("u", P("x", None))
+    def f(x, i):
+        return lax.dynamic_slice(x, (i, 0), (6, 4)), lax.dynamic_update_slice(x, jnp.ones((5, 4)), (i - 26, 0))
+    return f
+
+
+@case("gather_rows_2d_ids_4x2", "gather rows with ids sharded 2D", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _k(c):
+    c.arg("t", (24, 10), "f32", P(None, "b"))
+    c.arg("ids", (8, 4), "s32", P("a", "b"), lo=0, hi=24)
+    c.out("e", P("a", None, "b"))
+    def f(t, ids):
+        return (t[ids],)
+    return f
+
+
+@case("scatter_add_sharded_updates", "scatter-add into table", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _l(c):
+    c.arg("t", (16, 4), "f32", P(None, None))
+    c.arg("ids", (32,), "s32", P("x"), lo=0, hi=16)
+    c.arg("u", (32, 4), "f32", P("x", None))
+    c.out("r", P(None, None))
+    def f(t, ids, u):
+        return (t.at[ids].add(u),)
+    return f
+
+
+@case("shard_map_ring_permute_psum_scatter", "shard_map ppermute ring + psum_scatter", (8,), ("x",), rtol=1e-5, atol=1e-5, manual=True)
+def _m(c):
+    c.arg("x", (16, 4), "f32", P("x", None))
+    c.out("r", P("x", None))
+    c.out("s", P("x", None))
+    def body(x):
+        r = jax.lax.ppermute(x, "x", [(i, (i + 1) % 8) for i in range(8)])
+        s = jax.lax.psum_scatter(jnp.tile(x, (8, 1)), "x", scatter_dimension=0, tiled=True)
+        return r, s
+    def f(x):
+        return smap(body, (P("x", None),), (P("x", None), P("x", None)))(x)
+    return f
+
+
+@case("train_step_momentum_dp_tp_2x4", "train step adam-ish on 2x4", (2, 4), ("d", "m"), rtol=1e-4, atol=1e-5)
+def _n(c):
+    c.arg("x", (8, 16), "f32", P("d", None))
+    c.arg("t", (8, 8), "f32", P("d", None))
+    c.arg("w1", (16, 32), "f32", P(None, "m"), scale=0.2)
+    c.arg("w2", (32, 8), "f32", P("m", None), scale=0.2)
+    c.arg("m1", (16, 32), "f32", P(None, "m"), scale=0.01)
+    c.out("w1n", P(None, "m"))
+    c.out("w2n", P("m", None))
+    c.out("m1n", P(None, "m"))
+    c.out("loss", P())
+    def f(x, t, w1, w2, m1):
+        def loss(w1, w2):
+            return jnp.mean((jnp.tanh(x @ w1) @ w2 - t) ** 2)
+        l, (g1, g2) = jax.value_and_grad(loss, argnums=(0, 1))(w1, w2)
+        m1n = 0.9 * m1 + 0.1 * g1
+        return w1 - 0.01 * m1n / (jnp.sqrt(jnp.abs(m1n)) + 1e-3), w2 - 0.1 * g2, m1n, l
+    return f
+
+
+@case("cumprod_cummin_cols", "cumprod / cummin along sharded cols", (8,), ("x",), rtol=1e-5, atol=1e-6)
+def _o(c):
+    c.arg("x", (3, 32), "f32", P(None, "x"), scale=0.5)
+    c.out("cp", P(None, "x"))
+    c.out("cm", P(None, "x"))
+    def f(x):
+        return jnp.cumprod(1.0 + 0.1 * x, axis=1), lax.cummin(x, axis=1)
+    return f
+
+
 # ---------------------------------------------------------------------------
 # Running a case.
 # ---------------------------------------------------------------------------
