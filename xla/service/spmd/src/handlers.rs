@@ -58,6 +58,7 @@ pub fn dispatch(
         Opcode::DynamicSlice => crate::window::dynamic_slice(p, instr, target),
         Opcode::DynamicUpdateSlice => crate::window::dynamic_update_slice(p, instr, target),
         Opcode::Sort => crate::window::sort(p, instr, target),
+        Opcode::TopK => crate::window::topk(p, instr, target),
         Opcode::Reverse => crate::window::reverse(p, instr, target),
         Opcode::Gather => crate::gather::gather(p, instr, target),
         Opcode::Scatter => crate::gather::scatter(p, instr, target),

@@ -728,6 +728,53 @@ pub fn sort(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     Ok(Some(p.emit_local(instr, ops, &vs)?))
 }
 
+/// `topk` (always over the last dim): computed where the last dim is whole
+/// on every device, in the cheapest of the output's sharding and the
+/// operand's, each with the last dim's sharding dropped or moved to another
+/// dim by an all-to-all; values and indices come out in that sharding.
+pub fn topk(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let out = match target {
+        VS::Tuple(e) => match e.first().and_then(|x| x.grid()) {
+            Some(g) => g.clone(),
+            None => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let v = p.operand(instr, 0)?;
+    let dims = v.shape.dims().to_vec();
+    let rank = dims.len();
+    let Shape::Tuple(leaves) = &instr.shape else {
+        return Ok(None);
+    };
+    if rank == 0 || out.rank() != rank || leaves.len() != 2 {
+        return Ok(None);
+    }
+    let a = rank - 1;
+    let mut cands = unsharded_candidates(&out, a, &[&dims]);
+    if let Some(g) = v.vs.grid() {
+        if g.rank() == rank {
+            cands.extend(unsharded_candidates(g, a, &[&dims]));
+        }
+    }
+    let costed: Vec<(Grid, u64)> = cands
+        .into_iter()
+        .map(|c| {
+            let mut cost = p.cost(&v, &c);
+            for leaf in leaves {
+                cost += p.cost_of(leaf, &c, &out);
+            }
+            (c, cost)
+        })
+        .collect();
+    let Some(c) = cheapest(&costed) else {
+        return Ok(None);
+    };
+    let x = p.reshard_to_grid(&v, &c)?;
+    p.note(instr, "topk");
+    let vs = VS::Tuple(vec![VS::Grid(c.clone()), VS::Grid(c)]);
+    Ok(Some(p.emit_local(instr, vec![x], &vs)?))
+}
+
 pub fn reverse(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);

@@ -305,3 +305,27 @@ fn multi_hop_windows_use_collective_permutes() {
     let (s, _) = check(&m, 8, false, 1e-4, 19);
     assert!(!s.collectives.contains_key("all-gather"), "{s:?}");
 }
+
+/// topk over a sharded last dim (moved to the batch dim by an all-to-all or
+/// replicated, whichever moves fewer bytes) and over a batch-sharded
+/// operand (no communication): no fallback, results equal the global run.
+#[test]
+fn topk_on_sharded_last_dim_and_batch() {
+    let m = module(
+        "ENTRY %e (a: f32[16,40], b: f32[8,20]) -> (f32[16,3], s32[16,3], f32[8,5], s32[8,5]) {\n  %a = f32[16,40] parameter(0), sharding={devices=[2,4]<=[8]}\n  %t = (f32[16,3], s32[16,3]) topk(%a), k=3, largest=true, sharding={{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}\n  %tv = f32[16,3] get-tuple-element(%t), index=0, sharding={devices=[8,1]<=[8]}\n  %ti = s32[16,3] get-tuple-element(%t), index=1, sharding={devices=[8,1]<=[8]}\n  %b = f32[8,20] parameter(1), sharding={devices=[8,1]<=[8]}\n  %u = (f32[8,5], s32[8,5]) topk(%b), k=5, largest=false, sharding={{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}\n  %uv = f32[8,5] get-tuple-element(%u), index=0, sharding={devices=[8,1]<=[8]}\n  %ui = s32[8,5] get-tuple-element(%u), index=1, sharding={devices=[8,1]<=[8]}\n  ROOT %o = (f32[16,3], s32[16,3], f32[8,5], s32[8,5]) tuple(%tv, %ti, %uv, %ui), sharding={{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}\n}\n",
+        "",
+        8,
+    );
+    let (summary, _) = check(&m, 8, false, 0.0, 21);
+    assert_eq!(
+        summary.handlers.get("topk:topk"),
+        Some(&2),
+        "{:?}",
+        summary.handlers
+    );
+    assert!(
+        !summary.handlers.keys().any(|k| k.ends_with(":fallback")),
+        "{:?}",
+        summary.handlers
+    );
+}
