@@ -346,6 +346,11 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
     {
         return Ok(None);
     }
+    if fgc > 1 && bgc == 1 {
+        if let Some(v) = grouped_on_features(p, instr, &out, &dn, &lhs, &rhs, fgc)? {
+            return Ok(Some(v));
+        }
+    }
     let mut lmap = vec![0usize; rl];
     let mut rmap = vec![0usize; rr];
     let mut omap = vec![0usize; ro];
@@ -447,4 +452,61 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
             vs: vs.clone(),
         })
     })
+}
+
+/// A grouped convolution (`feature_group_count` G) whose output features
+/// are sharded t-way with t dividing G: each device convolves its G/t
+/// groups (input features and kernel output features sharded like the
+/// output features, kernel input features whole), with no communication
+/// beyond bringing the operands to that layout. Output spatial dims must be
+/// whole in the target (otherwise the general path handles it).
+fn grouped_on_features(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    out: &Grid,
+    dn: &xla_hlo_ir::attrs::ConvDimensionNumbers,
+    lhs: &PValue,
+    rhs: &PValue,
+    fgc: i64,
+) -> Res {
+    let u = |d: i64| d as usize;
+    let of = u(dn.output_feature);
+    let t = out.tiles(of);
+    let c_in = lhs.shape.dims()[u(dn.input_feature)];
+    let c_out = rhs.shape.dims()[u(dn.kernel_output_feature)];
+    if t <= 1
+        || fgc % t != 0
+        || c_in % t != 0
+        || c_out % t != 0
+        || dn.output_spatial.iter().any(|&d| out.tiles(u(d)) > 1)
+    {
+        return Ok(None);
+    }
+    let mut lmap = vec![None; lhs.shape.rank()];
+    lmap[u(dn.input_batch)] = Some(u(dn.output_batch));
+    lmap[u(dn.input_feature)] = Some(of);
+    let mut rmap = vec![None; rhs.shape.rank()];
+    rmap[u(dn.kernel_output_feature)] = Some(of);
+    let lg = out.remap(&lmap);
+    let rg = out.remap(&rmap);
+    let x = p.reshard_to_grid(lhs, &lg)?;
+    let y = p.reshard_to_grid(rhs, &rg)?;
+    let vs = VS::Grid(out.clone());
+    let want = crate::partition::local_shape(&instr.shape, &vs);
+    let id = p.clone_instr(instr, vec![x, y], want.clone());
+    p.b.comp
+        .instr_mut(id)
+        .set_attr(AttrKey::FeatureGroupCount, AttrValue::Int(fgc / t));
+    let got = p.infer(p.b.comp.instr(id), &[p.b.shape(x), p.b.shape(y)])?;
+    if got.dims() != want.dims() {
+        return Err(SpmdError::Invalid(format!(
+            "local grouped convolution shape {got} differs from {want}"
+        )));
+    }
+    p.note(instr, "convolution-grouped-features");
+    Ok(Some(PValue {
+        id,
+        shape: Rc::new(instr.shape.clone()),
+        vs,
+    }))
 }

@@ -329,3 +329,31 @@ fn topk_on_sharded_last_dim_and_batch() {
         summary.handlers
     );
 }
+
+/// Depthwise (feature_group_count = channels) and 2-channels-per-group
+/// convolutions with the channel dim sharded 4-way and the batch 2-way:
+/// each device convolves its own groups, with no communication.
+#[test]
+fn grouped_convolution_on_sharded_features() {
+    let m = module(
+        "ENTRY %e (x: f32[4,6,6,8], k: f32[3,3,1,8], y: f32[2,5,5,8], w: f32[3,3,2,8]) -> (f32[4,6,6,8], f32[2,5,5,8]) {\n  %x = f32[4,6,6,8] parameter(0), sharding={devices=[2,1,1,4]<=[8]}\n  %k = f32[3,3,1,8] parameter(1), sharding={devices=[1,1,1,4,2]<=[8] last_tile_dim_replicate}\n  %c = f32[4,6,6,8] convolution(%x, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=8, sharding={devices=[2,1,1,4]<=[8]}\n  %y = f32[2,5,5,8] parameter(2), sharding={devices=[1,1,1,8]<=[8]}\n  %w = f32[3,3,2,8] parameter(3), sharding={replicated}\n  %d = f32[2,5,5,8] convolution(%y, %w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=4, sharding={devices=[2,1,1,4]<=[8]}\n  ROOT %o = (f32[4,6,6,8], f32[2,5,5,8]) tuple(%c, %d), sharding={{devices=[2,1,1,4]<=[8]}, {devices=[2,1,1,4]<=[8]}}\n}\n",
+        "",
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 1e-5, 22);
+    assert_eq!(
+        summary
+            .handlers
+            .get("convolution:convolution-grouped-features"),
+        Some(&2),
+        "{:?}",
+        summary.handlers
+    );
+    // %c needs no communication at all (operands already aligned).
+    let text = part.to_text();
+    assert!(
+        summary.collective_bytes < 2 * 5 * 5 * 8 * 4,
+        "{} bytes\n{text}",
+        summary.collective_bytes
+    );
+}
