@@ -1476,6 +1476,189 @@ def _o(c):
     return f
 
 
+
+# --- third set: more kinds (grouped convolutions and their gradients, data-dependent loops,
+# multi-operand sorts, bit ops, sequence sharding) -------------------------------------
+
+@case("depthwise_conv_channels_sharded", "depthwise conv feature_group_count, channels sharded", (2, 4), ("b", "c"), rtol=1e-5, atol=1e-5)
+def _variant_31(c):
+    c.arg("x", (4, 8, 8, 8), "f32", P("b", None, None, "c"))
+    c.arg("k", (3, 3, 1, 8), "f32", P(None, None, None, "c"), scale=0.3)
+    c.out("y", P("b", None, None, "c"))
+    def f(x, k):
+        return (lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=8),)
+    return f
+
+@case("einsum_two_batch_dims_mesh3d", "einsum with two batch dims on 3d mesh", (2, 2, 2), ("a", "b", "c"), rtol=1e-4, atol=1e-5)
+def _variant_32(c):
+    c.arg("x", (4, 4, 8, 16), "f32", P("a", "b", None, "c"))
+    c.arg("y", (4, 4, 16, 6), "f32", P("a", "b", "c", None), scale=0.3)
+    c.out("z", P("a", "b", None, None))
+    def f(x, y):
+        return (jnp.einsum("abik,abkj->abij", x, y),)
+    return f
+
+@case("argmin_flattened_max_4x2", "argmin over two sharded dims (flattened)", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _variant_33(c):
+    c.arg("x", (8, 12, 6), "f32", P(None, "a", "b"))
+    c.out("am", P(None))
+    c.out("mx", P("a"))
+    def f(x):
+        return jnp.argmin(x.reshape(8, 72), axis=1).astype(jnp.int32), jnp.max(x, axis=(0, 2))
+    return f
+
+@case("while_data_dependent_trip_count", "while loop with data-dependent trip count", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _variant_34(c):
+    c.arg("x", (16, 4), "f32", P("x", None), scale=0.5)
+    c.out("y", P("x", None))
+    c.out("n", P())
+    def f(x):
+        def cond(s):
+            i, h = s
+            return jnp.logical_and(jnp.sum(jnp.abs(h)) < 200.0, i < 20)
+        def body(s):
+            i, h = s
+            return i + 1, h * 1.5 + 0.1
+        n, y = lax.while_loop(cond, body, (jnp.int32(0), x))
+        return y, n
+    return f
+
+@case("take_along_axis_3d", "take_along_axis on 3D with sharded batch", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _variant_35(c):
+    c.arg("x", (4, 8, 10), "f32", P("a", "b", None))
+    c.arg("i", (4, 8, 3), "s32", P("a", "b", None), lo=0, hi=10)
+    c.out("g", P("a", "b", None))
+    def f(x, i):
+        return (jnp.take_along_axis(x, i, axis=2),)
+    return f
+
+@case("embedding_grad_scatter_vocab_sharded", "scatter-add into vocab-sharded table (embedding grad)", (8,), ("v",), rtol=1e-5, atol=1e-5)
+def _variant_36(c):
+    c.arg("table", (32, 6), "f32", P("v", None))
+    c.arg("ids", (12,), "s32", P(None), lo=0, hi=32)
+    c.arg("g", (12, 6), "f32", P(None, None))
+    c.out("t2", P("v", None))
+    def f(table, ids, g):
+        return (table.at[ids].add(g),)
+    return f
+
+@case("integer_bits_shifts_popcount", "integer bit ops, shifts, popcount, clamp", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _variant_37(c):
+    c.arg("x", (8, 6), "s32", P("a", "b"), lo=-1000, hi=1000)
+    c.arg("y", (8, 6), "u32", P("a", "b"), lo=0, hi=100000)
+    c.out("o1", P("a", "b"))
+    c.out("o2", P(None, "b"))
+    c.out("o3", P())
+    def f(x, y):
+        o1 = (x << 2) ^ (x >> 1) | lax.population_count(x)
+        o2 = wsc(jnp.clip(x % 7, -3, 3) * jnp.sign(x), P(None, "b"))
+        o3 = jnp.sum((y >> 3) & 0xFF).astype(jnp.uint32)
+        return o1, o2, o3
+    return f
+
+@case("train_step_bf16_compute_dp_tp", "bf16 params, f32 master, dp x tp", (2, 4), ("d", "m"), rtol=3e-2, atol=3e-2)
+def _variant_38(c):
+    c.arg("x", (8, 16), "bf16", P("d", None))
+    c.arg("w", (16, 32), "f32", P(None, "m"), scale=0.2)
+    c.arg("v", (32, 4), "f32", P("m", None), scale=0.2)
+    c.out("w2", P(None, "m"))
+    c.out("v2", P("m", None))
+    c.out("l", P())
+    def f(x, w, v):
+        def loss(w, v):
+            h = jax.nn.relu(x @ w.astype(jnp.bfloat16))
+            return jnp.mean((h @ v.astype(jnp.bfloat16)).astype(jnp.float32) ** 2)
+        l, (gw, gv) = jax.value_and_grad(loss, argnums=(0, 1))(w, v)
+        return w - 0.1 * gw, v - 0.1 * gv, l
+    return f
+
+@case("avg_pool_stride3_padded", "avg pool stride 3 with padding on sharded dim", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _variant_39(c):
+    c.arg("x", (2, 48), "f32", P(None, "x"))
+    c.out("y", P(None, None))
+    def f(x):
+        return (lax.reduce_window(x, 0.0, lax.add, (1, 5), (1, 3), ((0, 0), (2, 2))) / 5.0,)
+    return f
+
+@case("cond_on_sharded_sum_2x4", "cond on a value computed from sharded data", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _variant_40(c):
+    c.arg("x", (8, 8), "f32", P("a", "b"))
+    c.out("y", P("a", "b"))
+    def f(x):
+        return (lax.cond(jnp.sum(x) > 0.0, lambda x: x @ x, lambda x: x.T * 2.0, x),)
+    return f
+
+@case("stable_sort_three_operands", "stable 3-operand sort along sharded dim", (8,), ("x",), rtol=0, atol=0)
+def _variant_41(c):
+    c.arg("k", (4, 32), "s32", P(None, "x"), lo=0, hi=5)
+    c.arg("v", (4, 32), "f32", P(None, "x"))
+    c.out("k2", P(None, "x"))
+    c.out("v2", P(None, "x"))
+    c.out("i2", P(None, "x"))
+    def f(k, v):
+        i = lax.broadcasted_iota(jnp.int32, k.shape, 1)
+        return lax.sort((k, v, i), dimension=1, is_stable=True, num_keys=1)
+    return f
+
+@case("layernorm_mlp_sequence_sharded", "layernorm + mlp with sequence sharded (SP)", (2, 4), ("d", "s"), rtol=1e-4, atol=1e-5)
+def _variant_42(c):
+    c.arg("x", (2, 16, 12), "f32", P("d", "s", None))
+    c.arg("w", (12, 24), "f32", P(None, None), scale=0.3)
+    c.out("y", P("d", "s", None))
+    def f(x, w):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        h = (x - mu) * lax.rsqrt(var + 1e-5)
+        return (jax.nn.silu(h @ w) @ w.T,)
+    return f
+
+@case("convert_bf16_s32_pred", "f32->bf16->f32, f32->s32, s32->f32, pred", (8,), ("x",), rtol=0, atol=0)
+def _variant_43(c):
+    c.arg("x", (16, 8), "f32", P("x", None), scale=100.0)
+    c.out("a", P("x", None))
+    c.out("b", P("x", None))
+    c.out("cnt", P())
+    def f(x):
+        a = x.astype(jnp.bfloat16).astype(jnp.float32)
+        b = x.astype(jnp.int32)
+        return a, b, jnp.sum(x > 0).astype(jnp.int32)
+    return f
+
+@case("reverse_cumsum_4x2", "reverse cumsum on 2D-sharded", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _variant_44(c):
+    c.arg("x", (16, 8), "f32", P("a", "b"))
+    c.out("y", P("a", "b"))
+    def f(x):
+        return (jnp.flip(jnp.cumsum(jnp.flip(x, 0), axis=0), 0),)
+    return f
+
+@case("depthwise_conv_grads_batch_groups", "depthwise conv forward + grads (batch_group_count), channels sharded", (2, 4), ("b", "c"), rtol=1e-4, atol=1e-4)
+def _variant_45(c):
+    c.arg("x", (4, 8, 8, 8), "f32", P("b", None, None, "c"))
+    c.arg("k", (3, 3, 1, 8), "f32", P(None, None, None, "c"), scale=0.3)
+    c.out("gx", P("b", None, None, "c"))
+    c.out("gk", P(None, None, None, "c"))
+    def f(x, k):
+        def loss(x, k):
+            y = lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=8)
+            return jnp.sum(jnp.tanh(y))
+        return jax.grad(loss, argnums=(0, 1))(x, k)
+    return f
+
+@case("shard_map_all_to_all_pmax_axis_index", "shard_map all_to_all + pmax + axis_index", (2, 4), ("a", "b"), rtol=1e-6, atol=1e-6, manual=True)
+def _variant_46(c):
+    c.arg("x", (8, 8), "f32", P("a", "b"))
+    c.out("t", P("a", "b"))
+    c.out("m", P("a", "b"))
+    def body(x):
+        t = jax.lax.all_to_all(x, "a", 0, 0, tiled=True)
+        m = jax.lax.pmax(x, "b") + jax.lax.axis_index("a").astype(jnp.float32)
+        return t, m
+    def f(x):
+        return smap(body, (P("a", "b"),), (P("a", "b"), P("a", "b")))(x)
+    return f
+
+
 # ---------------------------------------------------------------------------
 # Running a case.
 # ---------------------------------------------------------------------------
