@@ -41,6 +41,11 @@ pub enum Step {
     },
     /// Collective-permute to the same tiling on other devices.
     Permute { to: Grid },
+    /// Each device slices, out of its tile, the part of the tile it sends
+    /// that the receiver keeps (the receiver's `to` tile inside its `via`
+    /// tile), then a collective-permute to the `via` placement: the same
+    /// result as `Permute { via }` then `Slice { to }` with less data moved.
+    SlicePermute { via: Grid, to: Grid },
     /// Local (dynamic-)slice: every target tile lies in the source tile.
     Slice { to: Grid },
 }
@@ -133,18 +138,26 @@ fn plan_gather_fix(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
     let Some(coarse) = tgt.coarsened(&cdims) else {
         return replicate_plan(src, tgt, dims, bytes);
     };
-    if coarse != cur {
-        if coarse.dims() != cur.dims() {
-            return replicate_plan(src, tgt, dims, bytes);
-        }
-        plan.cost += elems(&local_dims(dims, &cur)) * bytes;
-        plan.steps.push(Step::Permute { to: coarse.clone() });
+    if coarse != cur && coarse.dims() != cur.dims() {
+        return replicate_plan(src, tgt, dims, bytes);
     }
-    if &coarse != tgt {
-        if !slice_ok(&coarse, tgt, dims) {
-            return replicate_plan(src, tgt, dims, bytes);
+    if &coarse != tgt && !slice_ok(&coarse, tgt, dims) {
+        return replicate_plan(src, tgt, dims, bytes);
+    }
+    match (coarse != cur, &coarse != tgt) {
+        (true, true) => {
+            plan.cost += elems(&local_dims(dims, tgt)) * bytes;
+            plan.steps.push(Step::SlicePermute {
+                via: coarse,
+                to: tgt.clone(),
+            });
         }
-        plan.steps.push(Step::Slice { to: tgt.clone() });
+        (true, false) => {
+            plan.cost += elems(&local_dims(dims, &cur)) * bytes;
+            plan.steps.push(Step::Permute { to: coarse });
+        }
+        (false, true) => plan.steps.push(Step::Slice { to: tgt.clone() }),
+        (false, false) => {}
     }
     plan
 }
@@ -286,12 +299,14 @@ pub fn emit(
                 emit_all_to_all(b, x, &cur, *a, *tgt, *f, to, dims)?
             }
             Step::Permute { to } => emit_permute(b, x, &cur, to),
+            Step::SlicePermute { via, to } => emit_slice_permute(b, x, &cur, via, to, dims)?,
             Step::Slice { to } => emit_slice(b, x, &cur, to, dims)?,
         };
         cur = match step {
             Step::Gather { to, .. }
             | Step::AllToAll { to, .. }
             | Step::Permute { to }
+            | Step::SlicePermute { to, .. }
             | Step::Slice { to } => to.clone(),
         };
     }
@@ -416,6 +431,16 @@ fn emit_all_to_all(
 }
 
 fn emit_permute(b: &mut Builder<'_>, x: InstrId, cur: &Grid, to: &Grid) -> InstrId {
+    let pairs = permute_pairs(cur, to);
+    if pairs.iter().all(|&(s, d)| s == d) {
+        return x;
+    }
+    b.collective_permute(x, &pairs)
+}
+
+/// The (source, target) pairs that move every device's `cur` tile to the
+/// device holding the same tile in `to`, sorted by target.
+fn permute_pairs(cur: &Grid, to: &Grid) -> Vec<(i64, i64)> {
     let r = cur.repl() as usize;
     let mut pairs = Vec::with_capacity(cur.num_devices() as usize);
     let (mut srcs, mut dsts) = (Vec::with_capacity(r), Vec::with_capacity(r));
@@ -449,9 +474,6 @@ fn emit_permute(b: &mut Builder<'_>, x: InstrId, cur: &Grid, to: &Grid) -> Instr
         }
         pairs.extend(srcs.iter().copied().zip(dsts.iter().copied()));
     }
-    if pairs.iter().all(|&(s, d)| s == d) {
-        return x;
-    }
     // Sorted by target: every device is the target of exactly one pair.
     let n = cur.num_devices() as usize;
     let mut by_dst = vec![(-1i64, -1i64); n];
@@ -465,7 +487,72 @@ fn emit_permute(b: &mut Builder<'_>, x: InstrId, cur: &Grid, to: &Grid) -> Instr
     } else {
         pairs.sort_unstable_by_key(|p| p.1);
     }
-    b.collective_permute(x, &pairs)
+    pairs
+}
+
+fn emit_slice_permute(
+    b: &mut Builder<'_>,
+    x: InstrId,
+    cur: &Grid,
+    via: &Grid,
+    to: &Grid,
+    dims: &[i64],
+) -> Result<InstrId, SpmdError> {
+    let pairs = permute_pairs(cur, via);
+    let n = cur.num_devices() as usize;
+    // The device each device sends to (itself when it keeps its tile).
+    let mut receiver: Vec<usize> = (0..n).collect();
+    for &(s, d) in &pairs {
+        if let (Ok(s), Ok(d)) = (usize::try_from(s), usize::try_from(d)) {
+            if s < n && d < n {
+                receiver[s] = d;
+            }
+        }
+    }
+    let buf = b.dims(x);
+    let want = local_dims(dims, to);
+    let mut pads = vec![(0i64, 0i64); dims.len()];
+    let mut starts = Vec::with_capacity(dims.len());
+    for (a, &xa) in dims.iter().enumerate() {
+        let (c, need) = crate::grid::slice_summary(via, to, a, xa);
+        if need > buf[a] {
+            pads[a].1 = need - buf[a];
+        }
+        starts.push(match c {
+            Some(c) => Ok(c),
+            None => {
+                let by_receiver = crate::grid::slice_table(via, to, a, xa);
+                let by_sender: std::sync::Arc<[i64]> =
+                    receiver.iter().map(|&d| by_receiver[d]).collect();
+                Err(by_sender)
+            }
+        });
+    }
+    let x = b.pad_zero(x, &pads)?;
+    let x = if starts.iter().all(|s| s.is_ok()) {
+        let ranges: Vec<(i64, i64, i64)> = starts
+            .iter()
+            .zip(&want)
+            .map(|(s, &w)| {
+                let o = *s.as_ref().unwrap_or(&0);
+                (o, o + w, 1)
+            })
+            .collect();
+        b.slice(x, &ranges)
+    } else {
+        let ids = starts
+            .iter()
+            .map(|s| match s {
+                Ok(c) => b.scalar(xla_hlo_ir::PrimitiveType::S32, *c),
+                Err(t) => b.table(t),
+            })
+            .collect();
+        b.dynamic_slice(x, ids, &want)
+    };
+    if pairs.iter().all(|&(s, d)| s == d) {
+        return Ok(x);
+    }
+    Ok(b.collective_permute(x, &pairs))
 }
 
 fn emit_slice(

@@ -47,13 +47,74 @@ pub fn exchange(
     }
     let (l, r, _) = halos(g, dims, a, starts, len);
     let multi_hop = l > s || r > s;
+    let grouped = if multi_hop {
+        range_groups(starts, len, s, xa)
+    } else {
+        None
+    };
     let use_pieces = multi_hop && {
         let shape = with_dims_of(p, x, dims);
         let per_row = other_bytes(&shape, g, a);
         let gather = p.cost_of(&shape, g, &g.replicate_dims(&[a]));
         pieces_cost(&pieces(starts, len, s, xa), per_row) < gather
     };
-    let (buf, base): (InstrId, Vec<i64>) = if use_pieces {
+    let use_groups = match &grouped {
+        Some(rg) => {
+            let shape = with_dims_of(p, x, dims);
+            let per_row = other_bytes(&shape, g, a);
+            let gather = p.cost_of(&shape, g, &g.replicate_dims(&[a]));
+            let best_other = if use_pieces {
+                pieces_cost(&pieces(starts, len, s, xa), per_row)
+            } else {
+                gather
+            };
+            rg.cost(per_row) < best_other
+        }
+        None => false,
+    };
+    let (buf, base): (InstrId, Vec<i64>) = if let (true, Some(rg)) = (use_groups, &grouped) {
+        // Every window lies in one source tile: one collective-permute per
+        // distinct row range (each source tile sends once per permute),
+        // plus a local slice for windows in their own tile.
+        let ld = p.b.dims(x);
+        let mut parts = Vec::new();
+        let mut pos = 0;
+        let mut local_at = 0;
+        if let Some((h0, h1)) = rg.local {
+            let mut r: Vec<(i64, i64, i64)> = ld.iter().map(|&d| (0, d, 1)).collect();
+            r[a] = (h0, h1, 1);
+            parts.push(p.b.slice(x, &r));
+            local_at = pos;
+            pos += h1 - h0;
+        }
+        let mut group_at = Vec::with_capacity(rg.groups.len());
+        for grp in &rg.groups {
+            let mut r: Vec<(i64, i64, i64)> = ld.iter().map(|&d| (0, d, 1)).collect();
+            r[a] = (grp.lo, grp.hi, 1);
+            let sl = p.b.slice(x, &r);
+            let pairs = tile_pairs(g, a, &grp.source);
+            parts.push(p.b.collective_permute(sl, &pairs));
+            group_at.push(pos);
+            pos += grp.hi - grp.lo;
+        }
+        let y = p.b.concatenate(parts, a);
+        let base: Vec<i64> = (0..t as usize)
+            .map(|i| {
+                let st = starts[i];
+                let lo = st.max(0);
+                let at = match rg.tile_group[i] {
+                    TileSource::Nothing => return st,
+                    TileSource::Local => {
+                        local_at + (lo - i as i64 * s - rg.local.map_or(0, |h| h.0))
+                    }
+                    TileSource::Group(k) => group_at[k],
+                };
+                // Buffer position of the window start: `lo` sits at `at`.
+                st - (at - (lo - st))
+            })
+            .collect();
+        (y, base)
+    } else if use_pieces {
         // Halos beyond the neighbours, cheaper than a gather: one
         // collective-permute per tile distance.
         let ps = pieces(starts, len, s, xa);
@@ -221,6 +282,111 @@ fn pieces_cost(ps: &[(i64, i64, i64)], per_row: u64) -> u64 {
         .sum()
 }
 
+/// Where a tile's window comes from in a range-grouped exchange.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum TileSource {
+    /// Its window is empty (it needs no data).
+    Nothing,
+    /// Its window lies in its own tile.
+    Local,
+    /// From group `k`'s collective-permute.
+    Group(usize),
+}
+
+/// One collective-permute of a range-grouped exchange: rows `[lo, hi)` of
+/// the source tile, sent by tile `source[i]` to tile `i` (each source at
+/// most once).
+struct RangeGroup {
+    lo: i64,
+    hi: i64,
+    source: Vec<Option<i64>>,
+}
+
+/// A range-grouped exchange: possible when every window lies within one
+/// source tile.
+struct RangeGroups {
+    local: Option<(i64, i64)>,
+    groups: Vec<RangeGroup>,
+    tile_group: Vec<TileSource>,
+}
+
+impl RangeGroups {
+    fn cost(&self, per_row: u64) -> u64 {
+        self.groups
+            .iter()
+            .map(|g| (g.hi - g.lo).max(0) as u64 * per_row)
+            .sum()
+    }
+}
+
+/// Groups the windows of an exchange by the rows of the source tile they
+/// need, when each window lies in a single source tile (`None` otherwise).
+fn range_groups(starts: &[i64], len: i64, s: i64, xa: i64) -> Option<RangeGroups> {
+    if s <= 0 {
+        return None;
+    }
+    let t = starts.len();
+    let mut rg = RangeGroups {
+        local: None,
+        groups: Vec::new(),
+        tile_group: vec![TileSource::Nothing; t],
+    };
+    for (i, &st) in starts.iter().enumerate() {
+        let (lo, hi) = (st.max(0), (st + len).min(xa));
+        if lo >= hi {
+            continue;
+        }
+        let j = lo / s;
+        if (hi - 1) / s != j {
+            return None;
+        }
+        let (r0, r1) = (lo - j * s, hi - j * s);
+        if j == i as i64 {
+            rg.local = Some(match rg.local {
+                None => (r0, r1),
+                Some((a, b)) => (a.min(r0), b.max(r1)),
+            });
+            rg.tile_group[i] = TileSource::Local;
+            continue;
+        }
+        let k = match rg
+            .groups
+            .iter()
+            .position(|g| g.lo == r0 && g.hi == r1 && !g.source.contains(&Some(j)))
+        {
+            Some(k) => k,
+            None => {
+                rg.groups.push(RangeGroup {
+                    lo: r0,
+                    hi: r1,
+                    source: vec![None; t],
+                });
+                rg.groups.len() - 1
+            }
+        };
+        rg.groups[k].source[i] = Some(j);
+        rg.tile_group[i] = TileSource::Group(k);
+    }
+    Some(rg)
+}
+
+/// Pairs sending, for every device at tile `i` of dim `a` with
+/// `source[i] = Some(j)`, from the device at tile `j` with the same other
+/// coordinates.
+fn tile_pairs(g: &Grid, a: usize, source: &[Option<i64>]) -> Vec<(i64, i64)> {
+    let mut pairs = Vec::new();
+    for d in 0..g.num_devices() {
+        let mut c = g.coords(d);
+        let Some(Some(j)) = source.get(c[a] as usize) else {
+            continue;
+        };
+        c[a] = *j;
+        pairs.push((g.device_at(&c), d));
+    }
+    pairs.sort_unstable_by_key(|p| p.1);
+    pairs
+}
+
 /// Bytes of one row (one index along dim `a`) of the local tile.
 fn other_bytes(shape: &Shape, g: &Grid, a: usize) -> u64 {
     let bytes = shape
@@ -249,8 +415,10 @@ fn exchange_cost(
     let (l, r, s) = halos(g, dims, a, starts, len);
     if l > s || r > s {
         let gather = p.cost_of(shape, g, &g.replicate_dims(&[a]));
-        let pc = pieces_cost(&pieces(starts, len, s, dims[a]), other_bytes(shape, g, a));
-        return gather.min(pc);
+        let per_row = other_bytes(shape, g, a);
+        let pc = pieces_cost(&pieces(starts, len, s, dims[a]), per_row);
+        let grouped = range_groups(starts, len, s, dims[a]).map_or(u64::MAX, |rg| rg.cost(per_row));
+        return gather.min(pc).min(grouped);
     }
     let bytes = shape
         .element_type()
@@ -353,10 +521,21 @@ pub fn slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     if sd.len() != od.len() {
         return Ok(None);
     }
+    let xd = v.shape.dims().to_vec();
     let window = |a: usize, t: i64| {
         let d = sd[a];
         let so = tile_size(od[a], t);
-        let starts: Vec<i64> = (0..t).map(|i| d.start + i * so * d.stride).collect();
+        // Tiles wholly past the end of the output (padding) need no rows:
+        // their windows start past the operand's end.
+        let starts: Vec<i64> = (0..t)
+            .map(|i| {
+                if i * so >= od[a] {
+                    xd[a]
+                } else {
+                    d.start + i * so * d.stride
+                }
+            })
+            .collect();
         Some((starts, (so - 1) * d.stride + 1))
     };
     let Some((c, x)) = windowed(p, instr, &out, &v, &window, None)? else {

@@ -357,3 +357,30 @@ fn grouped_convolution_on_sharded_features() {
         summary.collective_bytes
     );
 }
+
+/// A slice that shrinks a sharded dim (16 -> 5 over 8 tiles: three output
+/// tiles are padding) fetches only what the valid tiles need, one
+/// collective-permute per distinct row range; a reshard from a partially
+/// replicated tiling slices before it permutes. Both checked by execution
+/// and by bytes (XLA's partitioner moves 36 and 64 bytes here).
+#[test]
+fn shrinking_slice_and_sliced_permute_move_little() {
+    let m = module(
+        "ENTRY %e (a: f32[3,16], x: f32[8,16]) -> (f32[3,5], f32[8,16]) {\n  %a = f32[3,16] parameter(0), sharding={devices=[1,8]<=[8]}\n  %s = f32[3,5] slice(%a), slice={[0:3], [0:5]}, sharding={devices=[1,8]<=[8]}\n  %x = f32[8,16] parameter(1), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}\n  %y = f32[8,16] copy(%x), sharding={devices=[4,2]<=[2,4]T(1,0)}\n  ROOT %o = (f32[3,5], f32[8,16]) tuple(%s, %y), sharding={{devices=[1,8]<=[8]}, {devices=[4,2]<=[2,4]T(1,0)}}\n}\n",
+        "",
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 0.0, 23);
+    let permute_bytes = summary
+        .collective_bytes_by_op
+        .get("collective-permute")
+        .copied()
+        .unwrap_or(0);
+    // Slice: two ranges of one row x 3 columns; reshard: one [2,8] tile.
+    assert!(permute_bytes > 0, "{:?}", summary.collective_bytes_by_op);
+    assert!(
+        permute_bytes <= 2 * 12 + 64,
+        "{permute_bytes} bytes\n{}",
+        part.to_text()
+    );
+}
