@@ -1659,6 +1659,136 @@ def _variant_46(c):
     return f
 
 
+
+# --- fourth set: partially replicated reshards, interior/negative padding, masks, random
+# numbers, layer-sharded scans, mixed contracting shardings ------------------------------
+
+@case("reshard_partially_replicated_2x4", "reshard partially replicated -> other axis", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _variant_47(c):
+    c.arg("x", (8, 16), "f32", P("a", None))
+    c.out("y", P(None, "b"))
+    c.out("z", P("b", "a"))
+    def f(x):
+        return wsc(x + 1.0, P(None, "b")), wsc(x * 3.0, P("b", "a"))
+    return f
+
+@case("pad_interior_and_negative", "pad with interior and negative padding on sharded dim", (8,), ("x",), rtol=0, atol=0)
+def _variant_48(c):
+    c.arg("x", (4, 16), "f32", P(None, "x"))
+    c.out("y", P(None, "x"))
+    def f(x):
+        y = lax.pad(x, 0.5, ((0, 0, 0), (-2, 3, 1)))
+        return (wsc(y, P(None, "x")),)
+    return f
+
+@case("causal_mask_softmax_seq_sharded", "causal mask via iota on sharded seq", (2, 4), ("b", "s"), rtol=1e-5, atol=1e-5)
+def _variant_49(c):
+    c.arg("x", (2, 16, 16), "f32", P("b", "s", None))
+    c.out("y", P("b", "s", None))
+    def f(x):
+        i = lax.broadcasted_iota(jnp.int32, (16, 16), 0)
+        j = lax.broadcasted_iota(jnp.int32, (16, 16), 1)
+        s = jnp.where(j <= i, x, -1e9)
+        return (jax.nn.softmax(s, axis=-1),)
+    return f
+
+@case("random_normal_threefry", "jax.random normal with key arg, sharded output", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _variant_50(c):
+    c.arg("k", (2,), "u32", P(None), lo=0, hi=1000)
+    c.arg("x", (16, 8), "f32", P("x", None))
+    c.out("y", P("x", None))
+    def f(k, x):
+        n = jax.random.normal(jax.random.wrap_key_data(k, impl="threefry2x32"), (16, 8))
+        return (wsc(x + n, P("x", None)),)
+    return f
+
+@case("scan_layers_sharded_stack", "scan over stacked weights with layer dim sharded", (2, 4), ("l", "m"), rtol=1e-4, atol=1e-5)
+def _variant_51(c):
+    c.arg("h", (4, 8), "f32", P(None, None))
+    c.arg("ws", (4, 8, 8), "f32", P("l", None, "m"), scale=0.3)
+    c.out("h2", P(None, None))
+    def f(h, ws):
+        def step(h, w):
+            return jnp.tanh(h @ w), None
+        return (lax.scan(step, h, ws)[0],)
+    return f
+
+@case("dot_contracting_sharded_on_different_axes", "dot with contracting dim sharded differently on each side", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _variant_52(c):
+    c.arg("x", (8, 32), "f32", P(None, "b"))
+    c.arg("y", (32, 8), "f32", P("a", None), scale=0.2)
+    c.out("z", P(None, None))
+    def f(x, y):
+        return (x @ y,)
+    return f
+
+@case("transpose_4d_two_sharded_dims", "4D transpose with two sharded dims", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _variant_53(c):
+    c.arg("x", (4, 8, 2, 6), "f32", P("a", "b", None, None))
+    c.out("y", P(None, "b", "a", None))
+    def f(x):
+        return (wsc(jnp.transpose(x, (3, 1, 0, 2)), P(None, "b", "a", None)),)
+    return f
+
+@case("bitcast_and_reduce_precision", "bitcast f32<->s32 and reduce_precision", (8,), ("x",), rtol=0, atol=0)
+def _variant_54(c):
+    c.arg("x", (16, 4), "f32", P("x", None), scale=10.0)
+    c.out("b", P("x", None))
+    c.out("r", P("x", None))
+    def f(x):
+        b = lax.bitcast_convert_type(x, jnp.int32) >> 3
+        r = lax.reduce_precision(x, exponent_bits=5, mantissa_bits=7)
+        return b, r
+    return f
+
+@case("select_n_and_clamp_4x2", "jnp.select with 3 choices and clamp with sharded bounds", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _variant_55(c):
+    c.arg("x", (8, 8), "f32", P("a", "b"))
+    c.arg("lo", (8, 8), "f32", P("a", None), scale=0.2)
+    c.out("y", P("a", "b"))
+    def f(x, lo):
+        s = jnp.select([x < -0.3, x > 0.3], [x * 2, x * x], default=-x)
+        return (jnp.clip(s, lo - 0.5, lo + 0.5),)
+    return f
+
+@case("squeeze_expand_mesh3d", "reshapes adding/removing size-1 dims on sharded arrays", (2, 2, 2), ("a", "b", "c"), rtol=0, atol=0)
+def _variant_56(c):
+    c.arg("x", (4, 1, 8, 6), "f32", P("a", None, "b", "c"))
+    c.out("y", P("a", "b", None, "c"))
+    def f(x):
+        y = x.reshape(4, 8, 6)[:, :, None, :]
+        return (wsc(y * 2.0, P("a", "b", None, "c")),)
+    return f
+
+@case("concat_three_uneven_pieces", "concat three differently-sized pieces on sharded dim", (8,), ("x",), rtol=0, atol=0)
+def _variant_57(c):
+    c.arg("a", (3, 16), "f32", P(None, "x"))
+    c.arg("b", (3, 8), "f32", P(None, "x"))
+    c.arg("d", (3, 24), "f32", P(None, "x"))
+    c.out("y", P(None, "x"))
+    def f(a, b, d):
+        return (wsc(jnp.concatenate([a[:, :5], b, d[:, :19]], axis=1), P(None, "x")),)
+    return f
+
+@case("dynamic_update_slice_sharded_update", "dynamic_update_slice with a sharded update", (8,), ("x",), rtol=0, atol=0)
+def _variant_58(c):
+    c.arg("x", (32, 8), "f32", P("x", None))
+    c.arg("u", (16, 8), "f32", P("x", None))
+    c.arg("i", (), "s32", P(), value=7)
+    c.out("y", P("x", None))
+    def f(x, u, i):
+        return (lax.dynamic_update_slice(x, u, (i, 0)),)
+    return f
+
+@case("argmax_flattened_mesh3d", "argmax over two dims on 3D mesh", (2, 2, 2), ("a", "b", "c"), rtol=0, atol=0)
+def _variant_59(c):
+    c.arg("x", (4, 8, 6), "f32", P("a", "b", "c"))
+    c.out("am", P("a"))
+    def f(x):
+        return (jnp.argmax(x.reshape(4, 48), axis=1).astype(jnp.int32),)
+    return f
+
+
 # ---------------------------------------------------------------------------
 # Running a case.
 # ---------------------------------------------------------------------------
