@@ -412,6 +412,21 @@ fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         let c = p.cost_of(&instr.shape, &q, &out);
         cands.push(((vg.clone(), q), c));
     }
+    // (d) a partial gather of one sharded dim (its smallest minor factor
+    // that makes the local reshape exact), then the output resharded.
+    for a in vg.tiled_dims() {
+        let t = vg.tiles(a);
+        for f in (2..=t).filter(|f| t % f == 0) {
+            let Some(gg) = vg.gathered(&[(a, f)]) else {
+                continue;
+            };
+            if let Some(q) = reshape_out(&in_dims, &out_dims, &gg, n) {
+                let c = p.cost(&v, &gg) + p.cost_of(&instr.shape, &q, &out);
+                cands.push(((gg, q), c));
+                break;
+            }
+        }
+    }
     // (c) replicated.
     let rin = Grid::replicated(in_dims.len(), n);
     let rout = Grid::replicated(out_dims.len(), n);

@@ -262,6 +262,16 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
         });
         cur = to;
     }
+    if let Some(pg) = permute_then_gather(src, tgt, dims, bytes) {
+        if pg.cost < best.cost {
+            best = pg;
+        }
+    }
+    if let Some(sa) = slice_then_all_to_all(src, tgt, dims, bytes) {
+        if sa.cost < best.cost {
+            best = sa;
+        }
+    }
     if !a2a.steps.is_empty() {
         let rest = if &cur == tgt {
             Plan::default()
@@ -280,6 +290,135 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
         }
     }
     best
+}
+
+/// A local slice that adds tiling the source holds by replication,
+/// followed by one all-to-all into the target (then whatever remains):
+/// the all-to-all moves the sliced buffer instead of the whole tile.
+fn slice_then_all_to_all(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Option<Plan> {
+    for (a, &xa) in dims.iter().enumerate() {
+        let (sa, ta) = (src.tiles(a), tgt.tiles(a));
+        if sa <= ta || sa % ta != 0 {
+            continue;
+        }
+        for (b, &xb) in dims.iter().enumerate() {
+            let (sb, tb) = (src.tiles(b), tgt.tiles(b));
+            if b == a || tb <= sb || tb % sb != 0 {
+                continue;
+            }
+            let f = gcd(sa / ta, tb / sb);
+            if f <= 1 {
+                continue;
+            }
+            // The grid one all-to-all before the target, or else the
+            // source with its replicas spread over dim `b` (a permute
+            // then fixes the device order).
+            let mid = match tgt.all_to_all(b, a, f) {
+                Some(m) if slice_ok(src, &m, dims) => m,
+                _ => match spread_replicas(src, b, tb / f) {
+                    Some(m) => m,
+                    None => continue,
+                },
+            };
+            if mid.tiles(a) != sa
+                || !slice_ok(src, &mid, dims)
+                || !all_to_all_ok(xa, mid.tiles(a), xb, mid.tiles(b), f)
+            {
+                continue;
+            }
+            let Some(after) = mid.all_to_all(a, b, f) else {
+                continue;
+            };
+            let mut plan = Plan::default();
+            if &mid != src {
+                plan.steps.push(Step::Slice { to: mid.clone() });
+            }
+            plan.cost += all_to_all_cost(&mid, dims, b, f, bytes);
+            plan.steps.push(Step::AllToAll {
+                src: a,
+                tgt: b,
+                f,
+                to: after.clone(),
+            });
+            if &after != tgt {
+                let rest = if slice_ok(&after, tgt, dims) {
+                    Plan {
+                        steps: vec![Step::Slice { to: tgt.clone() }],
+                        cost: 0,
+                    }
+                } else {
+                    plan_gather_fix(&after, tgt, dims, bytes)
+                };
+                plan.cost += rest.cost;
+                plan.steps.extend(rest.steps);
+            }
+            return Some(plan);
+        }
+    }
+    None
+}
+
+/// A collective-permute of the (small) source tiles to the devices that,
+/// after gathering the factors the target does not want, hold exactly the
+/// target: cheaper than gathering first and permuting the gathered tiles.
+fn permute_then_gather(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Option<Plan> {
+    let mut factors = Vec::new();
+    let mut pre = tgt.clone();
+    for (a, &x) in dims.iter().enumerate() {
+        let (s, t) = (src.tiles(a), tgt.tiles(a));
+        if s == t {
+            continue;
+        }
+        if s < t || s % t != 0 || !gather_aligned(x, s, s / t) {
+            return None;
+        }
+        factors.push((a, s / t));
+        pre = spread_replicas(&pre, a, s)?;
+    }
+    if factors.is_empty() || pre.dims() != src.dims() || &pre == src {
+        return None;
+    }
+    let gathered = pre.gathered(&factors)?;
+    if &gathered != tgt {
+        return None;
+    }
+    Some(Plan {
+        cost: elems(&local_dims(dims, src)) * bytes + gather_cost(&pre, &factors, dims, bytes),
+        steps: vec![
+            Step::Permute { to: pre.clone() },
+            Step::Gather {
+                factors,
+                to: gathered,
+            },
+        ],
+    })
+}
+
+/// `src` with dim `b` tiled `tiles` ways, the new tiling taken from its
+/// replicas (each device keeps its data dims' coordinates, so a local slice
+/// gets there).
+fn spread_replicas(src: &Grid, b: usize, tiles: i64) -> Option<Grid> {
+    let sb = src.tiles(b);
+    let r = src.repl();
+    if tiles <= sb || tiles % sb != 0 || r % (tiles / sb) != 0 {
+        return None;
+    }
+    let k = tiles / sb;
+    let n = src.num_devices();
+    let mut replica = vec![0i64; n as usize];
+    for (pos, &d) in src.devs().iter().enumerate() {
+        if let Some(x) = usize::try_from(d).ok().and_then(|d| replica.get_mut(d)) {
+            *x = pos as i64 % r;
+        }
+    }
+    let mut dims: Vec<i64> = (0..src.rank()).map(|a| src.tiles(a)).collect();
+    dims[b] = tiles;
+    Grid::from_coords(&dims, n, |d, c| {
+        for (a, x) in c.iter_mut().enumerate() {
+            *x = src.coord(d, a);
+        }
+        c[b] = c[b] * k + replica[d as usize] % k;
+    })
 }
 
 /// Emits `plan` for local value `x` (laid out by `src`) of a global array of
