@@ -1789,6 +1789,133 @@ def _variant_59(c):
     return f
 
 
+
+# --- fifth set: loops around TP dots, nested conditionals, partial-replication reductions,
+# 2-D sharded tables, two-index gathers, splitting reshapes, mixed-sharding concats -------
+
+@case("fori_loop_accumulating_tp_dot", "while loop accumulating a TP dot", (2, 4), ("d", "m"), rtol=1e-4, atol=1e-5)
+def _variant_60(c):
+    c.arg("x", (8, 16), "f32", P("d", None))
+    c.arg("w", (16, 16), "f32", P(None, "m"), scale=0.2)
+    c.out("acc", P("d", None))
+    def f(x, w):
+        def body(i, acc):
+            return acc + jnp.tanh(x @ w) @ w.T * (i + 1).astype(jnp.float32)
+        return (lax.fori_loop(0, 3, body, jnp.zeros_like(x)),)
+    return f
+
+@case("nested_conditionals_8", "nested conditionals", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _variant_61(c):
+    c.arg("x", (16, 4), "f32", P("x", None))
+    c.arg("a", (), "s32", P(), value=1)
+    c.arg("b", (), "s32", P(), value=0)
+    c.out("y", P("x", None))
+    def f(x, a, b):
+        inner = lambda x: lax.cond(b > 0, lambda x: x + 1.0, lambda x: x.sum(0, keepdims=True) + x, x)
+        return (lax.cond(a > 0, inner, lambda x: x * 2.0, x),)
+    return f
+
+@case("dot_output_sharded_like_contracting", "dot whose output wants reduce-scatter", (8,), ("x",), rtol=1e-4, atol=1e-5)
+def _variant_62(c):
+    c.arg("x", (16, 64), "f32", P(None, "x"))
+    c.arg("w", (64, 32), "f32", P("x", None), scale=0.2)
+    c.out("y", P(None, "x"))
+    def f(x, w):
+        return (wsc(x @ w, P(None, "x")),)
+    return f
+
+@case("reduce_over_partially_replicated", "reduce over dim sharded on a partially replicated tiling", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _variant_63(c):
+    c.arg("x", (8, 12), "f32", P("b", None))
+    c.out("s", P(None))
+    c.out("m", P("b"))
+    def f(x):
+        return jnp.sum(x, axis=0), jnp.max(x, axis=1)
+    return f
+
+@case("broadcast_sharded_vector_mesh3d", "broadcast sharded vector into 3D", (2, 2, 2), ("a", "b", "c"), rtol=0, atol=0)
+def _variant_64(c):
+    c.arg("v", (8,), "f32", P("a"))
+    c.arg("x", (4, 8, 6), "f32", P("b", "a", "c"))
+    c.out("y", P("b", "a", "c"))
+    def f(v, x):
+        return (x * v[None, :, None] + jnp.arange(6, dtype=jnp.float32),)
+    return f
+
+@case("embedding_table_vocab_and_hidden_sharded", "embedding with table sharded on vocab and hidden", (2, 4), ("h", "v"), rtol=0, atol=0)
+def _variant_65(c):
+    c.arg("t", (32, 8), "f32", P("v", "h"))
+    c.arg("ids", (4, 3), "s32", P(None, None), lo=0, hi=32)
+    c.out("e", P(None, None, "h"))
+    def f(t, ids):
+        return (wsc(t[ids], P(None, None, "h")),)
+    return f
+
+@case("gather_two_index_dims_4x2", "gather with two index dims (x[i, j])", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _variant_66(c):
+    c.arg("x", (16, 8, 4), "f32", P("a", "b", None))
+    c.arg("i", (6,), "s32", P(None), lo=0, hi=16)
+    c.arg("j", (6,), "s32", P(None), lo=0, hi=8)
+    c.out("g", P(None, None))
+    def f(x, i, j):
+        return (x[i, j],)
+    return f
+
+@case("reshape_split_sharded_dim", "reshape splitting a sharded dim", (8,), ("x",), rtol=0, atol=0)
+def _variant_67(c):
+    c.arg("x", (48, 4), "f32", P("x", None))
+    c.out("y", P("x", None, None))
+    c.out("z", P(None, "x", None))
+    def f(x):
+        y = wsc(x.reshape(8, 6, 4), P("x", None, None))
+        z = wsc(x.reshape(6, 8, 4), P(None, "x", None))
+        return y, z
+    return f
+
+@case("one_hot_iota_compare_2x4", "sharded iota comparisons (one-hot)", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _variant_68(c):
+    c.arg("labels", (8,), "s32", P("a"), lo=0, hi=32)
+    c.out("oh", P("a", "b"))
+    def f(labels):
+        return (wsc(jax.nn.one_hot(labels, 32, dtype=jnp.float32), P("a", "b")),)
+    return f
+
+@case("pad_negative_low_sharded", "pad with negative low padding on sharded dim", (8,), ("x",), rtol=0, atol=0)
+def _variant_69(c):
+    c.arg("x", (4, 32), "f32", P(None, "x"))
+    c.out("y", P(None, "x"))
+    def f(x):
+        return (wsc(lax.pad(x, 0.0, ((0, 0, 0), (-3, 3, 0))), P(None, "x")),)
+    return f
+
+@case("concat_differently_sharded_inputs", "concat along unsharded dim of differently sharded inputs", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _variant_70(c):
+    c.arg("x", (8, 8), "f32", P("a", "b"))
+    c.arg("y", (8, 4), "f32", P("b", None))
+    c.out("z", P("a", None))
+    def f(x, y):
+        return (wsc(jnp.concatenate([x, y], axis=1), P("a", None)),)
+    return f
+
+@case("logsumexp_over_two_sharded_dims", "logsumexp over both sharded dims", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _variant_71(c):
+    c.arg("x", (16, 8), "f32", P("a", "b"), scale=3.0)
+    c.out("l", P())
+    c.out("r", P("a"))
+    def f(x):
+        return jax.nn.logsumexp(x), jax.nn.logsumexp(x, axis=1)
+    return f
+
+@case("triangular_matmul_cumsum_2x4", "cumsum 2D via matmul with triangular mask", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-4)
+def _variant_72(c):
+    c.arg("x", (8, 16), "f32", P("a", "b"))
+    c.out("y", P("a", "b"))
+    def f(x):
+        tri = jnp.tril(jnp.ones((16, 16), jnp.float32)).T
+        return (wsc(x @ tri, P("a", "b")),)
+    return f
+
+
 # ---------------------------------------------------------------------------
 # Running a case.
 # ---------------------------------------------------------------------------
