@@ -383,8 +383,35 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
     // window dims the updates cover whole.
     let mut allowed = vec![false; rop];
     let mut sliced = vec![false; rop];
+    // Operand batching dims may stay tiled when the indices' batching dims
+    // and the matching update dims are tiled the same way (each device
+    // scatters its own batch rows).
+    let sibd: Vec<usize> = dn
+        .scatter_indices_batching_dims
+        .iter()
+        .map(|&d| d as usize)
+        .collect();
+    let ivd = dn.index_vector_dim as usize;
+    let ix_rank = ix.shape.rank();
+    let index_batch: Vec<usize> = (0..ix_rank).filter(|&j| j != ivd).collect();
+    let update_scatter: Vec<usize> = (0..ud.len()).filter(|j| !uwd.contains(j)).collect();
+    // For operand batching dim ibatch[k]: its indices dim and update dim.
+    let batch_links: Option<Vec<(usize, usize, usize)>> = (sibd.len() == ibatch.len()
+        && index_batch.len() == update_scatter.len())
+    .then(|| {
+        ibatch
+            .iter()
+            .zip(&sibd)
+            .filter_map(|(&od_k, &ij)| {
+                let m = index_batch.iter().position(|&j| j == ij)?;
+                Some((od_k, ij, update_scatter[m]))
+            })
+            .collect::<Vec<_>>()
+    })
+    .filter(|v| v.len() == ibatch.len() && sibd.iter().all(|&j| j < ix_rank));
     for d in 0..rop {
         if ibatch.contains(&d) {
+            allowed[d] = batch_links.is_some();
             continue;
         }
         if sdod.contains(&d) && wsize[d] == 1 && od[d] > 1 {
@@ -400,9 +427,20 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
             .collect();
         g.replicate_dims(&bad)
     };
+    let links = batch_links.clone().unwrap_or_default();
     let upd_map = |g: &Grid| -> Grid {
         let map: Vec<Option<usize>> = (0..ud.len())
-            .map(|j| (0..rop).find(|&d| upd_of[d] == Some(j) && !sliced[d]))
+            .map(|j| {
+                (0..rop)
+                    .find(|&d| upd_of[d] == Some(j) && !sliced[d])
+                    .or_else(|| links.iter().find(|l| l.2 == j).map(|l| l.0))
+            })
+            .collect();
+        g.remap(&map)
+    };
+    let ix_map = |g: &Grid| -> Grid {
+        let map: Vec<Option<usize>> = (0..ix_rank)
+            .map(|j| links.iter().find(|l| l.1 == j).map(|l| l.0))
             .collect();
         g.remap(&map)
     };
@@ -411,13 +449,12 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
     if c2 != cands[0] {
         cands.push(c2);
     }
-    let irep = Grid::replicated(ix.shape.rank(), p.n());
     let costed: Vec<(Grid, u64)> = cands
         .into_iter()
         .map(|c| {
             let cost = p.cost(&op, &c)
                 + p.cost(&up, &upd_map(&c))
-                + p.cost(&ix, &irep)
+                + p.cost(&ix, &ix_map(&c))
                 + p.cost_of(&instr.shape, &c, &out);
             (c, cost)
         })
@@ -437,7 +474,7 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
     }
     let x = p.reshard_to_grid(&op, &c)?;
     let u = p.reshard_to_grid(&up, &upd_map(&c))?;
-    let mut y = p.reshard_to_grid(&ix, &irep)?;
+    let mut y = p.reshard_to_grid(&ix, &ix_map(&c))?;
     let shifts: Vec<(usize, usize)> = sdod
         .iter()
         .enumerate()
@@ -447,7 +484,6 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
     if !shifts.is_empty() {
         let ty = p.b.ty(y)?;
         let yd = p.b.dims(y);
-        let ivd = dn.index_vector_dim as usize;
         let implicit = ivd >= yd.len();
         let ncomp = if implicit { 1 } else { yd[ivd] as usize };
         let mut comps = Vec::new();

@@ -409,3 +409,25 @@ fn reshape_partial_gather_and_permute_before_gather() {
         part.to_text()
     );
 }
+
+/// A batched scatter (input_batching_dims, as the gradient of
+/// take_along_axis) with the batch dim sharded on one axis and the
+/// scattered dim on another: each device scatters its own batch rows into
+/// its vocab tile with shifted indices, no communication.
+#[test]
+fn batched_scatter_keeps_batch_and_vocab_tiles() {
+    let comps = "%sum (sa: f32[], sb: f32[]) -> f32[] {\n  %sa = f32[] parameter(0)\n  %sb = f32[] parameter(1)\n  ROOT %ss = f32[] add(%sa, %sb)\n}\n\n";
+    let m = module(
+        "ENTRY %e (z: f32[8,64], i: s32[8,1,1], u: f32[8,1]) -> f32[8,64] {\n  %z = f32[8,64] parameter(0), sharding={devices=[2,4]<=[8]}\n  %i = s32[8,1,1] parameter(1), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}\n  %u = f32[8,1] parameter(2), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}\n  ROOT %s = f32[8,64] scatter(%z, %i, %u), update_window_dims={}, inserted_window_dims={1}, scatter_dims_to_operand_dims={1}, input_batching_dims={0}, scatter_indices_batching_dims={0}, index_vector_dim=2, to_apply=%sum, sharding={devices=[2,4]<=[8]}\n}\n",
+        comps,
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 1e-6, 25);
+    assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
+    assert_eq!(
+        summary.handlers.get("scatter:scatter"),
+        Some(&1),
+        "{:?}",
+        summary.handlers
+    );
+}
