@@ -1916,6 +1916,144 @@ def _variant_72(c):
     return f
 
 
+
+# --- sixth set: model-shaped programs (GQA + rotary attention, top-1 MoE, LM-head train step,
+# conv + batchnorm train step, layernorm/TP backward, bf16 block) ------------------------
+
+@case("gqa_attention_rope_2x4", "GQA attention with rotary embeddings, heads on model", (2, 4), ("data", "model"), rtol=1e-4, atol=1e-4)
+def _variant_73(c):
+    B, S, D, H, KV, K = 2, 8, 32, 8, 4, 4
+    c.arg("x", (B, S, D), "f32", P("data", None, None))
+    c.arg("wq", (D, H, K), "f32", P(None, "model", None), scale=0.2)
+    c.arg("wk", (D, KV, K), "f32", P(None, "model", None), scale=0.2)
+    c.arg("wv", (D, KV, K), "f32", P(None, "model", None), scale=0.2)
+    c.arg("wo", (H, K, D), "f32", P("model", None, None), scale=0.2)
+    c.out("y", P("data", None, None))
+    def rope(t):
+        pos = jnp.arange(S, dtype=jnp.float32)[:, None]
+        freq = jnp.exp(-jnp.arange(K // 2, dtype=jnp.float32))
+        ang = pos * freq
+        c_, s_ = jnp.cos(ang), jnp.sin(ang)
+        a, b = t[..., : K // 2], t[..., K // 2:]
+        return jnp.concatenate([a * c_ - b * s_, a * s_ + b * c_], axis=-1)
+    def f(x, wq, wk, wv, wo):
+        q = rope(jnp.einsum("bsd,dhk->bhsk", x, wq).transpose(0, 1, 2, 3))
+        k = rope(jnp.einsum("bsd,dhk->bhsk", x, wk))
+        v = jnp.einsum("bsd,dhk->bhsk", x, wv)
+        k = jnp.repeat(k, H // KV, axis=1)
+        v = jnp.repeat(v, H // KV, axis=1)
+        s = jnp.einsum("bhqk,bhsk->bhqs", q, k) / 2.0
+        p = jax.nn.softmax(s, axis=-1)
+        o = jnp.einsum("bhqs,bhsk->bhqk", p, v)
+        return (x + jnp.einsum("bhsk,hkd->bsd", o, wo),)
+    return f
+
+@case("moe_top1_onehot_experts_sharded", "top-1 MoE with one-hot dispatch, experts sharded", (2, 4), ("data", "expert"), rtol=1e-4, atol=1e-5)
+def _variant_74(c):
+    T, D, E, F = 16, 8, 4, 16
+    c.arg("x", (T, D), "f32", P("data", None))
+    c.arg("wg", (D, E), "f32", P(None, None), scale=0.5)
+    c.arg("w1", (E, D, F), "f32", P("expert", None, None), scale=0.3)
+    c.arg("w2", (E, F, D), "f32", P("expert", None, None), scale=0.3)
+    c.out("y", P("data", None))
+    def f(x, wg, w1, w2):
+        logits = x @ wg
+        e = jnp.argmax(logits, axis=-1)
+        gate = jax.nn.softmax(logits, axis=-1)
+        oh = jax.nn.one_hot(e, E, dtype=jnp.float32)
+        xe = jnp.einsum("te,td->etd", oh, x)
+        h = jax.nn.relu(jnp.einsum("etd,edf->etf", xe, w1))
+        ye = jnp.einsum("etf,efd->etd", h, w2)
+        y = jnp.einsum("etd,te->td", ye, oh * gate)
+        return (y,)
+    return f
+
+@case("lm_head_train_step_vocab_sharded", "LM head train step: vocab-sharded logits, xent grads", (2, 4), ("data", "vocab"), rtol=1e-4, atol=1e-5)
+def _variant_75(c):
+    c.arg("h", (8, 16), "f32", P("data", None))
+    c.arg("w", (16, 64), "f32", P(None, "vocab"), scale=0.3)
+    c.arg("labels", (8,), "s32", P("data"), lo=0, hi=64)
+    c.out("w2", P(None, "vocab"))
+    c.out("loss", P())
+    def f(h, w, labels):
+        def loss(w):
+            lp = jax.nn.log_softmax(h @ w, axis=-1)
+            return -jnp.mean(jnp.take_along_axis(lp, labels[:, None], axis=1))
+        l, gw = jax.value_and_grad(loss)(w)
+        return w - 0.5 * gw, l
+    return f
+
+@case("conv_batchnorm_pool_train_step", "conv + batchnorm + avgpool train step, batch sharded", (8,), ("data",), rtol=1e-4, atol=1e-5)
+def _variant_76(c):
+    c.arg("x", (16, 8, 8, 3), "f32", P("data", None, None, None))
+    c.arg("k", (3, 3, 3, 4), "f32", P(None, None, None, None), scale=0.3)
+    c.arg("t", (16, 4), "f32", P("data", None))
+    c.out("k2", P(None, None, None, None))
+    c.out("loss", P())
+    def f(x, k, t):
+        def loss(k):
+            y = lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            mu = y.mean(axis=(0, 1, 2))
+            var = y.var(axis=(0, 1, 2))
+            y = (y - mu) * lax.rsqrt(var + 1e-5)
+            p = y.mean(axis=(1, 2))
+            return jnp.mean((p - t) ** 2)
+        l, gk = jax.value_and_grad(loss)(k)
+        return k - 0.1 * gk, l
+    return f
+
+@case("layernorm_tp_mlp_backward", "layernorm + TP MLP backward", (2, 4), ("data", "model"), rtol=1e-4, atol=1e-5)
+def _variant_77(c):
+    c.arg("x", (8, 16), "f32", P("data", None))
+    c.arg("g", (16,), "f32", P(None), scale=0.5)
+    c.arg("w1", (16, 32), "f32", P(None, "model"), scale=0.2)
+    c.arg("w2", (32, 16), "f32", P("model", None), scale=0.2)
+    c.out("gx", P("data", None))
+    c.out("gg", P(None))
+    c.out("gw1", P(None, "model"))
+    def f(x, g_, w1, w2):
+        def loss(x, g_, w1):
+            mu = x.mean(-1, keepdims=True)
+            h = (x - mu) * lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * (1 + g_)
+            return jnp.sum(jax.nn.gelu(h @ w1) @ w2)
+        return jax.grad(loss, argnums=(0, 1, 2))(x, g_, w1)
+    return f
+
+@case("dot_two_contracting_dims_mesh3d", "dot_general with two contracting dims sharded", (2, 2, 2), ("a", "b", "c"), rtol=1e-4, atol=1e-5)
+def _variant_78(c):
+    c.arg("x", (8, 4, 6), "f32", P("a", "b", "c"))
+    c.arg("w", (4, 6, 10), "f32", P("b", "c", None), scale=0.2)
+    c.out("y", P("a", None))
+    def f(x, w):
+        return (jnp.einsum("ijk,jkl->il", x, w),)
+    return f
+
+@case("scan_running_max_features_sharded", "scan computing running max with sharded features", (8,), ("f",), rtol=0, atol=0)
+def _variant_79(c):
+    c.arg("xs", (6, 4, 16), "f32", P(None, None, "f"))
+    c.out("m", P(None, "f"))
+    c.out("ys", P(None, None, "f"))
+    def f(xs):
+        def step(m, x):
+            m = jnp.maximum(m, x)
+            return m, m - x
+        return lax.scan(step, jnp.full((4, 16), -jnp.inf), xs)
+    return f
+
+@case("bf16_rmsnorm_mlp_block_2x4", "bf16 attention-free block with f32 norms, dp x tp", (2, 4), ("d", "m"), rtol=3e-2, atol=3e-2)
+def _variant_80(c):
+    c.arg("x", (4, 8, 16), "bf16", P("d", None, None))
+    c.arg("w1", (16, 64), "bf16", P(None, "m"), scale=0.2)
+    c.arg("w2", (64, 16), "bf16", P("m", None), scale=0.1)
+    c.out("y", P("d", None, None))
+    def f(x, w1, w2):
+        xf = x.astype(jnp.float32)
+        n = (xf * lax.rsqrt(jnp.mean(xf * xf, -1, keepdims=True) + 1e-6)).astype(jnp.bfloat16)
+        h = jax.nn.silu(n @ w1)
+        return (x + (h @ w2),)
+    return f
+
+
 # ---------------------------------------------------------------------------
 # Running a case.
 # ---------------------------------------------------------------------------
