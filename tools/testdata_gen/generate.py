@@ -2054,6 +2054,102 @@ def _variant_80(c):
     return f
 
 
+
+# --- seventh set: 2-D TP dots on a 3-D mesh, clip/fill takes, data-dependent dynamic slices,
+# sorts over two axes, loops that reshard their carry, shard_map all_to_all/psum_scatter ---
+
+@case("dot_mn_and_k_sharded_mesh3d", "dot with M on x, N on y, K on z", (2, 2, 2), ("x", "y", "z"), rtol=1e-4, atol=1e-5)
+def _variant_81(c):
+    c.arg("a", (8, 16), "f32", P("x", "z"))
+    c.arg("b", (16, 12), "f32", P("z", "y"), scale=0.2)
+    c.out("o", P("x", "y"))
+    def f(a, b):
+        return (a @ b,)
+    return f
+
+@case("take_clip_and_fill_modes", "jnp.take with clip and fill modes", (8,), ("x",), rtol=0, atol=0)
+def _variant_82(c):
+    c.arg("t", (32, 4), "f32", P("x", None))
+    c.arg("i", (10,), "s32", P(None), lo=-5, hi=40)
+    c.out("a", P(None, None))
+    c.out("b", P(None, None))
+    def f(t, i):
+        return jnp.take(t, i, axis=0, mode="clip"), jnp.take(t, i, axis=0, mode="fill", fill_value=-1.0)
+    return f
+
+@case("dynamic_index_from_sharded_argmax", "dynamic slice at an index computed from sharded data", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _variant_83(c):
+    c.arg("x", (16, 8), "f32", P("a", "b"))
+    c.out("row", P(None))
+    c.out("upd", P("a", "b"))
+    def f(x):
+        i = jnp.argmax(jnp.sum(x, axis=1)).astype(jnp.int32)
+        row = lax.dynamic_slice(x, (i, 0), (1, 8))[0]
+        return row, lax.dynamic_update_slice(x, jnp.zeros((2, 8)), (i, 0))
+    return f
+
+@case("sort_dim_sharded_on_two_axes", "sort along a dim sharded over two axes", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _variant_84(c):
+    c.arg("x", (4, 32), "f32", P(None, ("a", "b")))
+    c.out("s", P(None, ("a", "b")))
+    def f(x):
+        return (jnp.sort(x, axis=1),)
+    return f
+
+@case("fori_loop_resharding_carry", "while body re-shards its carry", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _variant_85(c):
+    c.arg("x", (8, 8), "f32", P("a", "b"))
+    c.out("y", P("a", "b"))
+    def f(x):
+        def body(i, h):
+            h = wsc(h * 1.1 + 0.1, P("b", "a"))
+            return wsc(jnp.tanh(h), P("a", "b"))
+        return (lax.fori_loop(0, 3, body, x),)
+    return f
+
+@case("shard_map_all_to_all_split_ne_concat", "shard_map all_to_all with split != concat", (8,), ("x",), rtol=0, atol=0, manual=True)
+def _variant_86(c):
+    c.arg("x", (16, 8, 4), "f32", P("x", None, None))
+    c.out("y", P(None, "x", None))
+    def body(x):
+        return (jax.lax.all_to_all(x, "x", 1, 0, tiled=True),)
+    def f(x):
+        return smap(body, (P("x", None, None),), (P(None, "x", None),))(x)
+    return f
+
+@case("shard_map_psum_scatter_dim1_swap", "shard_map psum_scatter on dim 1 and a shifted ppermute", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5, manual=True)
+def _variant_87(c):
+    c.arg("x", (8, 16), "f32", P("a", None))
+    c.out("s", P("a", "b"))
+    c.out("r", P("a", None))
+    def body(x):
+        s = jax.lax.psum_scatter(x, "b", scatter_dimension=1, tiled=True)
+        r = jax.lax.ppermute(x, "a", [(0, 1), (1, 0)])
+        return s, r
+    def f(x):
+        return smap(body, (P("a", None),), (P("a", "b"), P("a", None)))(x)
+    return f
+
+@case("reduce_window_2d_both_dims_sharded", "reduce_window over both dims of a 2D-sharded array", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _variant_88(c):
+    c.arg("x", (16, 16), "f32", P("a", "b"))
+    c.out("y", P("a", "b"))
+    def f(x):
+        return (wsc(lax.reduce_window(x, 0.0, lax.add, (3, 3), (1, 1), "SAME"), P("a", "b")),)
+    return f
+
+@case("outer_product_and_compare_2x4", "outer product and broadcasting compare", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-6)
+def _variant_89(c):
+    c.arg("u", (16,), "f32", P("a"))
+    c.arg("v", (24,), "f32", P("b"))
+    c.out("o", P("a", "b"))
+    c.out("m", P("a", "b"))
+    def f(u, v):
+        o = u[:, None] * v[None, :]
+        return o, (u[:, None] > v[None, :]).astype(jnp.float32)
+    return f
+
+
 # ---------------------------------------------------------------------------
 # Running a case.
 # ---------------------------------------------------------------------------
