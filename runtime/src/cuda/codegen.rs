@@ -54,6 +54,24 @@ __device__ __forceinline__ long long xla_abs(long long x) { return x < 0 ? -x : 
 __device__ __forceinline__ unsigned int xla_abs(unsigned int x) { return x; }
 __device__ __forceinline__ unsigned char xla_abs(unsigned char x) { return x; }
 __device__ __forceinline__ bool xla_abs(bool x) { return x; }
+template <typename T> __device__ __forceinline__ T xla_irem(T a, T b) { return b == 0 ? a : a % b; }
+template <typename T> __device__ __forceinline__ T xla_sign(T x) { return x > (T)0 ? (T)1 : (x < (T)0 ? (T)-1 : x); }
+__device__ __forceinline__ float xla_sin(float x) { return sinf(x); }
+__device__ __forceinline__ double xla_sin(double x) { return sin(x); }
+__device__ __forceinline__ float xla_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double xla_cos(double x) { return cos(x); }
+__device__ __forceinline__ float xla_floor(float x) { return floorf(x); }
+__device__ __forceinline__ double xla_floor(double x) { return floor(x); }
+__device__ __forceinline__ float xla_ceil(float x) { return ceilf(x); }
+__device__ __forceinline__ double xla_ceil(double x) { return ceil(x); }
+__device__ __forceinline__ float xla_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double xla_log1p(double x) { return log1p(x); }
+__device__ __forceinline__ float xla_expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double xla_expm1(double x) { return expm1(x); }
+__device__ __forceinline__ float xla_pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double xla_pow(double x, double y) { return pow(x, y); }
+__device__ __forceinline__ float xla_fmod(float x, float y) { return fmodf(x, y); }
+__device__ __forceinline__ double xla_fmod(double x, double y) { return fmod(x, y); }
 template <typename T> __device__ __forceinline__ T xla_f2i(double x, double lo, double hi) {
   if (x != x) return (T)0;
   x = trunc(x);
@@ -199,6 +217,18 @@ impl Emitter {
                     UnOp::Sqrt => "xla_sqrt",
                     UnOp::Rsqrt => "xla_rsqrt",
                     UnOp::Abs => "xla_abs",
+                    UnOp::Sin => "xla_sin",
+                    UnOp::Cos => "xla_cos",
+                    UnOp::Floor => "xla_floor",
+                    UnOp::Ceil => "xla_ceil",
+                    UnOp::Log1p => "xla_log1p",
+                    UnOp::Expm1 => "xla_expm1",
+                    UnOp::Sign => "xla_sign",
+                    UnOp::IsFinite => "isfinite",
+                    UnOp::Not if node.ty == PrimitiveType::Pred => {
+                        return self.bind(node, ct, format!("!({a})"))
+                    }
+                    UnOp::Not => return self.bind(node, ct, format!("({ct})~({a})")),
                 };
                 format!("{f}({a})")
             }
@@ -312,6 +342,12 @@ fn bin_expr(op: BinOp, ty: PrimitiveType, a: &str, b: &str) -> String {
         BinOp::Div => format!("xla_idiv({a}, {b})"),
         BinOp::Max => format!("xla_max({a}, {b})"),
         BinOp::Min => format!("xla_min({a}, {b})"),
+        BinOp::Pow => format!("xla_pow({a}, {b})"),
+        BinOp::Rem if is_float(ty) => format!("xla_fmod({a}, {b})"),
+        BinOp::Rem => format!("xla_irem({a}, {b})"),
+        BinOp::And => format!("({a} & {b})"),
+        BinOp::Or => format!("({a} | {b})"),
+        BinOp::Xor => format!("({a} ^ {b})"),
     }
 }
 

@@ -42,6 +42,17 @@ pub enum UnOp {
     Sqrt,
     Rsqrt,
     Abs,
+    Sin,
+    Cos,
+    Floor,
+    Ceil,
+    Sign,
+    Log1p,
+    Expm1,
+    /// Logical for pred, bitwise for integers.
+    Not,
+    /// Float operand, pred result.
+    IsFinite,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +63,14 @@ pub enum BinOp {
     Div,
     Max,
     Min,
+    /// Floats only.
+    Pow,
+    /// fmod for floats; truncated remainder (x when y == 0) for integers.
+    Rem,
+    /// Logical for pred, bitwise for integers.
+    And,
+    Or,
+    Xor,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,7 +225,36 @@ pub fn supported_opcode(op: Opcode) -> bool {
             | O::Iota
             | O::Reduce
             | O::Dot
+            | O::Sin
+            | O::Cos
+            | O::Floor
+            | O::Ceil
+            | O::Sign
+            | O::Log1p
+            | O::Expm1
+            | O::Not
+            | O::IsFinite
+            | O::Power
+            | O::Remainder
+            | O::And
+            | O::Or
+            | O::Xor
+            | O::Clamp
     )
+}
+
+/// `custom-call(x), custom_call_target="Sharding"` (a sharding annotation:
+/// the identity on one device).
+pub fn is_sharding_annotation(ins: &xla_hlo_ir::HloInstruction) -> bool {
+    ins.opcode == Opcode::CustomCall
+        && ins.operands.len() == 1
+        && ins.ident_attr(AttrKey::CustomCallTarget) == Some("Sharding")
+}
+
+/// Whether the backend runs this instruction (its opcode, or a supported
+/// custom-call).
+pub fn supported_instruction(ins: &xla_hlo_ir::HloInstruction) -> bool {
+    supported_opcode(ins.opcode) || is_sharding_annotation(ins)
 }
 
 /// Lists every entry instruction the backend cannot run (opcode or element
@@ -219,7 +267,7 @@ pub fn check_supported(module: &HloModule) -> Result<(), String> {
         None => by_op.push((key, vec![name.to_string()])),
     };
     for ins in &comp.instructions {
-        if !supported_opcode(ins.opcode) {
+        if !supported_instruction(ins) {
             push(ins.opcode.name().to_string(), &ins.name);
             continue;
         }
@@ -262,6 +310,15 @@ fn un_op(op: Opcode) -> Option<UnOp> {
         Opcode::Sqrt => UnOp::Sqrt,
         Opcode::Rsqrt => UnOp::Rsqrt,
         Opcode::Abs => UnOp::Abs,
+        Opcode::Sin => UnOp::Sin,
+        Opcode::Cos => UnOp::Cos,
+        Opcode::Floor => UnOp::Floor,
+        Opcode::Ceil => UnOp::Ceil,
+        Opcode::Sign => UnOp::Sign,
+        Opcode::Log1p => UnOp::Log1p,
+        Opcode::Expm1 => UnOp::Expm1,
+        Opcode::Not => UnOp::Not,
+        Opcode::IsFinite => UnOp::IsFinite,
         _ => return None,
     })
 }
@@ -274,6 +331,11 @@ fn bin_op(op: Opcode) -> Option<BinOp> {
         Opcode::Divide => BinOp::Div,
         Opcode::Maximum => BinOp::Max,
         Opcode::Minimum => BinOp::Min,
+        Opcode::Power => BinOp::Pow,
+        Opcode::Remainder => BinOp::Rem,
+        Opcode::And => BinOp::And,
+        Opcode::Or => BinOp::Or,
+        Opcode::Xor => BinOp::Xor,
         _ => return None,
     })
 }
@@ -284,6 +346,8 @@ fn is_fusable(op: Opcode) -> bool {
         || matches!(
             op,
             Opcode::Select
+                | Opcode::Clamp
+                | Opcode::CustomCall
                 | Opcode::Compare
                 | Opcode::Convert
                 | Opcode::Copy
@@ -540,6 +604,9 @@ impl Planner<'_> {
         let expr = if let Some(u) = un_op(ins.opcode) {
             Expr::Unary(u, op(0)?)
         } else if let Some(b) = bin_op(ins.opcode) {
+            if b == BinOp::Pow && !is_float(ty) {
+                return Err(err(format!("{}: integer power is unsupported", ins.name)));
+            }
             Expr::Binary(b, op(0)?, op(1)?)
         } else {
             match ins.opcode {
@@ -565,7 +632,28 @@ impl Planner<'_> {
                     Expr::Compare(d, op(0)?, op(1)?)
                 }
                 Opcode::Convert => Expr::Convert(op(0)?),
-                Opcode::Copy | Opcode::Reshape => Expr::Reshape(op(0)?),
+                Opcode::Copy | Opcode::Reshape | Opcode::CustomCall => Expr::Reshape(op(0)?),
+                Opcode::Clamp => {
+                    // min(max(x, lo), hi), scalar bounds broadcast.
+                    let widen = |n: Box<Node>| -> Box<Node> {
+                        if n.dims.is_empty() && !dims.is_empty() {
+                            Box::new(Node {
+                                ty: n.ty,
+                                dims: dims.clone(),
+                                expr: Expr::Broadcast(n, vec![]),
+                            })
+                        } else {
+                            n
+                        }
+                    };
+                    let (lo, x, hi) = (widen(op(0)?), op(1)?, widen(op(2)?));
+                    let mx = Node {
+                        ty,
+                        dims: dims.clone(),
+                        expr: Expr::Binary(BinOp::Max, x, lo),
+                    };
+                    Expr::Binary(BinOp::Min, Box::new(mx), hi)
+                }
                 Opcode::Broadcast => {
                     Expr::Broadcast(op(0)?, ins.dimensions().iter().map(|d| *d as usize).collect())
                 }
@@ -769,6 +857,19 @@ pub fn apply_bin(op: BinOp, ty: PrimitiveType, a: f64, b: f64) -> f64 {
                 a.min(b)
             }
         }
+        BinOp::Pow => a.powf(b),
+        BinOp::Rem => {
+            if is_float(ty) {
+                a % b
+            } else if b == 0.0 {
+                a
+            } else {
+                a % b
+            }
+        }
+        BinOp::And => ((a as i64) & (b as i64)) as f64,
+        BinOp::Or => ((a as i64) | (b as i64)) as f64,
+        BinOp::Xor => ((a as i64) ^ (b as i64)) as f64,
     };
     round_to(ty, v)
 }
@@ -791,6 +892,24 @@ impl Node {
                     UnOp::Sqrt => a.sqrt(),
                     UnOp::Rsqrt => 1.0 / a.sqrt(),
                     UnOp::Abs => a.abs(),
+                    UnOp::Sin => a.sin(),
+                    UnOp::Cos => a.cos(),
+                    UnOp::Floor => a.floor(),
+                    UnOp::Ceil => a.ceil(),
+                    UnOp::Sign => {
+                        if a > 0.0 {
+                            1.0
+                        } else if a < 0.0 {
+                            -1.0
+                        } else {
+                            a
+                        }
+                    }
+                    UnOp::Log1p => a.ln_1p(),
+                    UnOp::Expm1 => a.exp_m1(),
+                    UnOp::Not if self.ty == PrimitiveType::Pred => (a == 0.0) as i32 as f64,
+                    UnOp::Not => !(a as i64) as f64,
+                    UnOp::IsFinite => a.is_finite() as i32 as f64,
                 }
             }
             Expr::Binary(op, a, b) => apply_bin(*op, self.ty, a.eval(i, inputs), b.eval(i, inputs)),

@@ -96,13 +96,13 @@ ENTRY e {
   ar2 = f32[4] all-reduce(ar1), replica_groups={}, to_apply=add
   c = f32[8] concatenate(ar2, p), dimensions={0}
   h = f16[8] convert(c)
-  ROOT r = f16[8] sine(h)
+  ROOT r = f16[8] atan2(h, h)
 }"#,
     );
     let e = check_supported(&m).unwrap_err();
     assert!(e.contains("all-reduce (ar1, ar2)"), "{e}");
     assert!(e.contains("concatenate (c)"), "{e}");
-    assert!(e.contains("sine (r)"), "{e}");
+    assert!(e.contains("atan2 (r)"), "{e}");
     assert!(e.contains("element type f16 (h)"), "{e}");
     match prepare(&m) {
         Err(RuntimeError::Compile { backend, message }) => {
@@ -380,5 +380,59 @@ fn backend_without_device_is_a_typed_error() {
         Ok(_) => eprintln!("a CUDA device is present"),
         Err(RuntimeError::Devices(m)) => eprintln!("no CUDA backend here: {m}"),
         Err(e) => panic!("unexpected error kind: {e}"),
+    }
+}
+
+#[test]
+fn more_elementwise_ops_and_sharding_annotations() {
+    let p = check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[12] parameter(0)
+  y = f32[12] parameter(1)
+  k = s32[12] parameter(2)
+  lo = f32[] constant(-1)
+  hi = f32[] constant(1.5)
+  c = f32[12] clamp(lo, x, hi)
+  sg = f32[12] sign(x)
+  fl = f32[12] floor(y)
+  ce = f32[12] ceil(x)
+  sn = f32[12] sine(x)
+  cs = f32[12] cosine(y)
+  l1 = f32[12] log-plus-one(c)
+  em = f32[12] exponential-minus-one(x)
+  ax = f32[12] abs(x)
+  pw = f32[12] power(ax, y)
+  rm = f32[12] remainder(x, y)
+  fin = pred[12] is-finite(pw)
+  three = s32[] constant(3)
+  b3 = s32[12] broadcast(three), dimensions={}
+  kr = s32[12] remainder(k, b3)
+  ka = s32[12] and(k, b3)
+  ko = s32[12] or(k, b3)
+  kx = s32[12] xor(k, b3)
+  kn = s32[12] not(k)
+  z = f32[] constant(0)
+  bz = f32[12] broadcast(z), dimensions={}
+  gt = pred[12] compare(x, bz), direction=GT
+  ng = pred[12] not(gt)
+  an = pred[12] and(ng, fin)
+  sh = f32[12] custom-call(c), custom_call_target="Sharding", sharding={replicated}
+  s1 = f32[12] add(sh, sg)
+  s2 = f32[12] add(s1, fl)
+  s3 = f32[12] add(s2, ce)
+  s4 = f32[12] add(s3, sn)
+  s5 = f32[12] add(s4, cs)
+  s6 = f32[12] add(s5, l1)
+  s7 = f32[12] add(s6, em)
+  s8 = f32[12] add(s7, rm)
+  ROOT t = (f32[12], pred[12], s32[12], s32[12], s32[12], s32[12], s32[12], pred[12]) tuple(s8, an, kr, ka, ko, kx, kn, fin)
+}"#,
+        false,
+        1e-6,
+    );
+    let src = module_source(&p);
+    for f in ["xla_sign(", "xla_fmod(", "xla_irem(", "isfinite(", "xla_pow(", "xla_log1p("] {
+        assert!(src.contains(f), "{f} missing:\n{src}");
     }
 }
