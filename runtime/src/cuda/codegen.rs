@@ -54,6 +54,8 @@ __device__ __forceinline__ long long xla_abs(long long x) { return x < 0 ? -x : 
 __device__ __forceinline__ unsigned int xla_abs(unsigned int x) { return x; }
 __device__ __forceinline__ unsigned char xla_abs(unsigned char x) { return x; }
 __device__ __forceinline__ bool xla_abs(bool x) { return x; }
+__device__ __forceinline__ bool xla_isfinite(float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }
+__device__ __forceinline__ bool xla_isfinite(double x) { return (__double_as_longlong(x) & 0x7ff0000000000000ll) != 0x7ff0000000000000ll; }
 template <typename T> __device__ __forceinline__ T xla_irem(T a, T b) { return b == 0 ? a : a % b; }
 template <typename T> __device__ __forceinline__ T xla_sign(T x) { return x > (T)0 ? (T)1 : (x < (T)0 ? (T)-1 : x); }
 __device__ __forceinline__ float xla_sin(float x) { return sinf(x); }
@@ -135,10 +137,11 @@ fn rounded(ty: PrimitiveType, e: String) -> String {
 fn literal(ty: PrimitiveType, v: f64) -> String {
     let ct = compute_type(ty);
     if is_float(ty) {
+        // No math.h macros (NAN, INFINITY): NVRTC runs without headers.
         if v.is_nan() {
-            format!("(({ct})NAN)")
+            format!("(({ct})__int_as_float(0x7fc00000))")
         } else if v.is_infinite() {
-            format!("(({ct}){}INFINITY)", if v < 0.0 { "-" } else { "" })
+            format!("(({ct}){}__int_as_float(0x7f800000))", if v < 0.0 { "-" } else { "" })
         } else {
             format!("(({ct}){v:e})")
         }
@@ -224,7 +227,7 @@ impl Emitter {
                     UnOp::Log1p => "xla_log1p",
                     UnOp::Expm1 => "xla_expm1",
                     UnOp::Sign => "xla_sign",
-                    UnOp::IsFinite => "isfinite",
+                    UnOp::IsFinite => "xla_isfinite",
                     UnOp::Not if node.ty == PrimitiveType::Pred => {
                         return self.bind(node, ct, format!("!({a})"))
                     }
