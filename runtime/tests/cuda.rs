@@ -17,8 +17,12 @@ use xla_hlo_ir::{HloModule, PrimitiveType};
 use xla_runtime::cuda::CudaBackend;
 use xla_runtime::{Backend, DeviceContext, RuntimeError};
 
+/// runtime/ of the checkout: `XLA_RS_RUNTIME_DIR` when set (the test binary
+/// carried to the GPU machine runs in another checkout), else the build's.
 fn manifest() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("XLA_RS_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// The backend, or `None` (with the reason printed) where there is no GPU.
