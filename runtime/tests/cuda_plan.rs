@@ -13,8 +13,12 @@ use xla_runtime::cuda::plan::run_plan_on_cpu;
 use xla_runtime::cuda::prepare;
 use xla_runtime::RuntimeError;
 
+/// runtime/ of the checkout: `XLA_RS_RUNTIME_DIR` when set (a test binary
+/// carried to another machine), else the build's.
 fn manifest() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("XLA_RS_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 enum Outcome {

@@ -395,3 +395,114 @@ pub fn module_source(plan: &Plan) -> String {
     }
     s
 }
+
+/// Definitions that let a C++ compiler on the host build the generated
+/// kernels (one "thread" runs the whole grid-stride loop).
+pub const HOST_SHIM: &str = r#"// host shim for CPU checks of generated CUDA C (codegen.rs)
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+struct xla_dim3 { unsigned x, y, z; };
+static const xla_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0}, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
+static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline double __longlong_as_double(long long i) { double f; std::memcpy(&f, &i, 8); return f; }
+static inline long long __double_as_longlong(double f) { long long i; std::memcpy(&i, &f, 8); return i; }
+static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+static inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+"#;
+
+/// A host C++ program running a whole plan with the generated kernels:
+/// `prog DIR` reads `DIR/b{buffer}.bin` for parameters and constants
+/// (layout of `host::array_to_bytes`), runs the steps in order (dots as a
+/// naive loop with f32 accumulation) and writes the result leaves, in
+/// order, to `DIR/o{k}.bin`. Used to check the generated source on the CPU
+/// (syntax with a C++ compiler, semantics against the interpreter).
+pub fn host_program(plan: &Plan) -> String {
+    use super::plan::{Step, ValRef};
+    let mut s = String::from(HOST_SHIM);
+    s.push_str(&module_source(plan));
+    s.push_str(
+        r#"
+static std::vector<unsigned char> xla_read(const std::string& p) {
+  std::vector<unsigned char> b;
+  FILE* f = std::fopen(p.c_str(), "rb");
+  if (!f) { std::perror(p.c_str()); std::exit(2); }
+  int c;
+  while ((c = std::fgetc(f)) != EOF) b.push_back((unsigned char)c);
+  std::fclose(f);
+  if (b.empty()) b.push_back(0);
+  return b;
+}
+static void xla_write(const std::string& p, const std::vector<unsigned char>& b, size_t n) {
+  FILE* f = std::fopen(p.c_str(), "wb");
+  std::fwrite(b.data(), 1, n, f);
+  std::fclose(f);
+}
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  std::string d = argv[1];
+"#,
+    );
+    let _ = writeln!(s, "  std::vector<std::vector<unsigned char>> b({});", plan.buffers.len());
+    let bytes = |b: usize| -> i64 {
+        plan.buffers[b].dims.iter().product::<i64>() * super::host::elem_bytes(plan.buffers[b].ty) as i64
+    };
+    for step in &plan.steps {
+        match step {
+            Step::Param { out, .. } | Step::Constant { out, .. } => {
+                let _ = writeln!(s, "  b[{out}] = xla_read(d + \"/b{out}.bin\");");
+            }
+            Step::Fused(k) => {
+                let n: i64 = plan.buffers[k.out].dims.iter().product();
+                let _ = writeln!(s, "  b[{}].resize({});", k.out, bytes(k.out).max(1));
+                let mut args = vec![format!("({}*)b[{}].data()", storage_type(plan.buffers[k.out].ty), k.out)];
+                for i in &k.inputs {
+                    args.push(format!("(const {}*)b[{i}].data()", storage_type(plan.buffers[*i].ty)));
+                }
+                args.push(format!("{n}ll"));
+                let _ = writeln!(s, "  {}({});", k.name, args.join(", "));
+            }
+            Step::Dot(dt) => {
+                let (lt, ot) = (plan.buffers[dt.lhs].ty, plan.buffers[dt.out].ty);
+                let _ = writeln!(s, "  b[{}].resize({});", dt.out, bytes(dt.out).max(1));
+                let ld = |buf: usize, idx: &str| {
+                    load(lt, &format!("((const {}*)b[{buf}].data())[{idx}]", storage_type(lt)))
+                };
+                let _ = writeln!(
+                    s,
+                    "  for (long long bi = 0; bi < {b}; ++bi) for (long long i = 0; i < {m}; ++i) for (long long j = 0; j < {n}; ++j) {{\n    float acc = 0.0f;\n    for (long long l = 0; l < {k}; ++l) acc += {a} * {c};\n    (({ost}*)b[{o}].data())[(bi * {m} + i) * {n} + j] = {st};\n  }}",
+                    b = dt.batch,
+                    m = dt.m,
+                    n = dt.n,
+                    k = dt.k,
+                    a = ld(dt.lhs, &format!("(bi * {} + i) * {} + l", dt.m, dt.k)),
+                    c = ld(dt.rhs, &format!("(bi * {} + l) * {} + j", dt.k, dt.n)),
+                    ost = storage_type(ot),
+                    o = dt.out,
+                    st = store(ot, "acc"),
+                );
+            }
+        }
+    }
+    fn leaves(r: &ValRef, out: &mut Vec<usize>) {
+        match r {
+            ValRef::Buf(b) => out.push(*b),
+            ValRef::Tuple(v) => v.iter().for_each(|x| leaves(x, out)),
+        }
+    }
+    let mut ls = Vec::new();
+    leaves(&plan.result, &mut ls);
+    for (k, b) in ls.iter().enumerate() {
+        let _ = writeln!(s, "  xla_write(d + \"/o{k}.bin\", b[{b}], {});", bytes(*b));
+    }
+    s.push_str("  return 0;\n}\n");
+    s
+}

@@ -19,6 +19,7 @@
 //! dynamic slices, convolution, sort, f16/f8/complex types, variadic reduce.
 
 pub mod codegen;
+pub mod host;
 pub mod plan;
 
 #[cfg(feature = "cuda")]
