@@ -3,12 +3,15 @@
 //! case the backend supports (testdata/cases and, when present,
 //! ../shared/corpus/cases; single device, input.hlo); every other case is
 //! rejected at compile with the unsupported instructions named. Prints a
-//! table of both. No GPU involved.
+//! table of both. The generated CUDA C of each plan is also built with the
+//! host C++ compiler (when there is one; `XLA_RS_SKIP_HOST_KERNELS=1` skips
+//! it) and its results compared too. No GPU involved.
 
 use std::path::{Path, PathBuf};
 use xla_hlo_evaluator::compare::compare;
 use xla_hlo_evaluator::npy::{load_argument, read_npy};
 use xla_hlo_evaluator::Value;
+use xla_runtime::cuda::hostcheck::run_generated_on_host;
 use xla_runtime::cuda::plan::run_plan_on_cpu;
 use xla_runtime::cuda::prepare;
 use xla_runtime::RuntimeError;
@@ -56,12 +59,25 @@ fn run_case(dir: &Path) -> Result<Outcome, String> {
         Err(e) => return Ok(Outcome::Failed(e.to_string())),
     };
     let flat: Vec<_> = outs.iter().flat_map(|v| v.leaves()).collect();
+    // The generated kernels built with the host C++ compiler, when there
+    // is one (skipped otherwise): within 1e-5 of XLA (host libm).
+    let host = if std::env::var_os("XLA_RS_SKIP_HOST_KERNELS").is_some() {
+        None
+    } else {
+        run_generated_on_host(&plan, &args).map_err(|e| format!("host-built kernels: {e}"))?
+    };
     for (i, a) in flat.iter().enumerate() {
         let e = read_npy(&dir.join(format!("expected/out{i}.npy")))
             .map_err(|e| format!("expected {i}: {e}"))?;
         let c = compare(a, &e, rtol, atol);
         if !c.matched() {
             return Ok(Outcome::Failed(format!("output {i}: {c:?}")));
+        }
+        if let Some(h) = &host {
+            let c = compare(&h[i], &e, rtol.max(1e-5), atol.max(1e-5));
+            if !c.matched() {
+                return Ok(Outcome::Failed(format!("host-built kernels, output {i}: {c:?}")));
+            }
         }
     }
     Ok(Outcome::Matched(plan.kernels().count()))

@@ -20,6 +20,7 @@
 
 pub mod codegen;
 pub mod host;
+pub mod hostcheck;
 pub mod plan;
 
 #[cfg(feature = "cuda")]

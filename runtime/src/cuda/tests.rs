@@ -78,7 +78,7 @@ fn check(text: &str, positive: bool, tol: f64) -> Plan {
     // The generated kernels themselves, built for the host: within a few
     // f32 ulps of the interpreter (libm's expf, tanhf... are not the f64
     // functions rounded once).
-    if let Some(host) = run_generated_on_host(&plan, &args) {
+    if let Some(host) = super::hostcheck::run_generated_on_host(&plan, &args).unwrap() {
         let wl: Vec<&Array> = want.iter().flat_map(|v| v.leaves()).collect();
         assert_eq!(host.len(), wl.len());
         for (h, w) in host.iter().zip(wl) {
@@ -449,76 +449,3 @@ ENTRY e {
     }
 }
 
-/// Compiles the plan's generated kernels with the host C++ compiler
-/// (`HOST_SHIM`), runs them on `args` and returns the result leaves; `None`
-/// (with a message) when there is no `c++` on this machine.
-pub(crate) fn run_generated_on_host(plan: &Plan, args: &[Value]) -> Option<Vec<Array>> {
-    use super::host::{array_to_bytes, bytes_to_array};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "xla_rs_cuda_host_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("prog.cc"), super::codegen::host_program(plan)).unwrap();
-    let cc = std::process::Command::new("c++")
-        .args(["-std=c++17", "-O1", "-w", "-o"])
-        .arg(dir.join("prog"))
-        .arg(dir.join("prog.cc"))
-        .output();
-    let cc = match cc {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("skipping the host build of the generated kernels: c++: {e}");
-            let _ = std::fs::remove_dir_all(&dir);
-            return None;
-        }
-    };
-    assert!(
-        cc.status.success(),
-        "generated source does not compile:\n{}\n{}",
-        String::from_utf8_lossy(&cc.stderr),
-        super::codegen::host_program(plan)
-    );
-    fn leaf<'v>(v: &'v Value, index: &[usize]) -> &'v Array {
-        match index.split_first() {
-            None => v.as_array().unwrap(),
-            Some((i, rest)) => leaf(&v.tuple_elements().unwrap()[*i], rest),
-        }
-    }
-    for st in &plan.steps {
-        match st {
-            Step::Param { out, number, index } => {
-                std::fs::write(dir.join(format!("b{out}.bin")), array_to_bytes(leaf(&args[*number], index)).unwrap())
-                    .unwrap()
-            }
-            Step::Constant { out, value } => {
-                std::fs::write(dir.join(format!("b{out}.bin")), array_to_bytes(value).unwrap()).unwrap()
-            }
-            _ => {}
-        }
-    }
-    let run = std::process::Command::new(dir.join("prog")).arg(&dir).output().unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    fn leaves(r: &super::plan::ValRef, out: &mut Vec<usize>) {
-        match r {
-            super::plan::ValRef::Buf(b) => out.push(*b),
-            super::plan::ValRef::Tuple(v) => v.iter().for_each(|x| leaves(x, out)),
-        }
-    }
-    let mut ls = Vec::new();
-    leaves(&plan.result, &mut ls);
-    let res = ls
-        .iter()
-        .enumerate()
-        .map(|(k, b)| {
-            let bytes = std::fs::read(dir.join(format!("o{k}.bin"))).unwrap();
-            let info = &plan.buffers[*b];
-            bytes_to_array(info.ty, info.dims.clone(), &bytes).unwrap()
-        })
-        .collect();
-    let _ = std::fs::remove_dir_all(&dir);
-    Some(res)
-}
