@@ -167,7 +167,10 @@ fn small_modules_match_the_interpreter() {
         let m = xla_hlo_parser::parse_module(text).unwrap();
         let args = args_for(&m);
         let want = interpret(&m, &args);
-        let got = match be.compile(&m).and_then(|e| e.execute(&DeviceContext::single(), &args)) {
+        let got = match be
+            .compile(&m)
+            .and_then(|e| e.execute(&DeviceContext::single(), &args))
+        {
             Ok(g) => g,
             Err(e) => {
                 failures.push(format!("{name}: {e}"));
@@ -179,7 +182,11 @@ fn small_modules_match_the_interpreter() {
             want.iter().flat_map(|v| v.leaves()).collect(),
         );
         if gl.len() != wl.len() {
-            failures.push(format!("{name}: {} outputs, expected {}", gl.len(), wl.len()));
+            failures.push(format!(
+                "{name}: {} outputs, expected {}",
+                gl.len(),
+                wl.len()
+            ));
             continue;
         }
         for (i, (g, w)) in gl.iter().zip(&wl).enumerate() {
@@ -201,7 +208,9 @@ fn unsupported_module_is_a_compile_error() {
     )
     .unwrap();
     match be.compile(&m) {
-        Err(RuntimeError::Compile { message, .. }) => assert!(message.contains("atan2 (s)"), "{message}"),
+        Err(RuntimeError::Compile { message, .. }) => {
+            assert!(message.contains("atan2 (s)"), "{message}")
+        }
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("atan2 compiled"),
     }
@@ -220,7 +229,9 @@ fn run_case(be: &CudaBackend, dir: &Path) -> Result<Option<f64>, String> {
     let m = xla_hlo_parser::parse_module(&text).map_err(|e| e.to_string())?;
     let exe = match be.compile(&m) {
         Ok(e) => e,
-        Err(RuntimeError::Compile { message, .. }) if message.contains("not supported by the CUDA backend") => {
+        Err(RuntimeError::Compile { message, .. })
+            if message.contains("not supported by the CUDA backend") =>
+        {
             return Ok(None)
         }
         Err(e) => return Err(e.to_string()),
@@ -229,17 +240,26 @@ fn run_case(be: &CudaBackend, dir: &Path) -> Result<Option<f64>, String> {
     let mut args = Vec::new();
     for (i, &p) in g.parameters.iter().enumerate() {
         let instr = &g.instructions[p.index()];
-        let a = load_argument(&dir.join(format!("args/arg{i}.npy")), i, &instr.name, &instr.shape)
-            .map_err(|e| format!("argument {i}: {e}"))?;
+        let a = load_argument(
+            &dir.join(format!("args/arg{i}.npy")),
+            i,
+            &instr.name,
+            &instr.shape,
+        )
+        .map_err(|e| format!("argument {i}: {e}"))?;
         args.push(Value::Array(a));
     }
-    exe.execute(&DeviceContext::single(), &args).map_err(|e| e.to_string())?; // warm-up
+    exe.execute(&DeviceContext::single(), &args)
+        .map_err(|e| e.to_string())?; // warm-up
     let t = Instant::now();
-    let outs = exe.execute(&DeviceContext::single(), &args).map_err(|e| e.to_string())?;
+    let outs = exe
+        .execute(&DeviceContext::single(), &args)
+        .map_err(|e| e.to_string())?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let flat: Vec<_> = outs.iter().flat_map(|v| v.leaves()).collect();
     for (i, a) in flat.iter().enumerate() {
-        let e = read_npy(&dir.join(format!("expected/out{i}.npy"))).map_err(|e| format!("expected {i}: {e}"))?;
+        let e = read_npy(&dir.join(format!("expected/out{i}.npy")))
+            .map_err(|e| format!("expected {i}: {e}"))?;
         let c = compare(a, &e, rtol, atol);
         if !c.matched() {
             return Err(format!("output {i}: {c:?}"));

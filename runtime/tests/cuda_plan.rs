@@ -50,8 +50,13 @@ fn run_case(dir: &Path) -> Result<Outcome, String> {
     let mut args = Vec::new();
     for (i, &p) in g.parameters.iter().enumerate() {
         let instr = &g.instructions[p.index()];
-        let a = load_argument(&dir.join(format!("args/arg{i}.npy")), i, &instr.name, &instr.shape)
-            .map_err(|e| format!("argument {i}: {e}"))?;
+        let a = load_argument(
+            &dir.join(format!("args/arg{i}.npy")),
+            i,
+            &instr.name,
+            &instr.shape,
+        )
+        .map_err(|e| format!("argument {i}: {e}"))?;
         args.push(Value::Array(a));
     }
     let outs = match run_plan_on_cpu(&plan, &args) {
@@ -76,7 +81,9 @@ fn run_case(dir: &Path) -> Result<Outcome, String> {
         if let Some(h) = &host {
             let c = compare(&h[i], &e, rtol.max(1e-5), atol.max(1e-5));
             if !c.matched() {
-                return Ok(Outcome::Failed(format!("host-built kernels, output {i}: {c:?}")));
+                return Ok(Outcome::Failed(format!(
+                    "host-built kernels, output {i}: {c:?}"
+                )));
             }
         }
     }
@@ -122,6 +129,8 @@ fn testdata_cases_planned_for_cuda_match_xla_on_the_cpu() {
 #[test]
 fn shared_corpus_cases_planned_for_cuda_match_xla_on_the_cpu() {
     let (ran, supported, failures) = run_dir(&manifest().join("../../shared/corpus/cases"));
-    eprintln!("shared corpus: {supported} of {ran} cases supported by the CUDA planner and matched");
+    eprintln!(
+        "shared corpus: {supported} of {ran} cases supported by the CUDA planner and matched"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -46,11 +46,15 @@ pub fn probe() -> Result<usize, RuntimeError> {
             cudarc::cublas::sys::is_culib_present(),
         )
     };
-    let missing: Vec<&str> = [("libcuda", cuda), ("libnvrtc", nvrtc), ("libcublas", cublas)]
-        .iter()
-        .filter(|(_, ok)| !ok)
-        .map(|(n, _)| *n)
-        .collect();
+    let missing: Vec<&str> = [
+        ("libcuda", cuda),
+        ("libnvrtc", nvrtc),
+        ("libcublas", cublas),
+    ]
+    .iter()
+    .filter(|(_, ok)| !ok)
+    .map(|(n, _)| *n)
+    .collect();
     if !missing.is_empty() {
         return Err(dev_err(format!(
             "CUDA libraries not found: {} (put their directory on LD_LIBRARY_PATH)",
@@ -90,7 +94,8 @@ impl CudaBackend {
         let r = catch_unwind(|| -> Result<CudaBackend, RuntimeError> {
             let ctx = CudaContext::new(ordinal).map_err(|e| dev_err(format!("cuCtx: {e:?}")))?;
             let stream = ctx.default_stream();
-            let blas = CudaBlas::new(stream.clone()).map_err(|e| dev_err(format!("cuBLAS: {e:?}")))?;
+            let blas =
+                CudaBlas::new(stream.clone()).map_err(|e| dev_err(format!("cuBLAS: {e:?}")))?;
             Ok(CudaBackend {
                 ctx,
                 stream,
@@ -198,7 +203,8 @@ impl CudaExecutable {
     }
 
     fn run(&self, args: &[Value]) -> Result<Vec<Value>, RuntimeError> {
-        let mut bufs: Vec<Option<CudaSlice<u8>>> = (0..self.plan.buffers.len()).map(|_| None).collect();
+        let mut bufs: Vec<Option<CudaSlice<u8>>> =
+            (0..self.plan.buffers.len()).map(|_| None).collect();
         for (si, step) in self.plan.steps.iter().enumerate() {
             match step {
                 Step::Param { out, number, index } => {
@@ -257,8 +263,12 @@ impl CudaExecutable {
                             PrimitiveType::Bf16 => blas_sys::cudaDataType::CUDA_R_16BF,
                             _ => blas_sys::cudaDataType::CUDA_R_32F,
                         };
-                        let lhs = bufs[d.lhs].as_ref().ok_or_else(|| exec_err("dot lhs not ready"))?;
-                        let rhs = bufs[d.rhs].as_ref().ok_or_else(|| exec_err("dot rhs not ready"))?;
+                        let lhs = bufs[d.lhs]
+                            .as_ref()
+                            .ok_or_else(|| exec_err("dot lhs not ready"))?;
+                        let rhs = bufs[d.rhs]
+                            .as_ref()
+                            .ok_or_else(|| exec_err("dot rhs not ready"))?;
                         let (alpha, beta) = (1.0f32, 0.0f32);
                         {
                             let (a_ptr, _ga) = lhs.device_ptr(&self.stream);
@@ -302,21 +312,35 @@ impl CudaExecutable {
         }
         let fetch = |b: BufId| -> Result<Value, RuntimeError> {
             let info = &self.plan.buffers[b];
-            let s = bufs[b].as_ref().ok_or_else(|| exec_err("result not computed"))?;
+            let s = bufs[b]
+                .as_ref()
+                .ok_or_else(|| exec_err("result not computed"))?;
             let host: Vec<u8> = self
                 .stream
                 .clone_dtoh(s)
                 .map_err(|e| exec_err(format!("device-to-host copy: {e:?}")))?;
-            Ok(Value::Array(bytes_to_array(info.ty, info.dims.clone(), &host)?))
+            Ok(Value::Array(bytes_to_array(
+                info.ty,
+                info.dims.clone(),
+                &host,
+            )?))
         };
-        fn build(r: &ValRef, f: &dyn Fn(BufId) -> Result<Value, RuntimeError>) -> Result<Value, RuntimeError> {
+        fn build(
+            r: &ValRef,
+            f: &dyn Fn(BufId) -> Result<Value, RuntimeError>,
+        ) -> Result<Value, RuntimeError> {
             match r {
                 ValRef::Buf(b) => f(*b),
-                ValRef::Tuple(v) => Ok(Value::Tuple(v.iter().map(|x| build(x, f)).collect::<Result<_, _>>()?)),
+                ValRef::Tuple(v) => Ok(Value::Tuple(
+                    v.iter().map(|x| build(x, f)).collect::<Result<_, _>>()?,
+                )),
             }
         }
         let out = match &self.plan.result {
-            ValRef::Tuple(v) => v.iter().map(|x| build(x, &fetch)).collect::<Result<Vec<_>, _>>()?,
+            ValRef::Tuple(v) => v
+                .iter()
+                .map(|x| build(x, &fetch))
+                .collect::<Result<Vec<_>, _>>()?,
             r => vec![build(r, &fetch)?],
         };
         self.stream
@@ -331,7 +355,11 @@ impl Executable for CudaExecutable {
         &self.module
     }
 
-    fn execute(&self, device: &DeviceContext<'_>, args: &[Value]) -> Result<Vec<Value>, RuntimeError> {
+    fn execute(
+        &self,
+        device: &DeviceContext<'_>,
+        args: &[Value],
+    ) -> Result<Vec<Value>, RuntimeError> {
         if device.num_partitions * device.num_replicas > 1 {
             return Err(exec_err(
                 "the CUDA backend runs single-device programs only (no NCCL collectives yet)",

@@ -26,11 +26,21 @@ pub fn array_to_bytes(a: &Array) -> Result<Vec<u8>, RuntimeError> {
     match (&*a.data, a.ty) {
         (Data::Pred(v), _) => out.extend(v.iter().map(|b| *b as u8)),
         (Data::U8(v), _) => out.extend_from_slice(v),
-        (Data::S32(v), _) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        (Data::U32(v), _) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        (Data::S64(v), _) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        (Data::F32(v), _) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        (Data::F64(v), _) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        (Data::S32(v), _) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        (Data::U32(v), _) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        (Data::S64(v), _) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        (Data::F32(v), _) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        (Data::F64(v), _) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         (_, PrimitiveType::Bf16) => {
             for x in a.to_f64_vec() {
                 let b = float_to_bits(PrimitiveType::Bf16, x).unwrap_or(0) as u16;
@@ -51,16 +61,34 @@ pub fn bytes_to_array(ty: PrimitiveType, dims: Vec<i64>, b: &[u8]) -> Result<Arr
     let data = match ty {
         PrimitiveType::Pred => Data::Pred(b.iter().map(|x| *x != 0).collect()),
         PrimitiveType::U8 => Data::U8(b.to_vec()),
-        PrimitiveType::S32 => Data::S32(ch.map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()),
-        PrimitiveType::U32 => Data::U32(ch.map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()),
-        PrimitiveType::S64 => Data::S64(ch.map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()),
-        PrimitiveType::F32 => Data::F32(ch.map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()),
-        PrimitiveType::F64 => Data::F64(ch.map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()),
+        PrimitiveType::S32 => Data::S32(
+            ch.map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        PrimitiveType::U32 => Data::U32(
+            ch.map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        PrimitiveType::S64 => Data::S64(
+            ch.map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        PrimitiveType::F32 => Data::F32(
+            ch.map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        PrimitiveType::F64 => Data::F64(
+            ch.map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
         PrimitiveType::Bf16 => {
             let v: Vec<f64> = ch
                 .map(|c| {
-                    float_from_bits(PrimitiveType::Bf16, u16::from_le_bytes([c[0], c[1]]) as u128)
-                        .unwrap_or(f64::NAN)
+                    float_from_bits(
+                        PrimitiveType::Bf16,
+                        u16::from_le_bytes([c[0], c[1]]) as u128,
+                    )
+                    .unwrap_or(f64::NAN)
                 })
                 .collect();
             return Ok(Array::from_f64s(ty, dims, &v)?);
@@ -69,4 +97,3 @@ pub fn bytes_to_array(ty: PrimitiveType, dims: Vec<i64>, b: &[u8]) -> Result<Arr
     };
     Ok(Array::new(ty, dims, data)?)
 }
-

@@ -53,19 +53,29 @@ pub fn run_generated_on_host(plan: &Plan, args: &[Value]) -> Result<Option<Vec<A
         match st {
             Step::Param { out, number, index } => {
                 let a = args.get(*number).ok_or("missing argument")?;
-                std::fs::write(dir.join(format!("b{out}.bin")), array_to_bytes(leaf(a, index)).map_err(|e| e.to_string())?)
-                    .map_err(io)?
+                std::fs::write(
+                    dir.join(format!("b{out}.bin")),
+                    array_to_bytes(leaf(a, index)).map_err(|e| e.to_string())?,
+                )
+                .map_err(io)?
             }
-            Step::Constant { out, value } => {
-                std::fs::write(dir.join(format!("b{out}.bin")), array_to_bytes(value).map_err(|e| e.to_string())?)
-                    .map_err(io)?
-            }
+            Step::Constant { out, value } => std::fs::write(
+                dir.join(format!("b{out}.bin")),
+                array_to_bytes(value).map_err(|e| e.to_string())?,
+            )
+            .map_err(io)?,
             _ => {}
         }
     }
-    let run = std::process::Command::new(dir.join("prog")).arg(&dir).output().map_err(io)?;
+    let run = std::process::Command::new(dir.join("prog"))
+        .arg(&dir)
+        .output()
+        .map_err(io)?;
     if !run.status.success() {
-        return Err(format!("host program failed: {}", String::from_utf8_lossy(&run.stderr)));
+        return Err(format!(
+            "host program failed: {}",
+            String::from_utf8_lossy(&run.stderr)
+        ));
     }
     fn leaves(r: &ValRef, out: &mut Vec<usize>) {
         match r {

@@ -573,7 +573,10 @@ impl Planner<'_> {
             }
             return ValRef::Tuple(v);
         }
-        let (ty, dims) = (shape.element_type().unwrap_or(PrimitiveType::F32), shape.dims().to_vec());
+        let (ty, dims) = (
+            shape.element_type().unwrap_or(PrimitiveType::F32),
+            shape.dims().to_vec(),
+        );
         let out = self.new_buf(ty, dims, name);
         self.plan.steps.push(Step::Param {
             out,
@@ -584,7 +587,12 @@ impl Planner<'_> {
     }
 
     /// Builds the expression of `id`; materialized operands become inputs.
-    fn node(&self, id: InstrId, is_root: bool, inputs: &mut Vec<BufId>) -> Result<Node, RuntimeError> {
+    fn node(
+        &self,
+        id: InstrId,
+        is_root: bool,
+        inputs: &mut Vec<BufId>,
+    ) -> Result<Node, RuntimeError> {
         let ins = self.comp.instr(id);
         let (ty, dims) = array_of(&ins.shape, &ins.name)?;
         if !is_root && self.vals.contains_key(&id) {
@@ -596,7 +604,11 @@ impl Planner<'_> {
                     inputs.len() - 1
                 }
             };
-            return Ok(Node { ty, dims, expr: Expr::Input(slot) });
+            return Ok(Node {
+                ty,
+                dims,
+                expr: Expr::Input(slot),
+            });
         }
         let mut op = |i: usize| -> Result<Box<Node>, RuntimeError> {
             Ok(Box::new(self.node(ins.operands[i], false, inputs)?))
@@ -614,7 +626,9 @@ impl Planner<'_> {
                     scalar_constant(self.comp, id)
                         .ok_or_else(|| err(format!("{}: constant not inlinable", ins.name)))?,
                 ),
-                Opcode::Iota => Expr::Iota(ins.int_attr(AttrKey::IotaDimension).unwrap_or(0) as usize),
+                Opcode::Iota => {
+                    Expr::Iota(ins.int_attr(AttrKey::IotaDimension).unwrap_or(0) as usize)
+                }
                 Opcode::Select => Expr::Select(op(0)?, op(1)?, op(2)?),
                 Opcode::Compare => {
                     let d = match ins.ident_attr(AttrKey::Direction) {
@@ -627,7 +641,10 @@ impl Planner<'_> {
                         d => return Err(err(format!("{}: compare direction {d:?}", ins.name))),
                     };
                     if ins.ident_attr(AttrKey::CompareType) == Some("TOTALORDER") {
-                        return Err(err(format!("{}: TOTALORDER compare is unsupported", ins.name)));
+                        return Err(err(format!(
+                            "{}: TOTALORDER compare is unsupported",
+                            ins.name
+                        )));
                     }
                     Expr::Compare(d, op(0)?, op(1)?)
                 }
@@ -654,12 +671,14 @@ impl Planner<'_> {
                     };
                     Expr::Binary(BinOp::Min, Box::new(mx), hi)
                 }
-                Opcode::Broadcast => {
-                    Expr::Broadcast(op(0)?, ins.dimensions().iter().map(|d| *d as usize).collect())
-                }
-                Opcode::Transpose => {
-                    Expr::Transpose(op(0)?, ins.dimensions().iter().map(|d| *d as usize).collect())
-                }
+                Opcode::Broadcast => Expr::Broadcast(
+                    op(0)?,
+                    ins.dimensions().iter().map(|d| *d as usize).collect(),
+                ),
+                Opcode::Transpose => Expr::Transpose(
+                    op(0)?,
+                    ins.dimensions().iter().map(|d| *d as usize).collect(),
+                ),
                 Opcode::Slice => {
                     let sd = ins
                         .slice_dims()
@@ -705,7 +724,11 @@ impl Planner<'_> {
         let ok = matches!(
             (lty, rty, oty),
             (PrimitiveType::F32, PrimitiveType::F32, PrimitiveType::F32)
-                | (PrimitiveType::Bf16, PrimitiveType::Bf16, PrimitiveType::Bf16)
+                | (
+                    PrimitiveType::Bf16,
+                    PrimitiveType::Bf16,
+                    PrimitiveType::Bf16
+                )
                 | (PrimitiveType::Bf16, PrimitiveType::Bf16, PrimitiveType::F32)
         );
         if !ok {
@@ -826,7 +849,10 @@ pub fn round_to(ty: PrimitiveType, v: f64) -> f64 {
 }
 
 fn is_float(ty: PrimitiveType) -> bool {
-    matches!(ty, PrimitiveType::F32 | PrimitiveType::F64 | PrimitiveType::Bf16 | PrimitiveType::F16)
+    matches!(
+        ty,
+        PrimitiveType::F32 | PrimitiveType::F64 | PrimitiveType::Bf16 | PrimitiveType::F16
+    )
 }
 
 pub fn apply_bin(op: BinOp, ty: PrimitiveType, a: f64, b: f64) -> f64 {
@@ -962,7 +988,9 @@ impl Node {
             Expr::Reshape(x) => x.eval(i, inputs),
             Expr::Slice(x, starts, strides) => {
                 let c = coords(&self.dims, i);
-                let oc: Vec<i64> = (0..c.len()).map(|k| starts[k] + c[k] * strides[k]).collect();
+                let oc: Vec<i64> = (0..c.len())
+                    .map(|k| starts[k] + c[k] * strides[k])
+                    .collect();
                 x.eval(linear(&x.dims, &oc), inputs)
             }
             Expr::Reduce { x, init, dims, op } => {
@@ -1081,10 +1109,19 @@ pub fn run_plan_on_cpu(plan: &Plan, args: &[Value]) -> Result<Vec<Value>, Runtim
     }
     let to_value = |b: BufId| -> Result<Value, RuntimeError> {
         let info = &plan.buffers[b];
-        let v = bufs[b].as_deref().ok_or_else(|| exec("result not computed".into()))?;
-        Ok(Value::Array(Array::from_f64s(info.ty, info.dims.clone(), v)?))
+        let v = bufs[b]
+            .as_deref()
+            .ok_or_else(|| exec("result not computed".into()))?;
+        Ok(Value::Array(Array::from_f64s(
+            info.ty,
+            info.dims.clone(),
+            v,
+        )?))
     };
-    fn build(r: &ValRef, f: &dyn Fn(BufId) -> Result<Value, RuntimeError>) -> Result<Value, RuntimeError> {
+    fn build(
+        r: &ValRef,
+        f: &dyn Fn(BufId) -> Result<Value, RuntimeError>,
+    ) -> Result<Value, RuntimeError> {
         match r {
             ValRef::Buf(b) => f(*b),
             ValRef::Tuple(v) => Ok(Value::Tuple(

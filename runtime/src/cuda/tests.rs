@@ -61,7 +61,12 @@ fn assert_close(got: &[Value], want: &[Value], tol: f64) {
             assert_eq!(a.ty, b.ty);
             assert_eq!(a.dims, b.dims);
             let c = compare(a, b, tol, tol);
-            assert!(c.matched(), "{c:?}\n got {:?}\nwant {:?}", a.to_f64_vec(), b.to_f64_vec());
+            assert!(
+                c.matched(),
+                "{c:?}\n got {:?}\nwant {:?}",
+                a.to_f64_vec(),
+                b.to_f64_vec()
+            );
         }
     }
 }
@@ -83,7 +88,12 @@ fn check(text: &str, positive: bool, tol: f64) -> Plan {
         assert_eq!(host.len(), wl.len());
         for (h, w) in host.iter().zip(wl) {
             let c = compare(h, w, tol.max(1e-6), tol.max(1e-6));
-            assert!(c.matched(), "host-built kernels: {c:?}\n got {:?}\nwant {:?}", h.to_f64_vec(), w.to_f64_vec());
+            assert!(
+                c.matched(),
+                "host-built kernels: {c:?}\n got {:?}\nwant {:?}",
+                h.to_f64_vec(),
+                w.to_f64_vec()
+            );
         }
     }
     plan
@@ -444,8 +454,14 @@ ENTRY e {
         1e-6,
     );
     let src = module_source(&p);
-    for f in ["xla_sign(", "xla_fmod(", "xla_irem(", "xla_isfinite(", "xla_pow(", "xla_log1p("] {
+    for f in [
+        "xla_sign(",
+        "xla_fmod(",
+        "xla_irem(",
+        "xla_isfinite(",
+        "xla_pow(",
+        "xla_log1p(",
+    ] {
         assert!(src.contains(f), "{f} missing:\n{src}");
     }
 }
-
