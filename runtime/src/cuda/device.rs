@@ -15,7 +15,7 @@
 //! `C^T = B^T A^T`, so cuBLAS gets (B, A) with m = n, n = m.
 
 use super::host::{array_to_bytes, bytes_to_array, elem_bytes};
-use super::plan::{BufId, Plan, Step, ValRef};
+use super::plan::{BufId, DotStep, Plan, Step, ValRef};
 use crate::backend::{Backend, DeviceContext, Executable, RuntimeError};
 use cudarc::cublas::{result as blas_result, sys as blas_sys, CudaBlas};
 use cudarc::driver::{
@@ -111,6 +111,125 @@ impl CudaBackend {
         self.ctx
             .compute_capability()
             .map_err(|e| dev_err(format!("compute capability: {e:?}")))
+    }
+}
+
+/// `out[b] = lhs[b] (m x k) * rhs[b] (k x n)`, row-major, through
+/// `cublasGemmStridedBatchedEx` with f32 compute: row-major `C = A B` is
+/// column-major `C^T = B^T A^T`, so cuBLAS gets (rhs, lhs) with its m = n and
+/// n = m, and every leading dimension is the row length.
+#[allow(clippy::too_many_arguments)]
+fn gemm_row_major(
+    blas: &CudaBlas,
+    stream: &Arc<CudaStream>,
+    d: &DotStep,
+    lt: PrimitiveType,
+    ot: PrimitiveType,
+    lhs: &CudaSlice<u8>,
+    rhs: &CudaSlice<u8>,
+    out: &mut CudaSlice<u8>,
+) -> Result<(), RuntimeError> {
+    let dt = |t: PrimitiveType| match t {
+        PrimitiveType::Bf16 => blas_sys::cudaDataType::CUDA_R_16BF,
+        _ => blas_sys::cudaDataType::CUDA_R_32F,
+    };
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let (a_ptr, _ga) = lhs.device_ptr(stream);
+    let (b_ptr, _gb) = rhs.device_ptr(stream);
+    let (c_ptr, _gc) = out.device_ptr_mut(stream);
+    // SAFETY: pointers to buffers of batch*m*k, batch*k*n and batch*m*n
+    // elements of the given types (the plan's buffer sizes).
+    unsafe {
+        blas_result::gemm_strided_batched_ex(
+            *blas.handle(),
+            blas_sys::cublasOperation_t::CUBLAS_OP_N,
+            blas_sys::cublasOperation_t::CUBLAS_OP_N,
+            d.n as i32,
+            d.m as i32,
+            d.k as i32,
+            &alpha as *const f32 as *const _,
+            b_ptr as *const _,
+            dt(lt),
+            d.n as i32,
+            d.k * d.n,
+            a_ptr as *const _,
+            dt(lt),
+            d.k as i32,
+            d.m * d.k,
+            &beta as *const f32 as *const _,
+            c_ptr as *mut _,
+            dt(ot),
+            d.n as i32,
+            d.m * d.n,
+            d.batch as i32,
+            blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| exec_err(format!("cuBLAS gemm: {e:?}")))
+}
+
+impl CudaBackend {
+    /// Throughput of the dot path alone (device-resident operands, no
+    /// transfers): `iters` bf16 GEMMs `m x k` by `k x n` with `out_ty`
+    /// (bf16 or f32) results; returns TFLOP/s.
+    pub fn bf16_gemm_tflops(
+        &self,
+        m: i64,
+        n: i64,
+        k: i64,
+        out_ty: PrimitiveType,
+        iters: usize,
+    ) -> Result<f64, RuntimeError> {
+        let alloc = |elems: i64, w: usize| {
+            self.stream
+                .alloc_zeros::<u8>((elems as usize * w).max(1))
+                .map_err(|e| exec_err(format!("device allocation: {e:?}")))
+        };
+        let a = alloc(m * k, 2)?;
+        let b = alloc(k * n, 2)?;
+        let mut c = alloc(m * n, elem_bytes(out_ty))?;
+        let d = DotStep {
+            out: 0,
+            lhs: 0,
+            rhs: 0,
+            batch: 1,
+            m,
+            n,
+            k,
+        };
+        let sync = || {
+            self.stream
+                .synchronize()
+                .map_err(|e| exec_err(format!("synchronize: {e:?}")))
+        };
+        gemm_row_major(
+            &self.blas,
+            &self.stream,
+            &d,
+            PrimitiveType::Bf16,
+            out_ty,
+            &a,
+            &b,
+            &mut c,
+        )?;
+        sync()?;
+        let t = std::time::Instant::now();
+        for _ in 0..iters {
+            gemm_row_major(
+                &self.blas,
+                &self.stream,
+                &d,
+                PrimitiveType::Bf16,
+                out_ty,
+                &a,
+                &b,
+                &mut c,
+            )?;
+        }
+        sync()?;
+        let s = t.elapsed().as_secs_f64();
+        Ok(2.0 * (m * n * k) as f64 * iters as f64 / s / 1e12)
     }
 }
 
@@ -258,53 +377,14 @@ impl CudaExecutable {
                 Step::Dot(d) => {
                     let mut out = self.alloc(d.out)?;
                     let (lt, ot) = (self.plan.buffers[d.lhs].ty, self.plan.buffers[d.out].ty);
-                    if d.m > 0 && d.n > 0 && d.batch > 0 {
-                        let dt = |t: PrimitiveType| match t {
-                            PrimitiveType::Bf16 => blas_sys::cudaDataType::CUDA_R_16BF,
-                            _ => blas_sys::cudaDataType::CUDA_R_32F,
-                        };
+                    if d.m > 0 && d.n > 0 && d.batch > 0 && d.k > 0 {
                         let lhs = bufs[d.lhs]
                             .as_ref()
                             .ok_or_else(|| exec_err("dot lhs not ready"))?;
                         let rhs = bufs[d.rhs]
                             .as_ref()
                             .ok_or_else(|| exec_err("dot rhs not ready"))?;
-                        let (alpha, beta) = (1.0f32, 0.0f32);
-                        {
-                            let (a_ptr, _ga) = lhs.device_ptr(&self.stream);
-                            let (b_ptr, _gb) = rhs.device_ptr(&self.stream);
-                            let (c_ptr, _gc) = out.device_ptr_mut(&self.stream);
-                            // SAFETY: pointers to buffers of batch*m*k, batch*k*n
-                            // and batch*m*n elements of the given types.
-                            unsafe {
-                                blas_result::gemm_strided_batched_ex(
-                                    *self.blas.handle(),
-                                    blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                                    blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                                    d.n as i32,
-                                    d.m as i32,
-                                    d.k as i32,
-                                    &alpha as *const f32 as *const _,
-                                    b_ptr as *const _,
-                                    dt(lt),
-                                    d.n as i32,
-                                    d.k * d.n,
-                                    a_ptr as *const _,
-                                    dt(lt),
-                                    d.k as i32,
-                                    d.m * d.k,
-                                    &beta as *const f32 as *const _,
-                                    c_ptr as *mut _,
-                                    dt(ot),
-                                    d.n as i32,
-                                    d.m * d.n,
-                                    d.batch as i32,
-                                    blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                                )
-                            }
-                            .map_err(|e| exec_err(format!("cuBLAS gemm: {e:?}")))?;
-                        }
+                        gemm_row_major(&self.blas, &self.stream, d, lt, ot, lhs, rhs, &mut out)?;
                     }
                     bufs[d.out] = Some(out);
                 }
