@@ -291,6 +291,71 @@ impl Emitter {
                 self.emit(x, &j, ins)
             }
             Expr::Reshape(x) => self.emit(x, idx, ins),
+            Expr::Concat(parts, d) => {
+                let c = self.coords(&node.dims, idx);
+                let res = self.fresh("v");
+                self.line(&format!("{ct} {res};"));
+                let mut offset = 0i64;
+                for (k, p) in parts.iter().enumerate() {
+                    let end = offset + p.dims[*d];
+                    let cond = if parts.len() == 1 {
+                        "{".to_string()
+                    } else if k + 1 == parts.len() {
+                        "else {".to_string()
+                    } else if k == 0 {
+                        format!("if ({} < {end}ll) {{", c[*d])
+                    } else {
+                        format!("else if ({} < {end}ll) {{", c[*d])
+                    };
+                    self.line(&cond);
+                    self.depth += 1;
+                    let mut pc = c.clone();
+                    pc[*d] = format!("{} - {offset}ll", c[*d]);
+                    let j = self.linear(&p.dims, &pc);
+                    let v = self.emit(p, &j, ins);
+                    self.line(&format!("{res} = {v};"));
+                    self.depth -= 1;
+                    self.line("}");
+                    offset = end;
+                }
+                res
+            }
+            Expr::Pad {
+                x,
+                value,
+                low,
+                interior,
+            } => {
+                let c = self.coords(&node.dims, idx);
+                let pv = self.emit(value, "0ll", ins);
+                let res = self.fresh("v");
+                self.line(&format!("{ct} {res} = {pv};"));
+                let mut conds = Vec::new();
+                let mut oc = Vec::new();
+                for k in 0..c.len() {
+                    let p = format!("({} - ({}ll))", c[k], low[k]);
+                    let s = interior[k] + 1;
+                    conds.push(format!("{p} >= 0"));
+                    if s != 1 {
+                        conds.push(format!("{p} % {s}ll == 0"));
+                    }
+                    conds.push(format!("{p} / {s}ll < {}ll", x.dims[k]));
+                    oc.push(format!("{p} / {s}ll"));
+                }
+                let cond = if conds.is_empty() {
+                    "true".to_string()
+                } else {
+                    conds.join(" && ")
+                };
+                self.line(&format!("if ({cond}) {{"));
+                self.depth += 1;
+                let j = self.linear(&x.dims, &oc);
+                let v = self.emit(x, &j, ins);
+                self.line(&format!("{res} = {v};"));
+                self.depth -= 1;
+                self.line("}");
+                res
+            }
             Expr::Slice(x, starts, strides) => {
                 let c = self.coords(&node.dims, idx);
                 let oc: Vec<String> = (0..c.len())
@@ -339,7 +404,11 @@ impl Emitter {
     fn bind(&mut self, node: &Node, ct: &str, value: String) -> String {
         let v = self.fresh("v");
         let value = match node.expr {
-            Expr::Input(_) | Expr::Scalar(_) | Expr::Reduce { .. } => value,
+            Expr::Input(_)
+            | Expr::Scalar(_)
+            | Expr::Reduce { .. }
+            | Expr::Concat(..)
+            | Expr::Pad { .. } => value,
             _ => rounded(node.ty, value),
         };
         self.line(&format!("const {ct} {v} = {value};"));

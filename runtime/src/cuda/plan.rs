@@ -113,6 +113,16 @@ pub enum Expr {
     Reshape(Box<Node>),
     /// Operand coordinate `i` is `starts[i] + c[i] * strides[i]`.
     Slice(Box<Node>, Vec<i64>, Vec<i64>),
+    /// Operands stacked along `dim` (each node carries its own dims).
+    Concat(Vec<Node>, usize),
+    /// Operand coordinate `(c - low) / (interior + 1)` where that is exact
+    /// and in range, else the scalar `value`.
+    Pad {
+        x: Box<Node>,
+        value: Box<Node>,
+        low: Vec<i64>,
+        interior: Vec<i64>,
+    },
     /// Reduces operand dims `dims` with `op`, starting from the scalar `init`.
     Reduce {
         x: Box<Node>,
@@ -240,6 +250,9 @@ pub fn supported_opcode(op: Opcode) -> bool {
             | O::Or
             | O::Xor
             | O::Clamp
+            | O::Concatenate
+            | O::Pad
+            | O::Reverse
     )
 }
 
@@ -347,6 +360,9 @@ fn is_fusable(op: Opcode) -> bool {
             op,
             Opcode::Select
                 | Opcode::Clamp
+                | Opcode::Concatenate
+                | Opcode::Pad
+                | Opcode::Reverse
                 | Opcode::CustomCall
                 | Opcode::Compare
                 | Opcode::Convert
@@ -649,6 +665,41 @@ impl Planner<'_> {
                     Expr::Compare(d, op(0)?, op(1)?)
                 }
                 Opcode::Convert => Expr::Convert(op(0)?),
+                Opcode::Reverse => {
+                    // A slice with stride -1 along the reversed dims.
+                    let rd = ins.dimensions();
+                    let starts = (0..dims.len())
+                        .map(|d| {
+                            if rd.contains(&(d as i64)) {
+                                dims[d] - 1
+                            } else {
+                                0
+                            }
+                        })
+                        .collect();
+                    let strides = (0..dims.len())
+                        .map(|d| if rd.contains(&(d as i64)) { -1 } else { 1 })
+                        .collect();
+                    Expr::Slice(op(0)?, starts, strides)
+                }
+                Opcode::Concatenate => {
+                    let d = ins.dimensions().first().copied().unwrap_or(0) as usize;
+                    let parts = (0..ins.operands.len())
+                        .map(|i| op(i).map(|b| *b))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Expr::Concat(parts, d)
+                }
+                Opcode::Pad => {
+                    let pd = ins
+                        .padding()
+                        .ok_or_else(|| err(format!("{}: pad without padding=", ins.name)))?;
+                    Expr::Pad {
+                        x: op(0)?,
+                        value: op(1)?,
+                        low: pd.iter().map(|p| p.low).collect(),
+                        interior: pd.iter().map(|p| p.interior).collect(),
+                    }
+                }
                 Opcode::Copy | Opcode::Reshape | Opcode::CustomCall => Expr::Reshape(op(0)?),
                 Opcode::Clamp => {
                     // min(max(x, lo), hi), scalar bounds broadcast.
@@ -986,6 +1037,40 @@ impl Node {
                 x.eval(linear(&x.dims, &oc), inputs)
             }
             Expr::Reshape(x) => x.eval(i, inputs),
+            Expr::Concat(parts, d) => {
+                let mut c = coords(&self.dims, i);
+                let mut v = f64::NAN;
+                for p in parts {
+                    if c[*d] < p.dims[*d] {
+                        v = p.eval(linear(&p.dims, &c), inputs);
+                        break;
+                    }
+                    c[*d] -= p.dims[*d];
+                }
+                v
+            }
+            Expr::Pad {
+                x,
+                value,
+                low,
+                interior,
+            } => {
+                let c = coords(&self.dims, i);
+                let mut oc = Vec::with_capacity(c.len());
+                for k in 0..c.len() {
+                    let p = c[k] - low[k];
+                    let s = interior[k] + 1;
+                    if p < 0 || p % s != 0 || p / s >= x.dims[k] {
+                        break;
+                    }
+                    oc.push(p / s);
+                }
+                if oc.len() == c.len() {
+                    x.eval(linear(&x.dims, &oc), inputs)
+                } else {
+                    value.eval(0, inputs)
+                }
+            }
             Expr::Slice(x, starts, strides) => {
                 let c = coords(&self.dims, i);
                 let oc: Vec<i64> = (0..c.len())
@@ -1035,6 +1120,8 @@ impl Node {
             | Expr::Reshape(x)
             | Expr::Slice(x, _, _) => vec![x],
             Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![a, b],
+            Expr::Concat(parts, _) => parts.iter().collect(),
+            Expr::Pad { x, value, .. } => vec![x, value],
             Expr::Select(p, t, f) => vec![p, t, f],
             Expr::Reduce { x, init, .. } => vec![x, init],
         }

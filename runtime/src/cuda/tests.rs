@@ -112,18 +112,24 @@ add {
   b = f32[] parameter(1)
   ROOT s = f32[] add(a, b)
 }
+lt {
+  la = f32[] parameter(0)
+  lb = f32[] parameter(1)
+  ROOT l = pred[] compare(la, lb), direction=LT
+}
 ENTRY e {
   p = f32[4] parameter(0)
   ar1 = f32[4] all-reduce(p), replica_groups={}, to_apply=add
   ar2 = f32[4] all-reduce(ar1), replica_groups={}, to_apply=add
-  c = f32[8] concatenate(ar2, p), dimensions={0}
+  rv = f32[4] sort(ar2), dimensions={0}, to_apply=lt
+  c = f32[8] concatenate(rv, p), dimensions={0}
   h = f16[8] convert(c)
   ROOT r = f16[8] atan2(h, h)
 }"#,
     );
     let e = check_supported(&m).unwrap_err();
     assert!(e.contains("all-reduce (ar1, ar2)"), "{e}");
-    assert!(e.contains("concatenate (c)"), "{e}");
+    assert!(e.contains("sort (rv)"), "{e}");
     assert!(e.contains("atan2 (r)"), "{e}");
     assert!(e.contains("element type f16 (h)"), "{e}");
     match prepare(&m) {
@@ -464,4 +470,29 @@ ENTRY e {
     ] {
         assert!(src.contains(f), "{f} missing:\n{src}");
     }
+}
+
+#[test]
+fn concatenate_and_pad_with_negative_and_interior_padding() {
+    let p = check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[2,3] parameter(0)
+  y = f32[2,1] parameter(1)
+  z = f32[2,2] parameter(2)
+  c = f32[2,6] concatenate(x, y, z), dimensions={1}
+  e = f32[2,6] exponential(c)
+  pv = f32[] constant(-7)
+  pd = f32[5,12] pad(e, pv), padding=1_2x-1_2_1
+  one = f32[4,2] parameter(3)
+  c1 = f32[4,2] concatenate(one), dimensions={0}
+  r1 = f32[4,2] reverse(c1), dimensions={0,1}
+  ROOT t = (f32[5,12], f32[4,2]) tuple(pd, r1)
+}"#,
+        false,
+        1e-6,
+    );
+    let src = module_source(&p);
+    assert!(src.contains("else if ("), "{src}");
+    assert!(src.contains("% 2ll == 0"), "{src}");
 }
