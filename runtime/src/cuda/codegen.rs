@@ -193,6 +193,15 @@ impl Emitter {
         names
     }
 
+    /// Declares `min(max((long long)v, 0), hi)`.
+    fn clamped(&mut self, v: &str, hi: i64) -> String {
+        let n = self.fresh("s");
+        self.line(&format!(
+            "const long long {n} = (long long)({v}) < 0ll ? 0ll : ((long long)({v}) > {hi}ll ? {hi}ll : (long long)({v}));"
+        ));
+        n
+    }
+
     /// Declares a row-major linear index of coordinate expressions `c` in `dims`.
     fn linear(&mut self, dims: &[i64], c: &[String]) -> String {
         let mut e = String::from("0ll");
@@ -291,6 +300,58 @@ impl Emitter {
                 self.emit(x, &j, ins)
             }
             Expr::Reshape(x) => self.emit(x, idx, ins),
+            Expr::DynSlice(x, starts) => {
+                let c = self.coords(&node.dims, idx);
+                let mut oc = Vec::new();
+                for k in 0..c.len() {
+                    let sv = self.emit(&starts[k], "0ll", ins);
+                    let s = self.clamped(&sv, (x.dims[k] - node.dims[k]).max(0));
+                    oc.push(format!("{s} + {}", c[k]));
+                }
+                let j = self.linear(&x.dims, &oc);
+                self.emit(x, &j, ins)
+            }
+            Expr::DynUpdate(x, upd, starts) => {
+                let c = self.coords(&node.dims, idx);
+                let mut s = Vec::new();
+                for k in 0..c.len() {
+                    let sv = self.emit(&starts[k], "0ll", ins);
+                    s.push(self.clamped(&sv, (x.dims[k] - upd.dims[k]).max(0)));
+                }
+                let res = self.fresh("v");
+                self.line(&format!("{ct} {res};"));
+                let inside: Vec<String> = (0..c.len())
+                    .map(|k| {
+                        format!(
+                            "{c} >= {s} && {c} < {s} + {}ll",
+                            upd.dims[k],
+                            c = c[k],
+                            s = s[k]
+                        )
+                    })
+                    .collect();
+                let cond = if inside.is_empty() {
+                    "true".to_string()
+                } else {
+                    inside.join(" && ")
+                };
+                self.line(&format!("if ({cond}) {{"));
+                self.depth += 1;
+                let uc: Vec<String> = (0..c.len())
+                    .map(|k| format!("{} - {}", c[k], s[k]))
+                    .collect();
+                let j = self.linear(&upd.dims, &uc);
+                let v = self.emit(upd, &j, ins);
+                self.line(&format!("{res} = {v};"));
+                self.depth -= 1;
+                self.line("} else {");
+                self.depth += 1;
+                let v = self.emit(x, idx, ins);
+                self.line(&format!("{res} = {v};"));
+                self.depth -= 1;
+                self.line("}");
+                res
+            }
             Expr::Concat(parts, d) => {
                 let c = self.coords(&node.dims, idx);
                 let res = self.fresh("v");
@@ -408,6 +469,7 @@ impl Emitter {
             | Expr::Scalar(_)
             | Expr::Reduce { .. }
             | Expr::Concat(..)
+            | Expr::DynUpdate(..)
             | Expr::Pad { .. } => value,
             _ => rounded(node.ty, value),
         };

@@ -123,6 +123,11 @@ pub enum Expr {
         low: Vec<i64>,
         interior: Vec<i64>,
     },
+    /// A window of `x` (this node's dims) at the scalar `starts`, clamped
+    /// into range as XLA clamps them.
+    DynSlice(Box<Node>, Vec<Node>),
+    /// `x` with `upd` written at the clamped scalar `starts`.
+    DynUpdate(Box<Node>, Box<Node>, Vec<Node>),
     /// Reduces operand dims `dims` with `op`, starting from the scalar `init`.
     Reduce {
         x: Box<Node>,
@@ -253,6 +258,8 @@ pub fn supported_opcode(op: Opcode) -> bool {
             | O::Concatenate
             | O::Pad
             | O::Reverse
+            | O::DynamicSlice
+            | O::DynamicUpdateSlice
     )
 }
 
@@ -363,6 +370,8 @@ fn is_fusable(op: Opcode) -> bool {
                 | Opcode::Concatenate
                 | Opcode::Pad
                 | Opcode::Reverse
+                | Opcode::DynamicSlice
+                | Opcode::DynamicUpdateSlice
                 | Opcode::CustomCall
                 | Opcode::Compare
                 | Opcode::Convert
@@ -665,6 +674,18 @@ impl Planner<'_> {
                     Expr::Compare(d, op(0)?, op(1)?)
                 }
                 Opcode::Convert => Expr::Convert(op(0)?),
+                Opcode::DynamicSlice => {
+                    let starts = (1..ins.operands.len())
+                        .map(|i| op(i).map(|b| *b))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Expr::DynSlice(op(0)?, starts)
+                }
+                Opcode::DynamicUpdateSlice => {
+                    let starts = (2..ins.operands.len())
+                        .map(|i| op(i).map(|b| *b))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Expr::DynUpdate(op(0)?, op(1)?, starts)
+                }
                 Opcode::Reverse => {
                     // A slice with stride -1 along the reversed dims.
                     let rd = ins.dimensions();
@@ -1037,6 +1058,31 @@ impl Node {
                 x.eval(linear(&x.dims, &oc), inputs)
             }
             Expr::Reshape(x) => x.eval(i, inputs),
+            Expr::DynSlice(x, starts) => {
+                let c = coords(&self.dims, i);
+                let oc: Vec<i64> = (0..c.len())
+                    .map(|k| {
+                        let s = starts[k].eval(0, inputs) as i64;
+                        s.clamp(0, (x.dims[k] - self.dims[k]).max(0)) + c[k]
+                    })
+                    .collect();
+                x.eval(linear(&x.dims, &oc), inputs)
+            }
+            Expr::DynUpdate(x, upd, starts) => {
+                let c = coords(&self.dims, i);
+                let s: Vec<i64> = (0..c.len())
+                    .map(|k| {
+                        (starts[k].eval(0, inputs) as i64)
+                            .clamp(0, (x.dims[k] - upd.dims[k]).max(0))
+                    })
+                    .collect();
+                if (0..c.len()).all(|k| c[k] >= s[k] && c[k] < s[k] + upd.dims[k]) {
+                    let uc: Vec<i64> = (0..c.len()).map(|k| c[k] - s[k]).collect();
+                    upd.eval(linear(&upd.dims, &uc), inputs)
+                } else {
+                    x.eval(i, inputs)
+                }
+            }
             Expr::Concat(parts, d) => {
                 let mut c = coords(&self.dims, i);
                 let mut v = f64::NAN;
@@ -1121,6 +1167,8 @@ impl Node {
             | Expr::Slice(x, _, _) => vec![x],
             Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![a, b],
             Expr::Concat(parts, _) => parts.iter().collect(),
+            Expr::DynSlice(x, st) => std::iter::once(&**x).chain(st.iter()).collect(),
+            Expr::DynUpdate(x, u, st) => [&**x, &**u].into_iter().chain(st.iter()).collect(),
             Expr::Pad { x, value, .. } => vec![x, value],
             Expr::Select(p, t, f) => vec![p, t, f],
             Expr::Reduce { x, init, .. } => vec![x, init],

@@ -496,3 +496,29 @@ ENTRY e {
     assert!(src.contains("else if ("), "{src}");
     assert!(src.contains("% 2ll == 0"), "{src}");
 }
+
+#[test]
+fn dynamic_slice_and_update_with_clamped_starts() {
+    check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[5,6] parameter(0)
+  u = f32[2,3] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  big = s32[] constant(100)
+  neg = s32[] constant(-3)
+  ds = f32[2,4] dynamic-slice(x, i, j), dynamic_slice_sizes={2,4}
+  dc = f32[2,4] dynamic-slice(x, big, neg), dynamic_slice_sizes={2,4}
+  one = s32[] constant(1)
+  two = s32[] constant(2)
+  d2 = f32[2,4] dynamic-slice(x, one, two), dynamic_slice_sizes={2,4}
+  du = f32[5,6] dynamic-update-slice(x, u, j, big)
+  du2 = f32[5,6] dynamic-update-slice(x, u, two, one)
+  t = f32[5,6] tanh(du)
+  ROOT r = (f32[2,4], f32[2,4], f32[5,6], f32[2,4], f32[5,6]) tuple(ds, dc, t, d2, du2)
+}"#,
+        false,
+        1e-6,
+    );
+}
