@@ -19,8 +19,7 @@
 #
 # What it cannot do yet (printed at the end too): run_hlo_module has no
 # `--backend cuda`; no NCCL/multi-device (partitioned modules); no
-# while/conditional, gather/scatter, concatenate/pad, dynamic slices,
-# convolution, sort; no timing against JAX/XLA on the same GPU (case times
+# while/conditional, gather/scatter, reduce-window, convolution, sort; no timing against JAX/XLA on the same GPU (case times
 # include host transfers). The bf16 GEMM path's TFLOP/s is printed (CUDA-GEMM).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -104,6 +103,6 @@ fi
 echo
 echo "== not checked by this script yet: run_hlo_module --backend cuda (no such flag yet); NCCL collectives and"
 echo "   --devices N; xla_partitioned.hlo with --devices 1; perf_transformer_block against JAX/XLA;"
-echo "   while/conditional, gather/scatter, concatenate/pad, dynamic slices, convolution, sort (compile errors today)."
+echo "   while/conditional, gather/scatter, reduce-window, convolution, sort/topk (compile errors today)."
 rm -rf "$shim" "$log"
 exit $status

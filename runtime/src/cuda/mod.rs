@@ -15,8 +15,9 @@
 //!   an error saying so.
 //!
 //! Not supported yet (rejected at compile with the instruction names):
-//! while/conditional/call, collectives, gather/scatter, concatenate, pad,
-//! dynamic slices, convolution, sort, f16/f8/complex types, variadic reduce.
+//! while/conditional/call, collectives, gather/scatter, reduce-window,
+//! convolution, sort/topk, erf/atan2/round/shifts, f16/f8/complex types,
+//! variadic reduce, integer dots.
 
 pub mod codegen;
 pub mod host;
