@@ -3,7 +3,8 @@
 //! * [`plan`] (pure CPU, always built): which opcodes and element types the
 //!   backend supports ([`plan::check_supported`] names every unsupported
 //!   instruction at compile time), and the planner that groups elementwise
-//!   chains, broadcasts, reshapes, transposes, slices, iotas and reductions
+//!   chains, broadcasts, reshapes, transposes, slices, iotas, concatenates,
+//!   pads, reverses, dynamic slices/updates and reductions
 //!   into fused kernels, and dots into cuBLAS calls. [`plan::run_plan_on_cpu`]
 //!   runs a plan with the kernels' semantics, so plans are checked against
 //!   the interpreter without a GPU.
