@@ -21,6 +21,7 @@ cargo test --workspace --release
 
 echo "== the NCCL backend compiles (cudarc loads CUDA at run time; no GPU needed to build)"
 cargo build --release -p collectives --features nccl
+cargo build --release -p xla-runtime --features cuda  # the CUDA backend compiles (cudarc loads CUDA at run time)
 
 echo "== Cargo.toml / BUILD.bazel consistency"
 python3 tools/check_bazel_cargo.py

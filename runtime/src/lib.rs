@@ -6,6 +6,8 @@
 //!   runs it for one device given that device's arguments and, for
 //!   multi-device programs, its communicator.
 //! * [`cpu::CpuBackend`]: the reference interpreter as a backend.
+//! * [`cuda`]: the CUDA backend: planner and kernel generator (CPU code,
+//!   always built) and, with the `cuda` feature, `cuda::CudaBackend`.
 //! * [`launcher`]: runs one SPMD executable on N loopback devices (one thread
 //!   each, collectives through `collectives::LoopbackWorld`), splitting
 //!   global arguments by the entry parameters' shardings (uneven tiles padded
@@ -20,6 +22,7 @@
 
 pub mod backend;
 pub mod cpu;
+pub mod cuda;
 pub mod launcher;
 
 pub use backend::{Backend, DeviceContext, Executable, RuntimeError};

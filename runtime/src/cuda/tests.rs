@@ -1,0 +1,524 @@
+//! CPU tests of the CUDA backend's planner and code generator: the support
+//! check names every unsupported instruction; plans fuse what they should;
+//! running a plan with the kernels' semantics (`run_plan_on_cpu`) matches
+//! the interpreter; the generated CUDA source has the expected structure.
+
+use super::codegen::{kernel_source, module_source};
+use super::plan::{check_supported, plan_module, run_plan_on_cpu, Expr, Plan, Step};
+use super::prepare;
+use crate::backend::RuntimeError;
+use xla_hlo_evaluator::compare::compare;
+use xla_hlo_evaluator::{evaluate, Array, EvalContext, Value};
+use xla_hlo_ir::{HloModule, PrimitiveType};
+
+fn parse(text: &str) -> HloModule {
+    xla_hlo_parser::parse_module(text).unwrap()
+}
+
+/// Deterministic arguments for the entry parameters (values in [-2, 2],
+/// positive where `positive`).
+pub(crate) fn args_for(m: &HloModule, positive: bool) -> Vec<Value> {
+    let c = m.entry_computation();
+    c.parameters
+        .iter()
+        .enumerate()
+        .map(|(pi, p)| {
+            let s = c.instr(*p).shape.as_array().unwrap();
+            let n: i64 = s.dims.iter().product();
+            let v: Vec<f64> = (0..n)
+                .map(|i| {
+                    let x = (((i * 7 + pi as i64 * 13) % 17) as f64 - 8.0) / 4.0;
+                    match s.element_type {
+                        PrimitiveType::Pred => ((i + pi as i64) % 2) as f64,
+                        t if !t.is_float() => ((i * 5 + pi as i64) % 11) as f64 - 5.0,
+                        _ if positive => x.abs() + 0.25,
+                        _ => x,
+                    }
+                })
+                .collect();
+            Value::Array(Array::from_f64s(s.element_type, s.dims.clone(), &v).unwrap())
+        })
+        .collect()
+}
+
+fn interpret(m: &HloModule, args: &[Value]) -> Vec<Value> {
+    let ctx = EvalContext {
+        partition_id: 0,
+        replica_id: 0,
+        num_partitions: Some(1),
+        num_replicas: Some(1),
+        collectives: None,
+    };
+    evaluate(m, args, &ctx).unwrap()
+}
+
+fn assert_close(got: &[Value], want: &[Value], tol: f64) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        let (gl, wl) = (g.leaves(), w.leaves());
+        assert_eq!(gl.len(), wl.len());
+        for (a, b) in gl.iter().zip(wl) {
+            assert_eq!(a.ty, b.ty);
+            assert_eq!(a.dims, b.dims);
+            let c = compare(a, b, tol, tol);
+            assert!(
+                c.matched(),
+                "{c:?}\n got {:?}\nwant {:?}",
+                a.to_f64_vec(),
+                b.to_f64_vec()
+            );
+        }
+    }
+}
+
+/// Plans `text`, runs the plan on the CPU and compares with the interpreter.
+fn check(text: &str, positive: bool, tol: f64) -> Plan {
+    let m = parse(text);
+    let (plan, src) = prepare(&m).unwrap_or_else(|e| panic!("{e}"));
+    assert!(src.contains("xla_bf16_to_f32"));
+    let args = args_for(&m, positive);
+    let got = run_plan_on_cpu(&plan, &args).unwrap();
+    let want = interpret(&m, &args);
+    assert_close(&got, &want, tol);
+    // The generated kernels themselves, built for the host: within a few
+    // f32 ulps of the interpreter (libm's expf, tanhf... are not the f64
+    // functions rounded once).
+    if let Some(host) = super::hostcheck::run_generated_on_host(&plan, &args).unwrap() {
+        let wl: Vec<&Array> = want.iter().flat_map(|v| v.leaves()).collect();
+        assert_eq!(host.len(), wl.len());
+        for (h, w) in host.iter().zip(wl) {
+            let c = compare(h, w, tol.max(1e-6), tol.max(1e-6));
+            assert!(
+                c.matched(),
+                "host-built kernels: {c:?}\n got {:?}\nwant {:?}",
+                h.to_f64_vec(),
+                w.to_f64_vec()
+            );
+        }
+    }
+    plan
+}
+
+fn fused_count(p: &Plan) -> usize {
+    p.kernels().count()
+}
+
+#[test]
+fn unsupported_opcodes_are_named_with_their_instructions() {
+    let m = parse(
+        r#"HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+lt {
+  la = f32[] parameter(0)
+  lb = f32[] parameter(1)
+  ROOT l = pred[] compare(la, lb), direction=LT
+}
+ENTRY e {
+  p = f32[4] parameter(0)
+  ar1 = f32[4] all-reduce(p), replica_groups={}, to_apply=add
+  ar2 = f32[4] all-reduce(ar1), replica_groups={}, to_apply=add
+  rv = f32[4] sort(ar2), dimensions={0}, to_apply=lt
+  c = f32[8] concatenate(rv, p), dimensions={0}
+  h = f16[8] convert(c)
+  ROOT r = f16[8] atan2(h, h)
+}"#,
+    );
+    let e = check_supported(&m).unwrap_err();
+    assert!(e.contains("all-reduce (ar1, ar2)"), "{e}");
+    assert!(e.contains("sort (rv)"), "{e}");
+    assert!(e.contains("atan2 (r)"), "{e}");
+    assert!(e.contains("element type f16 (h)"), "{e}");
+    match prepare(&m) {
+        Err(RuntimeError::Compile { backend, message }) => {
+            assert_eq!(backend, "cuda");
+            assert!(message.contains("all-reduce (ar1, ar2)"), "{message}");
+        }
+        other => panic!("expected a compile error, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn while_is_rejected_at_compile() {
+    let m = parse(
+        r#"HloModule m
+cond {
+  p = s32[] parameter(0)
+  k = s32[] constant(3)
+  ROOT lt = pred[] compare(p, k), direction=LT
+}
+body {
+  p = s32[] parameter(0)
+  one = s32[] constant(1)
+  ROOT a = s32[] add(p, one)
+}
+ENTRY e {
+  z = s32[] parameter(0)
+  ROOT w = s32[] while(z), condition=cond, body=body
+}"#,
+    );
+    let e = check_supported(&m).unwrap_err();
+    assert!(e.contains("while (w)"), "{e}");
+}
+
+#[test]
+fn elementwise_chain_with_scalar_broadcast_is_one_kernel() {
+    let p = check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[3,5] parameter(0)
+  y = f32[3,5] parameter(1)
+  two = f32[] constant(2)
+  b = f32[3,5] broadcast(two), dimensions={}
+  m = f32[3,5] multiply(x, b)
+  a = f32[3,5] add(m, y)
+  n = f32[3,5] negate(a)
+  t = f32[3,5] tanh(n)
+  ROOT ex = f32[3,5] exponential(t)
+}"#,
+        false,
+        1e-6,
+    );
+    assert_eq!(fused_count(&p), 1);
+    let k = p.kernels().next().unwrap();
+    assert_eq!(k.inputs.len(), 2);
+    assert!(k.root.size() >= 8);
+}
+
+#[test]
+fn broadcast_of_rows_and_columns_and_transpose() {
+    check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[2,3,4] parameter(0)
+  r = f32[3] parameter(1)
+  c = f32[2] parameter(2)
+  br = f32[2,3,4] broadcast(r), dimensions={1}
+  bc = f32[2,3,4] broadcast(c), dimensions={0}
+  s = f32[2,3,4] subtract(x, br)
+  d = f32[2,3,4] divide(s, bc)
+  ROOT t = f32[4,2,3] transpose(d), dimensions={2,0,1}
+}"#,
+        true,
+        1e-6,
+    );
+}
+
+#[test]
+fn softmax_reduce_max_and_sum() {
+    let p = check(
+        r#"HloModule m
+max {
+  ma = f32[] parameter(0)
+  mb = f32[] parameter(1)
+  ROOT mm = f32[] maximum(ma, mb)
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT sa = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[4,6] parameter(0)
+  ninf = f32[] constant(-inf)
+  mx = f32[4] reduce(x, ninf), dimensions={1}, to_apply=max
+  bmx = f32[4,6] broadcast(mx), dimensions={0}
+  s = f32[4,6] subtract(x, bmx)
+  ex = f32[4,6] exponential(s)
+  zero = f32[] constant(0)
+  sum = f32[4] reduce(ex, zero), dimensions={1}, to_apply=add
+  bs = f32[4,6] broadcast(sum), dimensions={0}
+  ROOT r = f32[4,6] divide(ex, bs)
+}"#,
+        false,
+        1e-6,
+    );
+    // mx, ex (two users), sum, r.
+    assert_eq!(fused_count(&p), 4);
+    let src = module_source(&p);
+    assert!(src.contains("for (long long r"), "{src}");
+    assert!(src.contains("-__int_as_float(0x7f800000)"), "{src}");
+}
+
+#[test]
+fn reduce_over_leading_and_several_dims() {
+    check(
+        r#"HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[3,4,5] parameter(0)
+  zero = f32[] constant(0)
+  r0 = f32[4,5] reduce(x, zero), dimensions={0}, to_apply=add
+  r02 = f32[4] reduce(x, zero), dimensions={0,2}, to_apply=add
+  ROOT t = (f32[4,5], f32[4]) tuple(r0, r02)
+}"#,
+        false,
+        1e-5,
+    );
+}
+
+#[test]
+fn slice_reshape_iota_compare_select_convert() {
+    check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[6,8] parameter(0)
+  s = f32[3,3] slice(x), slice={[1:6:2], [0:8:3]}
+  rs = f32[9] reshape(s)
+  io = s32[9] iota(), iota_dimension=0
+  four = s32[] constant(4)
+  b4 = s32[9] broadcast(four), dimensions={}
+  lt = pred[9] compare(io, b4), direction=LT
+  fi = f32[9] convert(io)
+  sel = f32[9] select(lt, rs, fi)
+  ci = s32[9] convert(sel)
+  ROOT t = (f32[9], s32[9], pred[9]) tuple(sel, ci, lt)
+}"#,
+        false,
+        0.0,
+    );
+}
+
+#[test]
+fn bf16_ops_round_per_op() {
+    check(
+        r#"HloModule m
+ENTRY e {
+  x = bf16[16] parameter(0)
+  y = bf16[16] parameter(1)
+  m = bf16[16] multiply(x, y)
+  a = bf16[16] add(m, x)
+  s = bf16[16] sqrt(a)
+  c = f32[16] convert(s)
+  ROOT t = (bf16[16], f32[16]) tuple(s, c)
+}"#,
+        true,
+        0.0,
+    );
+}
+
+#[test]
+fn dots_with_batch_and_transposed_operands() {
+    let p = check(
+        r#"HloModule m
+ENTRY e {
+  a = f32[2,3,4] parameter(0)
+  b = f32[2,5,4] parameter(1)
+  ROOT d = f32[2,3,5] dot(a, b), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={2}
+}"#,
+        false,
+        1e-5,
+    );
+    // rhs [b,n,k] is transposed to [b,k,n] by one planned kernel.
+    assert_eq!(fused_count(&p), 1);
+    let dot = p
+        .steps
+        .iter()
+        .find_map(|s| match s {
+            Step::Dot(d) => Some(d.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!((dot.batch, dot.m, dot.n, dot.k), (2, 3, 5, 4));
+
+    check(
+        r#"HloModule m
+ENTRY e {
+  x = bf16[2,3,8] parameter(0)
+  w = bf16[8,4] parameter(1)
+  ROOT d = f32[2,3,4] dot(x, w), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+}"#,
+        false,
+        1e-5,
+    );
+    check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[8,3] parameter(0)
+  w = f32[4,8] parameter(1)
+  ROOT d = f32[3,4] dot(x, w), lhs_contracting_dims={0}, rhs_contracting_dims={1}
+}"#,
+        false,
+        1e-5,
+    );
+}
+
+#[test]
+fn unsupported_dot_types_are_rejected() {
+    let m = parse(
+        r#"HloModule m
+ENTRY e {
+  x = s32[2,3] parameter(0)
+  w = s32[3,4] parameter(1)
+  ROOT d = s32[2,4] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}"#,
+    );
+    let e = plan_module(&m).unwrap_err().to_string();
+    assert!(e.contains("d: dot s32xs32->s32"), "{e}");
+}
+
+#[test]
+fn generated_source_structure() {
+    let m = parse(
+        r#"HloModule m
+ENTRY e {
+  x = bf16[2,3] parameter(0)
+  r = bf16[3] parameter(1)
+  br = bf16[2,3] broadcast(r), dimensions={1}
+  a = bf16[2,3] add(x, br)
+  ROOT mx = bf16[2,3] maximum(a, x)
+}"#,
+    );
+    let (p, src) = prepare(&m).unwrap();
+    assert_eq!(fused_count(&p), 1);
+    let k = p.kernels().next().unwrap();
+    let ks = kernel_source(k, &p);
+    assert!(ks.starts_with(&format!(
+        "extern \"C\" __global__ void {}(xla_bf16* __restrict__ out, const xla_bf16* __restrict__ in0, const xla_bf16* __restrict__ in1, long long n)",
+        k.name
+    )), "{ks}");
+    assert!(ks.contains("xla_f32_to_bf16("), "{ks}");
+    assert!(ks.contains("xla_round_bf16("), "{ks}");
+    assert!(ks.contains("xla_max("), "{ks}");
+    // The broadcast's index math: coordinate 1 of the [2,3] output.
+    assert!(ks.contains("(i / 1ll) % 3ll"), "{ks}");
+    assert!(ks.contains("gridDim.x * blockDim.x"), "{ks}");
+    let opens = src.matches('{').count();
+    assert_eq!(opens, src.matches('}').count(), "{src}");
+    assert_eq!(src.matches("__global__").count(), 1);
+    // Input slots follow first use.
+    match &k.root.expr {
+        Expr::Binary(_, a, _) => assert!(matches!(a.expr, Expr::Binary(..))),
+        e => panic!("{e:?}"),
+    }
+}
+
+#[test]
+fn backend_without_device_is_a_typed_error() {
+    // Without the feature this is the stub; with it, a machine without CUDA
+    // gets RuntimeError::Devices from the probe (never a panic).
+    match super::CudaBackend::new(0) {
+        Ok(_) => eprintln!("a CUDA device is present"),
+        Err(RuntimeError::Devices(m)) => eprintln!("no CUDA backend here: {m}"),
+        Err(e) => panic!("unexpected error kind: {e}"),
+    }
+}
+
+#[test]
+fn more_elementwise_ops_and_sharding_annotations() {
+    let p = check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[12] parameter(0)
+  y = f32[12] parameter(1)
+  k = s32[12] parameter(2)
+  lo = f32[] constant(-1)
+  hi = f32[] constant(1.5)
+  c = f32[12] clamp(lo, x, hi)
+  sg = f32[12] sign(x)
+  fl = f32[12] floor(y)
+  ce = f32[12] ceil(x)
+  sn = f32[12] sine(x)
+  cs = f32[12] cosine(y)
+  l1 = f32[12] log-plus-one(c)
+  em = f32[12] exponential-minus-one(x)
+  ax = f32[12] abs(x)
+  pw = f32[12] power(ax, y)
+  rm = f32[12] remainder(x, y)
+  fin = pred[12] is-finite(pw)
+  three = s32[] constant(3)
+  b3 = s32[12] broadcast(three), dimensions={}
+  kr = s32[12] remainder(k, b3)
+  ka = s32[12] and(k, b3)
+  ko = s32[12] or(k, b3)
+  kx = s32[12] xor(k, b3)
+  kn = s32[12] not(k)
+  z = f32[] constant(0)
+  bz = f32[12] broadcast(z), dimensions={}
+  gt = pred[12] compare(x, bz), direction=GT
+  ng = pred[12] not(gt)
+  an = pred[12] and(ng, fin)
+  sh = f32[12] custom-call(c), custom_call_target="Sharding", sharding={replicated}
+  s1 = f32[12] add(sh, sg)
+  s2 = f32[12] add(s1, fl)
+  s3 = f32[12] add(s2, ce)
+  s4 = f32[12] add(s3, sn)
+  s5 = f32[12] add(s4, cs)
+  s6 = f32[12] add(s5, l1)
+  s7 = f32[12] add(s6, em)
+  s8 = f32[12] add(s7, rm)
+  ROOT t = (f32[12], pred[12], s32[12], s32[12], s32[12], s32[12], s32[12], pred[12]) tuple(s8, an, kr, ka, ko, kx, kn, fin)
+}"#,
+        false,
+        1e-6,
+    );
+    let src = module_source(&p);
+    for f in [
+        "xla_sign(",
+        "xla_fmod(",
+        "xla_irem(",
+        "xla_isfinite(",
+        "xla_pow(",
+        "xla_log1p(",
+    ] {
+        assert!(src.contains(f), "{f} missing:\n{src}");
+    }
+}
+
+#[test]
+fn concatenate_and_pad_with_negative_and_interior_padding() {
+    let p = check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[2,3] parameter(0)
+  y = f32[2,1] parameter(1)
+  z = f32[2,2] parameter(2)
+  c = f32[2,6] concatenate(x, y, z), dimensions={1}
+  e = f32[2,6] exponential(c)
+  pv = f32[] constant(-7)
+  pd = f32[5,12] pad(e, pv), padding=1_2x-1_2_1
+  one = f32[4,2] parameter(3)
+  c1 = f32[4,2] concatenate(one), dimensions={0}
+  r1 = f32[4,2] reverse(c1), dimensions={0,1}
+  ROOT t = (f32[5,12], f32[4,2]) tuple(pd, r1)
+}"#,
+        false,
+        1e-6,
+    );
+    let src = module_source(&p);
+    assert!(src.contains("else if ("), "{src}");
+    assert!(src.contains("% 2ll == 0"), "{src}");
+}
+
+#[test]
+fn dynamic_slice_and_update_with_clamped_starts() {
+    check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[5,6] parameter(0)
+  u = f32[2,3] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  big = s32[] constant(100)
+  neg = s32[] constant(-3)
+  ds = f32[2,4] dynamic-slice(x, i, j), dynamic_slice_sizes={2,4}
+  dc = f32[2,4] dynamic-slice(x, big, neg), dynamic_slice_sizes={2,4}
+  one = s32[] constant(1)
+  two = s32[] constant(2)
+  d2 = f32[2,4] dynamic-slice(x, one, two), dynamic_slice_sizes={2,4}
+  du = f32[5,6] dynamic-update-slice(x, u, j, big)
+  du2 = f32[5,6] dynamic-update-slice(x, u, two, one)
+  t = f32[5,6] tanh(du)
+  ROOT r = (f32[2,4], f32[2,4], f32[5,6], f32[2,4], f32[5,6]) tuple(ds, dc, t, d2, du2)
+}"#,
+        false,
+        1e-6,
+    );
+}
