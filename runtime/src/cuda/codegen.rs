@@ -559,8 +559,11 @@ static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline double __longlong_as_double(long long i) { double f; std::memcpy(&f, &i, 8); return f; }
 static inline long long __double_as_longlong(double f) { long long i; std::memcpy(&i, &f, 8); return i; }
-static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
-static inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+// CUDA's rsqrt/rsqrtf under other names: newer glibc declares its own.
+static inline float xla_host_rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+static inline double xla_host_rsqrt(double x) { return 1.0 / std::sqrt(x); }
+#define rsqrtf xla_host_rsqrtf
+#define rsqrt xla_host_rsqrt
 "#;
 
 /// A host C++ program running a whole plan with the generated kernels:
