@@ -2150,6 +2150,98 @@ def _variant_89(c):
     return f
 
 
+
+# --- eighth set: corpus kinds on other meshes (fill-mode embedding, 2-D spatial conv,
+# strided windows, both-dims dynamic slices, bf16 Megatron on 3-D, masked xent, 3-D scan) --
+
+@case("embedding_take_fill_2x4", "jnp.take fill mode, table vocab-sharded on 2x4", (2, 4), ("d", "v"), rtol=0, atol=0)
+def _variant_90(c):
+    c.arg("t", (48, 8), "f32", P("v", None))
+    c.arg("ids", (4, 6), "s32", P("d", None), lo=-3, hi=52)
+    c.out("e", P("d", None, None))
+    def f(t, ids):
+        return (jnp.take(t, ids, axis=0, mode="fill", fill_value=0.0),)
+    return f
+
+@case("conv2d_height_and_width_sharded", "conv with H and W both sharded", (2, 4), ("h", "w"), rtol=1e-5, atol=1e-5)
+def _variant_91(c):
+    c.arg("x", (2, 8, 16, 3), "f32", P(None, "h", "w", None))
+    c.arg("k", (3, 3, 3, 4), "f32", P(None, None, None, None), scale=0.3)
+    c.out("y", P(None, "h", "w", None))
+    def f(x, k):
+        return (lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),)
+    return f
+
+@case("cumsum_and_window_max_stride3", "cumsum + windowed max stride 3 on sharded dim", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _variant_92(c):
+    c.arg("x", (3, 96), "f32", P(None, "x"))
+    c.out("c", P(None, "x"))
+    c.out("w", P(None, None))
+    def f(x):
+        return jnp.cumsum(x, axis=1), lax.reduce_window(x, -jnp.inf, lax.max, (1, 5), (1, 3), "VALID")
+    return f
+
+@case("sort_and_argmax_4x2", "sort along unsharded, argmax along sharded dims, 4x2", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _variant_93(c):
+    c.arg("x", (16, 24), "f32", P("a", "b"))
+    c.out("s", P("a", None))
+    c.out("am0", P(None))
+    c.out("am1", P("a"))
+    def f(x):
+        return jnp.sort(x, axis=1), jnp.argmax(x, axis=0).astype(jnp.int32), jnp.argmax(x, axis=1).astype(jnp.int32)
+    return f
+
+@case("dynamic_slice_update_both_dims_sharded", "dynamic slice/update with both dims sharded", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _variant_94(c):
+    c.arg("x", (32, 32), "f32", P("a", "b"))
+    c.arg("u", (5, 7), "f32", P(None, None))
+    c.arg("i", (), "s32", P(), value=13)
+    c.arg("j", (), "s32", P(), value=20)
+    c.out("w", P(None, None))
+    c.out("y", P("a", "b"))
+    def f(x, u, i, j):
+        return lax.dynamic_slice(x, (i, j), (5, 7)), lax.dynamic_update_slice(x, u, (i, j))
+    return f
+
+@case("megatron_mlp_bf16_mesh3d", "Megatron MLP bf16 on 3D mesh (dp, fsdp, tp)", (2, 2, 2), ("dp", "fsdp", "tp"), rtol=3e-2, atol=3e-2)
+def _variant_95(c):
+    c.arg("x", (8, 32), "bf16", P(("dp", "fsdp"), None))
+    c.arg("w1", (32, 64), "bf16", P("fsdp", "tp"), scale=0.2)
+    c.arg("w2", (64, 32), "bf16", P("tp", "fsdp"), scale=0.1)
+    c.out("y", P(("dp", "fsdp"), None))
+    def f(x, w1, w2):
+        h = jax.nn.gelu(x @ wsc(w1, P(None, "tp")))
+        return (h @ wsc(w2, P("tp", None)),)
+    return f
+
+@case("xent_one_hot_mask_4x2", "xent with one-hot mask on 4x2 (vocab 2-way)", (4, 2), ("data", "model"), rtol=1e-5, atol=1e-5)
+def _variant_96(c):
+    c.arg("logits", (16, 48), "f32", P("data", "model"), scale=3.0)
+    c.arg("labels", (16,), "s32", P("data"), lo=0, hi=48)
+    c.out("l", P("data"))
+    c.out("m", P())
+    def f(logits, labels):
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        oh = (jnp.arange(48)[None, :] == labels[:, None])
+        picked = jnp.sum(jnp.where(oh, logits, 0.0), axis=-1)
+        l = lse - picked
+        return l, jnp.mean(l)
+    return f
+
+@case("scan_layers_mesh3d", "scan over layers with weights sharded on 3D mesh", (2, 2, 2), ("d", "f", "m"), rtol=1e-4, atol=1e-5)
+def _variant_97(c):
+    c.arg("h", (8, 16), "f32", P("d", None))
+    c.arg("ws", (3, 16, 16), "f32", P(None, "f", "m"), scale=0.25)
+    c.out("h2", P("d", None))
+    c.out("norms", P(None))
+    def f(h, ws):
+        def step(h, w):
+            h = wsc(jnp.tanh(h @ w), P("d", None))
+            return h, jnp.mean(jnp.abs(h))
+        return lax.scan(step, h, ws)
+    return f
+
+
 # ---------------------------------------------------------------------------
 # Running a case.
 # ---------------------------------------------------------------------------
