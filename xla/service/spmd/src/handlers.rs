@@ -414,7 +414,9 @@ fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     }
     // (d) a partial gather of one sharded dim (its smallest minor factor
     // that makes the local reshape exact), then the output resharded.
-    for a in vg.tiled_dims() {
+    // Only worth building when no exact candidate is already free.
+    let free = cands.iter().any(|c| c.1 == 0);
+    for a in vg.tiled_dims().into_iter().filter(|_| !free) {
         let t = vg.tiles(a);
         for f in (2..=t).filter(|f| t % f == 0) {
             let Some(gg) = vg.gathered(&[(a, f)]) else {

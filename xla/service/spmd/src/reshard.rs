@@ -262,14 +262,18 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
         });
         cur = to;
     }
-    if let Some(pg) = permute_then_gather(src, tgt, dims, bytes) {
-        if pg.cost < best.cost {
-            best = pg;
+    if best.cost > 0 {
+        if let Some(pg) = permute_then_gather(src, tgt, dims, bytes, best.cost) {
+            if pg.cost < best.cost {
+                best = pg;
+            }
         }
     }
-    if let Some(sa) = slice_then_all_to_all(src, tgt, dims, bytes) {
-        if sa.cost < best.cost {
-            best = sa;
+    if best.cost > 0 {
+        if let Some(sa) = slice_then_all_to_all(src, tgt, dims, bytes, best.cost) {
+            if sa.cost < best.cost {
+                best = sa;
+            }
         }
     }
     if !a2a.steps.is_empty() {
@@ -295,7 +299,13 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
 /// A local slice that adds tiling the source holds by replication,
 /// followed by one all-to-all into the target (then whatever remains):
 /// the all-to-all moves the sliced buffer instead of the whole tile.
-fn slice_then_all_to_all(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Option<Plan> {
+fn slice_then_all_to_all(
+    src: &Grid,
+    tgt: &Grid,
+    dims: &[i64],
+    bytes: u64,
+    to_beat: u64,
+) -> Option<Plan> {
     for (a, &xa) in dims.iter().enumerate() {
         let (sa, ta) = (src.tiles(a), tgt.tiles(a));
         if sa <= ta || sa % ta != 0 {
@@ -308,6 +318,13 @@ fn slice_then_all_to_all(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Op
             }
             let f = gcd(sa / ta, tb / sb);
             if f <= 1 {
+                continue;
+            }
+            // The all-to-all alone moves the sliced tile: skip building
+            // grids (O(devices)) when that cannot beat the best plan.
+            let mut mid_local = local_dims(dims, src);
+            mid_local[b] = f * tile_size(xb, tb);
+            if elems(&mid_local) * bytes >= to_beat {
                 continue;
             }
             // The grid one all-to-all before the target, or else the
@@ -361,9 +378,14 @@ fn slice_then_all_to_all(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Op
 /// A collective-permute of the (small) source tiles to the devices that,
 /// after gathering the factors the target does not want, hold exactly the
 /// target: cheaper than gathering first and permuting the gathered tiles.
-fn permute_then_gather(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Option<Plan> {
+fn permute_then_gather(
+    src: &Grid,
+    tgt: &Grid,
+    dims: &[i64],
+    bytes: u64,
+    to_beat: u64,
+) -> Option<Plan> {
     let mut factors = Vec::new();
-    let mut pre = tgt.clone();
     for (a, &x) in dims.iter().enumerate() {
         let (s, t) = (src.tiles(a), tgt.tiles(a));
         if s == t {
@@ -373,9 +395,17 @@ fn permute_then_gather(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Opti
             return None;
         }
         factors.push((a, s / t));
-        pre = spread_replicas(&pre, a, s)?;
     }
-    if factors.is_empty() || pre.dims() != src.dims() || &pre == src {
+    // The cost depends on tile counts only: decide before building grids.
+    let cost = elems(&local_dims(dims, src)) * bytes + gather_cost(src, &factors, dims, bytes);
+    if factors.is_empty() || cost >= to_beat {
+        return None;
+    }
+    let mut pre = tgt.clone();
+    for &(a, _) in &factors {
+        pre = spread_replicas(&pre, a, src.tiles(a))?;
+    }
+    if pre.dims() != src.dims() || &pre == src {
         return None;
     }
     let gathered = pre.gathered(&factors)?;
@@ -383,7 +413,7 @@ fn permute_then_gather(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Opti
         return None;
     }
     Some(Plan {
-        cost: elems(&local_dims(dims, src)) * bytes + gather_cost(&pre, &factors, dims, bytes),
+        cost,
         steps: vec![
             Step::Permute { to: pre.clone() },
             Step::Gather {
