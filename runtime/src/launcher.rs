@@ -21,7 +21,7 @@ use std::time::Duration;
 use xla_hlo_evaluator::collective::{assemble_array, shard_array};
 use xla_hlo_evaluator::{first_failure, Array, DeviceCommunicator, EvalError, Value};
 use xla_hlo_ir::sharding::{ShardingKind, SingleSharding};
-use xla_hlo_ir::{HloSharding, Shape};
+use xla_hlo_ir::{HloModule, HloSharding, Shape};
 
 /// How to run an SPMD executable on global data.
 #[derive(Clone, Debug)]
@@ -59,6 +59,50 @@ impl LaunchPlan {
             parameter_shardings,
             result_sharding: root.sharding.clone(),
             result_shape,
+            timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
+        })
+    }
+}
+
+impl LaunchPlan {
+    /// The plan for running partitioned module `local` on `num_partitions`
+    /// devices with the shardings and global result shape of the
+    /// unpartitioned `global` module (e.g. a case's propagated.hlo):
+    /// parameter shardings by parameter number (`local`'s own where
+    /// `global` has none), the result sharding and shape of `global`'s root.
+    pub fn from_global_module(
+        local: &HloModule,
+        global: &HloModule,
+        num_partitions: usize,
+    ) -> Result<LaunchPlan, RuntimeError> {
+        let (l, g) = (local.entry_computation(), global.entry_computation());
+        if l.parameters.len() != g.parameters.len() {
+            return Err(RuntimeError::Sharding(format!(
+                "the partitioned module has {} entry parameters but the global module has {}",
+                l.parameters.len(),
+                g.parameters.len()
+            )));
+        }
+        let parameter_shardings = l
+            .parameters
+            .iter()
+            .zip(&g.parameters)
+            .map(|(&lp, &gp)| {
+                g.instructions[gp.index()]
+                    .sharding
+                    .clone()
+                    .or_else(|| l.instructions[lp.index()].sharding.clone())
+            })
+            .collect();
+        let root = g.root_instr();
+        Ok(LaunchPlan {
+            num_partitions: num_partitions.max(1),
+            parameter_shardings,
+            result_sharding: root
+                .sharding
+                .clone()
+                .or_else(|| l.root_instr().sharding.clone()),
+            result_shape: root.shape.clone(),
             timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
         })
     }

@@ -40,17 +40,8 @@ fn run_case(dir: &Path) -> Result<(), String> {
             .map_err(|e| format!("argument {i}: {e}"))?;
         args.push(Value::Array(a));
     }
-    let plan = LaunchPlan {
-        num_partitions: local.num_partitions().max(1) as usize,
-        parameter_shardings: g
-            .parameters
-            .iter()
-            .map(|p| g.instructions[p.index()].sharding.clone())
-            .collect(),
-        result_sharding: g.root_instr().sharding.clone(),
-        result_shape: g.root_instr().shape.clone(),
-        timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
-    };
+    let n = local.num_partitions().max(1) as usize;
+    let plan = LaunchPlan::from_global_module(&local, &global, n).map_err(|e| e.to_string())?;
     let exe = CpuBackend.compile(&local).map_err(|e| e.to_string())?;
     let outs = run_spmd(exe.as_ref(), &args, &plan).map_err(|e| format!("run: {e}"))?;
     let flat: Vec<_> = outs.iter().flat_map(|v| v.leaves()).collect();

@@ -302,46 +302,15 @@ fn run(cli: &Cli) -> Result<bool> {
     Ok(!compared || all_ok)
 }
 
-/// How to run partitioned `module` on global data: parameter shardings by
-/// parameter number from `global` (the module's own where `global` has
-/// none), the result sharding and global result shape from `global`'s root.
+/// How to run partitioned `module` on global data described by `global`
+/// (`--devices` must match the module's `num_partitions` when it has one).
 fn launch_plan(module: &HloModule, global: &HloModule, devices: Option<i64>) -> Result<LaunchPlan> {
-    let local = module.entry_computation();
-    let g = global.entry_computation();
-    if local.parameters.len() != g.parameters.len() {
-        bail!(
-            "the partitioned module has {} entry parameters but the global module has {}",
-            local.parameters.len(),
-            g.parameters.len()
-        );
-    }
-    let parameter_shardings = local
-        .parameters
-        .iter()
-        .zip(&g.parameters)
-        .map(|(&l, &gl)| {
-            g.instructions[gl.index()]
-                .sharding
-                .clone()
-                .or_else(|| local.instructions[l.index()].sharding.clone())
-        })
-        .collect();
-    let root = g.root_instr();
     let declared = module.num_partitions();
     let n = devices.unwrap_or(declared).max(1);
     if declared > 1 && n != declared {
         bail!("the partitioned module is for num_partitions={declared} but --devices is {n}");
     }
-    Ok(LaunchPlan {
-        num_partitions: n as usize,
-        parameter_shardings,
-        result_sharding: root
-            .sharding
-            .clone()
-            .or_else(|| local.root_instr().sharding.clone()),
-        result_shape: root.shape.clone(),
-        timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
-    })
+    Ok(LaunchPlan::from_global_module(module, global, n as usize)?)
 }
 
 /// A short human-readable report of a --partition run (stderr; stdout

@@ -335,10 +335,7 @@ fn reduce_by_gathering(
     operands: &[Array],
     scatter_dim: Option<usize>,
 ) -> Result<Vec<Array>, EvalError> {
-    let stacked: Vec<Array> = operands
-        .iter()
-        .map(|a| a.reshaped([1].iter().chain(&a.dims).copied().collect()))
-        .collect();
+    let stacked: Vec<Array> = operands.iter().map(stack_one).collect();
     let gathered = run(
         ev,
         instr,
@@ -349,8 +346,7 @@ fn reduce_by_gathering(
     for (a, g) in operands.iter().zip(&gathered) {
         let members = g.dims.first().copied().unwrap_or(1).max(1) as usize;
         let mut acc: Option<Array> = None;
-        for k in 0..members {
-            let part = split_dim(g, 0, members, k)?.reshaped(a.dims.clone());
+        for part in unstack(g, members, &a.dims)? {
             acc = Some(match acc {
                 None => part,
                 Some(x) => combine(ev, instr, &x, &part)?,
@@ -441,6 +437,19 @@ fn split_dim(a: &Array, dim: usize, parts: usize, k: usize) -> Result<Array, Eva
         })
         .collect();
     crate::data::slice(a, &sd)
+}
+
+/// `a` with a new leading dim of size 1 (one member's part of a gather).
+fn stack_one(a: &Array) -> Array {
+    a.reshaped([1].iter().chain(&a.dims).copied().collect())
+}
+
+/// The `members` parts of an array gathered along a leading dim, each
+/// reshaped back to `dims`.
+fn unstack(all: &Array, members: usize, dims: &[i64]) -> Result<Vec<Array>, EvalError> {
+    (0..members)
+        .map(|k| Ok(split_dim(all, 0, members, k)?.reshaped(dims.to_vec())))
+        .collect()
 }
 
 fn dim_attr(instr: &HloInstruction, rank: usize) -> Result<usize, EvalError> {
@@ -755,7 +764,7 @@ fn gather_partitions(
     };
     let base = ev.ctx.replica_id * p_count;
     let group: Vec<usize> = (0..p_count).map(|q| (base + q) as usize).collect();
-    let stacked = shard.reshaped([1].iter().chain(&shard.dims).copied().collect());
+    let stacked = stack_one(shard);
     let buffer = to_buffer(&stacked)?;
     let mut comm = cell.lock().unwrap_or_else(|e| e.into_inner());
     let gathered = comm
@@ -767,7 +776,5 @@ fn gather_partitions(
             .first()
             .ok_or_else(|| EvalError::invalid("all-gather returned nothing"))?,
     )?;
-    (0..group.len())
-        .map(|k| Ok(split_dim(&all, 0, group.len(), k)?.reshaped(shard.dims.clone())))
-        .collect()
+    unstack(&all, group.len(), &shard.dims)
 }

@@ -57,6 +57,29 @@ pub struct Plan {
     pub cost: u64,
 }
 
+impl Plan {
+    /// Continues this plan with `rest`.
+    fn append(&mut self, rest: Plan) {
+        self.cost += rest.cost;
+        self.steps.extend(rest.steps);
+    }
+}
+
+/// The rest of a plan that has reached `cur`: nothing, a local slice, or
+/// the gather-permute-slice family.
+fn finish(cur: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
+    if cur == tgt {
+        Plan::default()
+    } else if slice_ok(cur, tgt, dims) {
+        Plan {
+            steps: vec![Step::Slice { to: tgt.clone() }],
+            cost: 0,
+        }
+    } else {
+        plan_gather_fix(cur, tgt, dims, bytes)
+    }
+}
+
 fn elems(dims: &[i64]) -> u64 {
     dims.iter().map(|&d| d.max(0) as u64).product()
 }
@@ -277,18 +300,7 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
         }
     }
     if !a2a.steps.is_empty() {
-        let rest = if &cur == tgt {
-            Plan::default()
-        } else if slice_ok(&cur, tgt, dims) {
-            Plan {
-                steps: vec![Step::Slice { to: tgt.clone() }],
-                cost: 0,
-            }
-        } else {
-            plan_gather_fix(&cur, tgt, dims, bytes)
-        };
-        a2a.cost += rest.cost;
-        a2a.steps.extend(rest.steps);
+        a2a.append(finish(&cur, tgt, dims, bytes));
         if a2a.cost < best.cost {
             best = a2a;
         }
@@ -357,18 +369,7 @@ fn slice_then_all_to_all(
                 f,
                 to: after.clone(),
             });
-            if &after != tgt {
-                let rest = if slice_ok(&after, tgt, dims) {
-                    Plan {
-                        steps: vec![Step::Slice { to: tgt.clone() }],
-                        cost: 0,
-                    }
-                } else {
-                    plan_gather_fix(&after, tgt, dims, bytes)
-                };
-                plan.cost += rest.cost;
-                plan.steps.extend(rest.steps);
-            }
+            plan.append(finish(&after, tgt, dims, bytes));
             return Some(plan);
         }
     }

@@ -47,32 +47,22 @@ pub fn exchange(
     }
     let (l, r, _) = halos(g, dims, a, starts, len);
     let multi_hop = l > s || r > s;
-    let grouped = if multi_hop {
-        range_groups(starts, len, s, xa)
-    } else {
-        None
-    };
-    let use_pieces = multi_hop && {
+    // Multi-hop halos: the cheapest of gathering the dim, one permute per
+    // tile distance (`ps`), or one permute per row range (`grouped`).
+    let mut ps = Vec::new();
+    let mut use_pieces = false;
+    let mut grouped = None;
+    if multi_hop {
         let shape = with_dims_of(p, x, dims);
         let per_row = other_bytes(&shape, g, a);
         let gather = p.cost_of(&shape, g, &g.replicate_dims(&[a]));
-        pieces_cost(&pieces(starts, len, s, xa), per_row) < gather
-    };
-    let use_groups = match &grouped {
-        Some(rg) => {
-            let shape = with_dims_of(p, x, dims);
-            let per_row = other_bytes(&shape, g, a);
-            let gather = p.cost_of(&shape, g, &g.replicate_dims(&[a]));
-            let best_other = if use_pieces {
-                pieces_cost(&pieces(starts, len, s, xa), per_row)
-            } else {
-                gather
-            };
-            rg.cost(per_row) < best_other
-        }
-        None => false,
-    };
-    let (buf, base): (InstrId, Vec<i64>) = if let (true, Some(rg)) = (use_groups, &grouped) {
+        ps = pieces(starts, len, s, xa);
+        let by_distance = pieces_cost(&ps, per_row);
+        use_pieces = by_distance < gather;
+        grouped = range_groups(starts, len, s, xa)
+            .filter(|rg| rg.cost(per_row) < by_distance.min(gather));
+    }
+    let (buf, base): (InstrId, Vec<i64>) = if let Some(rg) = &grouped {
         // Every window lies in one source tile: one collective-permute per
         // distinct row range (each source tile sends once per permute),
         // plus a local slice for windows in their own tile.
@@ -117,7 +107,6 @@ pub fn exchange(
     } else if use_pieces {
         // Halos beyond the neighbours, cheaper than a gather: one
         // collective-permute per tile distance.
-        let ps = pieces(starts, len, s, xa);
         let ld = p.b.dims(x);
         let mut parts = Vec::new();
         let mut at = Vec::new();
