@@ -74,7 +74,7 @@ for lib in nvrtc cublas cublasLt; do
   done
 done
 LD_LIBRARY_PATH="$shim:$(IFS=:; echo "${libdirs[*]}"):${LD_LIBRARY_PATH:-}"
-export LD_LIBRARY_PATH XLA_RS_RUNTIME_DIR="$root/runtime"
+export LD_LIBRARY_PATH XLA_RS_CHECKOUT="$root"
 echo "== libraries: $(ls "$shim" | tr '\n' ' ')"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 

@@ -17,14 +17,6 @@ use xla_hlo_ir::{HloModule, PrimitiveType};
 use xla_runtime::cuda::CudaBackend;
 use xla_runtime::{Backend, DeviceContext, RuntimeError};
 
-/// runtime/ of the checkout: `XLA_RS_RUNTIME_DIR` when set (the test binary
-/// carried to the GPU machine runs in another checkout), else the build's.
-fn manifest() -> PathBuf {
-    std::env::var_os("XLA_RS_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
-
 /// The backend, or `None` (with the reason printed) where there is no GPU.
 fn backend() -> Option<CudaBackend> {
     match CudaBackend::new(0) {
@@ -302,9 +294,14 @@ fn run_dir(be: &CudaBackend, root: &Path) -> (usize, usize, Vec<String>) {
 fn corpus_cases_on_the_gpu_match_xla() {
     let Some(be) = backend() else { return };
     let mut all = Vec::new();
-    for root in ["../testdata/cases", "../../shared/corpus/cases"] {
-        let (ran, matched, failures) = run_dir(&be, &manifest().join(root));
-        eprintln!("{root}: {matched} of {ran} cases matched on the GPU");
+    let roots = std::iter::once(xla_test_paths::testdata_cases())
+        .chain(xla_test_paths::shared_corpus_cases());
+    for root in roots {
+        let (ran, matched, failures) = run_dir(&be, &root);
+        eprintln!(
+            "{}: {matched} of {ran} cases matched on the GPU",
+            root.display()
+        );
         all.extend(failures);
     }
     assert!(all.is_empty(), "{}", all.join("\n"));

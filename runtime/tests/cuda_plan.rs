@@ -16,14 +16,6 @@ use xla_runtime::cuda::plan::run_plan_on_cpu;
 use xla_runtime::cuda::prepare;
 use xla_runtime::RuntimeError;
 
-/// runtime/ of the checkout: `XLA_RS_RUNTIME_DIR` when set (a test binary
-/// carried to another machine), else the build's.
-fn manifest() -> PathBuf {
-    std::env::var_os("XLA_RS_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
-
 enum Outcome {
     Matched(usize),
     Unsupported(String),
@@ -121,14 +113,18 @@ fn run_dir(root: &Path) -> (usize, usize, Vec<String>) {
 
 #[test]
 fn testdata_cases_planned_for_cuda_match_xla_on_the_cpu() {
-    let (ran, supported, failures) = run_dir(&manifest().join("../testdata/cases"));
+    let (ran, supported, failures) = run_dir(&xla_test_paths::testdata_cases());
+    assert!(ran > 0, "no testdata case ran");
     eprintln!("testdata: {supported} of {ran} cases supported by the CUDA planner and matched");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
 fn shared_corpus_cases_planned_for_cuda_match_xla_on_the_cpu() {
-    let (ran, supported, failures) = run_dir(&manifest().join("../../shared/corpus/cases"));
+    let Some(dir) = xla_test_paths::shared_corpus_cases() else {
+        return;
+    };
+    let (ran, supported, failures) = run_dir(&dir);
     eprintln!(
         "shared corpus: {supported} of {ran} cases supported by the CUDA planner and matched"
     );

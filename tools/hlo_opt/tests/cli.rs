@@ -2,30 +2,17 @@
 //! against XLA's own collective counts (case.json), and bad input.
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn hlo_opt() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hlo-opt"))
 }
 
-fn workspace_root() -> PathBuf {
-    match std::env::var("TEST_SRCDIR") {
-        Ok(dir) => Path::new(&dir).join("_main"),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
-    }
-}
-
 /// Case directories (with case.json) in testdata and, if present, ../shared/corpus.
 fn case_dirs() -> Vec<PathBuf> {
-    let root = workspace_root();
-    let mut parents = vec![root.join("testdata/cases")];
-    let shared = root.join("../shared/corpus/cases");
-    if shared.is_dir() {
-        parents.push(shared);
-    } else {
-        eprintln!("note: ../shared/corpus not found; checking testdata only");
-    }
+    let mut parents = vec![xla_test_paths::testdata_cases()];
+    parents.extend(xla_test_paths::shared_corpus_cases());
     let mut dirs: Vec<PathBuf> = parents
         .iter()
         .filter_map(|p| std::fs::read_dir(p).ok())
@@ -91,7 +78,7 @@ fn stats_match_xlas_collective_counts_and_bytes() {
 
 #[test]
 fn prints_to_stdout_and_writes_atomically() {
-    let input = workspace_root().join("testdata/cases/tp_mlp_erf_gelu/input.hlo");
+    let input = xla_test_paths::testdata_case("tp_mlp_erf_gelu").join("input.hlo");
     let out = hlo_opt().arg(&input).output().unwrap();
     assert!(out.status.success());
     let printed = String::from_utf8(out.stdout).unwrap();

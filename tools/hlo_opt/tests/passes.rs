@@ -4,22 +4,15 @@
 //! unreadable comparison files are clear errors, `-o` stays atomic.
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn hlo_opt() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hlo-opt"))
 }
 
-fn workspace_root() -> PathBuf {
-    match std::env::var("TEST_SRCDIR") {
-        Ok(dir) => Path::new(&dir).join("_main"),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
-    }
-}
-
 fn case(name: &str) -> PathBuf {
-    workspace_root().join("testdata/cases").join(name)
+    xla_test_paths::testdata_case(name)
 }
 
 fn temp_dir(tag: &str) -> PathBuf {

@@ -5,22 +5,15 @@
 //! are honoured and bad values are clear errors.
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn hlo_opt() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hlo-opt"))
 }
 
-fn workspace_root() -> PathBuf {
-    match std::env::var("TEST_SRCDIR") {
-        Ok(dir) => Path::new(&dir).join("_main"),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
-    }
-}
-
 fn module() -> PathBuf {
-    workspace_root().join("testdata/cases/train_step_dp_momentum/xla_partitioned.hlo")
+    xla_test_paths::testdata_case("train_step_dp_momentum").join("xla_partitioned.hlo")
 }
 
 fn temp_dir(tag: &str) -> PathBuf {

@@ -166,6 +166,8 @@ pub fn check_summary(index: usize, a: &Array, s: &Json, rtol: f64, atol: f64) ->
     })
 }
 
+const XLA_BENCH_SCRIPT: &str = include_str!("../xla_bench.py");
+
 /// Times XLA (jaxlib CPU) on `file` with `args` via the helper script;
 /// returns the best wall time of one execution in seconds.
 pub fn bench_xla(file: &Path, args: &[Value], repeat: usize) -> Result<f64> {
@@ -175,7 +177,10 @@ pub fn bench_xla(file: &Path, args: &[Value], repeat: usize) -> Result<f64> {
         let a = v.as_array().ok_or_else(|| anyhow!("tuple argument"))?;
         xla_hlo_evaluator::npy::write_npy(&dir.join(format!("arg{i}.npy")), a)?;
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("xla_bench.py");
+    // The script is part of the binary, so an installed or Bazel-built
+    // binary does not depend on where its sources were.
+    let script = dir.join("xla_bench.py");
+    std::fs::write(&script, XLA_BENCH_SCRIPT)?;
     let out = std::process::Command::new("python3")
         .arg(&script)
         .arg(file)

@@ -6,8 +6,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-fn corpus() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/cases")
+/// ../shared/corpus/cases, or a note and `None` where it is absent.
+fn corpus() -> Option<PathBuf> {
+    xla_test_paths::shared_corpus_cases()
 }
 
 fn tool() -> Command {
@@ -16,11 +17,10 @@ fn tool() -> Command {
 
 #[test]
 fn stored_case_matches_and_prints_json() {
-    let c = corpus().join("megatron_mlp");
-    if !c.is_dir() {
-        eprintln!("skipping: {} not present", c.display());
+    let Some(corpus) = corpus() else {
         return;
-    }
+    };
+    let c = corpus.join("megatron_mlp");
     let out = tool()
         .arg(c.join("input.hlo"))
         .args(["--args".as_ref(), c.join("args").as_os_str()])
@@ -42,18 +42,17 @@ fn stored_case_matches_and_prints_json() {
 
 #[test]
 fn mismatch_and_missing_files_fail_clearly() {
-    let c = corpus().join("megatron_mlp");
-    if !c.is_dir() {
-        eprintln!("skipping: {} not present", c.display());
+    let Some(corpus) = corpus() else {
         return;
-    }
+    };
+    let c = corpus.join("megatron_mlp");
     // Expected outputs of another case: shapes differ -> exit 1.
     let out = tool()
         .arg(c.join("input.hlo"))
         .args(["--args".as_ref(), c.join("args").as_os_str()])
         .args([
             "--expected".as_ref(),
-            corpus().join("fsdp_mlp/expected").as_os_str(),
+            corpus.join("fsdp_mlp/expected").as_os_str(),
         ])
         .output()
         .unwrap();
@@ -77,11 +76,10 @@ fn perf_transformer_block_matches_summary() {
         eprintln!("skipping perf_transformer_block: run `cargo test --release` for it");
         return;
     }
-    let c = corpus().join("perf_transformer_block");
-    if !c.is_dir() {
-        eprintln!("skipping: {} not present", c.display());
+    let Some(corpus) = corpus() else {
         return;
-    }
+    };
+    let c = corpus.join("perf_transformer_block");
     let out = tool()
         .arg(c.join("input.hlo"))
         .args(["--case-json".as_ref(), c.join("case.json").as_os_str()])
@@ -106,7 +104,7 @@ fn differential_against_xla() {
         eprintln!("skipping XLA differential tests: python3 with jax is not installed");
         return;
     }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("xla_diff.py");
+    let script = xla_test_paths::checkout_root().join("tools/run_hlo_module/xla_diff.py");
     let out = Command::new("python3")
         .arg(script)
         .arg(env!("CARGO_BIN_EXE_run_hlo_module"))
@@ -127,12 +125,7 @@ fn differential_against_xla() {
 /// global module is a clear error.
 #[test]
 fn partitioned_program_runs_on_devices_with_shardings_from() {
-    let c = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/cases/uneven_sharding_slices");
-    if !c.is_dir() {
-        eprintln!("skipping: {} not present", c.display());
-        return;
-    }
+    let c = xla_test_paths::testdata_case("uneven_sharding_slices");
     let out = tool()
         .arg(c.join("xla_partitioned.hlo"))
         .args(["--devices", "8"])
@@ -154,8 +147,8 @@ fn partitioned_program_runs_on_devices_with_shardings_from() {
     assert_eq!(j["all_matched"], true);
     assert_eq!(j["devices"], 8);
 
-    let other = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/cases/transformer_block_2x4_causal/propagated.hlo");
+    let other =
+        xla_test_paths::testdata_case("transformer_block_2x4_causal").join("propagated.hlo");
     let out = tool()
         .arg(c.join("xla_partitioned.hlo"))
         .args(["--devices", "8"])

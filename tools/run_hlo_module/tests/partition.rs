@@ -7,9 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn case(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/cases")
-        .join(name)
+    xla_test_paths::testdata_case(name)
 }
 
 fn run(name: &str) -> serde_json::Value {

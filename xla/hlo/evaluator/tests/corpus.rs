@@ -9,10 +9,6 @@ use xla_hlo_evaluator::compare::compare;
 use xla_hlo_evaluator::npy::{load_argument, read_npy};
 use xla_hlo_evaluator::{evaluate, evaluate_spmd, needs_spmd, EvalContext, Value};
 
-fn manifest() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// Runs one case; returns a failure description or None.
 fn run_case(dir: &Path) -> Option<String> {
     run_case_global(dir)
@@ -92,14 +88,18 @@ fn run_dir(root: &Path) -> (usize, Vec<String>) {
 
 #[test]
 fn shared_corpus_cases_match_xla() {
-    let (ran, failures) = run_dir(&manifest().join("../../../../shared/corpus/cases"));
+    let Some(dir) = xla_test_paths::shared_corpus_cases() else {
+        return;
+    };
+    let (ran, failures) = run_dir(&dir);
     eprintln!("shared corpus: {ran} cases run");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
 fn project_testdata_cases_match_xla() {
-    let (ran, failures) = run_dir(&manifest().join("../../../testdata/cases"));
+    let (ran, failures) = run_dir(&xla_test_paths::testdata_cases());
     eprintln!("testdata: {ran} cases run");
+    assert!(ran > 0, "no testdata case ran");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -5,7 +5,7 @@
 //!
 //! Run: `cargo bench -p xla-hlo-parser --bench parse_speed`
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ for path in sys.argv[1:]:
 "#;
 
 fn shared_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../../shared/xla-hlo")
+    xla_test_paths::checkout_root().join("../shared/xla-hlo")
 }
 
 /// Best-of time to parse `text` over about one second.

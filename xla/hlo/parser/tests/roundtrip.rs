@@ -2,29 +2,14 @@
 //! ../shared/xla-hlo and testdata/cases. parse -> print -> parse must give an
 //! equal module, and printing twice must give identical text.
 
-use std::path::{Path, PathBuf};
-
-/// The workspace root: Bazel's runfiles tree under `bazel test`, the source tree under cargo.
-fn workspace_root() -> PathBuf {
-    match std::env::var("TEST_SRCDIR") {
-        Ok(dir) => Path::new(&dir).join("_main"),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.."),
-    }
-}
+use std::path::PathBuf;
 
 /// All .hlo files under the shared folder and the project's testdata.
 pub fn hlo_files() -> Vec<PathBuf> {
-    let root = workspace_root();
-    let mut dirs = vec![root.join("testdata")];
-    let shared = root.join("../shared");
-    if shared.is_dir() {
+    let mut dirs = vec![xla_test_paths::testdata_cases()];
+    if let Some(shared) = xla_test_paths::shared() {
         dirs.push(shared.join("corpus"));
         dirs.push(shared.join("xla-hlo"));
-    } else {
-        eprintln!(
-            "note: {} not found; skipping the shared HLO files",
-            shared.display()
-        );
     }
     let mut files = Vec::new();
     while let Some(dir) = dirs.pop() {
@@ -41,11 +26,7 @@ pub fn hlo_files() -> Vec<PathBuf> {
         }
     }
     files.sort();
-    assert!(
-        !files.is_empty(),
-        "no .hlo files found under {}",
-        root.display()
-    );
+    assert!(!files.is_empty(), "no .hlo files found");
     files
 }
 

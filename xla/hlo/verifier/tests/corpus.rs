@@ -6,11 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-fn workspace_root() -> PathBuf {
-    // xla/hlo/verifier -> workspace root
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
-}
-
 fn hlo_files_in(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -74,9 +69,8 @@ fn check_files(files: &[PathBuf]) -> Vec<String> {
 }
 
 fn run(dir: PathBuf, cases: bool) {
-    let Some(files) = collect(&dir, cases) else {
-        return;
-    };
+    let files = collect(&dir, cases).unwrap_or_default();
+    assert!(!files.is_empty(), "no .hlo files under {}", dir.display());
     println!("{}: {} files", dir.display(), files.len());
     let failures = check_files(&files);
     assert!(
@@ -90,15 +84,19 @@ fn run(dir: PathBuf, cases: bool) {
 
 #[test]
 fn shared_corpus_cases_verify() {
-    run(workspace_root().join("../shared/corpus/cases"), true);
+    if let Some(dir) = xla_test_paths::shared_corpus_cases() {
+        run(dir, true);
+    }
 }
 
 #[test]
 fn shared_xla_hlo_files_verify() {
-    run(workspace_root().join("../shared/xla-hlo"), false);
+    if let Some(dir) = xla_test_paths::shared_path("xla-hlo") {
+        run(dir, false);
+    }
 }
 
 #[test]
 fn repo_testdata_cases_verify() {
-    run(workspace_root().join("testdata/cases"), true);
+    run(xla_test_paths::testdata_cases(), true);
 }

@@ -18,7 +18,7 @@ use xla_latency_hiding_scheduler::{
 };
 
 fn shared() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../../shared")
+    xla_test_paths::checkout_root().join("../shared")
 }
 
 fn load(path: &Path) -> Option<HloModule> {

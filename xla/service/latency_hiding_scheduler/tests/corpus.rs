@@ -19,45 +19,31 @@ use xla_latency_hiding_scheduler::{
     SchedulerConfig,
 };
 
-fn workspace_root() -> PathBuf {
-    match std::env::var("TEST_SRCDIR") {
-        Ok(dir) => Path::new(&dir).join("_main"),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.."),
-    }
-}
-
-fn shared() -> PathBuf {
-    workspace_root().join("../shared")
-}
-
 /// (label, path) of every module to check, the big ones first.
 fn module_paths(include_big: bool) -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
-    let xla_hlo = shared().join("xla-hlo");
-    if include_big {
-        match std::fs::read_dir(&xla_hlo) {
-            Ok(rd) => {
-                let mut v: Vec<PathBuf> = rd
-                    .flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|e| e == "hlo"))
-                    .collect();
-                v.sort();
-                for p in v {
-                    let label = p.file_stem().unwrap().to_string_lossy().to_string();
-                    out.push((label, p));
-                }
-            }
-            Err(_) => eprintln!(
-                "note: {} not found; skipping those modules",
-                xla_hlo.display()
-            ),
+    let shared = xla_test_paths::shared();
+    if let (true, Some(shared)) = (include_big, &shared) {
+        let rd = std::fs::read_dir(shared.join("xla-hlo"))
+            .into_iter()
+            .flatten();
+        let mut v: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "hlo"))
+            .collect();
+        v.sort();
+        for p in v {
+            let label = p.file_stem().unwrap().to_string_lossy().to_string();
+            out.push((label, p));
         }
     }
-    for (tag, dir) in [
-        ("corpus", shared().join("corpus/cases")),
-        ("testdata", workspace_root().join("testdata/cases")),
-    ] {
+    let mut folders = Vec::new();
+    if let Some(shared) = &shared {
+        folders.push(("corpus", shared.join("corpus/cases")));
+    }
+    folders.push(("testdata", xla_test_paths::testdata_cases()));
+    for (tag, dir) in folders {
         let Ok(rd) = std::fs::read_dir(&dir) else {
             eprintln!("note: {} not found", dir.display());
             continue;
@@ -95,7 +81,7 @@ fn load(path: &Path) -> Option<HloModule> {
 
 /// Runs tools/check_xla_parses.py on `files`; `None` when jax is absent.
 fn xla_parses(files: &[PathBuf]) -> Option<Vec<String>> {
-    let script = workspace_root().join("tools/check_xla_parses.py");
+    let script = xla_test_paths::checkout_root().join("tools/check_xla_parses.py");
     if !script.is_file() || files.is_empty() {
         return None;
     }
@@ -327,9 +313,10 @@ fn scheduled_corpus_modules_compute_the_same_outputs() {
 
 #[test]
 fn memory_limit_is_kept_on_llama() {
-    let path = shared().join("xla-hlo/hlo_llama31_8b_bf16_1x8.hlo");
+    let Some(path) = xla_test_paths::shared_path("xla-hlo/hlo_llama31_8b_bf16_1x8.hlo") else {
+        return;
+    };
     let Some(original) = load(&path) else {
-        eprintln!("note: {} not found; skipped", path.display());
         return;
     };
     let model = AnalyticalCostModel::new(GpuSpec::h100_sxm());

@@ -16,7 +16,7 @@ use xla_sharding_propagation::{ShardingPropagation, ShardingPropagationOptions};
 const XLA_US_PER_INSTR: f64 = 207_000.0 / 13_900.0;
 
 fn shared() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../../shared")
+    xla_test_paths::checkout_root().join("../shared")
 }
 
 fn load(path: &Path) -> Option<HloModule> {

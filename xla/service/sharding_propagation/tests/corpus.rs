@@ -12,22 +12,9 @@ use xla_hlo_pass::Pipeline;
 use xla_hlo_utils::compare::compare_module_shardings;
 use xla_sharding_propagation::ShardingPropagation;
 
-fn workspace_root() -> PathBuf {
-    match std::env::var("TEST_SRCDIR") {
-        Ok(dir) => Path::new(&dir).join("_main"),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.."),
-    }
-}
-
 fn case_dirs() -> Vec<PathBuf> {
-    let root = workspace_root();
-    let mut parents = vec![root.join("testdata/cases")];
-    let shared = root.join("../shared/corpus/cases");
-    if shared.is_dir() {
-        parents.push(shared);
-    } else {
-        eprintln!("note: ../shared/corpus not found; checking testdata only");
-    }
+    let mut parents = vec![xla_test_paths::testdata_cases()];
+    parents.extend(xla_test_paths::shared_corpus_cases());
     let mut dirs: Vec<PathBuf> = parents
         .iter()
         .filter_map(|p| std::fs::read_dir(p).ok())

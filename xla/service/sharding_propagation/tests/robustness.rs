@@ -5,7 +5,6 @@
 
 #![allow(clippy::manual_is_multiple_of)] // MSRV 1.80 has no is_multiple_of
 
-use std::path::Path;
 use xla_hlo_ir::{HloModule, HloSharding};
 use xla_hlo_pass::Pass;
 use xla_sharding_propagation::ShardingPropagation;
@@ -101,11 +100,7 @@ fn mutate(m: &mut HloModule, rng: &mut Lcg) {
 
 #[test]
 fn random_shardings_never_panic() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../testdata/cases");
-    let root = match std::env::var("TEST_SRCDIR") {
-        Ok(d) => Path::new(&d).join("_main/testdata/cases"),
-        Err(_) => root,
-    };
+    let root = xla_test_paths::testdata_cases();
     let mut dirs: Vec<_> = std::fs::read_dir(&root)
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();

@@ -17,7 +17,7 @@ use xla_hlo_pass::Pass;
 use xla_spmd_partitioner::{partition_module, SpmdOptions};
 
 fn shared() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../../shared")
+    xla_test_paths::checkout_root().join("../shared")
 }
 
 fn load(path: &Path) -> Option<HloModule> {

@@ -80,14 +80,6 @@ pub fn pos(m: &HloModule, name: &str) -> usize {
         .index()
 }
 
-/// The workspace root (Bazel runfiles or the Cargo checkout).
-pub fn workspace_root() -> std::path::PathBuf {
-    match std::env::var("TEST_SRCDIR") {
-        Ok(dir) => std::path::Path::new(&dir).join("_main"),
-        Err(_) => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.."),
-    }
-}
-
 pub fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * (1.0 + a.abs().max(b.abs()))
 }
