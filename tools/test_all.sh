@@ -19,6 +19,15 @@ fi
 echo "== cargo test (all crates)"
 cargo test --workspace --release
 
+echo "== rustfmt and clippy (warnings are errors), default and GPU features"
+if cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1; then
+  cargo fmt --all --check
+  cargo clippy --release --workspace --all-targets -- -D warnings
+  cargo clippy --release -p collectives -p xla-runtime --features collectives/nccl,xla-runtime/cuda --all-targets -- -D warnings
+else
+  echo "note: rustfmt or clippy is not installed for this toolchain; skipped"
+fi
+
 echo "== the NCCL backend compiles (cudarc loads CUDA at run time; no GPU needed to build)"
 cargo build --release -p collectives --features nccl
 cargo build --release -p xla-runtime --features cuda  # the CUDA backend compiles (cudarc loads CUDA at run time)

@@ -536,7 +536,7 @@ mod tests {
         let a = f32s(&[1.0, 2.0]);
         let mut b = vec![0u8];
         b.extend(f32s(&[3.0, 4.0]));
-        let mut out = vec![0u8; 9];
+        let mut out = [0u8; 9];
         reduce_into(
             ReductionKind::Sum,
             PrimitiveType::F32,

@@ -244,10 +244,9 @@ pub fn fold_element(kind: ReductionKind, dtype: PrimitiveType, elems: &[&[u8]]) 
     let bits = dtype.bit_width();
     let out: Vec<u8> = match dtype.class() {
         TypeClass::Pred => {
-            let vals = elems.iter().map(|e| e[0] != 0);
             let v = match kind {
-                K::Sum | K::Or | K::Max => vals.fold(false, |a, b| a || b),
-                K::Product | K::And | K::Min => vals.fold(true, |a, b| a && b),
+                K::Sum | K::Or | K::Max => elems.iter().any(|e| e[0] != 0),
+                K::Product | K::And | K::Min => elems.iter().all(|e| e[0] != 0),
             };
             vec![v as u8]
         }

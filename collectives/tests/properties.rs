@@ -3,6 +3,9 @@
 //! counts (1..=16), group layouts, element types, shapes and operand counts;
 //! and the replica-group modes against a brute-force reading of XLA's rules.
 
+// Index loops here mirror the per-rank, per-operand formulas being checked.
+#![allow(clippy::needless_range_loop)]
+
 mod common;
 
 use collectives::groups::{permute_plan, GroupMode, ParticipantGroups, Topology};

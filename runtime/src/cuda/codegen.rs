@@ -314,8 +314,8 @@ impl Emitter {
             Expr::DynUpdate(x, upd, starts) => {
                 let c = self.coords(&node.dims, idx);
                 let mut s = Vec::new();
-                for k in 0..c.len() {
-                    let sv = self.emit(&starts[k], "0ll", ins);
+                for (k, start) in starts.iter().enumerate().take(c.len()) {
+                    let sv = self.emit(start, "0ll", ins);
                     s.push(self.clamped(&sv, (x.dims[k] - upd.dims[k]).max(0)));
                 }
                 let res = self.fresh("v");

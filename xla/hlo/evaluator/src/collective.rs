@@ -96,7 +96,7 @@ pub fn first_failure<T>(outcomes: Vec<DeviceOutcome<T, EvalError>>) -> Result<Ve
         };
         if first_err
             .as_ref()
-            .map_or(true, |f| is_echo(f) && !is_echo(&e))
+            .is_none_or(|f| is_echo(f) && !is_echo(&e))
         {
             first_err = Some(e);
         }
@@ -700,7 +700,7 @@ fn insert_tile(full: &Array, tile: &Array, offsets: &[i64]) -> Result<Array, Eva
     let valid: Vec<i64> = (0..full.rank())
         .map(|d| (full.dims[d] - offsets[d]).clamp(0, tile.dims[d]))
         .collect();
-    if valid.iter().any(|&v| v == 0) {
+    if valid.contains(&0) {
         return Ok(full.clone());
     }
     let sd: Vec<_> = (0..tile.rank())

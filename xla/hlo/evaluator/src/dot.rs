@@ -241,6 +241,7 @@ fn batched_gemm<T: GemmScalar>(
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the GEMM's shape and strides, as BLAS passes them
 fn batched_gemm_i64(
     batch: usize,
     m: usize,

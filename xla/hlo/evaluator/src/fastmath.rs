@@ -15,13 +15,7 @@
 pub fn tanh(x: f32) -> f32 {
     const C: f32 = 7.905_311;
     let tiny = x.abs() < 0.0004;
-    let xc = if x > C {
-        C
-    } else if x < -C {
-        -C
-    } else {
-        x
-    };
+    let xc = x.clamp(-C, C);
     let x2 = xc * xc;
     let mut p = x2 * -2.760_768_5e-16 + 2.000_188e-13;
     p = x2 * p + -8.604_672e-11;
@@ -32,7 +26,7 @@ pub fn tanh(x: f32) -> f32 {
     p *= xc;
     let mut q = x2 * 1.198_258_4e-6 + 1.185_347_1e-4;
     q = x2 * q + 2.268_434_6e-3;
-    q = x2 * q + 4.893_525_2e-3;
+    q = x2 * q + 4.893_525e-3;
     if tiny {
         x
     } else {
@@ -47,13 +41,7 @@ pub fn exp(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_145_75; // few mantissa bits: n * LN2_HI is exact
     const LN2_LO: f32 = 1.428_606_8e-6;
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
-    let xc = if x > 89.0 {
-        89.0
-    } else if x < -104.0 {
-        -104.0
-    } else {
-        x
-    };
+    let xc = x.clamp(-104.0, 89.0);
     let n = (xc * LOG2E + ROUND) - ROUND;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     let mut p = r * (1.0 / 5040.0) + 1.0 / 720.0;

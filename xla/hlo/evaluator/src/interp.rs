@@ -19,7 +19,7 @@ use xla_hlo_ir::{
 };
 
 /// Where and how a module runs.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub struct EvalContext<'a> {
     pub partition_id: i64,
     pub replica_id: i64,
@@ -29,18 +29,6 @@ pub struct EvalContext<'a> {
     /// This device's communicator; without one, collectives over groups of
     /// this device alone are computed locally and others are errors.
     pub collectives: Option<&'a DeviceCommunicator>,
-}
-
-impl Default for EvalContext<'_> {
-    fn default() -> Self {
-        EvalContext {
-            partition_id: 0,
-            replica_id: 0,
-            num_partitions: None,
-            num_replicas: None,
-            collectives: None,
-        }
-    }
 }
 
 /// Evaluates `module`'s entry computation on `args`. The result is the

@@ -1126,7 +1126,7 @@ pub fn topk(a: &Array, k: i64, largest: bool) -> Result<(Array, Array), EvalErro
         return bad(format!("topk: k={k} exceeds the last dimension ({n})"));
     }
     let (n, k) = (n as usize, k as usize);
-    let rows = if n == 0 { 0 } else { a.len() / n };
+    let rows = a.len().checked_div(n).unwrap_or(0);
     let keys: Vec<i128> = match &*a.data {
         Data::F32(v) => v
             .iter()

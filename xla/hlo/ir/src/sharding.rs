@@ -150,6 +150,9 @@ impl SingleSharding {
 
 /// An instruction's sharding.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+// Single is the common case and is cloned onto many instructions; boxing it
+// would add an allocation per sharding to save space only in tuples.
+#[allow(clippy::large_enum_variant)]
 pub enum HloSharding {
     Single(SingleSharding),
     /// One sharding per leaf of the tuple shape, depth-first.

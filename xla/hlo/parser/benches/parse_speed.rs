@@ -71,7 +71,7 @@ fn main() {
         .filter(|p| p.extension().is_some_and(|x| x == "hlo"))
         .map(|p| (std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0), p))
         .collect();
-    files.sort_by(|a, b| b.0.cmp(&a.0));
+    files.sort_by_key(|f| std::cmp::Reverse(f.0));
     files.truncate(4);
     let paths: Vec<PathBuf> = files.iter().map(|f| f.1.clone()).collect();
     let xla = time_xla(&paths);

@@ -345,10 +345,7 @@ impl<'a> Parser<'a> {
         self.c.skip_ws();
         let start = self.c.pos;
         let mut any = false;
-        loop {
-            let Some(kw) = KEYWORDS.iter().find(|k| self.c.at_keyword(k)) else {
-                break;
-            };
+        while let Some(kw) = KEYWORDS.iter().find(|k| self.c.at_keyword(k)) {
             self.c.eat_keyword(kw);
             any = true;
             loop {
@@ -911,7 +908,9 @@ impl<'a> Parser<'a> {
     fn window_value(&mut self) -> PResult<Window> {
         self.c.expect(b'{')?;
         let mut sizes: Option<Vec<i64>> = None;
-        let mut fields: Vec<(&'a str, usize, Vec<(i64, i64)>)> = Vec::new();
+        // (key, its byte offset for errors, one (a, b) pair per window dim)
+        type Field<'s> = (&'s str, usize, Vec<(i64, i64)>);
+        let mut fields: Vec<Field<'a>> = Vec::new();
         while !self.c.eat(b'}') {
             let pos = self.c.pos;
             let key = self.c.ident()?;

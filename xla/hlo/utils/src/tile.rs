@@ -255,7 +255,6 @@ impl TileArray {
         }
     }
 
-    #[allow(clippy::manual_is_multiple_of)] // MSRV 1.80
     /// The shortest `(reshape_dims, perm)` with
     /// `devices == iota(reshape_dims).transpose(perm).flatten()`, if any; an
     /// identity transpose is returned as an empty `perm` over one reshape dim.

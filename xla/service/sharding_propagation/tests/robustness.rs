@@ -3,8 +3,6 @@
 //! or not), goes through the pass without panicking; it either succeeds (and
 //! then the result is a fixed point) or reports an error.
 
-#![allow(clippy::manual_is_multiple_of)] // MSRV 1.80 has no is_multiple_of
-
 use xla_hlo_ir::{HloModule, HloSharding};
 use xla_hlo_pass::Pass;
 use xla_sharding_propagation::ShardingPropagation;
