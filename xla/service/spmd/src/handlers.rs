@@ -54,6 +54,7 @@ pub fn dispatch(
         Opcode::Slice => crate::window::slice(p, instr, target),
         Opcode::Pad => crate::window::pad(p, instr, target),
         Opcode::ReduceWindow => crate::window::reduce_window(p, instr, target),
+        Opcode::SelectAndScatter => crate::window::select_and_scatter(p, instr, target),
         Opcode::Concatenate => crate::window::concatenate(p, instr, target),
         Opcode::DynamicSlice => crate::window::dynamic_slice(p, instr, target),
         Opcode::DynamicUpdateSlice => crate::window::dynamic_update_slice(p, instr, target),
@@ -369,9 +370,88 @@ fn reshape_in(in_dims: &[i64], out_dims: &[i64], out: &Grid, n: i64) -> Option<G
     })
 }
 
+/// The reshape's factor groups: the shortest runs of non-1 input dims and
+/// of non-1 output dims with equal products, in order. `None` for
+/// zero-sized dims.
+fn reshape_groups(in_dims: &[i64], out_dims: &[i64]) -> Option<Vec<(Vec<usize>, Vec<usize>)>> {
+    let ins: Vec<usize> = (0..in_dims.len()).filter(|&a| in_dims[a] != 1).collect();
+    let outs: Vec<usize> = (0..out_dims.len()).filter(|&b| out_dims[b] != 1).collect();
+    if in_dims.contains(&0) || out_dims.contains(&0) {
+        return None;
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut groups = Vec::new();
+    while i < ins.len() && j < outs.len() {
+        let (gi, gj) = (i, j);
+        let (mut pi, mut po) = (in_dims[ins[i]], out_dims[outs[j]]);
+        i += 1;
+        j += 1;
+        while pi != po {
+            if pi < po {
+                pi *= *in_dims.get(*ins.get(i)?)?;
+                i += 1;
+            } else {
+                po *= *out_dims.get(*outs.get(j)?)?;
+                j += 1;
+            }
+        }
+        groups.push((ins[gi..i].to_vec(), outs[gj..j].to_vec()));
+    }
+    (i == ins.len() && j == outs.len()).then_some(groups)
+}
+
+/// For a reshape of unevenly tiled dims, the global dims with those dims
+/// (and the output dims they become) padded to whole tiles, when the local
+/// reshape of the padded shards is exact and puts padding only where the
+/// output's tiles have it. Per factor group, an uneven dim must be:
+/// - a dim of its own (the `keepdims` reshapes of softmax and layernorm,
+///   size-1 dims inserted or dropped): both sides padded alike;
+/// - split, `[s] -> [s / m, m...]`, the minor factor `m` dividing the tile;
+/// - the major dim of a merge with untiled minor dims of product `m`,
+///   `[s, m...] -> [s * m]`, where the merged dim's tile is the old tile
+///   times `m`.
+fn padded_reshape_dims(
+    in_dims: &[i64],
+    out_dims: &[i64],
+    g: &Grid,
+) -> Option<(Vec<i64>, Vec<i64>)> {
+    let uneven = |a: usize| g.tiles(a) > 1 && in_dims[a] % g.tiles(a) != 0;
+    if (0..in_dims.len()).any(|a| in_dims[a] == 1 && g.tiles(a) > 1) {
+        return None;
+    }
+    let (mut pin, mut pout) = (in_dims.to_vec(), out_dims.to_vec());
+    for (gin, gout) in reshape_groups(in_dims, out_dims)? {
+        if !gin.iter().any(|&a| uneven(a)) {
+            continue;
+        }
+        let (a, b) = (gin[0], gout[0]);
+        if gin[1..].iter().any(|&x| g.tiles(x) > 1) {
+            return None;
+        }
+        let t = g.tiles(a);
+        let ts = tile_size(in_dims[a], t);
+        let minor_in: i64 = gin[1..].iter().map(|&x| in_dims[x]).product();
+        let minor_out: i64 = gout[1..].iter().map(|&x| out_dims[x]).product();
+        let out_tile = match (gin.len(), gout.len()) {
+            (1, 1) => ts,
+            (1, _) if ts % minor_out == 0 => ts / minor_out,
+            (_, 1) if tile_size(out_dims[b], t) == ts * minor_in => ts * minor_in,
+            _ => return None,
+        };
+        pin[a] = ts * t;
+        pout[b] = out_tile * t;
+    }
+    Some((pin, pout))
+}
+
 fn reshape_out_uncached(in_dims: &[i64], out_dims: &[i64], g: &Grid, n: i64) -> Option<Grid> {
     if !even(in_dims, g) {
-        return None;
+        let (pin, pout) = padded_reshape_dims(in_dims, out_dims, g)?;
+        return if even(&pin, g) {
+            reshape_out_uncached(&pin, &pout, g, n)
+        } else {
+            None
+        };
     }
     let q = match g.reshaped(in_dims, out_dims) {
         Some(q) => q?,

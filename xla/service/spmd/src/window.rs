@@ -685,6 +685,75 @@ pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
     }))
 }
 
+/// select-and-scatter (the gradient of max pooling) computed where it is
+/// local: every tiled dim either passes through (window 1, stride 1) or
+/// has non-overlapping windows (size = stride, no padding or dilation)
+/// that never cross a tile, the operand, the source and the result tiled
+/// alike. The grid is the result's, the operand's, or the result's with
+/// the dims that fail that replicated, whichever costs least to reach.
+/// Overlapping windows across tiles (XLA's halo exchange with scattered
+/// contributions sent back) are not handled: those fall back.
+pub fn select_and_scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    let Some(win) = instr.window().cloned() else {
+        return Ok(None);
+    };
+    if instr.operands.len() != 3 {
+        return Ok(None);
+    }
+    let x = p.operand(instr, 0)?;
+    let src = p.operand(instr, 1)?;
+    let init = p.operand(instr, 2)?;
+    let (xd, sd) = (x.shape.dims().to_vec(), src.shape.dims().to_vec());
+    if win.dims.len() != xd.len() || sd.len() != xd.len() {
+        return Ok(None);
+    }
+    let local_dim = |a: usize, t: i64| {
+        let w = &win.dims[a];
+        let plain = w.lhs_dilation == 1
+            && w.rhs_dilation == 1
+            && w.padding_low == 0
+            && w.padding_high == 0
+            && !w.reversal;
+        t <= 1
+            || (plain
+                && w.size == w.stride
+                && xd[a] % (t * w.stride) == 0
+                && sd[a] * w.stride == xd[a])
+    };
+    let aligned = |c: &Grid| (0..xd.len()).all(|a| local_dim(a, c.tiles(a)));
+    let bad: Vec<usize> = (0..xd.len())
+        .filter(|&a| !local_dim(a, out.tiles(a)))
+        .collect();
+    let mut cands = vec![out.clone(), out.replicate_dims(&bad)];
+    if let Some(g) = x.vs.grid() {
+        cands.push(g.clone());
+    }
+    let mut best: Option<(Grid, u64)> = None;
+    for c in cands.into_iter().filter(|c| aligned(c)) {
+        let cost = p.cost(&x, &c) + p.cost(&src, &c) + p.cost_of(&instr.shape, &c, &out);
+        if best.as_ref().map_or(true, |b| cost < b.1) {
+            best = Some((c, cost));
+        }
+    }
+    let Some((c, _)) = best else {
+        return Ok(None);
+    };
+    let xl = p.reshard_to_grid(&x, &c)?;
+    let sl = p.reshard_to_grid(&src, &c)?;
+    let init = p.replicate(&init)?.id;
+    let want = local_shape(&instr.shape, &VS::Grid(c.clone()));
+    let id = p.clone_instr(instr, vec![xl, sl, init], want);
+    p.note(instr, "select-and-scatter");
+    Ok(Some(PValue {
+        id,
+        shape: Rc::new(instr.shape.clone()),
+        vs: VS::Grid(c),
+    }))
+}
+
 /// Grids where dim `a` is whole: `out` with `a` replicated, or with its
 /// tiling moved onto another dim `e` (as a new minor factor) when every
 /// array of `shapes` divides evenly there.
