@@ -368,11 +368,26 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
     }
     // Spatial dims sharded in the output use a halo exchange when the window
     // allows it; otherwise they must be whole.
+    // With base (lhs) dilation every output tile must start at the same
+    // phase of the dilated input, for one local convolution to serve all
+    // tiles; the tile counts that can occur are the output's and the
+    // input's (the einsum's candidate grids take the dim from either).
+    let out_dims = instr.shape.dims().to_vec();
+    let same_phase = |s: usize, t: i64| {
+        let w = &win.dims[s];
+        let so = crate::grid::tile_size(out_dims[u(dn.output_spatial[s])], t);
+        t <= 1 || (so * w.stride) % w.lhs_dilation == 0
+    };
     let mut halo_dims = Vec::new();
     for s in 0..ns {
         let od = u(dn.output_spatial[s]);
         let w = &win.dims[s];
-        if out.tiles(od) > 1 && w.lhs_dilation == 1 && !w.reversal {
+        let lhs_tiles = lhs.vs.grid().map_or(1, |g| g.tiles(u(dn.input_spatial[s])));
+        if out.tiles(od) > 1
+            && !w.reversal
+            && same_phase(s, out.tiles(od))
+            && same_phase(s, lhs_tiles)
+        {
             halo_dims.push(s);
         }
     }
@@ -406,7 +421,6 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
         },
     );
     let lhs_dims = lhs.shape.dims().to_vec();
-    let out_dims = instr.shape.dims().to_vec();
     einsum(p, instr, &e, &lhs, &rhs, &out, &mut |p, x, lg, y, _, vs| {
         let VS::Grid(io) = vs else {
             return Err(SpmdError::Invalid(
@@ -425,15 +439,29 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
             let wd = win.dims[s];
             let so = crate::grid::tile_size(out_dims[od], t);
             let span = (wd.size - 1) * wd.rhs_dilation + 1;
-            let len = (so - 1) * wd.stride + span;
-            // Output tile i reads input [i*so*stride - pad_low, ... + len).
-            let starts: Vec<i64> = (0..t)
-                .map(|i| i * so * wd.stride - wd.padding_low)
-                .collect();
+            // Output tile i reads the dilated, padded input at
+            // [i*so*stride - pad_low, ... + dilated_len).
+            let dilated_len = (so - 1) * wd.stride + span;
+            let dilated_start = |i: i64| i * so * wd.stride - wd.padding_low;
+            // The input rows whose dilated positions fall in that window:
+            // from the first at or after its start; the window then begins
+            // `pad_low` positions before that row (the same for every tile)
+            // and ends `pad_high` positions after the last.
+            let l = wd.lhs_dilation.max(1);
+            let first_row = |i: i64| -((-dilated_start(i)).div_euclid(l));
+            let pad_low = first_row(0) * l - dilated_start(0);
+            if (0..t).any(|i| first_row(i) * l - dilated_start(i) != pad_low) {
+                return Err(SpmdError::Invalid(
+                    "base-dilated convolution tiles start at different phases".into(),
+                ));
+            }
+            let len = (dilated_len - 1 - pad_low) / l + 1;
+            let pad_high = dilated_len - pad_low - ((len - 1) * l + 1);
+            let starts: Vec<i64> = (0..t).map(first_row).collect();
             let zero = p.b.zero_of(x)?;
             x = crate::window::exchange(p, x, lg, &lhs_dims, ld, &starts, len, Some(zero))?;
-            w.dims[s].padding_low = 0;
-            w.dims[s].padding_high = 0;
+            w.dims[s].padding_low = pad_low;
+            w.dims[s].padding_high = pad_high;
         }
         let want = crate::partition::local_shape(&instr.shape, vs);
         let id = p.clone_instr(instr, vec![x, y], want.clone());

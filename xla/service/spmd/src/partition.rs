@@ -247,7 +247,14 @@ pub struct Part<'a, 'c> {
     pub oc: &'a HloComputation,
     pub b: Builder<'c>,
     pub vals: Vec<Option<PValue>>,
+    /// Reshard cache: (value, grid) -> the value laid out by that grid.
+    /// Values are keyed by their class (see `class_of`), so every layout
+    /// of one array that has been built is reused, including the one a
+    /// value was resharded from (as XLA's reshard cache does).
     cache: FxHashMap<(InstrId, Grid), InstrId>,
+    /// Local value -> the first local value of the same global array (the
+    /// results of reshards belong to their source's class).
+    class_of: FxHashMap<InstrId, InstrId>,
 }
 
 /// Partitions computation `cid` of `orig` with parameter shardings
@@ -269,6 +276,7 @@ pub fn partition_computation(
         b,
         vals: vec![None; oc.instructions.len()],
         cache: FxHashMap::default(),
+        class_of: FxHashMap::default(),
     };
     for id in oc.ids() {
         let instr = oc.instr(id);
@@ -499,21 +507,28 @@ impl<'a, 'c> Part<'a, 'c> {
         if s == t {
             return Ok(x);
         }
-        if let Some(&hit) = self.cache.get(&(x, t.clone())) {
+        let class = self.class(x);
+        if let Some(&hit) = self.cache.get(&(class, t.clone())) {
             return Ok(hit);
         }
         let bytes = elem(shape)?.byte_width().max(1) as u64;
         let plan = reshard::plan(s, t, shape.dims(), bytes);
         let y = reshard::emit(&mut self.b, x, s, &plan, shape.dims())?;
-        self.cache.insert((x, t.clone()), y);
+        self.cache.insert((class, t.clone()), y);
+        self.cache.entry((class, s.clone())).or_insert(x);
+        self.class_of.insert(y, class);
         Ok(y)
+    }
+
+    fn class(&self, x: InstrId) -> InstrId {
+        self.class_of.get(&x).copied().unwrap_or(x)
     }
 
     /// Bytes per device to reshard `v` to `t` (0 when cached).
     pub fn cost(&self, v: &PValue, t: &Grid) -> u64 {
         match &v.vs {
             VS::Grid(s) => {
-                if s == t || self.cache.contains_key(&(v.id, t.clone())) {
+                if s == t || self.cache.contains_key(&(self.class(v.id), t.clone())) {
                     return 0;
                 }
                 let bytes = v

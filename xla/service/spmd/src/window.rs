@@ -788,6 +788,9 @@ pub fn concatenate(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
     if a >= out.rank() || vals.iter().any(|v| v.shape.rank() != out.rank()) {
         return Ok(None);
     }
+    if let Some(r) = rotate(p, instr, a, &out, &vals)? {
+        return Ok(Some(r));
+    }
     let c = if out.tiles(a) == 1 {
         out.clone()
     } else {
@@ -815,6 +818,103 @@ pub fn concatenate(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
     }
     p.note(instr, "concatenate");
     Ok(Some(p.emit_local(instr, ops, &VS::Grid(c))?))
+}
+
+/// `concatenate(slice(x)[k:n], slice(x)[0:k])` along `a` (`jnp.roll`),
+/// as `(x, k)`: the result is `x` rotated left by `k` along `a`.
+fn rotation(p: &Part<'_, '_>, instr: &HloInstruction, a: usize) -> Option<(InstrId, i64)> {
+    let [first, second] = instr.operands[..] else {
+        return None;
+    };
+    let (s0, s1) = (p.oc.instr(first), p.oc.instr(second));
+    if s0.opcode != Opcode::Slice || s1.opcode != Opcode::Slice || s0.operands != s1.operands {
+        return None;
+    }
+    let x = p.oc.instr(*s0.operands.first()?);
+    let xd = x.shape.dims();
+    let (d0, d1) = (s0.slice_dims()?, s1.slice_dims()?);
+    if d0.len() != xd.len() || d1.len() != xd.len() || a >= xd.len() {
+        return None;
+    }
+    let whole = |d: &xla_hlo_ir::attrs::SliceDim, b: usize| {
+        d.stride == 1 && (b == a || (d.start == 0 && d.limit == xd[b]))
+    };
+    if !(0..xd.len()).all(|b| whole(&d0[b], b) && whole(&d1[b], b)) {
+        return None;
+    }
+    let k = d0[a].start;
+    let rotated = d0[a].limit == xd[a] && d1[a].start == 0 && d1[a].limit == k;
+    (rotated && k > 0 && k < xd[a]).then_some((s0.operands[0], k))
+}
+
+/// A rotation along `a` (see [`rotation`]) of an operand that can be laid
+/// out like the result, evenly tiled along `a`: each tile takes the rest
+/// of the tile `k / s` further on and the head of the next one (`s` the
+/// tile size): at most two collective-permutes of one tile in all, as XLA
+/// does, instead of gathering the pieces. Used when cheaper than the
+/// generic concatenation.
+fn rotate(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    a: usize,
+    out: &Grid,
+    vals: &[PValue],
+) -> Res {
+    let t = out.tiles(a);
+    let Some((xid, k)) = rotation(p, instr, a) else {
+        return Ok(None);
+    };
+    let x = p.val(xid)?;
+    let n = x.shape.dims()[a];
+    if t <= 1 || n % t != 0 {
+        return Ok(None);
+    }
+    let s = n / t;
+    let (q, r) = (k / s, k % s);
+    let tile_bytes = p.cost_of(&instr.shape, out, &out.replicate_dims(&[a])) / (t as u64 - 1);
+    let moved = |from: i64, rows: i64| {
+        if from % t == 0 {
+            0
+        } else {
+            tile_bytes * rows as u64 / s as u64
+        }
+    };
+    let cost = p.cost(&x, out) + moved(q, s - r) + if r > 0 { moved(q + 1, r) } else { 0 };
+    let generic: u64 = vals
+        .iter()
+        .map(|v| p.cost(v, &out.replicate_dims(&[a])))
+        .sum::<u64>();
+    if cost >= generic {
+        return Ok(None);
+    }
+    let xl = p.reshard_to_grid(&x, out)?;
+    let ld = p.b.dims(xl);
+    let piece = |p: &mut Part<'_, '_>, lo: i64, hi: i64, shift: i64| {
+        let mut rg: Vec<(i64, i64, i64)> = ld.iter().map(|&d| (0, d, 1)).collect();
+        rg[a] = (lo, hi, 1);
+        let sl = p.b.slice(xl, &rg);
+        if shift % t == 0 {
+            return sl;
+        }
+        let source: Vec<Option<i64>> = (0..t).map(|i| Some((i + shift) % t)).collect();
+        let pairs = tile_pairs(out, a, &source);
+        p.b.collective_permute(sl, &pairs)
+    };
+    let mut parts = vec![piece(p, r, s, q)];
+    if r > 0 {
+        parts.push(piece(p, 0, r, q + 1));
+    }
+    let id = if parts.len() == 1 {
+        parts[0]
+    } else {
+        p.b.concatenate(parts, a)
+    };
+    p.note(instr, "concatenate:rotate");
+    Ok(Some(PValue {
+        id,
+        shape: Rc::new(instr.shape.clone()),
+        vs: VS::Grid(out.clone()),
+    }))
 }
 
 /// Dims a dynamic slice/update actually cuts (size below the dim).

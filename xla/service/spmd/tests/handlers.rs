@@ -470,3 +470,25 @@ fn select_and_scatter_with_aligned_windows_is_local() {
     );
     check(&m, 8, false, 1e-6, 23);
 }
+
+/// A transposed convolution (base dilation 2) with the width sharded:
+/// a one-row halo from the left neighbour and a local convolution with
+/// adjusted padding, as XLA does (one collective-permute of 1x5x1x3 f32).
+/// When the tiles would start at different phases of the dilated input
+/// (odd output tiles), the width is gathered instead; both run correctly.
+#[test]
+fn base_dilated_convolution_exchanges_real_rows() {
+    let m = module(
+        "ENTRY %e (x: f32[2,5,8,3], k: f32[3,3,3,4]) -> f32[2,10,16,4] {\n  %x = f32[2,5,8,3] parameter(0), sharding={devices=[2,1,4,1]<=[8]}\n  %k = f32[3,3,3,4] parameter(1), sharding={replicated}\n  ROOT %c = f32[2,10,16,4] convolution(%x, %k), window={size=3x3 pad=2_1x2_1 lhs_dilate=2x2}, dim_labels=b01f_01io->b01f, sharding={devices=[2,1,4,1]<=[8]}\n}\n",
+        "",
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 1e-5, 24);
+    assert_eq!(s.collective_bytes, 60, "{s:?}");
+    let m = module(
+        "ENTRY %e (x: f32[1,4,6,2], k: f32[3,3,2,2]) -> f32[1,8,12,2] {\n  %x = f32[1,4,6,2] parameter(0), sharding={devices=[1,1,4,1,2]<=[8] last_tile_dim_replicate}\n  %k = f32[3,3,2,2] parameter(1), sharding={replicated}\n  ROOT %c = f32[1,8,12,2] convolution(%x, %k), window={size=3x3 pad=2_1x2_1 lhs_dilate=2x2}, dim_labels=b01f_01io->b01f, sharding={devices=[1,1,4,1,2]<=[8] last_tile_dim_replicate}\n}\n",
+        "",
+        8,
+    );
+    check(&m, 8, false, 1e-5, 25);
+}
