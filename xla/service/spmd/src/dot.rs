@@ -70,10 +70,12 @@ fn lift(g: &Grid, dims: &[usize], ni: usize) -> Grid {
     g.remap(&map)
 }
 
-struct Choice {
+/// The layout an einsum is computed in (iteration-space grid), what
+/// follows the local op, and the bytes per device it all costs.
+pub struct Choice {
     i: Grid,
     post: Post,
-    cost: u64,
+    pub cost: u64,
 }
 
 /// Partitions an einsum-like op: `emit(p, lhs, rhs, out_vs)` emits the
@@ -87,8 +89,23 @@ pub fn einsum(
     out: &Grid,
     emit: &mut EmitFn<'_>,
 ) -> Res {
+    match einsum_plan(p, instr, e, lhs, rhs, out) {
+        Some(choice) => einsum_emit(p, instr, e, lhs, rhs, choice, emit),
+        None => Ok(None),
+    }
+}
+
+/// The cheapest layout for an einsum (see [`einsum`]), or `None`.
+pub fn einsum_plan(
+    p: &Part<'_, '_>,
+    instr: &HloInstruction,
+    e: &Einsum,
+    lhs: &PValue,
+    rhs: &PValue,
+    out: &Grid,
+) -> Option<Choice> {
     let (Some(lg), Some(rg)) = (lhs.vs.grid().cloned(), rhs.vs.grid().cloned()) else {
-        return Ok(None);
+        return None;
     };
     let ni = e.ni;
     let out_shape = &instr.shape;
@@ -167,9 +184,19 @@ pub fn einsum(
             best = Some((Choice { i: c, post, cost }, tiles));
         }
     }
-    let Some((choice, _)) = best else {
-        return Ok(None);
-    };
+    best.map(|b| b.0)
+}
+
+/// Emits an einsum in the layout `choice` (from [`einsum_plan`]).
+pub fn einsum_emit(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    e: &Einsum,
+    lhs: &PValue,
+    rhs: &PValue,
+    choice: Choice,
+    emit: &mut EmitFn<'_>,
+) -> Res {
     let c = choice.i;
     let il = project(&c, &e.lhs);
     let ir = project(&c, &e.rhs);
@@ -412,6 +439,11 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
         },
         whole,
     };
+    if halo_dims.is_empty() && fgc == 1 && bgc == 1 {
+        if let Some(v) = kernel_window_sharded(p, instr, &e, &dn, &win, &lhs, &rhs, &out)? {
+            return Ok(Some(v));
+        }
+    }
     p.note(
         instr,
         if halo_dims.is_empty() {
@@ -472,6 +504,111 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
         if got.dims() != want.dims() {
             return Err(SpmdError::Invalid(format!(
                 "local convolution shape {got} differs from {want}"
+            )));
+        }
+        Ok(PValue {
+            id,
+            shape: Rc::new(instr.shape.clone()),
+            vs: vs.clone(),
+        })
+    })
+}
+
+/// A convolution whose kernel spatial (window) dims are tiled, as in the
+/// kernel gradient of a convolution (the "kernel" there is the output
+/// gradient, its window the whole image): each device convolves its part
+/// of the window with the input rows that part reads (a window exchange of
+/// the input), giving a partial sum of the whole output, then an
+/// all-reduce (or reduce-scatter) over the window's tiles, as XLA does.
+/// The input's spatial dims follow the window's tiling; output spatial
+/// dims stay whole. Chosen only when its bytes, halos included, are below
+/// the plain strategy's (`e`, which keeps window dims whole).
+#[allow(clippy::too_many_arguments)]
+fn kernel_window_sharded(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    e: &Einsum,
+    dn: &xla_hlo_ir::attrs::ConvDimensionNumbers,
+    win: &xla_hlo_ir::attrs::Window,
+    lhs: &PValue,
+    rhs: &PValue,
+    out: &Grid,
+) -> Res {
+    let u = |d: i64| d as usize;
+    let ns = dn.input_spatial.len();
+    if win.dims.iter().any(|w| w.lhs_dilation != 1 || w.reversal) {
+        return Ok(None);
+    }
+    let mut lmap = e.lhs.clone();
+    for s in 0..ns {
+        lmap[u(dn.input_spatial[s])] = 3 + ns + s;
+    }
+    let eb = Einsum {
+        ni: e.ni,
+        lhs: lmap,
+        rhs: e.rhs.clone(),
+        out: e.out.clone(),
+        contracted: e.contracted.clone(),
+        whole: (0..ns).map(|s| 3 + s).collect(),
+    };
+    let kernel_dims = rhs.shape.dims().to_vec();
+    let out_dims = instr.shape.dims().to_vec();
+    let lhs_dims = lhs.shape.dims().to_vec();
+    // Window tile j of dim s reads input [j*ks*rd - pad_low, ... + len).
+    let window = |s: usize, t: i64| {
+        let w = &win.dims[s];
+        let ks = crate::grid::tile_size(kernel_dims[u(dn.kernel_spatial[s])], t);
+        let o = out_dims[u(dn.output_spatial[s])];
+        let starts: Vec<i64> = (0..t)
+            .map(|j| j * ks * w.rhs_dilation - w.padding_low)
+            .collect();
+        (ks, starts, (o - 1) * w.stride + (ks - 1) * w.rhs_dilation + 1)
+    };
+    let Some(b) = einsum_plan(p, instr, &eb, lhs, rhs, out) else {
+        return Ok(None);
+    };
+    let il = project(&b.i, &eb.lhs);
+    let mut halo = 0;
+    let mut tiled = false;
+    for s in 0..ns {
+        let ld = u(dn.input_spatial[s]);
+        let t = il.tiles(ld);
+        if t > 1 {
+            tiled = true;
+            let (_, starts, len) = window(s, t);
+            halo += crate::window::exchange_cost(p, &il, &lhs.shape, ld, &starts, len);
+        }
+    }
+    let plain = einsum_plan(p, instr, e, lhs, rhs, out).map_or(u64::MAX, |a| a.cost);
+    if !tiled || b.cost + halo >= plain {
+        return Ok(None);
+    }
+    p.note(instr, "convolution-window-sharded");
+    einsum_emit(p, instr, &eb, lhs, rhs, b, &mut |p, x, lg, y, _, vs| {
+        let mut x = x;
+        let mut w = win.clone();
+        for s in 0..ns {
+            let ld = u(dn.input_spatial[s]);
+            let t = lg.tiles(ld);
+            if t <= 1 {
+                continue;
+            }
+            let (ks, starts, len) = window(s, t);
+            let zero = p.b.zero_of(x)?;
+            x = crate::window::exchange(p, x, lg, &lhs_dims, ld, &starts, len, Some(zero))?;
+            w.dims[s].size = ks;
+            w.dims[s].padding_low = 0;
+            w.dims[s].padding_high = 0;
+        }
+        let want = crate::partition::local_shape(&instr.shape, vs);
+        let id = p.clone_instr(instr, vec![x, y], want.clone());
+        p.b.comp
+            .instr_mut(id)
+            .set_attr(AttrKey::Window, AttrValue::Window(w));
+        let got = p.infer(p.b.comp.instr(id), &[p.b.shape(x), p.b.shape(y)])?;
+        if got.dims() != want.dims() {
+            return Err(SpmdError::Invalid(format!(
+                "local window-sharded convolution shape {got} differs from {want}"
             )));
         }
         Ok(PValue {

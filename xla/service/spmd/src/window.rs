@@ -392,7 +392,7 @@ fn other_bytes(shape: &Shape, g: &Grid, a: usize) -> u64 {
 }
 
 /// Bytes per device `exchange` moves.
-fn exchange_cost(
+pub fn exchange_cost(
     p: &Part<'_, '_>,
     g: &Grid,
     shape: &Shape,
