@@ -33,6 +33,8 @@ struct State {
     inflight: [usize; NUM_RESOURCES],
     rem_compute: f64,
     done_count: usize,
+    /// Nodes in the order they were placed.
+    order: Vec<u32>,
 }
 
 struct Search<'a> {
@@ -46,6 +48,8 @@ struct Search<'a> {
     expansions: usize,
     budget: usize,
     exhausted: bool,
+    /// The order of the best complete schedule found below `upper`.
+    best_order: Option<Vec<u32>>,
     /// Time profiles already explored per set of placed nodes: a state
     /// whose profile is no earlier anywhere than a seen one is dominated.
     seen: FxHashMap<Vec<u64>, Vec<Vec<f64>>>,
@@ -61,6 +65,28 @@ pub fn exact_bound(
     rank: &[usize],
     budget: usize,
 ) -> Option<f64> {
+    exact_search(g, limits, upper, rank, budget).and_then(|r| r.bound)
+}
+
+/// What the search found: the relaxed optimum when it finished (`bound`),
+/// and the order (every node) of the best schedule it met with a relaxed
+/// makespan below `upper`, even when it ran out of budget. That order is
+/// valid for the real problem; its real makespan can exceed the relaxed
+/// one only by the compute nodes the relaxation made free.
+pub struct SearchResult {
+    pub bound: Option<f64>,
+    pub order: Option<Vec<u32>>,
+}
+
+/// The search behind [`exact_bound`]; `None` when the computation has
+/// too many decision nodes to search.
+pub fn exact_search(
+    g: &Graph,
+    limits: &[usize; NUM_RESOURCES],
+    upper: f64,
+    rank: &[usize],
+    budget: usize,
+) -> Option<SearchResult> {
     let n = g.n;
     let scale = (0..n)
         .map(|i| g.lb_cost[i].max(g.latency[i]))
@@ -98,6 +124,7 @@ pub fn exact_bound(
         inflight: [0; NUM_RESOURCES],
         rem_compute: w.iter().sum(),
         done_count: 0,
+        order: Vec::with_capacity(n),
     };
     let mut s = Search {
         g,
@@ -110,22 +137,23 @@ pub fn exact_bound(
         expansions: 0,
         budget,
         exhausted: false,
+        best_order: None,
         seen: FxHashMap::default(),
     };
     let mut st = state;
     s.close(&mut st);
     s.dfs(st);
-    if s.exhausted {
-        None
-    } else {
-        Some(s.best)
-    }
+    Some(SearchResult {
+        bound: (!s.exhausted).then_some(s.best),
+        order: s.best_order,
+    })
 }
 
 impl Search<'_> {
     fn place(&self, st: &mut State, i: usize) {
         let g = self.g;
         st.scheduled[i] = true;
+        st.order.push(i as u32);
         st.done_count += 1;
         st.rem_compute -= self.w[i];
         match g.kind[i] {
@@ -248,6 +276,7 @@ impl Search<'_> {
             let end = st.comm_end.iter().copied().fold(st.t, f64::max);
             if end < self.best {
                 self.best = end;
+                self.best_order = Some(st.order.clone());
             }
             return;
         }

@@ -562,7 +562,11 @@ fn kernel_window_sharded(
         let starts: Vec<i64> = (0..t)
             .map(|j| j * ks * w.rhs_dilation - w.padding_low)
             .collect();
-        (ks, starts, (o - 1) * w.stride + (ks - 1) * w.rhs_dilation + 1)
+        (
+            ks,
+            starts,
+            (o - 1) * w.stride + (ks - 1) * w.rhs_dilation + 1,
+        )
     };
     let Some(b) = einsum_plan(p, instr, &eb, lhs, rhs, out) else {
         return Ok(None);
