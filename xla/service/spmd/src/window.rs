@@ -734,7 +734,7 @@ pub fn select_and_scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: 
     let mut best: Option<(Grid, u64)> = None;
     for c in cands.into_iter().filter(|c| aligned(c)) {
         let cost = p.cost(&x, &c) + p.cost(&src, &c) + p.cost_of(&instr.shape, &c, &out);
-        if best.as_ref().map_or(true, |b| cost < b.1) {
+        if best.as_ref().is_none_or(|b| cost < b.1) {
             best = Some((c, cost));
         }
     }
