@@ -410,11 +410,17 @@ fn reshape_groups(in_dims: &[i64], out_dims: &[i64]) -> Option<Vec<(Vec<usize>, 
 /// - the major dim of a merge with untiled minor dims of product `m`,
 ///   `[s, m...] -> [s * m]`, where the merged dim's tile is the old tile
 ///   times `m`.
+///
+/// With `retile`, a merge whose output tile differs is also accepted: its
+/// output dim is padded to the merged tile instead (`ts * m` per tile) and
+/// listed, for a window exchange to the real tiles after the reshape.
 fn padded_reshape_dims(
     in_dims: &[i64],
     out_dims: &[i64],
     g: &Grid,
+    retile: Option<&mut Vec<usize>>,
 ) -> Option<(Vec<i64>, Vec<i64>)> {
+    let mut retile = retile;
     let uneven = |a: usize| g.tiles(a) > 1 && in_dims[a] % g.tiles(a) != 0;
     if (0..in_dims.len()).any(|a| in_dims[a] == 1 && g.tiles(a) > 1) {
         return None;
@@ -436,6 +442,10 @@ fn padded_reshape_dims(
             (1, 1) => ts,
             (1, _) if ts % minor_out == 0 => ts / minor_out,
             (_, 1) if tile_size(out_dims[b], t) == ts * minor_in => ts * minor_in,
+            (_, 1) if retile.is_some() => {
+                retile.as_mut()?.push(b);
+                ts * minor_in
+            }
             _ => return None,
         };
         pin[a] = ts * t;
@@ -446,7 +456,7 @@ fn padded_reshape_dims(
 
 fn reshape_out_uncached(in_dims: &[i64], out_dims: &[i64], g: &Grid, n: i64) -> Option<Grid> {
     if !even(in_dims, g) {
-        let (pin, pout) = padded_reshape_dims(in_dims, out_dims, g)?;
+        let (pin, pout) = padded_reshape_dims(in_dims, out_dims, g, None)?;
         return if even(&pin, g) {
             reshape_out_uncached(&pin, &pout, g, n)
         } else {
@@ -514,6 +524,12 @@ fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let rout = Grid::replicated(out_dims.len(), n);
     let c = p.cost(&v, &rin);
     cands.push(((rin, rout), c));
+    let best = cands.iter().map(|c| c.1).min().unwrap_or(u64::MAX);
+    if best > 0 {
+        if let Some(r) = reshape_retiled(p, instr, &v, &vg, &out, best)? {
+            return Ok(Some(r));
+        }
+    }
     let Some((pg, rg)) = cheapest(&cands) else {
         return Ok(None);
     };
@@ -525,6 +541,65 @@ fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         id,
         shape: Rc::new(instr.shape.clone()),
         vs: VS::Grid(rg),
+    }))
+}
+
+/// A reshape merging an unevenly tiled dim with whole minor dims whose
+/// merged tiles differ from the output's (`[6, 10]` over 4 -> `[60]`:
+/// local rows of 20 elements, output tiles of 15): the local reshape, then
+/// a window exchange from the merged tiles to the output's (a
+/// collective-permute of the misaligned part, as XLA does). Used when
+/// cheaper than `best`, the other candidates' cost.
+fn reshape_retiled(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    v: &PValue,
+    vg: &Grid,
+    out: &Grid,
+    best: u64,
+) -> Res {
+    let in_dims = v.shape.dims().to_vec();
+    let out_dims = instr.shape.dims().to_vec();
+    let n = p.n();
+    let mut retile = Vec::new();
+    let Some((pin, pout)) = padded_reshape_dims(&in_dims, &out_dims, vg, Some(&mut retile)) else {
+        return Ok(None);
+    };
+    if retile.is_empty() || !even(&pin, vg) {
+        return Ok(None);
+    }
+    let Some(q) = reshape_out_uncached(&pin, &pout, vg, n) else {
+        return Ok(None);
+    };
+    // The exchange works on the output with the merged (virtual) sizes.
+    let windows: Vec<(usize, Vec<i64>, i64)> = retile
+        .iter()
+        .map(|&b| {
+            let t = q.tiles(b);
+            let so = tile_size(out_dims[b], t);
+            (b, (0..t).map(|i| i * so).collect(), so)
+        })
+        .collect();
+    let virt = with_dims(&instr.shape, &pout);
+    let mut cost = p.cost_of(&instr.shape, &q, out);
+    for (b, starts, len) in &windows {
+        cost += crate::window::exchange_cost(p, &q, &virt, *b, starts, *len);
+    }
+    if cost >= best {
+        return Ok(None);
+    }
+    let local = local_shape(&virt, &VS::Grid(q.clone()));
+    let mut x = p.clone_instr(instr, vec![v.id], local);
+    let mut dims_now = pout.clone();
+    for (b, starts, len) in &windows {
+        x = crate::window::exchange(p, x, &q, &dims_now, *b, starts, *len, None)?;
+        dims_now[*b] = len * q.tiles(*b);
+    }
+    p.note(instr, "reshape-retile");
+    Ok(Some(PValue {
+        id: x,
+        shape: Rc::new(instr.shape.clone()),
+        vs: VS::Grid(q),
     }))
 }
 

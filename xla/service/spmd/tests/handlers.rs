@@ -492,3 +492,18 @@ fn base_dilated_convolution_exchanges_real_rows() {
     );
     check(&m, 8, false, 1e-5, 25);
 }
+
+/// Merging an unevenly tiled dim with a whole minor dim whose merged tiles
+/// differ from the output's (`[6,10]` over 4 -> `[60]`: 20 local elements,
+/// tiles of 15) realigns with collective-permutes, not a gather.
+#[test]
+fn uneven_merge_realigns_with_permutes() {
+    let m = module(
+        "ENTRY %e (a: f32[6,10]) -> f32[60] {\n  %a = f32[6,10] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}\n  ROOT %r = f32[60] reshape(%a), sharding={devices=[4,2]<=[8] last_tile_dim_replicate}\n}\n",
+        "",
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 0.0, 26);
+    assert_eq!(s.collectives.get("all-gather"), None, "{s:?}");
+    assert!(s.collectives.get("collective-permute").is_some(), "{s:?}");
+}
