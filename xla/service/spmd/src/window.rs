@@ -866,8 +866,11 @@ fn rotate(
     };
     let x = p.val(xid)?;
     let n = x.shape.dims()[a];
-    if t <= 1 || n % t != 0 {
+    if t <= 1 {
         return Ok(None);
+    }
+    if n % t != 0 {
+        return rotate_uneven(p, instr, a, out, vals, &x, k);
     }
     let s = n / t;
     let (q, r) = (k / s, k % s);
@@ -909,6 +912,51 @@ fn rotate(
     } else {
         p.b.concatenate(parts, a)
     };
+    p.note(instr, "concatenate:rotate");
+    Ok(Some(PValue {
+        id,
+        shape: Rc::new(instr.shape.clone()),
+        vs: VS::Grid(out.clone()),
+    }))
+}
+
+/// A rotation by `k` along an unevenly tiled dim `a` of `n` elements:
+/// output tile `i` (tile size `s`) is the window `[i*s + k, ... + s)` of
+/// the operand where that stays below `n`, and the window shifted back by
+/// `n` beyond: two window exchanges and a select.
+fn rotate_uneven(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    a: usize,
+    out: &Grid,
+    vals: &[PValue],
+    x: &PValue,
+    k: i64,
+) -> Res {
+    let t = out.tiles(a);
+    let dims = x.shape.dims().to_vec();
+    let n = dims[a];
+    let s = tile_size(n, t);
+    let head: Vec<i64> = (0..t).map(|i| i * s + k).collect();
+    let wrapped: Vec<i64> = (0..t).map(|i| i * s + k - n).collect();
+    let cost = p.cost(x, out)
+        + exchange_cost(p, out, &x.shape, a, &head, s)
+        + exchange_cost(p, out, &x.shape, a, &wrapped, s);
+    let generic: u64 = vals
+        .iter()
+        .map(|v| p.cost(v, &out.replicate_dims(&[a])))
+        .sum();
+    if cost >= generic {
+        return Ok(None);
+    }
+    let xl = p.reshard_to_grid(x, out)?;
+    let y1 = exchange(p, xl, out, &dims, a, &head, s, None)?;
+    let y2 = exchange(p, xl, out, &dims, a, &wrapped, s, None)?;
+    let ld = p.b.dims(y1);
+    let offsets = out.offsets(a, s);
+    let off = p.b.table(&offsets);
+    let from_head = p.b.range_mask(&ld, a, off, None, Some(n - k));
+    let id = p.b.select(from_head, y1, y2);
     p.note(instr, "concatenate:rotate");
     Ok(Some(PValue {
         id,
@@ -1122,13 +1170,15 @@ pub fn reverse(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
     if rev.iter().any(|&a| a >= dims.len()) {
         return Ok(None);
     }
-    // Uneven reversed dims are whole; even ones flip their tile order.
+    // Reversed dims flip their tile order: each device reverses the tile
+    // mirrored to it. On an uneven dim (padding `pad` at the end) that
+    // leaves every local tile `pad` rows early: a window exchange shifts
+    // it back (as XLA does). The alternative gathers the uneven dims.
     let uneven: Vec<usize> = rev
         .iter()
         .copied()
         .filter(|&a| out.tiles(a) > 1 && dims[a] % out.tiles(a) != 0)
         .collect();
-    let o = out.replicate_dims(&uneven);
     let flip = |g: &Grid| {
         Grid::from_coords(
             &(0..g.rank()).map(|a| g.tiles(a)).collect::<Vec<_>>(),
@@ -1145,11 +1195,39 @@ pub fn reverse(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
             },
         )
     };
-    let (Some(src), Some(res)) = (flip(&o), Some(o.clone())) else {
+    // Per uneven dim: (dim, starts, tile size) of the shift, and the dims
+    // of the shifted (virtual) array the local tiles are even tiles of.
+    let mut virt = dims.clone();
+    let shifts: Vec<(usize, Vec<i64>, i64)> = uneven
+        .iter()
+        .map(|&a| {
+            let t = out.tiles(a);
+            let ts = tile_size(dims[a], t);
+            let pad = ts * t - dims[a];
+            virt[a] = ts * t;
+            (a, (0..t).map(|i| i * ts + pad).collect(), ts)
+        })
+        .collect();
+    let gathered = out.replicate_dims(&uneven);
+    let (Some(src), Some(src_gathered)) = (flip(&out), flip(&gathered)) else {
         return Ok(None);
     };
-    let x = p.reshard_to_grid(&v, &src)?;
+    let mut shifted_cost = p.cost(&v, &src);
+    let virt_shape = crate::builder::with_dims(&instr.shape, &virt);
+    for (a, starts, len) in &shifts {
+        shifted_cost += exchange_cost(p, &out, &virt_shape, *a, starts, *len);
+    }
+    let gathered_cost = p.cost(&v, &src_gathered) + p.cost_of(&instr.shape, &gathered, &out);
     p.note(instr, "reverse");
-    let _ = Opcode::Reverse;
-    Ok(Some(p.emit_local(instr, vec![x], &VS::Grid(res))?))
+    if shifts.is_empty() || gathered_cost <= shifted_cost {
+        let x = p.reshard_to_grid(&v, &src_gathered)?;
+        return Ok(Some(p.emit_local(instr, vec![x], &VS::Grid(gathered))?));
+    }
+    let x = p.reshard_to_grid(&v, &src)?;
+    let r = p.emit_local(instr, vec![x], &VS::Grid(out.clone()))?;
+    let mut y = r.id;
+    for (a, starts, len) in &shifts {
+        y = exchange(p, y, &out, &virt, *a, starts, *len, None)?;
+    }
+    Ok(Some(PValue { id: y, ..r }))
 }

@@ -507,3 +507,17 @@ fn uneven_merge_realigns_with_permutes() {
     assert_eq!(s.collectives.get("all-gather"), None, "{s:?}");
     assert!(s.collectives.get("collective-permute").is_some(), "{s:?}");
 }
+
+/// Reverse and rotate (`jnp.flip`, `jnp.roll`) along a dim of 18 over 4
+/// tiles (padded to 20): the mirrored tiles shifted back by the padding,
+/// and a rotation by two window exchanges, both without gathering.
+#[test]
+fn uneven_reverse_and_rotation_use_permutes() {
+    let m = module(
+        "ENTRY %e (x: f32[18,6]) -> (f32[18,6], f32[18,6]) {\n  %x = f32[18,6] parameter(0), sharding={devices=[4,2]<=[8]}\n  %r = f32[18,6] reverse(%x), dimensions={0}, sharding={devices=[4,2]<=[8]}\n  %s0 = f32[5,6] slice(%x), slice={[13:18], [0:6]}, sharding={devices=[4,2]<=[8]}\n  %s1 = f32[13,6] slice(%x), slice={[0:13], [0:6]}, sharding={devices=[4,2]<=[8]}\n  %c = f32[18,6] concatenate(%s0, %s1), dimensions={0}, sharding={devices=[4,2]<=[8]}\n  ROOT %t = (f32[18,6], f32[18,6]) tuple(%r, %c), sharding={{devices=[4,2]<=[8]}, {devices=[4,2]<=[8]}}\n}\n",
+        "",
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 0.0, 27);
+    assert_eq!(s.collectives.get("all-gather"), None, "{s:?}");
+}
