@@ -2242,6 +2242,815 @@ def _variant_97(c):
     return f
 
 
+# --- ninth set: written against the pipeline after it was done (uneven keepdims reshapes in
+# layernorm/softmax/GQA, rolls and flips, reflect/edge pads, transposed convolutions, kernel
+# gradients, max-pool gradients (select-and-scatter), uneven merges, and whole train steps);
+# they found the shortfalls fixed in the same change ----------------------------------------
+
+@case("mha_fused_qkv_causal_4x2", "MHA with fused QKV weight [D,3*H*K] column-sharded on m, reshape split of sharded dim, causal softmax", (4, 2), ("d", "m"), rtol=1e-4, atol=1e-4)
+def _h01(c):
+    B, S, D, H, K = 4, 6, 24, 4, 6
+    c.arg("x", (B, S, D), "f32", P("d", None, None))
+    c.arg("wqkv", (D, 3 * H * K), "f32", P(None, "m"), scale=0.2)
+    c.arg("wo", (H * K, D), "f32", P("m", None), scale=0.2)
+    c.out("y", P("d", None, None))
+    def f(x, wqkv, wo):
+        qkv = (x @ wqkv).reshape(B, S, 3, H, K)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        s = jnp.einsum("bqhk,bshk->bhqs", q, k) / np.sqrt(K)
+        mask = jnp.tril(jnp.ones((S, S), bool))
+        s = jnp.where(mask, s, -jnp.inf)
+        p = jax.nn.softmax(s, axis=-1)
+        o = jnp.einsum("bhqs,bshk->bqhk", p, v).reshape(B, S, H * K)
+        return (x + o @ wo,)
+    return f
+
+
+@case("gqa_uneven_heads_2x4", "GQA with 6 query heads / 3 kv heads sharded 4-way on model (uneven), layernorm pre-norm", (2, 4), ("data", "model"), rtol=1e-4, atol=1e-4)
+def _h02(c):
+    B, S, D, H, KV, K = 2, 5, 16, 6, 3, 4
+    c.arg("x", (B, S, D), "f32", P("data", None, None))
+    c.arg("wq", (D, H, K), "f32", P(), scale=0.25)
+    c.arg("wk", (D, KV, K), "f32", P(), scale=0.25)
+    c.arg("wv", (D, KV, K), "f32", P(), scale=0.25)
+    c.arg("wo", (H, K, D), "f32", P(), scale=0.25)
+    c.out("y", P("data", None, None))
+    def f(x, wq, wk, wv, wo):
+        wq = wsc(wq, P(None, "model", None)); wk = wsc(wk, P(None, "model", None))
+        wv = wsc(wv, P(None, "model", None)); wo = wsc(wo, P("model", None, None))
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        h = (x - mu) * lax.rsqrt(var + 1e-5)
+        q = jnp.einsum("bsd,dhk->bshk", h, wq).reshape(B, S, KV, H // KV, K)
+        k = jnp.einsum("bsd,dhk->bshk", h, wk)
+        v = jnp.einsum("bsd,dhk->bshk", h, wv)
+        s = jnp.einsum("bqgrk,bsgk->bgrqs", q, k) * 0.5
+        p = jax.nn.softmax(s, axis=-1)
+        o = jnp.einsum("bgrqs,bsgk->bqgrk", p, v).reshape(B, S, H, K)
+        return (x + jnp.einsum("bshk,hkd->bsd", o, wo),)
+    return f
+
+
+@case("layernorm_seq_uneven_8", "layernorm + affine over hidden with sequence dim 21 sharded 8-way (uneven)", (8,), ("s",), rtol=1e-5, atol=1e-5)
+def _h03(c):
+    c.arg("x", (3, 21, 40), "f32", P(), scale=2.0)
+    c.arg("g", (40,), "f32", P(None))
+    c.arg("b", (40,), "f32", P(None))
+    c.out("y", P(None, None, "s"))
+    def f(x, g, b):
+        x = wsc(x, P(None, "s", None))
+        mu = x.mean(-1, keepdims=True)
+        var = x.var(-1, keepdims=True)
+        return ((x - mu) * lax.rsqrt(var + 1e-5) * g + b,)
+    return f
+
+
+@case("adam_step_mesh3d", "2-layer MLP loss grad + Adam update, params FSDP/TP sharded on 2x2x2 (dp, fsdp, tp)", (2, 2, 2), ("dp", "fsdp", "tp"), rtol=1e-4, atol=1e-5)
+def _h04(c):
+    c.arg("x", (8, 12), "f32", P(("dp", "fsdp"), None))
+    c.arg("y", (8, 6), "f32", P(("dp", "fsdp"), None))
+    c.arg("w1", (12, 20), "f32", P("fsdp", "tp"), scale=0.3)
+    c.arg("w2", (20, 6), "f32", P("tp", "fsdp"), scale=0.3)
+    c.arg("m1", (12, 20), "f32", P("fsdp", "tp"), scale=0.01)
+    c.arg("v1", (12, 20), "f32", P("fsdp", "tp"), scale=0.01)
+    c.arg("m2", (20, 6), "f32", P("tp", "fsdp"), scale=0.01)
+    c.arg("v2", (20, 6), "f32", P("tp", "fsdp"), scale=0.01)
+    for n, s in (("w1", P("fsdp", "tp")), ("w2", P("tp", "fsdp")), ("m1", P("fsdp", "tp")), ("v1", P("fsdp", "tp")), ("m2", P("tp", "fsdp")), ("v2", P("tp", "fsdp"))):
+        c.out(n + "_new", s)
+    c.out("loss", P())
+    def f(x, y, w1, w2, m1, v1, m2, v2):
+        def loss(p):
+            a, b = p
+            h = jnp.tanh(x @ a)
+            return jnp.mean((h @ b - y) ** 2)
+        l, (g1, g2) = jax.value_and_grad(loss)((w1, w2))
+        def adam(w, g, m, v):
+            m = 0.9 * m + 0.1 * g
+            v = 0.999 * jnp.abs(v) + 0.001 * g * g
+            return w - 0.01 * m / (jnp.sqrt(v) + 1e-3), m, v
+        w1n, m1n, v1n = adam(w1, g1, m1, v1)
+        w2n, m2n, v2n = adam(w2, g2, m2, v2)
+        return w1n, w2n, m1n, v1n, m2n, v2n, l
+    return f
+
+
+@case("sgd_momentum_uneven_4x2", "linear+softplus regression grad, momentum SGD, w [30,13] sharded (a,b) unevenly", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h05(c):
+    c.arg("x", (10, 30), "f32", P())
+    c.arg("t", (10, 13), "f32", P())
+    c.arg("w", (30, 13), "f32", P(), scale=0.2)
+    c.arg("mom", (30, 13), "f32", P(), scale=0.05)
+    c.out("w_new", P())
+    c.out("mom_new", P())
+    def f(x, t, w, mom):
+        x = wsc(x, P("a", None)); t = wsc(t, P("a", "b"))
+        w = wsc(w, P("a", "b")); mom = wsc(mom, P("a", "b"))
+        g = jax.grad(lambda w: jnp.sum(jax.nn.softplus(x @ w) - t * (x @ w)))(w)
+        mom = wsc(0.9 * mom + g, P("a", "b"))
+        return wsc(w - 0.05 * mom, P("a", "b")), mom
+    return f
+
+
+@case("embedding_onehot_matmul_uneven", "one-hot(ids, 50) @ table[50,24] with vocab sharded 8-way (uneven), ids batch on none", (8,), ("v",), rtol=1e-5, atol=1e-5)
+def _h06(c):
+    c.arg("ids", (6, 7), "s32", P(None, None), lo=0, hi=50)
+    c.arg("table", (50, 24), "f32", P())
+    c.out("e", P(None, None, None))
+    def f(ids, table):
+        table = wsc(table, P("v", None))
+        oh = jax.nn.one_hot(ids, 50, dtype=jnp.float32)
+        return (oh @ table,)
+    return f
+
+
+@case("scatter_add_feature_sharded_4x2", "x.at[idx].add(upd) with table rows on a and features on b, updates features on b, duplicate indices", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h07(c):
+    c.arg("table", (12, 10), "f32", P("a", "b"))
+    c.arg("idx", (9,), "s32", P(None), lo=0, hi=12)
+    c.arg("upd", (9, 10), "f32", P(None, "b"))
+    c.out("y", P("a", "b"))
+    def f(table, idx, upd):
+        return (table.at[idx].add(upd),)
+    return f
+
+
+@case("xent_label_smoothing_mesh3d", "cross-entropy with label smoothing, logits vocab sharded on (b,c), batch on a, mean loss + per-example", (2, 2, 2), ("a", "b", "c"), rtol=1e-5, atol=1e-5)
+def _h08(c):
+    c.arg("logits", (6, 36), "f32", P("a", ("b", "c")), scale=4.0)
+    c.arg("labels", (6,), "s32", P("a"), lo=0, hi=36)
+    c.out("loss", P())
+    c.out("per", P("a"))
+    def f(logits, labels):
+        lp = jax.nn.log_softmax(logits, axis=-1)
+        oh = jax.nn.one_hot(labels, 36)
+        tgt = 0.9 * oh + 0.1 / 36
+        per = -jnp.sum(tgt * lp, axis=-1)
+        return jnp.mean(per), per
+    return f
+
+
+@case("conv_nhwc_stride2_same_2x4", "NHWC conv 3x3 stride 2 SAME, batch on a, W on b (13 wide, uneven)", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h09(c):
+    c.arg("x", (4, 9, 13, 3), "f32", P("a", None, None, None))
+    c.arg("k", (3, 3, 3, 5), "f32", P(None, None, None, None), scale=0.3)
+    c.out("y", P("a", None, None, None))
+    def f(x, k):
+        x = wsc(x, P("a", None, "b", None))
+        return (wsc(lax.conv_general_dilated(x, k, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")), P("a", None, "b", None)),)
+    return f
+
+
+@case("conv_rhs_dilated_height_8", "NHWC conv 3x3 rhs_dilation 2, explicit padding ((2,1),(1,1)), H=19 sharded 8-way", (8,), ("h",), rtol=1e-5, atol=1e-5)
+def _h10(c):
+    c.arg("x", (2, 19, 6, 4), "f32", P())
+    c.arg("k", (3, 3, 4, 3), "f32", P(None, None, None, None), scale=0.3)
+    c.out("y", P(None, None, None, None))
+    def f(x, k):
+        x = wsc(x, P(None, "h", None, None))
+        return (wsc(lax.conv_general_dilated(x, k, (1, 1), ((2, 1), (1, 1)), rhs_dilation=(2, 2), dimension_numbers=("NHWC", "HWIO", "NHWC")), P(None, "h", None, None)),)
+    return f
+
+
+@case("conv_grouped_features_4x2", "grouped conv (feature_group_count=2) NHWC, batch on a, output features on b", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h11(c):
+    c.arg("x", (4, 8, 8, 6), "f32", P("a", None, None, None))
+    c.arg("k", (3, 3, 3, 8), "f32", P(None, None, None, "b"), scale=0.3)
+    c.out("y", P("a", None, None, "b"))
+    def f(x, k):
+        return (lax.conv_general_dilated(x, k, (1, 1), "SAME", feature_group_count=2, dimension_numbers=("NHWC", "HWIO", "NHWC")),)
+    return f
+
+
+@case("conv_transpose_width_sharded", "conv_transpose stride 2 (lhs dilation) with W sharded 4-way on 2x4", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h12(c):
+    c.arg("x", (2, 5, 8, 3), "f32", P("a", None, "b", None))
+    c.arg("k", (3, 3, 3, 4), "f32", P(None, None, None, None), scale=0.3)
+    c.out("y", P("a", None, "b", None))
+    def f(x, k):
+        return (lax.conv_transpose(x, k, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),)
+    return f
+
+
+@case("maxpool_3x3_s2_uneven_8", "max pool 3x3 stride 2 VALID on NHWC with H=23 sharded 8-way", (8,), ("h",), rtol=0, atol=0)
+def _h13(c):
+    c.arg("x", (2, 23, 10, 3), "f32", P())
+    c.out("y", P(None, None, None, None))
+    def f(x):
+        x = wsc(x, P(None, "h", None, None))
+        return (wsc(lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "VALID"), P(None, "h", None, None)),)
+    return f
+
+
+@case("maxpool_grad_select_scatter_4x2", "grad of 2x2/2 max pool (select-and-scatter), batch on a, W on b", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h14(c):
+    c.arg("x", (4, 8, 8, 2), "f32", P("a", None, "b", None))
+    c.out("g", P("a", None, "b", None))
+    def f(x):
+        def loss(x):
+            y = lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+            return jnp.sum(y * y)
+        return (jax.grad(loss)(x),)
+    return f
+
+
+@case("cumsum_two_axis_dim_mesh3d", "cumsum + reverse cumsum of x*x along a dim sharded on two axes (b,c) of 2x2x2", (2, 2, 2), ("a", "b", "c"), rtol=1e-5, atol=1e-5)
+def _h15(c):
+    c.arg("x", (4, 20), "f32", P("a", ("b", "c")))
+    c.out("cs", P("a", ("b", "c")))
+    c.out("cl", P("a", ("b", "c")))
+    def f(x):
+        return jnp.cumsum(x, axis=1), jnp.flip(jnp.cumsum(jnp.flip(x * x, 1), axis=1), 1)
+    return f
+
+
+@case("top_k_vocab_sharded_2x4", "lax.top_k(k=5) along a vocab dim sharded on b, batch on a", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _h16(c):
+    c.arg("x", (6, 40), "f32", P("a", "b"))
+    c.out("v", P("a", None))
+    c.out("i", P("a", None))
+    def f(x):
+        v, i = lax.top_k(x, 5)
+        return v, i
+    return f
+
+
+@case("argmax_partial_repl_uneven", "argmax/max along dim 11 sharded on b with a replicated (partial replication)", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _h17(c):
+    c.arg("x", (5, 11), "f32", P())
+    c.out("am", P(None))
+    c.out("mx", P(None))
+    def f(x):
+        x = wsc(x, P(None, "b"))
+        return jnp.argmax(x, axis=1), jnp.max(x, axis=1)
+    return f
+
+
+@case("fori_dynamic_slice_rows", "fori_loop reading row i of a row-sharded matrix via dynamic_slice and writing via dynamic_update_slice", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _h18(c):
+    c.arg("a", (16, 6), "f32", P("x", None))
+    c.out("o", P("x", None))
+    def f(a):
+        def body(i, acc):
+            row = lax.dynamic_slice(a, (i, 0), (1, 6))
+            prev = lax.dynamic_slice(acc, (jnp.maximum(i - 1, 0), 0), (1, 6))
+            return lax.dynamic_update_slice(acc, row + 0.5 * prev, (i, 0))
+        return (lax.fori_loop(0, 16, body, jnp.zeros_like(a)),)
+    return f
+
+
+@case("kv_cache_update_2x4", "KV cache dynamic_update_slice at a runtime position: cache [B,S,H,K] batch on a, heads on b", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h19(c):
+    c.arg("cache", (2, 10, 4, 3), "f32", P("a", None, "b", None))
+    c.arg("new", (2, 2, 4, 3), "f32", P("a", None, "b", None))
+    c.arg("pos", (), "s32", P(), value=7)
+    c.arg("q", (2, 4, 3), "f32", P("a", "b", None))
+    c.out("cache2", P("a", None, "b", None))
+    c.out("attn", P("a", "b", None))
+    def f(cache, new, pos, q):
+        cache = lax.dynamic_update_slice(cache, new, (0, pos, 0, 0))
+        s = jnp.einsum("bhk,bshk->bhs", q, cache)
+        valid = jnp.arange(10)[None, None, :] < pos + 2
+        p = jax.nn.softmax(jnp.where(valid, s, -1e9), axis=-1)
+        return cache, jnp.einsum("bhs,bshk->bhk", p, cache)
+    return f
+
+
+@case("pad_concat_reshape_transpose_chain", "pad sharded dim, concat with shifted copy, reshape merge, transpose, on 8-way", (8,), ("x",), rtol=0, atol=0)
+def _h20(c):
+    c.arg("x", (12, 6), "f32", P())
+    c.out("y", P(None, "x"))
+    def f(x):
+        x = wsc(x, P("x", None))
+        p = jnp.pad(x, ((2, 2), (0, 0)))
+        cat = jnp.concatenate([p, p[::-1] * 2.0], axis=1)
+        r = cat.reshape(8, 2, 12).reshape(8, 24)
+        return (wsc(r.T, P(None, "x")),)
+    return f
+
+
+@case("scan_rnn_hidden_tp_4x2", "scan RNN with hidden dim sharded on m (TP) and batch on d: carry all-gathered every step", (4, 2), ("d", "m"), rtol=1e-4, atol=1e-5)
+def _h21(c):
+    T, B, D, Hh = 5, 8, 6, 10
+    c.arg("xs", (T, B, D), "f32", P(None, "d", None))
+    c.arg("wx", (D, Hh), "f32", P(None, "m"), scale=0.4)
+    c.arg("wh", (Hh, Hh), "f32", P(None, "m"), scale=0.3)
+    c.out("h", P("d", "m"))
+    c.out("ys", P(None, "d", "m"))
+    def f(xs, wx, wh):
+        def step(h, x):
+            h = jnp.tanh(x @ wx + h @ wh)
+            return h, h
+        return lax.scan(step, jnp.zeros((B, Hh)), xs)
+    return f
+
+
+@case("switch_index_arg_mesh3d", "lax.switch on an index argument with 3 branches (reduce, transpose-like reshard, matmul) on 2x2x2", (2, 2, 2), ("a", "b", "c"), rtol=1e-5, atol=1e-5)
+def _h22(c):
+    c.arg("i", (), "s32", P(), value=1)
+    c.arg("x", (8, 8), "f32", P("a", ("b", "c")))
+    c.arg("w", (8, 8), "f32", P(("c", "a"), "b"), scale=0.3)
+    c.out("y", P("a", ("b", "c")))
+    def f(i, x, w):
+        b0 = lambda x, w: x - x.sum(axis=0, keepdims=True)
+        b1 = lambda x, w: x.T * 2.0
+        b2 = lambda x, w: x @ w
+        return (lax.switch(i, [b0, b1, b2], x, w),)
+    return f
+
+
+@case("bf16_attention_f32_softmax", "bf16 q/k/v attention with f32 softmax, batch on a, heads on b, mixed precision dots", (2, 4), ("a", "b"), rtol=3e-2, atol=3e-2)
+def _h23(c):
+    c.arg("q", (2, 4, 6, 8), "bf16", P("a", "b", None, None))
+    c.arg("k", (2, 4, 6, 8), "bf16", P("a", "b", None, None))
+    c.arg("v", (2, 4, 6, 8), "bf16", P("a", "b", None, None))
+    c.out("o", P("a", "b", None, None))
+    def f(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * 0.35
+        p = jax.nn.softmax(s, axis=-1).astype(jnp.bfloat16)
+        return (jnp.einsum("bhqk,bhkd->bhqd", p, v),)
+    return f
+
+
+@case("reshard_axis_order_swap_2x4", "reshard P(('a','b')) -> P(('b','a')) and 2D P('a','b') -> P('b','a') via constraints", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _h24(c):
+    c.arg("x", (16, 3), "f32", P(("a", "b"), None))
+    c.arg("y", (8, 12), "f32", P("a", "b"))
+    c.out("x2", P(("b", "a"), None))
+    c.out("y2", P("b", "a"))
+    def f(x, y):
+        return wsc(x + 1.0, P(("b", "a"), None)), wsc(y * 2.0, P("b", "a"))
+    return f
+
+
+@case("reshard_mesh3d_partial_to_full", "reshard 2x2x2: P('a',None) -> P(None,('c','b')) -> P(('b','c','a'),None)", (2, 2, 2), ("a", "b", "c"), rtol=0, atol=0)
+def _h25(c):
+    c.arg("x", (8, 12), "f32", P("a", None))
+    c.out("y", P(None, ("c", "b")))
+    c.out("z", P(("b", "c", "a"), None))
+    def f(x):
+        y = wsc(jnp.sin(x), P(None, ("c", "b")))
+        z = wsc(y * 3.0, P(("b", "c", "a"), None))
+        return y, z
+    return f
+
+
+@case("take_along_sharded_axis", "take_along_axis with indices along a dim sharded 8-way (gather along sharded dim)", (8,), ("x",), rtol=0, atol=0)
+def _h26(c):
+    c.arg("x", (4, 24), "f32", P(None, "x"))
+    c.arg("idx", (4, 5), "s32", P(None, None), lo=0, hi=24)
+    c.out("y", P(None, None))
+    def f(x, idx):
+        return (jnp.take_along_axis(x, idx, axis=1),)
+    return f
+
+
+@case("flip_roll_sharded", "jnp.flip and jnp.roll along a dim sharded 4-way (uneven 18) on 4x2", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _h27(c):
+    c.arg("x", (18, 6), "f32", P(None, "b"))
+    c.out("fl", P(None, "b"))
+    c.out("ro", P(None, "b"))
+    def f(x):
+        x = wsc(x, P("a", "b"))
+        return wsc(jnp.flip(x, axis=0), P("a", "b")), wsc(jnp.roll(x, 5, axis=0), P("a", "b"))
+    return f
+
+
+@case("triu_mask_uneven_2x4", "jnp.triu/tril with offsets on a 2D array of uneven dims sharded (a,b)", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _h28(c):
+    c.arg("x", (7, 10), "f32", P())
+    c.out("u", P())
+    c.out("l", P())
+    def f(x):
+        x = wsc(x, P("a", "b"))
+        return wsc(jnp.triu(x, 1), P("a", "b")), wsc(jnp.tril(x, -2), P("b", None))
+    return f
+
+
+@case("shard_map_ring_fori", "shard_map: fori_loop ring of ppermute accumulating partial matmuls (ring all-gather matmul), then psum over nothing", (8,), ("x",), rtol=1e-4, atol=1e-5, manual=True)
+def _h29(c):
+    c.arg("x", (16, 8), "f32", P("x", None))
+    c.arg("w", (8, 24), "f32", P(None, "x"), scale=0.3)
+    c.out("y", P(None, "x"))
+    def body(x, w):
+        n = 8
+        perm = [(j, (j + 1) % n) for j in range(n)]
+        idx = lax.axis_index("x")
+        out = lax.pcast(jnp.zeros((16, 3), jnp.float32), ("x",), to="varying")
+        def step(i, carry):
+            out, blk = carry
+            src = (idx - i) % n
+            out = lax.dynamic_update_slice(out, blk @ w, (src * 2, 0))
+            return out, lax.ppermute(blk, "x", perm)
+        out, _ = lax.fori_loop(0, n, step, (out, x))
+        return out
+    def f(x, w):
+        return (smap(body, (P("x", None), P(None, "x")), P(None, "x"))(x, w),)
+    return f
+
+
+@case("shard_map_2d_allgather_pmean", "shard_map on 2x4: all_gather over b (not tiled), pmean over a, axis_index arithmetic", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5, manual=True)
+def _h30(c):
+    c.arg("x", (4, 8), "f32", P("a", "b"))
+    c.out("g", P("a", None))
+    c.out("m", P(None, "b"))
+    def body(x):
+        g = lax.all_gather(x, "b", axis=1, tiled=True)
+        m = lax.pmean(x, "a") + lax.axis_index("b").astype(jnp.float32)
+        return g, m
+    def f(x):
+        return jax.shard_map(body, mesh=Ctx.mesh, in_specs=(P("a", "b"),), out_specs=(P("a", None), P(None, "b")), check_vma=False)(x)
+    return f
+
+
+@case("rmsnorm_mlp_grad_bf16_2x4", "bf16 RMSNorm+SwiGLU MLP loss grad wrt weights (f32 loss), dp x tp", (2, 4), ("d", "m"), rtol=5e-2, atol=5e-2)
+def _h31(c):
+    c.arg("x", (4, 16), "bf16", P("d", None))
+    c.arg("g", (16,), "bf16", P(None), scale=0.5)
+    c.arg("wg", (16, 24), "bf16", P(None, "m"), scale=0.3)
+    c.arg("wu", (16, 24), "bf16", P(None, "m"), scale=0.3)
+    c.arg("wd", (24, 16), "bf16", P("m", None), scale=0.3)
+    c.out("dwg", P(None, "m"))
+    c.out("dwu", P(None, "m"))
+    c.out("dwd", P("m", None))
+    def f(x, g, wg, wu, wd):
+        def loss(p):
+            wg, wu, wd = p
+            xf = x.astype(jnp.float32)
+            h = (xf * lax.rsqrt(jnp.mean(xf * xf, -1, keepdims=True) + 1e-6)).astype(jnp.bfloat16) * (1 + g)
+            a = jax.nn.silu(h @ wg) * (h @ wu)
+            y = a @ wd
+            return jnp.mean(y.astype(jnp.float32) ** 2)
+        return jax.grad(loss)((wg, wu, wd))
+    return f
+
+
+@case("var_mean_multi_axes_mesh3d", "jnp.var/mean over axes (0,2) of a 3D array sharded on all three mesh axes (uneven 5)", (2, 2, 2), ("a", "b", "c"), rtol=1e-5, atol=1e-5)
+def _h32(c):
+    c.arg("x", (4, 6, 5), "f32", P("a", "b"), scale=3.0)
+    c.out("v", P("b"))
+    c.out("m", P("b"))
+    def f(x):
+        x = wsc(x, P("a", "b", "c"))
+        return jnp.var(x, axis=(0, 2)), jnp.mean(x, axis=(0, 2))
+    return f
+
+
+@case("segment_sum_ids_sharded", "jax.ops.segment_sum with data and segment ids sharded 8-way, 7 segments", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _h33(c):
+    c.arg("data", (24, 5), "f32", P("x", None))
+    c.arg("seg", (24,), "s32", P("x"), lo=0, hi=7)
+    c.out("s", P(None, None))
+    def f(data, seg):
+        return (jax.ops.segment_sum(data, seg, num_segments=7),)
+    return f
+
+
+@case("batched_matmul_contract_sharded_uneven", "einsum bij,bjk->bik with b on a (uneven 3), j (contracting, 9) on b", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h34(c):
+    c.arg("x", (3, 5, 9), "f32", P())
+    c.arg("y", (3, 9, 7), "f32", P())
+    c.out("z", P())
+    def f(x, y):
+        x = wsc(x, P("a", None, "b")); y = wsc(y, P("a", "b", None))
+        return (wsc(jnp.einsum("bij,bjk->bik", x, y), P("a", None, None)),)
+    return f
+
+
+@case("dot_conflicting_same_axis_8", "x[M,K] sharded on M over x and w[K,N] sharded on K over the same axis x; output sharded on N", (8,), ("x",), rtol=1e-4, atol=1e-5)
+def _h35(c):
+    c.arg("x", (16, 24), "f32", P("x", None))
+    c.arg("w", (24, 16), "f32", P("x", None), scale=0.3)
+    c.out("y", P(None, "x"))
+    def f(x, w):
+        return (x @ w,)
+    return f
+
+
+@case("clip_global_norm_2x4", "gradient clipping by global norm over three differently sharded params, then SGD", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h36(c):
+    c.arg("g1", (8, 12), "f32", P("a", "b"))
+    c.arg("g2", (12,), "f32", P("b"))
+    c.arg("g3", (6, 10), "f32", P(None, "a"))
+    c.arg("p1", (8, 12), "f32", P("a", "b"))
+    c.arg("p2", (12,), "f32", P("b"))
+    c.arg("p3", (6, 10), "f32", P(None, "a"))
+    c.out("q1", P("a", "b"))
+    c.out("q2", P("b"))
+    c.out("q3", P(None, "a"))
+    c.out("norm", P())
+    def f(g1, g2, g3, p1, p2, p3):
+        n = jnp.sqrt(jnp.sum(g1 * g1) + jnp.sum(g2 * g2) + jnp.sum(g3 * g3))
+        s = jnp.minimum(1.0, 1.5 / n)
+        return p1 - 0.1 * s * g1, p2 - 0.1 * s * g2, p3 - 0.1 * s * g3, n
+    return f
+
+
+@case("while_convergence_rowsharded", "while_loop with data-dependent stop (norm of a row-sharded vector), matvec inside (power iteration)", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h37(c):
+    c.arg("m", (12, 12), "f32", P("a", "b"), scale=0.3)
+    c.arg("v", (12,), "f32", P("a"))
+    c.out("v", P("a"))
+    c.out("it", P())
+    def f(m, v):
+        def cond(s):
+            v, it, d = s
+            return (it < 20) & (d > 1e-3)
+        def body(s):
+            v, it, d = s
+            w = m @ v + 0.1 * v
+            w = w / jnp.linalg.norm(w)
+            return w, it + 1, jnp.max(jnp.abs(w - v))
+        v, it, _ = lax.while_loop(cond, body, (v, jnp.int32(0), jnp.float32(1.0)))
+        return v, it
+    return f
+
+
+@case("sort_multi_operand_rows_2x2x2", "jnp.sort and argsort along dim 1 (sharded on c) with rows on (a,b), 2x2x2", (2, 2, 2), ("a", "b", "c"), rtol=0, atol=0)
+def _h38(c):
+    c.arg("x", (8, 10), "f32", P(("a", "b"), "c"))
+    c.out("s", P(("a", "b"), "c"))
+    c.out("i", P(("a", "b"), None))
+    def f(x):
+        return jnp.sort(x, axis=1), jnp.argsort(x, axis=1)
+    return f
+
+
+@case("slice_strided_concat_uneven_2x4", "strided slices x[1::3], x[::2] of a dim sharded 4-way plus concat and reverse on 2x4", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _h39(c):
+    c.arg("x", (4, 25), "f32", P("a", None))
+    c.out("y", P("a", None))
+    def f(x):
+        x = wsc(x, P("a", "b"))
+        return (wsc(jnp.concatenate([x[:, 1::3], x[:, ::2][:, ::-1]], axis=1), P("a", "b")),)
+    return f
+
+
+@case("conv1d_causal_seq_sharded", "causal 1D conv (NWC, left pad 3, kernel 4) over sequence sharded 8-way, depthwise-then-pointwise", (8,), ("s",), rtol=1e-5, atol=1e-5)
+def _h40(c):
+    c.arg("x", (2, 32, 6), "f32", P(None, "s", None))
+    c.arg("kd", (4, 1, 6), "f32", P(None, None, None), scale=0.5)
+    c.arg("kp", (1, 6, 8), "f32", P(None, None, None), scale=0.5)
+    c.out("y", P(None, "s", None))
+    def f(x, kd, kp):
+        h = lax.conv_general_dilated(x, kd, (1,), ((3, 0),), feature_group_count=6, dimension_numbers=("NWC", "WIO", "NWC"))
+        return (lax.conv_general_dilated(jax.nn.gelu(h), kp, (1,), ((0, 0),), dimension_numbers=("NWC", "WIO", "NWC")),)
+    return f
+
+
+
+
+# (ninth set, continued)
+
+@case("avgpool_grad_batch_8", "grad of 3x3 stride-2 SAME avg pool (pad + base-dilated reduce-window in backward), batch sharded 8-way", (8,), ("b",), rtol=1e-5, atol=1e-5)
+def _k01(c):
+    c.arg("x", (8, 9, 9, 2), "f32", P("b", None, None, None))
+    c.out("g", P("b", None, None, None))
+    def f(x):
+        def loss(x):
+            y = lax.reduce_window(x, 0.0, lax.add, (1, 3, 3, 1), (1, 2, 2, 1), "SAME") / 9.0
+            return jnp.sum(jnp.sin(y))
+        return (jax.grad(loss)(x),)
+    return f
+
+
+@case("conv_input_grad_height_sharded", "grad wrt input of a 3x3 stride-2 conv (lhs-dilated conv in backward), H sharded 4-way, batch on a", (2, 4), ("a", "h"), rtol=1e-4, atol=1e-5)
+def _k02(c):
+    c.arg("x", (2, 16, 6, 3), "f32", P("a", "h", None, None))
+    c.arg("k", (3, 3, 3, 4), "f32", P(), scale=0.3)
+    c.out("gx", P("a", "h", None, None))
+    def f(x, k):
+        def loss(x):
+            y = lax.conv_general_dilated(x, k, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            return jnp.sum(y * y)
+        return (jax.grad(loss)(x),)
+    return f
+
+
+@case("conv_kernel_grad_batch_spatial_2x4", "grad wrt kernel of 3x3 conv with batch on a and W on b (batch/spatial become contracting dims)", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-4)
+def _k03(c):
+    c.arg("x", (4, 6, 8, 3), "f32", P("a", None, "b", None))
+    c.arg("k", (3, 3, 3, 5), "f32", P(), scale=0.3)
+    c.out("gk", P())
+    def f(x, k):
+        def loss(k):
+            y = lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            return jnp.sum(jnp.tanh(y))
+        return (jax.grad(loss)(k),)
+    return f
+
+
+@case("dus_uneven_runtime_offset_8", "dynamic_update_slice of a [5,6] block at a runtime row offset into [30,6] sharded 8-way (uneven), then dynamic_slice back", (8,), ("x",), rtol=0, atol=0)
+def _k04(c):
+    c.arg("buf", (30, 6), "f32", P())
+    c.arg("blk", (5, 6), "f32", P())
+    c.arg("off", (), "s32", P(), value=11)
+    c.out("buf2", P())
+    c.out("rd", P())
+    def f(buf, blk, off):
+        buf = wsc(buf, P("x", None))
+        b2 = wsc(lax.dynamic_update_slice(buf, blk * 3.0, (off, 0)), P("x", None))
+        rd = lax.dynamic_slice(b2, (off + 2, 1), (7, 4))
+        return b2, rd
+    return f
+
+
+@case("vmap_dynamic_slice_gather_batch", "vmap of dynamic_slice with per-example start (batched gather), batch on a, features on b", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _k05(c):
+    c.arg("x", (8, 20, 6), "f32", P("a", None, "b"))
+    c.arg("starts", (8,), "s32", P("a"), lo=0, hi=20)
+    c.out("y", P("a", None, "b"))
+    def f(x, starts):
+        return (jax.vmap(lambda r, s: lax.dynamic_slice(r, (s, 0), (4, 6)))(x, starts),)
+    return f
+
+
+@case("scatter_max_sharded_indices", "x.at[idx].max(upd) with indices and updates sharded 8-way along the index dim", (8,), ("x",), rtol=0, atol=0)
+def _k06(c):
+    c.arg("table", (10, 4), "f32", P(None, None))
+    c.arg("idx", (16,), "s32", P("x"), lo=0, hi=10)
+    c.arg("upd", (16, 4), "f32", P("x", None), scale=2.0)
+    c.out("y", P(None, None))
+    def f(table, idx, upd):
+        return (table.at[idx].max(upd),)
+    return f
+
+
+@case("cumsum_bf16_uneven_8", "cumsum in bf16 and f32 along a dim of 20 sharded 8-way (uneven via constraint)", (8,), ("x",), rtol=2e-2, atol=5e-2)
+def _k07(c):
+    c.arg("x", (3, 20), "bf16", P())
+    c.out("cb", P())
+    c.out("cf", P())
+    def f(x):
+        x = wsc(x, P(None, "x"))
+        return wsc(jnp.cumsum(x, axis=1), P(None, "x")), wsc(jnp.cumsum(x.astype(jnp.float32), axis=1), P(None, "x"))
+    return f
+
+
+@case("scan_stacked_ys_feature_sharded", "scan emitting stacked ys [T,B,F] with F sharded on m and B on d, carry is a running EMA", (2, 4), ("d", "m"), rtol=1e-5, atol=1e-5)
+def _k08(c):
+    c.arg("xs", (7, 4, 12), "f32", P(None, "d", "m"))
+    c.arg("h0", (4, 12), "f32", P("d", "m"))
+    c.out("h", P("d", "m"))
+    c.out("ys", P(None, "d", "m"))
+    def f(xs, h0):
+        def step(h, x):
+            h = 0.8 * h + 0.2 * jnp.tanh(x)
+            return h, h * jnp.sum(h, axis=1, keepdims=True)
+        return lax.scan(step, h0, xs)
+    return f
+
+
+@case("reshape_merge_uneven_4x2", "reshape [6,10]->[60] and [60]->[4,15] where dim 0 (6) is sharded 4-way (uneven)", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _k09(c):
+    c.arg("x", (6, 10), "f32", P())
+    c.out("y", P())
+    c.out("z", P())
+    def f(x):
+        x = wsc(x, P("a", None))
+        y = wsc(x.reshape(60) + 1.0, P("a"))
+        z = wsc(y.reshape(4, 15) * 2.0, P("a", None))
+        return y, z
+    return f
+
+
+@case("top_k_uneven_8", "top_k(k=3) along a dim of 30 sharded 8-way (uneven) with rows replicated", (8,), ("x",), rtol=0, atol=0)
+def _k10(c):
+    c.arg("x", (4, 30), "f32", P())
+    c.out("v", P())
+    c.out("i", P())
+    def f(x):
+        x = wsc(x, P(None, "x"))
+        v, i = lax.top_k(x, 3)
+        return v, i
+    return f
+
+
+@case("cond_branches_differ_shardings_2x4", "lax.cond whose branches constrain intermediates to different shardings (same branch result sharding)", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _k11(c):
+    c.arg("p", (), "s32", P(), value=0)
+    c.arg("x", (8, 12), "f32", P("a", "b"))
+    c.out("y", P("b", None))
+    def f(p, x):
+        def t(x):
+            return wsc(wsc(jnp.exp(x * 0.5), P(None, "a")) * 2.0, P("b", "a"))
+        def e(x):
+            return wsc(wsc(x * 3.0, P("a", None)) - 1.0, P("b", "a"))
+        return (lax.cond(p > 0, t, e, x),)
+    return f
+
+
+@case("context_parallel_attention_mesh3d", "attention with batch on a, heads on b, query sequence on c (k/v sequence replicated over c)", (2, 2, 2), ("a", "b", "c"), rtol=1e-4, atol=1e-5)
+def _k12(c):
+    B, H, S, K = 2, 4, 8, 6
+    c.arg("q", (B, H, S, K), "f32", P("a", "b", "c", None))
+    c.arg("k", (B, H, S, K), "f32", P("a", "b", None, None))
+    c.arg("v", (B, H, S, K), "f32", P("a", "b", None, None))
+    c.out("o", P("a", "b", "c", None))
+    def f(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(K)
+        qi = lax.broadcasted_iota(jnp.int32, (S, S), 0)
+        ki = lax.broadcasted_iota(jnp.int32, (S, S), 1)
+        s = jnp.where(qi >= ki, s, -1e30)
+        p = jax.nn.softmax(s, axis=-1)
+        return (jnp.einsum("bhqk,bhkd->bhqd", p, v),)
+    return f
+
+
+@case("roll_even_8", "jnp.roll by 3 and by -5 along a dim of 16 sharded 8-way (even)", (8,), ("x",), rtol=0, atol=0)
+def _k13(c):
+    c.arg("x", (16, 4), "f32", P("x", None))
+    c.out("a", P("x", None))
+    c.out("b", P("x", None))
+    def f(x):
+        return jnp.roll(x, 3, axis=0), jnp.roll(x, -5, axis=0)
+    return f
+
+
+@case("pad_reflect_edge_sharded_2x4", "jnp.pad modes reflect and edge on a dim sharded 4-way", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _k14(c):
+    c.arg("x", (4, 16), "f32", P("a", "b"))
+    c.out("r", P("a", None))
+    c.out("e", P("a", None))
+    def f(x):
+        return jnp.pad(x, ((0, 0), (3, 2)), mode="reflect"), jnp.pad(x, ((0, 0), (1, 4)), mode="edge")
+    return f
+
+
+@case("embedding_bf16_hidden_sharded_4x2", "bf16 embedding table [37,16] sharded on hidden (b) with ids batch on a, plus position embedding add", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _k15(c):
+    c.arg("ids", (8, 5), "s32", P("a", None), lo=0, hi=37)
+    c.arg("table", (37, 16), "bf16", P(None, "b"))
+    c.arg("pos", (5, 16), "bf16", P(None, "b"))
+    c.out("e", P("a", None, "b"))
+    def f(ids, table, pos):
+        return (jnp.take(table, ids, axis=0) + pos[None],)
+    return f
+
+
+@case("heads_merge_uneven_transpose", "[B,H,S,K] with H=6 sharded 4-way (uneven) transposed to [B,S,H,K] and merged to [B,S,H*K] then projected", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _k16(c):
+    c.arg("o", (2, 6, 5, 4), "f32", P())
+    c.arg("w", (24, 8), "f32", P(), scale=0.3)
+    c.out("y", P("a", None, None))
+    def f(o, w):
+        o = wsc(o, P("a", "b", None, None))
+        m = o.transpose(0, 2, 1, 3).reshape(2, 5, 24)
+        return (m @ w,)
+    return f
+
+
+@case("window_sum_stride4_uneven_8", "reduce_window sum size 4 stride 4 and size 3 stride 1 on a dim of 36 sharded 8-way (uneven)", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _k17(c):
+    c.arg("x", (36, 3), "f32", P())
+    c.out("s4", P())
+    c.out("s3", P())
+    def f(x):
+        x = wsc(x, P("x", None))
+        s4 = lax.reduce_window(x, 0.0, lax.add, (4, 1), (4, 1), "VALID")
+        s3 = lax.reduce_window(x, 0.0, lax.add, (3, 1), (1, 1), "SAME")
+        return wsc(s4, P("x", None)), wsc(s3, P("x", None))
+    return f
+
+
+@case("dot_batch_dim_sharded_differently", "einsum bij,bjk->bik with batch sharded on a in lhs and on b in rhs (2x4)", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _k18(c):
+    c.arg("x", (8, 6, 5), "f32", P("a", None, None))
+    c.arg("y", (8, 5, 7), "f32", P("b", None, None))
+    c.out("z", P(("a", "b"), None, None))
+    def f(x, y):
+        return (jnp.einsum("bij,bjk->bik", x, y),)
+    return f
+
+
+@case("shard_map_scan_psum", "shard_map over 2x4 where a scan body does psum over b and ppermute over a each step", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5, manual=True)
+def _k19(c):
+    c.arg("x", (4, 8), "f32", P("a", "b"))
+    c.out("y", P("a", "b"))
+    def body(x):
+        def step(h, _):
+            s = lax.psum(h, "b")
+            h = 0.5 * h + 0.1 * s
+            h = lax.ppermute(h, "a", [(0, 1), (1, 0)])
+            return h, None
+        h, _ = lax.scan(step, x, None, length=3)
+        return h
+    def f(x):
+        return (smap(body, (P("a", "b"),), P("a", "b"))(x),)
+    return f
+
+
+@case("reduce_precision_logsumexp_partial", "logsumexp over a dim sharded on b with rows partially replicated, plus stop_gradient max trick", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _k20(c):
+    c.arg("x", (6, 24), "f32", P(None, "b"), scale=5.0)
+    c.out("l", P(None))
+    c.out("sm", P(None, "b"))
+    def f(x):
+        m = lax.stop_gradient(jnp.max(x, axis=1, keepdims=True))
+        l = jnp.log(jnp.sum(jnp.exp(x - m), axis=1)) + m[:, 0]
+        return l, jnp.exp(x - l[:, None])
+    return f
+
+
 # ---------------------------------------------------------------------------
 # Running a case.
 # ---------------------------------------------------------------------------
