@@ -374,7 +374,7 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
         return Ok(None);
     }
     if fgc > 1 && bgc == 1 {
-        if let Some(v) = grouped_on_features(p, instr, &out, &dn, &lhs, &rhs, fgc)? {
+        if let Some(v) = grouped_on_features(p, instr, &out, &dn, &win, &lhs, &rhs, fgc)? {
             return Ok(Some(v));
         }
     }
@@ -459,42 +459,7 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
                 "convolution output is not an array".into(),
             ));
         };
-        let mut x = x;
-        let mut w = win.clone();
-        for &s in &halo_dims {
-            let ld = u(dn.input_spatial[s]);
-            let od = u(dn.output_spatial[s]);
-            let t = io.tiles(od);
-            if t <= 1 {
-                continue;
-            }
-            let wd = win.dims[s];
-            let so = crate::grid::tile_size(out_dims[od], t);
-            let span = (wd.size - 1) * wd.rhs_dilation + 1;
-            // Output tile i reads the dilated, padded input at
-            // [i*so*stride - pad_low, ... + dilated_len).
-            let dilated_len = (so - 1) * wd.stride + span;
-            let dilated_start = |i: i64| i * so * wd.stride - wd.padding_low;
-            // The input rows whose dilated positions fall in that window:
-            // from the first at or after its start; the window then begins
-            // `pad_low` positions before that row (the same for every tile)
-            // and ends `pad_high` positions after the last.
-            let l = wd.lhs_dilation.max(1);
-            let first_row = |i: i64| -((-dilated_start(i)).div_euclid(l));
-            let pad_low = first_row(0) * l - dilated_start(0);
-            if (0..t).any(|i| first_row(i) * l - dilated_start(i) != pad_low) {
-                return Err(SpmdError::Invalid(
-                    "base-dilated convolution tiles start at different phases".into(),
-                ));
-            }
-            let len = (dilated_len - 1 - pad_low) / l + 1;
-            let pad_high = dilated_len - pad_low - ((len - 1) * l + 1);
-            let starts: Vec<i64> = (0..t).map(first_row).collect();
-            let zero = p.b.zero_of(x)?;
-            x = crate::window::exchange(p, x, lg, &lhs_dims, ld, &starts, len, Some(zero))?;
-            w.dims[s].padding_low = pad_low;
-            w.dims[s].padding_high = pad_high;
-        }
+        let (x, w) = conv_halos(p, x, lg, io, (&dn, &win), &lhs_dims, &out_dims, &halo_dims)?;
         let want = crate::partition::local_shape(&instr.shape, vs);
         let id = p.clone_instr(instr, vec![x, y], want.clone());
         p.b.comp
@@ -623,17 +588,80 @@ fn kernel_window_sharded(
     })
 }
 
+/// Exchanges the input windows of a convolution's output-tiled spatial
+/// dims `halo_dims` (input `x` laid out by `lg`, output by `io`): each
+/// output tile gets the input rows its windows read (zeros outside the
+/// input), and the returned window has the local padding that makes one
+/// local convolution serve every tile. With base dilation, every tile must
+/// start at the same phase of the dilated input (checked by the callers'
+/// `same_phase`; an error otherwise).
+#[allow(clippy::too_many_arguments)]
+fn conv_halos(
+    p: &mut Part<'_, '_>,
+    x: xla_hlo_ir::InstrId,
+    lg: &Grid,
+    io: &Grid,
+    (dn, win): (
+        &xla_hlo_ir::attrs::ConvDimensionNumbers,
+        &xla_hlo_ir::attrs::Window,
+    ),
+    lhs_dims: &[i64],
+    out_dims: &[i64],
+    halo_dims: &[usize],
+) -> Result<(xla_hlo_ir::InstrId, xla_hlo_ir::attrs::Window), SpmdError> {
+    let u = |d: i64| d as usize;
+    let mut x = x;
+    let mut w = win.clone();
+    for &s in halo_dims {
+        let ld = u(dn.input_spatial[s]);
+        let od = u(dn.output_spatial[s]);
+        let t = io.tiles(od);
+        if t <= 1 {
+            continue;
+        }
+        let wd = win.dims[s];
+        let so = crate::grid::tile_size(out_dims[od], t);
+        let span = (wd.size - 1) * wd.rhs_dilation + 1;
+        // Output tile i reads the dilated, padded input at
+        // [i*so*stride - pad_low, ... + dilated_len).
+        let dilated_len = (so - 1) * wd.stride + span;
+        let dilated_start = |i: i64| i * so * wd.stride - wd.padding_low;
+        // The input rows whose dilated positions fall in that window: from
+        // the first at or after its start; the window then begins
+        // `pad_low` positions before that row (the same for every tile)
+        // and ends `pad_high` positions after the last.
+        let l = wd.lhs_dilation.max(1);
+        let first_row = |i: i64| -((-dilated_start(i)).div_euclid(l));
+        let pad_low = first_row(0) * l - dilated_start(0);
+        if (0..t).any(|i| first_row(i) * l - dilated_start(i) != pad_low) {
+            return Err(SpmdError::Invalid(
+                "base-dilated convolution tiles start at different phases".into(),
+            ));
+        }
+        let len = (dilated_len - 1 - pad_low) / l + 1;
+        let pad_high = dilated_len - pad_low - ((len - 1) * l + 1);
+        let starts: Vec<i64> = (0..t).map(first_row).collect();
+        let zero = p.b.zero_of(x)?;
+        x = crate::window::exchange(p, x, lg, lhs_dims, ld, &starts, len, Some(zero))?;
+        w.dims[s].padding_low = pad_low;
+        w.dims[s].padding_high = pad_high;
+    }
+    Ok((x, w))
+}
+
 /// A grouped convolution (`feature_group_count` G) whose output features
 /// are sharded t-way with t dividing G: each device convolves its G/t
 /// groups (input features and kernel output features sharded like the
 /// output features, kernel input features whole), with no communication
-/// beyond bringing the operands to that layout. Output spatial dims must be
-/// whole in the target (otherwise the general path handles it).
+/// beyond bringing the operands to that layout; tiled output spatial dims
+/// add a halo exchange of the input, as in the general path.
+#[allow(clippy::too_many_arguments)]
 fn grouped_on_features(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,
     out: &Grid,
     dn: &xla_hlo_ir::attrs::ConvDimensionNumbers,
+    win: &xla_hlo_ir::attrs::Window,
     lhs: &PValue,
     rhs: &PValue,
     fgc: i64,
@@ -643,29 +671,54 @@ fn grouped_on_features(
     let t = out.tiles(of);
     let c_in = lhs.shape.dims()[u(dn.input_feature)];
     let c_out = rhs.shape.dims()[u(dn.kernel_output_feature)];
-    if t <= 1
-        || fgc % t != 0
-        || c_in % t != 0
-        || c_out % t != 0
-        || dn.output_spatial.iter().any(|&d| out.tiles(u(d)) > 1)
-    {
+    if t <= 1 || fgc % t != 0 || c_in % t != 0 || c_out % t != 0 {
         return Ok(None);
+    }
+    // Tiled output spatial dims take a halo exchange, as in the general
+    // path (the same conditions).
+    let ns = dn.input_spatial.len();
+    let halo_dims: Vec<usize> = (0..ns)
+        .filter(|&s| out.tiles(u(dn.output_spatial[s])) > 1)
+        .collect();
+    for &s in &halo_dims {
+        let w = &win.dims[s];
+        let t = out.tiles(u(dn.output_spatial[s]));
+        let so = crate::grid::tile_size(instr.shape.dims()[u(dn.output_spatial[s])], t);
+        if w.reversal || (so * w.stride) % w.lhs_dilation.max(1) != 0 {
+            return Ok(None);
+        }
     }
     let mut lmap = vec![None; lhs.shape.rank()];
     lmap[u(dn.input_batch)] = Some(u(dn.output_batch));
     lmap[u(dn.input_feature)] = Some(of);
+    for &s in &halo_dims {
+        lmap[u(dn.input_spatial[s])] = Some(u(dn.output_spatial[s]));
+    }
     let mut rmap = vec![None; rhs.shape.rank()];
     rmap[u(dn.kernel_output_feature)] = Some(of);
     let lg = out.remap(&lmap);
     let rg = out.remap(&rmap);
     let x = p.reshard_to_grid(lhs, &lg)?;
     let y = p.reshard_to_grid(rhs, &rg)?;
+    let (x, w) = conv_halos(
+        p,
+        x,
+        &lg,
+        out,
+        (dn, win),
+        lhs.shape.dims(),
+        instr.shape.dims(),
+        &halo_dims,
+    )?;
     let vs = VS::Grid(out.clone());
     let want = crate::partition::local_shape(&instr.shape, &vs);
     let id = p.clone_instr(instr, vec![x, y], want.clone());
     p.b.comp
         .instr_mut(id)
         .set_attr(AttrKey::FeatureGroupCount, AttrValue::Int(fgc / t));
+    p.b.comp
+        .instr_mut(id)
+        .set_attr(AttrKey::Window, AttrValue::Window(w));
     let got = p.infer(p.b.comp.instr(id), &[p.b.shape(x), p.b.shape(y)])?;
     if got.dims() != want.dims() {
         return Err(SpmdError::Invalid(format!(

@@ -521,3 +521,18 @@ fn uneven_reverse_and_rotation_use_permutes() {
     let (s, _) = check(&m, 8, false, 0.0, 27);
     assert_eq!(s.collectives.get("all-gather"), None, "{s:?}");
 }
+
+/// A depthwise convolution (vmap of `jnp.convolve`) with channels and
+/// width both sharded: each device convolves its channel groups over its
+/// width tile with a halo from its neighbours (XLA: two permutes).
+#[test]
+fn depthwise_convolution_with_sharded_channels_and_width() {
+    let m = module(
+        "ENTRY %e (x: f32[1,8,20], k: f32[8,1,5]) -> f32[1,8,20] {\n  %x = f32[1,8,20] parameter(0), sharding={devices=[1,4,2]<=[8]}\n  %k = f32[8,1,5] parameter(1), sharding={devices=[4,1,1,2]<=[8] last_tile_dim_replicate}\n  ROOT %c = f32[1,8,20] convolution(%x, %k), window={size=5 pad=2_2}, dim_labels=bf0_oi0->bf0, feature_group_count=8, sharding={devices=[1,4,2]<=[8]}\n}\n",
+        "",
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 1e-5, 28);
+    assert_eq!(s.collectives.get("all-gather"), None, "{s:?}");
+    assert_eq!(s.collective_bytes, 32, "{s:?}");
+}
