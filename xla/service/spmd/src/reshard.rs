@@ -6,7 +6,8 @@
 //!   target tile lies inside its source tile (replicated -> tiled, adding
 //!   tiling on replicated devices);
 //! - all-to-all moves of a minor tile factor from one dim to another (row to
-//!   column sharding, 8-way -> 4x2), then the rest;
+//!   column sharding, 8-way -> 4x2), then the rest; or one dim gathered
+//!   whole first, then such moves (its tiles sat on the wrong devices);
 //! - one all-gather of the minor factors the target does not want (the whole
 //!   dim when the partial gather would not line up with the target's padded
 //!   tiles), then a collective-permute when the devices sit at other tiles,
@@ -267,24 +268,7 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
     }
     let mut best = plan_gather_fix(src, tgt, dims, bytes);
     // All-to-all moves first, then the rest.
-    let mut cur = src.clone();
-    let mut a2a = Plan::default();
-    for _ in 0..2 * dims.len() + 2 {
-        let Some((a, b, f)) = next_all_to_all(&cur, tgt, dims) else {
-            break;
-        };
-        let Some(to) = cur.all_to_all(a, b, f) else {
-            break;
-        };
-        a2a.cost += all_to_all_cost(&cur, dims, b, f, bytes);
-        a2a.steps.push(Step::AllToAll {
-            src: a,
-            tgt: b,
-            f,
-            to: to.clone(),
-        });
-        cur = to;
-    }
+    let (mut a2a, cur) = all_to_alls(src, tgt, dims, bytes);
     if best.cost > 0 {
         if let Some(pg) = permute_then_gather(src, tgt, dims, bytes, best.cost) {
             if pg.cost < best.cost {
@@ -305,7 +289,60 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
             best = a2a;
         }
     }
+    // One tiled dim gathered whole first (its tiles sit on the wrong
+    // devices for the target), then all-to-alls, then the rest.
+    if best.cost > 0 {
+        for a in src.tiled_dims() {
+            let factors = [(a, src.tiles(a))];
+            let Some(g) = src.gathered(&factors) else {
+                continue;
+            };
+            let mut ga = Plan {
+                steps: vec![Step::Gather {
+                    factors: factors.to_vec(),
+                    to: g.clone(),
+                }],
+                cost: gather_cost(src, &factors, dims, bytes),
+            };
+            if ga.cost >= best.cost {
+                continue;
+            }
+            let (moves, cur) = all_to_alls(&g, tgt, dims, bytes);
+            if moves.steps.is_empty() {
+                continue;
+            }
+            ga.append(moves);
+            ga.append(finish(&cur, tgt, dims, bytes));
+            if ga.cost < best.cost {
+                best = ga;
+            }
+        }
+    }
     best
+}
+
+/// The all-to-all moves `next_all_to_all` finds from `src` towards `tgt`,
+/// in order, and the grid they reach.
+fn all_to_alls(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> (Plan, Grid) {
+    let mut cur = src.clone();
+    let mut a2a = Plan::default();
+    for _ in 0..2 * dims.len() + 2 {
+        let Some((a, b, f)) = next_all_to_all(&cur, tgt, dims) else {
+            break;
+        };
+        let Some(to) = cur.all_to_all(a, b, f) else {
+            break;
+        };
+        a2a.cost += all_to_all_cost(&cur, dims, b, f, bytes);
+        a2a.steps.push(Step::AllToAll {
+            src: a,
+            tgt: b,
+            f,
+            to: to.clone(),
+        });
+        cur = to;
+    }
+    (a2a, cur)
 }
 
 /// A local slice that adds tiling the source holds by replication,
