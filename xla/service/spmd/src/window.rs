@@ -574,32 +574,58 @@ pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let v = p.operand(instr, 0)?;
     let pv = p.operand(instr, 1)?;
     let pv = p.replicate(&pv)?.id;
+    // Interior padding whose tiles start at different phases: each tile
+    // takes `ceil(so / r)` inputs from its first one, pads them locally
+    // with `r - 1` in front, and slices its window at its own offset.
+    let phased = |d: &PaddingDim, so: i64, t: i64| {
+        let r = d.interior + 1;
+        let j0: Vec<i64> = (0..t).map(|i| ceil_div(i * so - d.low, r)).collect();
+        let offsets: Vec<i64> = (0..t)
+            .map(|i| (r - 1) - (d.low + j0[i as usize] * r - i * so))
+            .collect();
+        (j0, (so + r - 1) / r, offsets)
+    };
     let window = |a: usize, t: i64| {
         let d = pd[a];
         let so = tile_size(od[a], t);
         if d.interior == 0 {
             Some(((0..t).map(|i| i * so - d.low).collect(), so))
         } else {
-            interior_plan(&d, so, t).map(|(j0, _, len)| (j0, len))
+            interior_plan(&d, so, t)
+                .map(|(j0, _, len)| (j0, len))
+                .or_else(|| Some(phased(&d, so, t)).map(|(j0, len, _)| (j0, len)))
         }
     };
     let Some((c, x)) = windowed(p, instr, &out, &v, &window, Some(pv))? else {
         return Ok(None);
     };
     let mut rest = pd.clone();
+    // Per dim sliced at per-tile offsets: (dim, offsets, tile size).
+    let mut sliced: Vec<(usize, Vec<i64>, i64)> = Vec::new();
     for (a, d) in pd.iter().enumerate() {
         let t = c.tiles(a);
         if t <= 1 {
             continue;
         }
         let so = tile_size(od[a], t);
-        rest[a] = match interior_plan(d, so, t).filter(|_| d.interior != 0) {
+        rest[a] = match interior_plan(d, so, t) {
+            _ if d.interior == 0 => PaddingDim::default(),
             Some((_, phase, len)) => PaddingDim {
                 low: phase,
                 high: so - (phase + (len - 1) * (d.interior + 1) + 1),
                 interior: d.interior,
             },
-            None => PaddingDim::default(),
+            None => {
+                let (_, len, offsets) = phased(d, so, t);
+                let r = d.interior + 1;
+                let padded = (r - 1) + (len - 1) * r + 1;
+                sliced.push((a, offsets, so));
+                PaddingDim {
+                    low: r - 1,
+                    high: ((r - 1) + so - padded).max(0),
+                    interior: d.interior,
+                }
+            }
         };
     }
     let id = if rest
@@ -620,6 +646,23 @@ pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         id
     } else {
         x
+    };
+    let id = if sliced.is_empty() {
+        id
+    } else {
+        let mut sizes = p.b.dims(id);
+        let mut tables = Vec::new();
+        for a in 0..sizes.len() {
+            match sliced.iter().find(|s| s.0 == a) {
+                Some((_, offsets, so)) => {
+                    let tb = c.per_coord(a, offsets);
+                    tables.push(p.b.table(&tb));
+                    sizes[a] = *so;
+                }
+                None => tables.push(p.b.scalar(xla_hlo_ir::PrimitiveType::S32, 0)),
+            }
+        }
+        p.b.dynamic_slice(id, tables, &sizes)
     };
     p.note(instr, "pad");
     Ok(Some(PValue {

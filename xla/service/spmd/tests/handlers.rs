@@ -536,3 +536,18 @@ fn depthwise_convolution_with_sharded_channels_and_width() {
     assert_eq!(s.collectives.get("all-gather"), None, "{s:?}");
     assert_eq!(s.collective_bytes, 32, "{s:?}");
 }
+
+/// Interior padding whose output tiles start at different phases of the
+/// interleaved input (negative low padding, interior 1, 24 rows over 8
+/// tiles of 3): each tile pads its exchanged inputs locally and slices its
+/// window at its own offset, instead of falling back to replication.
+#[test]
+fn interior_pad_with_per_tile_phases() {
+    let m = module(
+        "ENTRY %e (x: f32[12,4]) -> f32[24,5] {\n  %x = f32[12,4] parameter(0), sharding={devices=[8,1]<=[8]}\n  %z = f32[] constant(0)\n  ROOT %p = f32[24,5] pad(%x, %z), padding=-2_3_1x1_0_0, sharding={devices=[8,1]<=[8]}\n}\n",
+        "",
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 0.0, 29);
+    assert_eq!(s.collectives.get("all-gather"), None, "{s:?}");
+}
