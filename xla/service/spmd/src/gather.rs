@@ -300,7 +300,7 @@ fn shift_indices(
 }
 
 /// A per-partition table as a scalar of type `ty`.
-fn to_ty(
+pub(crate) fn to_ty(
     p: &mut Part<'_, '_>,
     table: &std::sync::Arc<[i64]>,
     ty: PrimitiveType,

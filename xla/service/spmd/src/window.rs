@@ -1090,6 +1090,10 @@ pub fn dynamic_update_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target
     let Some(c) = cheapest(&costed) else {
         return Ok(None);
     };
+    let best = costed.iter().map(|c| c.1).min().unwrap_or(u64::MAX);
+    if let Some(r) = dynamic_update_row(p, instr, &out, &v, &u, &cut, best)? {
+        return Ok(Some(r));
+    }
     let x = p.reshard_to_grid(&v, &c)?;
     let y = p.reshard_to_grid(&u, &c)?;
     let mut ops = vec![x, y];
@@ -1105,6 +1109,82 @@ pub fn dynamic_update_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target
     }
     p.note(instr, "dynamic-update-slice");
     Ok(Some(p.emit_local(instr, ops, &VS::Grid(c))?))
+}
+
+/// A dynamic-update-slice writing one row (update size 1) into dims that
+/// stay tiled (a KV cache with its time dim sharded, written at a runtime
+/// position): each device updates its own tile at the position less its
+/// tile's offset, and keeps the result only when the row falls in its
+/// tile (as XLA does); no data moves. Other cut dims are whole. Used when
+/// cheaper than `best`.
+fn dynamic_update_row(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    out: &Grid,
+    v: &PValue,
+    u: &PValue,
+    cut: &[usize],
+    best: u64,
+) -> Res {
+    let dims = v.shape.dims().to_vec();
+    let usz = u.shape.dims().to_vec();
+    let rows: Vec<usize> = cut
+        .iter()
+        .copied()
+        .filter(|&a| usz[a] == 1 && out.tiles(a) > 1)
+        .collect();
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let whole: Vec<usize> = cut.iter().copied().filter(|a| !rows.contains(a)).collect();
+    let c = out.replicate_dims(&whole);
+    let cu = c.replicate_dims(&rows);
+    let cost = p.cost(v, &c) + p.cost(u, &cu) + p.cost_of(&instr.shape, &c, out);
+    if cost >= best {
+        return Ok(None);
+    }
+    let x = p.reshard_to_grid(v, &c)?;
+    let y = p.reshard_to_grid(u, &cu)?;
+    let mut ops = vec![x, y];
+    let mut inside: Option<InstrId> = None;
+    for a in 0..dims.len() {
+        let iv = p.operand(instr, 2 + a)?;
+        let iv = p.replicate(&iv)?.id;
+        let ty = p.b.ty(iv)?;
+        if rows.contains(&a) {
+            // The clamped global row, then relative to this tile.
+            let lo = p.b.scalar(ty, 0);
+            let hi = p.b.scalar(ty, dims[a] - 1);
+            let row = p.b.binary(Opcode::Maximum, iv, lo);
+            let row = p.b.binary(Opcode::Minimum, row, hi);
+            let ts = tile_size(dims[a], c.tiles(a));
+            let off = crate::gather::to_ty(p, &c.offsets(a, ts), ty)?;
+            let local = p.b.binary(Opcode::Subtract, row, off);
+            let zero = p.b.scalar(ty, 0);
+            let size = p.b.scalar(ty, ts);
+            let ge = p.b.compare(local, zero, "GE");
+            let lt = p.b.compare(local, size, "LT");
+            let here = p.b.binary(Opcode::And, ge, lt);
+            inside = Some(match inside {
+                Some(prev) => p.b.binary(Opcode::And, prev, here),
+                None => here,
+            });
+            ops.push(local);
+        } else if cut.contains(&a) {
+            ops.push(iv);
+        } else {
+            ops.push(p.b.scalar(ty, 0));
+        }
+    }
+    let r = p.emit_local(instr, ops, &VS::Grid(c))?;
+    let Some(inside) = inside else {
+        return Ok(None);
+    };
+    let ld = p.b.dims(r.id);
+    let mask = p.b.splat(inside, &ld);
+    let id = p.b.select(mask, r.id, x);
+    p.note(instr, "dynamic-update-slice:row");
+    Ok(Some(PValue { id, ..r }))
 }
 
 pub fn sort(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {

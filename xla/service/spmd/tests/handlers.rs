@@ -551,3 +551,20 @@ fn interior_pad_with_per_tile_phases() {
     let (s, _) = check(&m, 8, false, 0.0, 29);
     assert_eq!(s.collectives.get("all-gather"), None, "{s:?}");
 }
+
+/// A KV-cache write: one time step at a runtime position into a cache
+/// whose time dim is sharded 8-way. Each device updates its own tile when
+/// the position falls in it; nothing moves (positions inside and outside
+/// the range, which XLA clamps).
+#[test]
+fn dynamic_update_of_one_row_into_a_sharded_dim_is_local() {
+    for pos in [-3, 0, 5, 17, 23, 40] {
+        let m = module(
+            &format!("ENTRY %e (c: f32[2,24,4], u: f32[2,1,4]) -> f32[2,24,4] {{\n  %c = f32[2,24,4] parameter(0), sharding={{devices=[1,8,1]<=[8]}}\n  %u = f32[2,1,4] parameter(1), sharding={{replicated}}\n  %pos = s32[] constant({pos})\n  %z = s32[] constant(0)\n  ROOT %d = f32[2,24,4] dynamic-update-slice(%c, %u, %z, %pos, %z), sharding={{devices=[1,8,1]<=[8]}}\n}}\n"),
+            "",
+            8,
+        );
+        let (s, _) = check(&m, 8, false, 0.0, 30);
+        assert_eq!(s.collective_bytes, 0, "{s:?}");
+    }
+}
