@@ -549,12 +549,18 @@ impl Graph {
                 tail.push(bl[d]);
             }
         }
+        let mut stream_idle = 0.0;
         if detailed && m > 0 {
             if let Some((anc, desc)) = self.serial_sums(&transfers, &topo) {
+                let idle = self.idle_chain(&transfers, &topo, &anc, &desc, stream_busy);
+                // Before a transfer's issue the stream runs its ancestors
+                // and sits idle through the chains that precede it;
+                // likewise after its wait.
                 for k in 0..m {
-                    head[k] = head[k].max(anc[k]);
-                    tail[k] = tail[k].max(desc[k]);
+                    head[k] = head[k].max(anc[k] + idle.before[k]);
+                    tail[k] = tail[k].max(desc[k] + idle.after[k]);
                 }
+                stream_idle = idle.longest;
             }
         }
         let mut machine = [0.0f64; NUM_RESOURCES];
@@ -582,9 +588,117 @@ impl Graph {
         LowerBounds {
             critical_path,
             stream_busy,
+            stream_idle,
             resource_busy,
             resource_machine: machine,
             stream_machine,
+        }
+    }
+
+    /// Time the compute stream must sit idle: while transfer `k` is in
+    /// flight (from its issue to its wait) only the work concurrent with it
+    /// (`free_k`: neither an ancestor of the issue nor a descendant of the
+    /// wait) can run, so at least `latency_k - free_k` of that interval is
+    /// idle. Transfers where each one's wait precedes the next one's issue
+    /// have disjoint intervals, so their idle times add up: the bound is
+    /// the heaviest such chain. (`anc`/`desc` from `serial_sums`.)
+    ///
+    /// Also per transfer the heaviest chain that ends before its issue
+    /// (`before`) and that starts after its wait (`after`).
+    fn idle_chain(
+        &self,
+        transfers: &[(usize, usize, usize)],
+        topo: &[u32],
+        anc: &[f64],
+        desc: &[f64],
+        stream_busy: f64,
+    ) -> IdleChains {
+        let m = transfers.len();
+        let words = m.div_ceil(64);
+        let w = &self.lb_cost;
+        let weight: Vec<f64> = transfers
+            .iter()
+            .enumerate()
+            .map(|(k, &(s, d, _))| {
+                let own = if s == d { w[s] } else { 0.0 };
+                let free = (stream_busy - anc[k] - desc[k] - own).max(0.0);
+                (self.latency[s] - free).max(0.0)
+            })
+            .collect();
+        if weight.iter().all(|&x| x <= 0.0) {
+            return IdleChains {
+                longest: 0.0,
+                before: vec![0.0; m],
+                after: vec![0.0; m],
+            };
+        }
+        let mut wait_of = vec![u32::MAX; self.n];
+        let mut issue_of = vec![u32::MAX; self.n];
+        for (k, &(s, d, _)) in transfers.iter().enumerate() {
+            wait_of[d] = k as u32;
+            issue_of[s] = k as u32;
+        }
+        // Forward: seen[i] holds the transfers whose wait is an
+        // ancestor-or-self of i (for a sync collective, set only after the
+        // node itself); chain[k] is the heaviest chain ending with k.
+        let max_over = |bits: &[u64], vals: &[f64]| {
+            let mut v = 0.0f64;
+            for (x, &word) in bits.iter().enumerate() {
+                let mut b = word;
+                while b != 0 {
+                    v = v.max(vals[x * 64 + b.trailing_zeros() as usize]);
+                    b &= b - 1;
+                }
+            }
+            v
+        };
+        let mut seen = vec![0u64; self.n * words];
+        let mut chain = vec![0.0f64; m];
+        let mut before = vec![0.0f64; m];
+        for &i in topo {
+            let i = i as usize;
+            for &p in self.preds.get(i) {
+                let p = p as usize;
+                for x in 0..words {
+                    seen[i * words + x] |= seen[p * words + x];
+                }
+            }
+            if issue_of[i] != u32::MAX {
+                let k = issue_of[i] as usize;
+                before[k] = max_over(&seen[i * words..(i + 1) * words], &chain);
+                chain[k] = before[k] + weight[k];
+            }
+            if wait_of[i] != u32::MAX {
+                let k = wait_of[i] as usize;
+                seen[i * words + k / 64] |= 1 << (k % 64);
+            }
+        }
+        // Backward: the transfers whose issue is a descendant-or-self.
+        seen.iter_mut().for_each(|b| *b = 0);
+        let mut from = vec![0.0f64; m];
+        let mut after = vec![0.0f64; m];
+        for &i in topo.iter().rev() {
+            let i = i as usize;
+            for &s in self.succs.get(i) {
+                let s = s as usize;
+                for x in 0..words {
+                    seen[i * words + x] |= seen[s * words + x];
+                }
+            }
+            if wait_of[i] != u32::MAX {
+                let k = wait_of[i] as usize;
+                after[k] = max_over(&seen[i * words..(i + 1) * words], &from);
+                from[k] = after[k] + weight[k];
+            }
+            if issue_of[i] != u32::MAX {
+                let k = issue_of[i] as usize;
+                seen[i * words + k / 64] |= 1 << (k % 64);
+            }
+        }
+        IdleChains {
+            longest: chain.iter().copied().fold(0.0, f64::max),
+            before,
+            after,
         }
     }
 
@@ -678,6 +792,13 @@ impl Graph {
     }
 }
 
+/// Result of `Graph::idle_chain`.
+struct IdleChains {
+    longest: f64,
+    before: Vec<f64>,
+    after: Vec<f64>,
+}
+
 /// Lower bounds of one computation (µs); `value()` is their maximum.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LowerBounds {
@@ -685,6 +806,9 @@ pub struct LowerBounds {
     pub critical_path: f64,
     /// Total time the compute stream must be busy.
     pub stream_busy: f64,
+    /// Time the compute stream must be idle (see `Graph::idle_chain`);
+    /// `stream_busy + stream_idle` is a bound.
+    pub stream_idle: f64,
     /// Each resource's total transfer time over its lanes.
     pub resource_busy: [f64; NUM_RESOURCES],
     /// Each resource as a machine with release times (work that must
@@ -699,7 +823,7 @@ impl LowerBounds {
     pub fn value(&self) -> f64 {
         let mut v = self
             .critical_path
-            .max(self.stream_busy)
+            .max(self.stream_busy + self.stream_idle)
             .max(self.stream_machine);
         for k in 0..NUM_RESOURCES {
             v = v.max(self.resource_busy[k]).max(self.resource_machine[k]);

@@ -187,8 +187,10 @@ pub fn schedule_module(
                         }
                     }
                     // Small computations: the exact search's best order,
-                    // when it beats the list schedule.
-                    if s.exposed_comm > 0.0 {
+                    // when it beats the list schedule (searched only when
+                    // the schedule is measurably above the lower bound).
+                    let bound = g.lower_bounds(&config.overlap_limits.map(|l| l.max(1)), true);
+                    if s.exposed_comm > 0.0 && s.makespan > bound.value() * (1.0 + EXACT_GAP) {
                         if let Some(alt) = exact_order(&g, &ord, &config.overlap_limits, s.makespan)
                         {
                             let (sa, _) =
@@ -267,6 +269,12 @@ pub fn schedule_module(
     Ok((changed, stats))
 }
 
+/// Relative gap to the lower bound above which Auto tries the exact search.
+const EXACT_GAP: f64 = 0.002;
+/// Search budget (expansions) for that attempt: it tries the list
+/// schedule's order first, so improvements come early when they exist.
+const EXACT_ORDER_BUDGET: usize = 4_000;
+
 /// The order of the exact search (see `exact::exact_search`) when it
 /// found a schedule shorter than `makespan`, the current order's.
 fn exact_order(
@@ -282,8 +290,7 @@ fn exact_order(
         }
     }
     let lanes = limits.map(|l| l.max(1));
-    let found =
-        crate::exact::exact_search(g, &lanes, makespan, &rank, crate::simulator::EXACT_BUDGET)?;
+    let found = crate::exact::exact_search(g, &lanes, makespan, &rank, EXACT_ORDER_BUDGET)?;
     found.order.filter(|o| o.len() == g.n)
 }
 
