@@ -3051,6 +3051,1020 @@ def _k20(c):
     return f
 
 
+# --- tenth set: whole programs (transformer layers forward+backward with Adam under TP,
+# FSDP+TP, sequence and data parallelism; top-2 MoE; ResNet-style train steps; KV-cache
+# decode; rotary embeddings; gradient accumulation; sort/unique/searchsorted; uneven
+# cumulative ops; mixed precision), written after the pipeline was done -------------------
+
+def _named(names, impl):
+    src = "def f(%s):\n    return impl(%s)\n" % (", ".join(names), ", ".join(names))
+    ns = {"impl": impl}
+    exec(src, ns)
+    return ns["f"]
+
+
+def _ln(x, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) * lax.rsqrt(var + eps)
+
+
+def _adam(w, g, m, v, lr=0.01):
+    m = 0.9 * m + 0.1 * g
+    v = 0.999 * jnp.abs(v) + 0.001 * g * g
+    return w - lr * (m / 0.1) / (jnp.sqrt(v / 0.001) + 1e-6), m, v
+
+
+def _block(p, x, S, K, causal=True, sp=None):
+    wq, wk, wv, wo, w1, w2 = p
+    h = _ln(x)
+    q = jnp.einsum("bsd,dhk->bshk", h, wq)
+    k = jnp.einsum("bsd,dhk->bshk", h, wk)
+    v = jnp.einsum("bsd,dhk->bshk", h, wv)
+    s = jnp.einsum("bqhk,bshk->bhqs", q, k) / np.sqrt(K)
+    if causal:
+        mask = jnp.tril(jnp.ones((S, S), bool))
+        s = jnp.where(mask, s, -1e9)
+    a = jax.nn.softmax(s, -1)
+    o = jnp.einsum("bhqs,bshk->bqhk", a, v)
+    x = x + jnp.einsum("bqhk,hkd->bqd", o, wo)
+    if sp is not None:
+        x = wsc(x, sp)
+    h = _ln(x)
+    x = x + jax.nn.gelu(h @ w1) @ w2
+    if sp is not None:
+        x = wsc(x, sp)
+    return x
+
+
+def _transformer_train(c, B, S, D, H, K, F, xs, wspecs, adam=True):
+    c.arg("x", (B, S, D), "f32", xs)
+    c.arg("y", (B, S, D), "f32", xs)
+    wn = ["wq", "wk", "wv", "wo", "w1", "w2"]
+    shapes = [(D, H, K), (D, H, K), (D, H, K), (H, K, D), (D, F), (F, D)]
+    for n, s, sp in zip(wn, shapes, wspecs):
+        c.arg(n, s, "f32", sp, scale=0.3)
+    if adam:
+        for n, s, sp in zip(wn, shapes, wspecs):
+            c.arg("m_" + n, s, "f32", sp, scale=0.01)
+            c.arg("v_" + n, s, "f32", sp, scale=0.01)
+    for n, sp in zip(wn, wspecs):
+        c.out(n + "_new", sp)
+    if adam:
+        for n, sp in zip(wn, wspecs):
+            c.out("m_" + n + "_new", sp)
+            c.out("v_" + n + "_new", sp)
+    c.out("loss", P())
+    names = ["x", "y"] + wn + ([p + n for n in wn for p in ("m_", "v_")] if adam else [])
+
+    def impl(x, y, *rest):
+        p = tuple(rest[:6])
+        def loss(p):
+            return jnp.mean((_block(p, x, S, K) - y) ** 2)
+        l, g = jax.value_and_grad(loss)(p)
+        if not adam:
+            return tuple(w - 0.1 * gi for w, gi in zip(p, g)) + (l,)
+        st = rest[6:]
+        ws, ms, vs = [], [], []
+        for i in range(6):
+            w, m, v = _adam(p[i], g[i], st[2 * i], st[2 * i + 1])
+            ws.append(w); ms.append(m); vs.append(v)
+        mv = []
+        for m, v in zip(ms, vs):
+            mv += [m, v]
+        return tuple(ws) + tuple(mv) + (l,)
+    return _named(names, impl)
+
+
+@case("transformer_train_adam_2x4", "full pre-LN transformer layer (causal MHA + GELU MLP) fwd+bwd with Adam; batch on data, heads/ffn on model (Megatron TP)", (2, 4), ("data", "model"), rtol=2e-4, atol=2e-5)
+def _q01(c):
+    M = "model"
+    return _transformer_train(c, 4, 8, 16, 4, 4, 32, P("data", None, None),
+                              [P(None, M, None), P(None, M, None), P(None, M, None), P(M, None, None), P(None, M), P(M, None)])
+
+
+@case("transformer_train_fsdp_tp_mesh3d", "transformer layer train step with Adam on 2x2x2 (dp,fsdp,tp): weights FSDP-sharded on fsdp and TP on tp, batch on (dp,fsdp)", (2, 2, 2), ("dp", "fsdp", "tp"), rtol=2e-4, atol=2e-5)
+def _q02(c):
+    return _transformer_train(c, 4, 6, 8, 2, 4, 12, P(("dp", "fsdp"), None, None),
+                              [P("fsdp", "tp", None), P("fsdp", "tp", None), P("fsdp", "tp", None), P("tp", None, "fsdp"), P("fsdp", "tp"), P("tp", "fsdp")])
+
+
+@case("transformer_train_seqpar_uneven_4x2", "transformer layer SGD step with Megatron sequence parallelism: residual stream constrained to S (9, uneven) on a, heads/ffn on b", (4, 2), ("a", "b"), rtol=2e-4, atol=2e-5)
+def _q03(c):
+    B, S, D, H, K, F = 2, 9, 8, 2, 4, 16
+    c.arg("x", (B, S, D), "f32", P())
+    c.arg("y", (B, S, D), "f32", P())
+    wn = ["wq", "wk", "wv", "wo", "w1", "w2"]
+    shapes = [(D, H, K), (D, H, K), (D, H, K), (H, K, D), (D, F), (F, D)]
+    sps = [P(None, "b", None)] * 3 + [P("b", None, None), P(None, "b"), P("b", None)]
+    for n, s, sp in zip(wn, shapes, sps):
+        c.arg(n, s, "f32", sp, scale=0.3)
+    for n, sp in zip(wn, sps):
+        c.out(n + "_new", sp)
+    c.out("loss", P())
+    sp = P(None, "a", None)
+
+    def impl(x, y, *p):
+        x = wsc(x, sp)
+        def loss(p):
+            return jnp.mean((_block(p, x, S, K, sp=sp) - y) ** 2)
+        l, g = jax.value_and_grad(loss)(tuple(p))
+        return tuple(w - 0.1 * gi for w, gi in zip(p, g)) + (l,)
+    return _named(["x", "y"] + wn, impl)
+
+
+@case("transformer_fwd_dp_only_8", "transformer layer SGD step, pure data parallel (batch 8-way), weights replicated (grad all-reduce)", (8,), ("dp",), rtol=2e-4, atol=2e-5)
+def _q04(c):
+    return _transformer_train(c, 8, 5, 8, 2, 4, 12, P("dp", None, None), [P()] * 6, adam=False)
+
+
+def _moe(x, wr, w_in, w_out, E, C=None):
+    logits = x @ wr
+    probs = jax.nn.softmax(logits, -1)
+    vals, idx = lax.top_k(probs, 2)
+    gates = vals / jnp.sum(vals, -1, keepdims=True)
+    oh = jax.nn.one_hot(idx, E, dtype=x.dtype)  # [T,2,E]
+    if C is None:
+        combine = jnp.einsum("tk,tke->te", gates, oh)
+        mask = jnp.sum(oh, 1)
+        xe = jnp.einsum("te,td->etd", mask, x)
+        h = jax.nn.gelu(jnp.einsum("etd,edf->etf", xe, w_in))
+        oe = jnp.einsum("etf,efd->etd", h, w_out)
+        return jnp.einsum("etd,te->td", oe, combine)
+    T = x.shape[0]
+    flat = oh.reshape(T * 2, E)  # slot-major positions
+    pos = jnp.cumsum(flat, axis=0) * flat - flat  # position in expert
+    pos = pos.reshape(T, 2, E)
+    keep = (pos < C) * oh
+    disp = jnp.einsum("tke,tkec->tec", keep, jax.nn.one_hot(jnp.sum(pos * oh, -1).astype(jnp.int32), C, dtype=x.dtype)[:, :, None, :] * jnp.ones((1, 1, E, 1), x.dtype))
+    comb = jnp.einsum("tk,tke,tkec->tec", gates, keep, jax.nn.one_hot(jnp.sum(pos * oh, -1).astype(jnp.int32), C, dtype=x.dtype)[:, :, None, :] * jnp.ones((1, 1, E, 1), x.dtype))
+    xe = jnp.einsum("tec,td->ecd", disp, x)
+    h = jax.nn.gelu(jnp.einsum("ecd,edf->ecf", xe, w_in))
+    oe = jnp.einsum("ecf,efd->ecd", h, w_out)
+    return jnp.einsum("ecd,tec->td", oe, comb)
+
+
+@case("moe_top2_dense_expert_sharded_8", "MoE top-2 routing (dense one-hot dispatch), 8 experts sharded 8-way, tokens sharded 8-way on the same axis", (8,), ("e",), rtol=1e-4, atol=1e-5)
+def _q05(c):
+    T, D, E, F = 24, 8, 8, 12
+    c.arg("x", (T, D), "f32", P("e", None))
+    c.arg("wr", (D, E), "f32", P())
+    c.arg("w_in", (E, D, F), "f32", P("e", None, None), scale=0.4)
+    c.arg("w_out", (E, F, D), "f32", P("e", None, None), scale=0.4)
+    c.out("y", P("e", None))
+    def f(x, wr, w_in, w_out):
+        return (x + _moe(x, wr, w_in, w_out, E),)
+    return f
+
+
+@case("moe_top2_capacity_grad_2x4", "Switch-style MoE top-2 with capacity (cumsum positions, dispatch/combine tensors), experts on expert axis, tokens on data; grad wrt router and experts", (2, 4), ("data", "expert"), rtol=2e-4, atol=2e-5)
+def _q06(c):
+    T, D, E, F, C = 16, 8, 4, 10, 6
+    c.arg("x", (T, D), "f32", P("data", None))
+    c.arg("wr", (D, E), "f32", P())
+    c.arg("w_in", (E, D, F), "f32", P("expert", None, None), scale=0.4)
+    c.arg("w_out", (E, F, D), "f32", P("expert", None, None), scale=0.4)
+    c.out("loss", P())
+    c.out("g_wr", P())
+    c.out("g_in", P("expert", None, None))
+    c.out("g_out", P("expert", None, None))
+    def f(x, wr, w_in, w_out):
+        def loss(wr, w_in, w_out):
+            y = _moe(x, wr, w_in, w_out, E, C=C)
+            return jnp.mean((x + y) ** 2)
+        l, g = jax.value_and_grad(loss, argnums=(0, 1, 2))(wr, w_in, w_out)
+        return (l,) + g
+    return f
+
+
+@case("moe_top2_uneven_experts_4x2", "MoE top-2, 6 experts on a 4-way axis (uneven via constraint), tokens on b, expert FFN hidden 10", (4, 2), ("e", "t"), rtol=1e-4, atol=1e-5)
+def _q07(c):
+    T, D, E, F = 10, 6, 6, 10
+    c.arg("x", (T, D), "f32", P("t", None))
+    c.arg("wr", (D, E), "f32", P())
+    c.arg("w_in", (E, D, F), "f32", P(), scale=0.4)
+    c.arg("w_out", (E, F, D), "f32", P(), scale=0.4)
+    c.out("y", P("t", None))
+    def f(x, wr, w_in, w_out):
+        w_in = wsc(w_in, P("e", None, None)); w_out = wsc(w_out, P("e", None, None))
+        return (_moe(x, wr, w_in, w_out, E),)
+    return f
+
+
+def _bn(x, g, b):
+    mu = jnp.mean(x, axis=(0, 1, 2))
+    var = jnp.mean((x - mu) ** 2, axis=(0, 1, 2))
+    return (x - mu) * lax.rsqrt(var + 1e-5) * g + b
+
+
+def _conv(x, k, s=1, pad="SAME"):
+    return lax.conv_general_dilated(x, k, (s, s), pad, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def _maxpool(x, pad="SAME"):
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), pad)
+
+
+def _resnet_train(c, N, Hs, Ws, xs, ncls=5, maxpool=True):
+    c.arg("x", (N, Hs, Ws, 3), "f32", xs)
+    c.arg("labels", (N,), "s32", P(xs[0]), lo=0, hi=ncls)
+    c.arg("k1", (3, 3, 3, 8), "f32", P(), scale=0.4)
+    c.arg("k2", (3, 3, 8, 8), "f32", P(), scale=0.2)
+    c.arg("ks", (1, 1, 8, 8), "f32", P(), scale=0.3)
+    c.arg("g1", (8,), "f32", P(), scale=1.0)
+    c.arg("b1", (8,), "f32", P(), scale=0.1)
+    c.arg("wd", (8, ncls), "f32", P(), scale=0.5)
+    for n in ("k1", "k2", "ks", "g1", "b1", "wd"):
+        c.out(n + "_new", P())
+    c.out("loss", P())
+    def f(x, labels, k1, k2, ks, g1, b1, wd):
+        def loss(p):
+            k1, k2, ks, g1, b1, wd = p
+            h = jax.nn.relu(_bn(_conv(x, k1, 2), g1, b1))
+            if maxpool:
+                h = _maxpool(h)
+            r = h
+            h = jax.nn.relu(_bn(_conv(h, k2), g1, b1))
+            h = jax.nn.relu(h + _conv(r, ks))
+            pooled = jnp.mean(h, axis=(1, 2))
+            lg = pooled @ wd
+            lp = jax.nn.log_softmax(lg)
+            return -jnp.mean(jnp.take_along_axis(lp, labels[:, None], 1))
+        p = (k1, k2, ks, g1, b1, wd)
+        l, g = jax.value_and_grad(loss)(p)
+        return tuple(w - 0.1 * gi for w, gi in zip(p, g)) + (l,)
+    return f
+
+
+@case("resnet_block_train_batch_spatial_2x4", "ResNet-style block train step: conv s2, batchnorm, relu, maxpool 3x3/2, conv, 1x1 shortcut, GAP, dense, xent; batch on a, H on b; SGD", (2, 4), ("a", "b"), rtol=3e-4, atol=3e-5)
+def _q08(c):
+    return _resnet_train(c, 4, 16, 12, P("a", "b", None, None))
+
+
+@case("resnet_block_train_batch_8", "ResNet-style block train step (conv s2, BN, maxpool 3x3/2, GAP, xent) with batch sharded 8-way", (8,), ("dp",), rtol=3e-4, atol=3e-5)
+def _q09(c):
+    return _resnet_train(c, 8, 12, 12, P("dp", None, None, None))
+
+
+@case("resnet_block_train_nopool_mesh3d", "ResNet-style block train step without maxpool, batch on a, H on b, W on c (2x2x2)", (2, 2, 2), ("a", "b", "c"), rtol=3e-4, atol=3e-5)
+def _q10(c):
+    return _resnet_train(c, 2, 12, 12, P("a", "b", "c", None), maxpool=False)
+
+
+@case("resnet_fwd_spatial_uneven_8", "ResNet stem forward: conv 3x3 s2, inference BN, relu, maxpool 3x3 s2 VALID, GAP; H=19 sharded 8-way (uneven)", (8,), ("h",), rtol=1e-4, atol=1e-5)
+def _q11(c):
+    c.arg("x", (2, 19, 17, 4), "f32", P())
+    c.arg("k", (3, 3, 4, 6), "f32", P(), scale=0.3)
+    c.arg("mean", (6,), "f32", P(), scale=0.1)
+    c.arg("var", (6,), "f32", P(), scale=0.5)
+    c.out("feat", P())
+    c.out("pooled", P())
+    def f(x, k, mean, var):
+        x = wsc(x, P(None, "h", None, None))
+        h = _conv(x, k, 2)
+        h = jax.nn.relu((h - mean) * lax.rsqrt(jnp.abs(var) + 0.1))
+        h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "VALID")
+        h = wsc(h, P(None, "h", None, None))
+        return h, jnp.mean(h, axis=(1, 2))
+    return f
+
+
+@case("kv_cache_decode_2x4", "decode step: dynamic_update_slice of new k/v at runtime pos into KV cache [B,T,H,K] (B on data, H on model), masked attention over cache", (2, 4), ("data", "model"), rtol=1e-4, atol=1e-5)
+def _q12(c):
+    B, T, H, K = 2, 16, 4, 8
+    c.arg("ck", (B, T, H, K), "f32", P("data", None, "model", None))
+    c.arg("cv", (B, T, H, K), "f32", P("data", None, "model", None))
+    c.arg("q", (B, 1, H, K), "f32", P("data", None, "model", None))
+    c.arg("k", (B, 1, H, K), "f32", P("data", None, "model", None))
+    c.arg("v", (B, 1, H, K), "f32", P("data", None, "model", None))
+    c.arg("pos", (), "s32", P(), value=9)
+    c.out("ck_new", P("data", None, "model", None))
+    c.out("cv_new", P("data", None, "model", None))
+    c.out("o", P("data", None, "model", None))
+    def f(ck, cv, q, k, v, pos):
+        ck = lax.dynamic_update_slice(ck, k, (0, pos, 0, 0))
+        cv = lax.dynamic_update_slice(cv, v, (0, pos, 0, 0))
+        s = jnp.einsum("bqhk,bthk->bhqt", q, ck) / np.sqrt(K)
+        s = jnp.where(jnp.arange(T)[None, None, None, :] <= pos, s, -1e9)
+        p = jax.nn.softmax(s, -1)
+        return ck, cv, jnp.einsum("bhqt,bthk->bqhk", p, cv)
+    return f
+
+
+@case("kv_cache_seq_sharded_8", "KV cache with the time dim (24) sharded 8-way: dynamic_update_slice at runtime pos, attention softmax over sharded time", (8,), ("t",), rtol=1e-4, atol=1e-5)
+def _q13(c):
+    B, T, H, K = 2, 24, 2, 4
+    c.arg("ck", (B, T, H, K), "f32", P(None, "t", None, None))
+    c.arg("cv", (B, T, H, K), "f32", P(None, "t", None, None))
+    c.arg("q", (B, 1, H, K), "f32", P())
+    c.arg("k", (B, 1, H, K), "f32", P())
+    c.arg("v", (B, 1, H, K), "f32", P())
+    c.arg("pos", (), "s32", P(), value=10)
+    c.out("ck_new", P(None, "t", None, None))
+    c.out("cv_new", P(None, "t", None, None))
+    c.out("o", P())
+    def f(ck, cv, q, k, v, pos):
+        ck = lax.dynamic_update_slice(ck, k, (0, pos, 0, 0))
+        cv = lax.dynamic_update_slice(cv, v, (0, pos, 0, 0))
+        s = jnp.einsum("bqhk,bthk->bhqt", q, ck) / np.sqrt(K)
+        s = jnp.where(jnp.arange(T)[None, None, None, :] <= pos, s, -1e9)
+        p = jax.nn.softmax(s, -1)
+        return ck, cv, jnp.einsum("bhqt,bthk->bqhk", p, cv)
+    return f
+
+
+@case("kv_cache_prefill_chunk_uneven_4x2", "prefill chunk of 5 tokens written at runtime pos 7 into cache T=18 sharded 4-way (uneven), heads on b, chunked causal attention", (4, 2), ("t", "h"), rtol=1e-4, atol=1e-5)
+def _q14(c):
+    B, T, H, K, L = 2, 18, 2, 4, 5
+    c.arg("ck", (B, T, H, K), "f32", P(None, None, "h", None))
+    c.arg("cv", (B, T, H, K), "f32", P(None, None, "h", None))
+    c.arg("q", (B, L, H, K), "f32", P(None, None, "h", None))
+    c.arg("k", (B, L, H, K), "f32", P(None, None, "h", None))
+    c.arg("v", (B, L, H, K), "f32", P(None, None, "h", None))
+    c.arg("pos", (), "s32", P(), value=7)
+    c.out("ck_new", P(None, None, "h", None))
+    c.out("o", P(None, None, "h", None))
+    def f(ck, cv, q, k, v, pos):
+        ck = wsc(ck, P(None, "t", "h", None)); cv = wsc(cv, P(None, "t", "h", None))
+        ck = lax.dynamic_update_slice(ck, k, (0, pos, 0, 0))
+        cv = lax.dynamic_update_slice(cv, v, (0, pos, 0, 0))
+        ck = wsc(ck, P(None, "t", "h", None))
+        s = jnp.einsum("bqhk,bthk->bhqt", q, ck) / np.sqrt(K)
+        qpos = pos + jnp.arange(L)
+        s = jnp.where(jnp.arange(T)[None, :] <= qpos[:, None], s, -1e9)
+        p = jax.nn.softmax(s, -1)
+        return ck, jnp.einsum("bhqt,bthk->bqhk", p, cv)
+    return f
+
+
+def _rope(x, pos, interleaved=False):
+    K = x.shape[-1]
+    inv = 1.0 / (10000.0 ** (jnp.arange(0, K, 2, dtype=jnp.float32) / K))
+    ang = pos[..., None].astype(jnp.float32) * inv  # [S, K/2]
+    cos = jnp.cos(ang)[None, :, None, :]; sin = jnp.sin(ang)[None, :, None, :]
+    if interleaved:
+        xr = x.reshape(x.shape[:-1] + (K // 2, 2))
+        x1, x2 = xr[..., 0], xr[..., 1]
+        return jnp.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).reshape(x.shape)
+    x1, x2 = x[..., :K // 2], x[..., K // 2:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+@case("rope_attention_seq_heads_2x4", "rotary embeddings (half-split) on q/k [B,S,H,K] with S on a and H on b, then attention scores and softmax over sharded S", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _q15(c):
+    B, S, H, K = 2, 12, 4, 8
+    c.arg("q", (B, S, H, K), "f32", P(None, "a", "b", None))
+    c.arg("k", (B, S, H, K), "f32", P(None, "a", "b", None))
+    c.out("qr", P(None, "a", "b", None))
+    c.out("p", P(None, "b", "a", None))
+    def f(q, k):
+        pos = jnp.arange(S)
+        qr = _rope(q, pos); kr = _rope(k, pos)
+        s = jnp.einsum("bqhk,bshk->bhqs", qr, kr) / np.sqrt(K)
+        return qr, jax.nn.softmax(s, -1)
+    return f
+
+
+@case("rope_interleaved_seq_uneven_8", "interleaved rotary embedding (reshape K->[K/2,2], stack) with runtime position ids, S=13 sharded 8-way (uneven)", (8,), ("s",), rtol=1e-4, atol=1e-5)
+def _q16(c):
+    B, S, H, K = 2, 13, 2, 6
+    c.arg("x", (B, S, H, K), "f32", P())
+    c.arg("pos", (S,), "s32", P(), lo=0, hi=64)
+    c.out("y", P())
+    def f(x, pos):
+        x = wsc(x, P(None, "s", None, None)); pos = wsc(pos, P("s"))
+        return (wsc(_rope(x, pos, interleaved=True), P(None, "s", None, None)),)
+    return f
+
+
+@case("lm_head_label_smoothing_grad_uneven_vocab_4x2", "LM head h@W with vocab 37 sharded 4-way (uneven), label-smoothed xent, grad wrt W and h; batch on b", (4, 2), ("v", "b"), rtol=1e-4, atol=1e-5)
+def _q17(c):
+    N, D, V = 6, 16, 37
+    c.arg("h", (N, D), "f32", P("b", None))
+    c.arg("w", (D, V), "f32", P(), scale=0.3)
+    c.arg("labels", (N,), "s32", P("b"), lo=0, hi=V)
+    c.out("loss", P())
+    c.out("gw", P())
+    c.out("gh", P("b", None))
+    def f(h, w, labels):
+        w = wsc(w, P(None, "v"))
+        def loss(w, h):
+            lg = wsc(h @ w, P("b", "v"))
+            lp = jax.nn.log_softmax(lg, -1)
+            tgt = 0.9 * jax.nn.one_hot(labels, V) + 0.1 / V
+            return -jnp.mean(jnp.sum(tgt * lp, -1))
+        l, (gw, gh) = jax.value_and_grad(loss, argnums=(0, 1))(w, h)
+        return l, gw, gh
+    return f
+
+
+@case("grad_accum_fori_2x4", "gradient accumulation over 4 microbatches in fori_loop (dynamic_index_in_dim), TP MLP params, batch on data, then SGD", (2, 4), ("data", "model"), rtol=1e-4, atol=1e-5)
+def _q18(c):
+    c.arg("xs", (4, 8, 12), "f32", P(None, "data", None))
+    c.arg("ys", (4, 8, 4), "f32", P(None, "data", None))
+    c.arg("w1", (12, 16), "f32", P(None, "model"), scale=0.3)
+    c.arg("w2", (16, 4), "f32", P("model", None), scale=0.3)
+    c.out("w1_new", P(None, "model"))
+    c.out("w2_new", P("model", None))
+    c.out("loss", P())
+    def f(xs, ys, w1, w2):
+        def loss(p, x, y):
+            return jnp.mean((jnp.tanh(x @ p[0]) @ p[1] - y) ** 2)
+        def body(i, carry):
+            g1, g2, lt = carry
+            x = lax.dynamic_index_in_dim(xs, i, 0, keepdims=False)
+            y = lax.dynamic_index_in_dim(ys, i, 0, keepdims=False)
+            l, (a, b) = jax.value_and_grad(loss)((w1, w2), x, y)
+            return g1 + a, g2 + b, lt + l
+        g1, g2, lt = lax.fori_loop(0, 4, body, (jnp.zeros_like(w1), jnp.zeros_like(w2), 0.0))
+        return w1 - 0.05 * g1, w2 - 0.05 * g2, lt / 4
+    return f
+
+
+@case("grad_accum_scan_adam_mesh3d", "gradient accumulation with lax.scan over 3 microbatches (batch on (a,b)), params TP on c, then Adam update", (2, 2, 2), ("a", "b", "c"), rtol=1e-4, atol=1e-5)
+def _q19(c):
+    c.arg("xs", (3, 8, 10), "f32", P(None, ("a", "b"), None))
+    c.arg("ys", (3, 8), "f32", P(None, ("a", "b")))
+    c.arg("w1", (10, 6), "f32", P(None, "c"), scale=0.3)
+    c.arg("w2", (6,), "f32", P("c"), scale=0.3)
+    c.arg("m1", (10, 6), "f32", P(None, "c"), scale=0.01)
+    c.arg("v1", (10, 6), "f32", P(None, "c"), scale=0.01)
+    c.out("w1_new", P(None, "c"))
+    c.out("w2_new", P("c"))
+    c.out("m1_new", P(None, "c"))
+    c.out("v1_new", P(None, "c"))
+    def f(xs, ys, w1, w2, m1, v1):
+        def loss(p, x, y):
+            return jnp.mean((jax.nn.silu(x @ p[0]) @ p[1] - y) ** 2)
+        def step(carry, xy):
+            g = jax.grad(loss)((w1, w2), *xy)
+            return jax.tree_util.tree_map(jnp.add, carry, g), None
+        (g1, g2), _ = lax.scan(step, (jnp.zeros_like(w1), jnp.zeros_like(w2)), (xs, ys))
+        w1n, m1n, v1n = _adam(w1, g1 / 3, m1, v1)
+        return w1n, w2 - 0.01 * g2, m1n, v1n
+    return f
+
+
+@case("vmap_per_example_grad_clip_8", "DP-SGD: vmap(grad) per-example gradients of a softplus regression, per-example norm clipping, noise-free mean; batch 16 sharded 8-way", (8,), ("dp",), rtol=1e-4, atol=1e-5)
+def _q20(c):
+    c.arg("x", (16, 10), "f32", P("dp", None))
+    c.arg("y", (16, 3), "f32", P("dp", None))
+    c.arg("w", (10, 3), "f32", P(), scale=0.4)
+    c.out("w_new", P())
+    c.out("norms", P("dp"))
+    def f(x, y, w):
+        def loss(w, xi, yi):
+            return jnp.sum((jax.nn.softplus(xi @ w) - yi) ** 2)
+        g = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(w, x, y)
+        n = jnp.sqrt(jnp.sum(g * g, axis=(1, 2)))
+        g = g * jnp.minimum(1.0, 1.0 / (n + 1e-6))[:, None, None]
+        return w - 0.1 * jnp.mean(g, 0), n
+    return f
+
+
+@case("vmap_convolve_same_4x2", "vmap(jnp.convolve mode=same) of per-example signals [8,20] (batch on a, length on b) with per-example filters [8,5]", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _q21(c):
+    c.arg("x", (8, 20), "f32", P("a", "b"))
+    c.arg("k", (8, 5), "f32", P("a", None))
+    c.out("y", P("a", "b"))
+    def f(x, k):
+        return (jax.vmap(lambda a, b: jnp.convolve(a, b, mode="same"))(x, k),)
+    return f
+
+
+@case("einsum_three_operands_2x4", "einsum with 3 operands: bi,ij,jk->bk (chain) and bsh,hd,bd->bs, mixed shardings on 2x4", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _q22(c):
+    c.arg("x", (6, 12), "f32", P("a", "b"))
+    c.arg("w1", (12, 8), "f32", P("b", None), scale=0.3)
+    c.arg("w2", (8, 12), "f32", P(None, "b"), scale=0.3)
+    c.arg("s", (6, 5, 8), "f32", P("a", None, "b"))
+    c.arg("hd", (8, 4), "f32", P())
+    c.arg("bd", (6, 4), "f32", P("a", None))
+    c.out("y", P("a", "b"))
+    c.out("z", P("a", None))
+    def f(x, w1, w2, s, hd, bd):
+        return jnp.einsum("bi,ij,jk->bk", x, w1, w2), jnp.einsum("bsh,hd,bd->bs", s, hd, bd)
+    return f
+
+
+@case("einsum_four_operands_mesh3d", "einsum with 4 operands ab,bc,cd,de->ae and ijk,jl,kl,i->l on 2x2x2 with each operand sharded differently", (2, 2, 2), ("a", "b", "c"), rtol=1e-4, atol=1e-5)
+def _q23(c):
+    c.arg("p", (4, 6), "f32", P("a", "b"))
+    c.arg("q", (6, 8), "f32", P("b", "c"))
+    c.arg("r", (8, 6), "f32", P("c", "a"), scale=0.5)
+    c.arg("s", (6, 4), "f32", P(None, "b"), scale=0.5)
+    c.arg("t", (4, 6, 8), "f32", P("a", "b", "c"))
+    c.arg("u", (6, 2), "f32", P("b", None))
+    c.arg("v", (8, 2), "f32", P("c", None))
+    c.arg("w", (4,), "f32", P("a"))
+    c.out("o1", P("a", None))
+    c.out("o2", P())
+    def f(p, q, r, s, t, u, v, w):
+        return jnp.einsum("ab,bc,cd,de->ae", p, q, r, s), jnp.einsum("ijk,jl,kl,i->l", t, u, v, w)
+    return f
+
+
+@case("argsort_permute_uneven_8", "argsort along a dim of 21 sharded 8-way (uneven) and take_along_axis of a second array by it, plus descending sort", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _q24(c):
+    c.arg("keys", (3, 21), "f32", P())
+    c.arg("vals", (3, 21), "f32", P())
+    c.out("idx", P())
+    c.out("sorted_vals", P())
+    c.out("desc", P())
+    def f(keys, vals):
+        keys = wsc(keys, P(None, "x")); vals = wsc(vals, P(None, "x"))
+        i = jnp.argsort(keys, axis=1)
+        sv = jnp.take_along_axis(vals, i, axis=1)
+        return i, wsc(sv, P(None, "x")), -jnp.sort(-keys, axis=1)
+    return f
+
+
+@case("unique_size_counts_2x4", "jnp.unique(size=12, fill_value=-1, return_counts, return_inverse) of ids [6,8] sharded (a,b)", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q25(c):
+    c.arg("ids", (6, 8), "s32", P("a", "b"), lo=0, hi=15)
+    c.out("u", P())
+    c.out("inv", P())
+    c.out("cnt", P())
+    def f(ids):
+        u, inv, cnt = jnp.unique(ids, size=12, fill_value=-1, return_inverse=True, return_counts=True)
+        return u, inv.reshape(-1), cnt
+    return f
+
+
+@case("searchsorted_digitize_4x2", "searchsorted of sharded queries [8,6] (a,b) into a sorted table of 33 (sorted in-program), left and right sides, plus digitize", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q26(c):
+    c.arg("table", (33,), "f32", P())
+    c.arg("q", (8, 6), "f32", P("a", "b"))
+    c.out("l", P("a", "b"))
+    c.out("r", P("a", "b"))
+    c.out("d", P("a", "b"))
+    def f(table, q):
+        t = jnp.sort(table)
+        return (jnp.searchsorted(t, q, side="left").astype(jnp.int32), jnp.searchsorted(t, q, side="right").astype(jnp.int32),
+                jnp.digitize(q, t[::4]).astype(jnp.int32))
+    return f
+
+
+@case("cumsum_uneven_both_dims_2x4", "cumsum along dim 0 (5 over 2) and dim 1 (13 over 4), both sharded unevenly, plus reverse cumsum and int cumsum", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q28(c):
+    c.arg("x", (5, 13), "f32", P())
+    c.arg("n", (5, 13), "s32", P(), lo=-3, hi=4)
+    c.out("c0", P())
+    c.out("c1", P())
+    c.out("rc", P())
+    c.out("ci", P())
+    def f(x, n):
+        x = wsc(x, P("a", "b")); n = wsc(n, P("a", "b"))
+        return jnp.cumsum(x, 0), jnp.cumsum(x, 1), lax.cumsum(x, 1, reverse=True), jnp.cumsum(n, 1)
+    return f
+
+
+@case("cummax_cumprod_uneven_8", "lax.cummax and cumprod along a dim of 10 sharded 8-way (uneven)", (8,), ("x",), rtol=1e-5, atol=1e-6)
+def _q29(c):
+    c.arg("x", (3, 10), "f32", P())
+    c.out("mx", P())
+    c.out("pr", P())
+    def f(x):
+        x = wsc(x, P(None, "x"))
+        return lax.cummax(x, 1), lax.cumprod(1.0 + 0.5 * x, 1)
+    return f
+
+
+@case("gather_batch_dims_vmap_2x4", "vmap'd row gather x[b, idx[b,j], :] (gather with operand/index batch dims): x batch on a, features on b; idx batch on a", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q30(c):
+    c.arg("x", (4, 12, 8), "f32", P("a", None, "b"))
+    c.arg("idx", (4, 5), "s32", P("a", None), lo=0, hi=12)
+    c.out("y", P("a", None, "b"))
+    def f(x, idx):
+        return (jax.vmap(lambda xb, ib: xb[ib])(x, idx),)
+    return f
+
+
+@case("gather_batch_dims_idx_sharded_4x2", "vmap'd gather with the index (non-batch) dim sharded on a while operand batch dim is on b", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q31(c):
+    c.arg("x", (2, 10, 6), "f32", P("b", None, None))
+    c.arg("idx", (2, 8), "s32", P("b", "a"), lo=0, hi=10)
+    c.out("y", P("b", "a", None))
+    def f(x, idx):
+        return (jax.vmap(lambda xb, ib: xb[ib])(x, idx),)
+    return f
+
+
+@case("scatter_add_batch_dims_vmap_4x2", "vmap'd scatter-add table[b].at[idx[b]].add(upd[b]) with batch on a and features on b, duplicate indices", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q32(c):
+    c.arg("t", (4, 10, 6), "f32", P("a", None, "b"))
+    c.arg("idx", (4, 7), "s32", P("a", None), lo=0, hi=10)
+    c.arg("u", (4, 7, 6), "f32", P("a", None, "b"))
+    c.out("y", P("a", None, "b"))
+    def f(t, idx, u):
+        return (jax.vmap(lambda tb, ib, ub: tb.at[ib].add(ub))(t, idx, u),)
+    return f
+
+
+@case("embedding_gather_ids_sharded_mesh3d", "embedding lookup table[ids] with ids [4,6] on (a,b) and table rows (20) on c, then mean over sequence", (2, 2, 2), ("a", "b", "c"), rtol=1e-5, atol=1e-5)
+def _q33(c):
+    c.arg("table", (20, 8), "f32", P("c", None))
+    c.arg("ids", (4, 6), "s32", P("a", "b"), lo=0, hi=20)
+    c.out("e", P("a", "b", None))
+    c.out("m", P("a", None))
+    def f(table, ids):
+        e = table[ids]
+        return e, jnp.mean(e, 1)
+    return f
+
+
+@case("reduce_precision_bf16_f16_mix_2x4", "lax.reduce_precision (e5m10, e8m7), bf16 and f16 casts, f16 matmul with f32 accumulation, bf16 reduction on sharded dims", (2, 4), ("a", "b"), rtol=2e-3, atol=2e-3)
+def _q34(c):
+    c.arg("x", (8, 12), "f32", P("a", "b"), scale=4.0)
+    c.arg("w", (12, 8), "f32", P("b", None), scale=0.5)
+    c.out("rp", P("a", "b"))
+    c.out("mm", P("a", None))
+    c.out("s", P("a"))
+    def f(x, w):
+        rp = lax.reduce_precision(x, exponent_bits=5, mantissa_bits=10) - lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7)
+        mm = jnp.dot(x.astype(jnp.float16), w.astype(jnp.float16), preferred_element_type=jnp.float32)
+        s = jnp.sum(x.astype(jnp.bfloat16), axis=1).astype(jnp.float32)
+        return rp, mm, s
+    return f
+
+
+@case("int_overflow_hash_8", "integer hashing with wraparound: s32/u32 multiply by large constants, xor-shift, shift_right_logical, popcount, int sum over sharded dim", (8,), ("x",), rtol=0, atol=0)
+def _q35(c):
+    c.arg("x", (16, 8), "s32", P("x", None), lo=-1000000, hi=1000000)
+    c.out("h", P("x", None))
+    c.out("s", P())
+    c.out("pc", P("x"))
+    def f(x):
+        u = x.astype(jnp.uint32)
+        u = u * jnp.uint32(2654435761)
+        u = u ^ lax.shift_right_logical(u, jnp.uint32(15))
+        u = u * jnp.uint32(0x85EBCA6B)
+        h = u.astype(jnp.int32) + x * 1000003
+        s = jnp.sum(h, axis=0)
+        pc = jnp.sum(lax.population_count(u).astype(jnp.int32), axis=1) + jnp.max(h >> 3, axis=1)
+        return h, s, pc
+    return f
+
+
+@case("f16_bf16_outputs_mlp_4x2", "MLP in f16 with f32 layernorm, outputs in f16 and bf16 (low-precision output dtypes), batch on a, hidden on b", (4, 2), ("a", "b"), rtol=1e-2, atol=1e-2)
+def _q36(c):
+    c.arg("x", (8, 16), "f32", P("a", None))
+    c.arg("w1", (16, 24), "f32", P(None, "b"), scale=0.3)
+    c.arg("w2", (24, 16), "f32", P("b", None), scale=0.3)
+    c.out("y16", P("a", None))
+    c.out("ybf", P("a", None))
+    def f(x, w1, w2):
+        h = _ln(x).astype(jnp.float16)
+        h = jax.nn.relu(h @ w1.astype(jnp.float16))
+        y = (h @ w2.astype(jnp.float16))
+        return y, (y.astype(jnp.float32) * 0.5).astype(jnp.bfloat16)
+    return f
+
+
+@case("transpose_bshd_to_bhsd_2x4", "[B,S,H,D]->[B,H,S,D] with S on a and H on b (axes swap positions), then merge heads [B,S,H*D] and an output constrained to S on b", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q37(c):
+    c.arg("x", (2, 12, 4, 6), "f32", P(None, "a", "b", None))
+    c.out("t", P(None, "b", "a", None))
+    c.out("m", P(None, "a", "b"))
+    c.out("t2", P(None, None, "b", None))
+    def f(x):
+        t = jnp.transpose(x, (0, 2, 1, 3))
+        m = x.reshape(2, 12, 24)
+        t2 = wsc(jnp.transpose(x * 2.0, (0, 2, 1, 3)), P(None, None, "b", None))
+        return t, m, t2
+    return f
+
+
+@case("transpose_reshape_uneven_heads_seq_4x2", "[B,S,H,D] with S=10 on a (uneven) and H=3 on b (uneven) transposed to [B,H,S,D] and reshaped to [B*H,S,D]", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q38(c):
+    c.arg("x", (2, 10, 3, 4), "f32", P())
+    c.out("t", P())
+    c.out("r", P())
+    def f(x):
+        x = wsc(x, P(None, "a", "b", None))
+        t = wsc(jnp.transpose(x, (0, 2, 1, 3)), P(None, "b", "a", None))
+        r = wsc(t.reshape(6, 10, 4), P(None, "a", None))
+        return t, r
+    return f
+
+
+@case("reshape_split_heads_two_axes_mesh3d", "[B,S,H*D] with H*D=24 sharded on (b,c) split to [B,S,H,D] (H=4), transposed to [B,H,S,D] with S on a", (2, 2, 2), ("a", "b", "c"), rtol=1e-5, atol=1e-5)
+def _q39(c):
+    c.arg("x", (2, 6, 24), "f32", P(None, None, ("b", "c")))
+    c.out("y", P(None, ("b", "c"), "a", None))
+    c.out("z", P(None, "a", None, None))
+    def f(x):
+        r = x.reshape(2, 6, 4, 6)
+        return jnp.transpose(r, (0, 2, 1, 3)), r * 3.0
+    return f
+
+
+@case("attention_causal_seq_uneven_8", "causal self-attention with q/k/v sequence 13 sharded 8-way (uneven), 2 heads, output re-sharded on sequence", (8,), ("s",), rtol=1e-4, atol=1e-5)
+def _q40(c):
+    B, S, H, K = 2, 13, 2, 4
+    for n in ("q", "k", "v"):
+        c.arg(n, (B, S, H, K), "f32", P())
+    c.out("o", P())
+    def f(q, k, v):
+        q, k, v = (wsc(t, P(None, "s", None, None)) for t in (q, k, v))
+        s = jnp.einsum("bqhk,bshk->bhqs", q, k) * 0.5
+        s = jnp.where(jnp.tril(jnp.ones((S, S), bool)), s, -jnp.inf)
+        p = jax.nn.softmax(s, -1)
+        return (wsc(jnp.einsum("bhqs,bshk->bqhk", p, v), P(None, "s", None, None)),)
+    return f
+
+
+@case("sliding_window_attention_2x4", "local (sliding window 4) attention with iota-built band mask, S=16 on model, batch on data", (2, 4), ("data", "model"), rtol=1e-4, atol=1e-5)
+def _q41(c):
+    B, S, H, K = 2, 16, 2, 4
+    for n in ("q", "k", "v"):
+        c.arg(n, (B, S, H, K), "f32", P("data", "model", None, None))
+    c.out("o", P("data", "model", None, None))
+    def f(q, k, v):
+        s = jnp.einsum("bqhk,bshk->bhqs", q, k) * 0.5
+        i = lax.broadcasted_iota(jnp.int32, (S, S), 0); j = lax.broadcasted_iota(jnp.int32, (S, S), 1)
+        s = jnp.where((j <= i) & (i - j < 4), s, -1e9)
+        p = jax.nn.softmax(s, -1)
+        return (jnp.einsum("bhqs,bshk->bqhk", p, v),)
+    return f
+
+
+@case("scan_layers_transformer_grad_2x4", "scan over 3 stacked MLP-residual layers (params [L,...] TP-sharded on model), loss grad wrt stacked params, batch on data", (2, 4), ("data", "model"), rtol=1e-4, atol=1e-5)
+def _q42(c):
+    L, B, D, F = 3, 4, 8, 16
+    c.arg("x", (B, D), "f32", P("data", None))
+    c.arg("w1", (L, D, F), "f32", P(None, None, "model"), scale=0.3)
+    c.arg("w2", (L, F, D), "f32", P(None, "model", None), scale=0.3)
+    c.out("loss", P())
+    c.out("g1", P(None, None, "model"))
+    c.out("g2", P(None, "model", None))
+    def f(x, w1, w2):
+        def loss(w1, w2):
+            def layer(h, p):
+                a, b = p
+                return h + jax.nn.gelu(_ln(h) @ a) @ b, None
+            h, _ = lax.scan(layer, x, (w1, w2))
+            return jnp.mean(h ** 2)
+        l, (g1, g2) = jax.value_and_grad(loss, argnums=(0, 1))(w1, w2)
+        return l, g1, g2
+    return f
+
+
+@case("remat_mlp_grad_2x4", "jax.checkpoint (remat) around two TP MLP blocks, loss grad, batch on data", (2, 4), ("data", "model"), rtol=1e-4, atol=1e-5)
+def _q43(c):
+    c.arg("x", (6, 8), "f32", P("data", None))
+    c.arg("w1", (8, 20), "f32", P(None, "model"), scale=0.3)
+    c.arg("w2", (20, 8), "f32", P("model", None), scale=0.3)
+    c.out("g1", P(None, "model"))
+    c.out("g2", P("model", None))
+    def f(x, w1, w2):
+        @jax.checkpoint
+        def blk(h, w1, w2):
+            return h + jnp.tanh(h @ w1) @ w2
+        def loss(w1, w2):
+            return jnp.sum(blk(blk(x, w1, w2), w1, w2) ** 2)
+        return jax.grad(loss, argnums=(0, 1))(w1, w2)
+    return f
+
+
+@case("shard_map_moe_all_to_all_8", "shard_map MoE: each device routes its 4 tokens top-1 to 8 experts with capacity 1 via all_to_all, applies its expert, all_to_all back", (8,), ("e",), rtol=1e-4, atol=1e-5, manual=True)
+def _q44(c):
+    E, T, D = 8, 4, 6
+    c.arg("x", (E * T, D), "f32", P("e", None))
+    c.arg("wr", (D, E), "f32", P())
+    c.arg("we", (E, D, D), "f32", P("e", None, None), scale=0.4)
+    c.out("y", P("e", None))
+    def body(x, wr, we):
+        lg = x @ wr
+        ex = jnp.argmax(lg, -1)
+        g = jax.nn.softmax(lg, -1)
+        gate = jnp.take_along_axis(g, ex[:, None], 1)[:, 0]
+        oh = jax.nn.one_hot(ex, E, dtype=x.dtype)  # [T,E]
+        first = (jnp.cumsum(oh, 0) == 1) * oh
+        disp = jnp.einsum("te,td->etd", first, x).sum(1, keepdims=True)  # [E,1,D]
+        recv = lax.all_to_all(disp, "e", 0, 0, tiled=True)  # [E,1,D] from each source
+        out = jnp.einsum("scd,df->scf", recv, we[0])
+        back = lax.all_to_all(out, "e", 0, 0, tiled=True)
+        y = jnp.einsum("te,ecd->td", first, back)
+        return x + gate[:, None] * y
+    def f(x, wr, we):
+        return (smap(body, (P("e", None), P(), P("e", None, None)), P("e", None))(x, wr, we),)
+    return f
+
+
+@case("shard_map_ring_attention_4x2", "shard_map ring attention: sequence on s (4), heads on h (2); k/v blocks rotated with ppermute in fori_loop, online softmax", (4, 2), ("s", "h"), rtol=1e-4, atol=1e-5, manual=True)
+def _q45(c):
+    B, S, H, K = 2, 16, 2, 4
+    for n in ("q", "k", "v"):
+        c.arg(n, (B, S, H, K), "f32", P(None, "s", "h", None))
+    c.out("o", P(None, "s", "h", None))
+    def body(q, k, v):
+        perm = [(i, (i + 1) % 4) for i in range(4)]
+        def step(i, carry):
+            o, m, l, k, v = carry
+            s = jnp.einsum("bqhk,bshk->bhqs", q, k) * 0.5
+            mn = jnp.maximum(m, s.max(-1))
+            p = jnp.exp(s - mn[..., None])
+            corr = jnp.exp(m - mn)
+            l = l * corr + p.sum(-1)
+            o = o * jnp.transpose(corr, (0, 2, 1))[..., None] + jnp.einsum("bhqs,bshk->bqhk", p, v)
+            k = lax.ppermute(k, "s", perm); v = lax.ppermute(v, "s", perm)
+            return o, mn, l, k, v
+        Bq, Sq, Hq, Kq = q.shape
+        m0 = jnp.full((Bq, Hq, Sq), -1e30, jnp.float32) + 0.0 * q[..., 0].transpose(0, 2, 1)
+        init = (jnp.zeros_like(q), m0, 0.0 * m0, k, v)
+        o, m, l, _, _ = lax.fori_loop(0, 4, step, init)
+        return o / jnp.transpose(l, (0, 2, 1))[..., None]
+    def f(q, k, v):
+        sp = P(None, "s", "h", None)
+        return (smap(body, (sp, sp, sp), sp)(q, k, v),)
+    return f
+
+
+@case("pad_interior_negative_8", "lax.pad with interior padding 1 and negative low padding (-2, high 3) on a dim of 12 sharded 8-way (uneven), then slice", (8,), ("x",), rtol=1e-5, atol=1e-5)
+def _q46(c):
+    c.arg("x", (12, 4), "f32", P())
+    c.out("p", P())
+    c.out("s", P())
+    def f(x):
+        x = wsc(x, P("x", None))
+        p = lax.pad(x, 0.0, [(-2, 3, 1), (1, 0, 0)])
+        p = wsc(p, P("x", None))
+        return p, wsc(p[3:20:2] * 2.0, P("x", None))
+    return f
+
+
+@case("batchnorm_train_grad_input_4x2", "batchnorm training (stats over N,H,W) with grad wrt input/gamma/beta; N on a, H on b (uneven 7)", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _q47(c):
+    c.arg("x", (4, 7, 6, 5), "f32", P())
+    c.arg("g", (5,), "f32", P())
+    c.arg("b", (5,), "f32", P())
+    c.out("gx", P())
+    c.out("gg", P())
+    c.out("gb", P())
+    def f(x, g, b):
+        x = wsc(x, P("a", "b", None, None))
+        def loss(x, g, b):
+            y = _bn(x, g, b)
+            return jnp.sum(jax.nn.relu(y) * jnp.arange(5.0))
+        gx, gg, gb = jax.grad(loss, argnums=(0, 1, 2))(x, g, b)
+        return wsc(gx, P("a", "b", None, None)), gg, gb
+    return f
+
+
+@case("gap_classifier_mesh3d", "global average pool of NHWC features (N on a, H on b, C on c) then dense + softmax + argmax", (2, 2, 2), ("a", "b", "c"), rtol=1e-5, atol=1e-5)
+def _q48(c):
+    c.arg("x", (4, 6, 6, 8), "f32", P("a", "b", None, "c"))
+    c.arg("w", (8, 5), "f32", P("c", None))
+    c.out("p", P("a", None))
+    c.out("cls", P("a"))
+    def f(x, w):
+        lg = jnp.mean(x, axis=(1, 2)) @ w
+        return jax.nn.softmax(lg, -1), jnp.argmax(lg, -1).astype(jnp.int32)
+    return f
+
+
+@case("ema_clip_weight_decay_mesh3d", "optimizer utilities on 2x2x2: global-norm clip over 3 params, decoupled weight decay masked to 2D params, EMA of params", (2, 2, 2), ("a", "b", "c"), rtol=1e-5, atol=1e-6)
+def _q49(c):
+    c.arg("w", (8, 12), "f32", P("a", ("b", "c")))
+    c.arg("b", (6,), "f32", P("c"))
+    c.arg("e", (5, 8), "f32", P(None, "a"))
+    c.arg("gw", (8, 12), "f32", P("a", ("b", "c")))
+    c.arg("gb", (6,), "f32", P("c"))
+    c.arg("ge", (5, 8), "f32", P(None, "a"))
+    c.arg("ema_w", (8, 12), "f32", P("a", ("b", "c")))
+    for n, s in (("w", P("a", ("b", "c"))), ("b", P("c")), ("e", P(None, "a")), ("ema_w", P("a", ("b", "c")))):
+        c.out(n + "_new", s)
+    def f(w, b, e, gw, gb, ge, ema_w):
+        n = jnp.sqrt(jnp.sum(gw ** 2) + jnp.sum(gb ** 2) + jnp.sum(ge ** 2))
+        sc = jnp.minimum(1.0, 0.5 / n)
+        w2 = w - 0.1 * (gw * sc + 0.01 * w)
+        b2 = b - 0.1 * gb * sc
+        e2 = e - 0.1 * (ge * sc + 0.01 * e)
+        return w2, b2, e2, 0.99 * ema_w + 0.01 * w2
+    return f
+
+
+@case("topk_gumbel_sampling_uneven_2x4", "sampling: logits [4,50] with vocab 50 on b (uneven), gumbel noise, argmax sample, top_k(5) renormalised probs and log-prob of sample", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q50(c):
+    c.arg("logits", (4, 50), "f32", P(), scale=3.0)
+    c.arg("u", (4, 50), "f32", P())
+    c.out("sample", P())
+    c.out("topv", P())
+    c.out("topi", P())
+    c.out("lp", P())
+    def f(logits, u):
+        logits = wsc(logits, P("a", "b")); u = wsc(u, P("a", "b"))
+        g = -jnp.log(-jnp.log(jnp.clip(jnp.abs(u), 1e-6, 1 - 1e-6)))
+        s = jnp.argmax(logits + g, -1).astype(jnp.int32)
+        v, i = lax.top_k(logits, 5)
+        lp = jax.nn.log_softmax(logits, -1)
+        return s, jax.nn.softmax(v, -1), i, jnp.take_along_axis(lp, s[:, None], 1)[:, 0]
+    return f
+
+
+@case("dynamic_slice_2d_runtime_uneven_4x2", "dynamic_slice of a [5,3] window at runtime (i,j)=(11,6) from [18,10] sharded (a,b) unevenly, and dynamic_update_slice of it doubled at (2,1)", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q51(c):
+    c.arg("x", (18, 10), "f32", P())
+    c.arg("i", (), "s32", P(), value=11)
+    c.arg("j", (), "s32", P(), value=6)
+    c.out("w", P())
+    c.out("y", P())
+    def f(x, i, j):
+        x = wsc(x, P("a", "b"))
+        w = lax.dynamic_slice(x, (i, j), (5, 3))
+        y = lax.dynamic_update_slice(x, 2.0 * w, (i - 9, j - 5))
+        return w, wsc(y, P("a", "b"))
+    return f
+
+
+@case("maxpool_3x3_s2_grad_batch_only_8", "grad of maxpool 3x3 stride 2 SAME (select-and-scatter with padding) with only the batch dim sharded 8-way", (8,), ("dp",), rtol=1e-5, atol=1e-5)
+def _q52(c):
+    c.arg("x", (8, 9, 9, 2), "f32", P("dp", None, None, None))
+    c.out("g", P("dp", None, None, None))
+    def f(x):
+        return (jax.grad(lambda x: jnp.sum(_maxpool(x) * jnp.arange(2.0)))(x),)
+    return f
+
+
+@case("conv_s2_bn_relu_grad_kernel_channels_2x4", "conv 3x3 stride 2 with output channels (12) on b and batch on a, BN + relu, grad wrt kernel", (2, 4), ("a", "b"), rtol=2e-4, atol=2e-5)
+def _q53(c):
+    c.arg("x", (4, 10, 10, 3), "f32", P("a", None, None, None))
+    c.arg("k", (3, 3, 3, 12), "f32", P(None, None, None, "b"), scale=0.3)
+    c.out("gk", P(None, None, None, "b"))
+    def f(x, k):
+        def loss(k):
+            h = _conv(x, k, 2)
+            mu = h.mean((0, 1, 2)); var = h.var((0, 1, 2))
+            return jnp.sum(jax.nn.relu((h - mu) * lax.rsqrt(var + 1e-5)) ** 2)
+        return (jax.grad(loss)(k),)
+    return f
+
+
+@case("where_nan_safe_softmax_mask_4x2", "masked softmax with fully-masked rows (NaN-safe via where), padding mask from lengths, rows on a, cols (11, uneven) on b", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q54(c):
+    c.arg("x", (8, 11), "f32", P())
+    c.arg("lens", (8,), "s32", P("a"), lo=0, hi=12)
+    c.out("p", P())
+    def f(x, lens):
+        x = wsc(x, P("a", "b"))
+        m = jnp.arange(11)[None, :] < lens[:, None]
+        s = jnp.where(m, x, -jnp.inf)
+        mx = jnp.max(s, -1, keepdims=True)
+        mx = jnp.where(jnp.isfinite(mx), mx, 0.0)
+        e = jnp.where(m, jnp.exp(s - mx), 0.0)
+        d = jnp.sum(e, -1, keepdims=True)
+        return (wsc(jnp.where(d > 0, e / jnp.where(d > 0, d, 1.0), 0.0), P("a", "b")),)
+    return f
+
+
+@case("dropout_threefry_key_arg_2x4", "dropout with jax.random.bernoulli from a key passed as u32[2] key data (threefry counters over a sharded shape), x [8,12] on (a,b), plus random.normal noise", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _q55(c):
+    c.arg("x", (8, 12), "f32", P("a", "b"))
+    c.arg("key", (2,), "u32", P(), lo=0, hi=100000)
+    c.out("y", P("a", "b"))
+    c.out("n", P("a", "b"))
+    def f(x, key):
+        k = jax.random.wrap_key_data(key, impl="threefry2x32")
+        k1, k2 = jax.random.split(k)
+        keep = jax.random.bernoulli(k1, 0.8, x.shape)
+        return jnp.where(keep, x / 0.8, 0.0), x + 0.1 * jax.random.normal(k2, x.shape)
+    return f
+
+
+@case("decode_loop_kv_seq_sharded_8", "fori_loop of 3 greedy decode steps writing k/v at pos+i into a cache with time (16) sharded 8-way, attention over the cache each step", (8,), ("t",), rtol=1e-4, atol=1e-5)
+def _q56(c):
+    T, D = 16, 4
+    c.arg("ck", (T, D), "f32", P("t", None))
+    c.arg("x", (D,), "f32", P())
+    c.arg("wk", (D, D), "f32", P(), scale=0.5)
+    c.arg("pos", (), "s32", P(), value=6)
+    c.out("ck_new", P("t", None))
+    c.out("x_new", P())
+    def f(ck, x, wk, pos):
+        def body(i, carry):
+            ck, x = carry
+            k = jnp.tanh(x @ wk)
+            ck = lax.dynamic_update_slice(ck, k[None, :], (pos + i, 0))
+            s = ck @ x
+            s = jnp.where(jnp.arange(T) <= pos + i, s, -1e9)
+            return ck, jax.nn.softmax(s) @ ck
+        return lax.fori_loop(0, 3, body, (ck, x))
+    return f
+
+
+@case("depthwise_conv_spatial_channels_2x4", "MobileNet-style depthwise 3x3 conv (feature_group_count=C=8) + pointwise 1x1, H on a, channels on b", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _q57(c):
+    c.arg("x", (2, 8, 6, 8), "f32", P(None, "a", None, "b"))
+    c.arg("dw", (3, 3, 1, 8), "f32", P(None, None, None, "b"), scale=0.4)
+    c.arg("pw", (1, 1, 8, 8), "f32", P(), scale=0.4)
+    c.out("y", P(None, "a", None, "b"))
+    def f(x, dw, pw):
+        h = lax.conv_general_dilated(x, dw, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=8)
+        return (_conv(jax.nn.relu(h), pw),)
+    return f
+
+
 # ---------------------------------------------------------------------------
 # Running a case.
 # ---------------------------------------------------------------------------
