@@ -202,6 +202,9 @@ pub fn schedule_module(
                             }
                         }
                     }
+                    if s.exposed_comm > 0.0 && s.makespan > bound.value() * (1.0 + EXACT_GAP) {
+                        (ord, s) = hoist_above_waits(&g, ord, s, &config.overlap_limits);
+                    }
                 }
                 log::debug!(
                     "scheduled %{} ({} instructions; graph {:.1} ms, total {:.1} ms): makespan {:.1} us, lower bound {:.1} us, exposed {:.1} us, peak of temporaries {} bytes",
@@ -268,6 +271,75 @@ pub fn schedule_module(
     stats.scheduler_ms = start.elapsed().as_secs_f64() * 1e3;
     Ok((changed, stats))
 }
+
+/// Local search after the list schedule: for each wait (a `done`), the
+/// work that follows it within `HOIST_WINDOW` nodes and does not depend on
+/// it moves above it, so it runs while the transfer is in flight; a move
+/// is kept when the simulated makespan drops without raising the peak of
+/// memory. Issues of the wait's own resource kind (and nodes whose callees
+/// use it) stay below the wait, with everything that depends on them, so
+/// overlap limits hold. At most `HOIST_ROUNDS` passes.
+fn hoist_above_waits(
+    g: &Graph,
+    mut ord: Vec<u32>,
+    mut s: CompSummary,
+    limits: &[usize; crate::kinds::NUM_RESOURCES],
+) -> (Vec<u32>, CompSummary) {
+    use crate::graph::NodeKind;
+    let mut stays = vec![false; g.n];
+    for _ in 0..HOIST_ROUNDS {
+        let mut improved = false;
+        let mut p = ord.len();
+        while p > 0 {
+            p -= 1;
+            let d = ord[p] as usize;
+            if g.kind[d] != NodeKind::Done {
+                continue;
+            }
+            let Some(r) = g.resource[d] else { continue };
+            let end = (p + 1 + HOIST_WINDOW).min(ord.len());
+            let (mut up, mut down) = (Vec::new(), vec![ord[p]]);
+            stays[d] = true;
+            for &x in &ord[p + 1..end] {
+                let xi = x as usize;
+                let blocked = g.preds.get(xi).iter().any(|&q| stays[q as usize])
+                    || (matches!(g.kind[xi], NodeKind::Start | NodeKind::SyncCollective)
+                        && g.resource[xi] == Some(r))
+                    || g.nested_resources[xi] & (1 << r.index()) != 0;
+                if blocked {
+                    stays[xi] = true;
+                    down.push(x);
+                } else {
+                    up.push(x);
+                }
+            }
+            for &x in &down {
+                stays[x as usize] = false;
+            }
+            if up.is_empty() {
+                continue;
+            }
+            let mut alt = ord[..p].to_vec();
+            alt.extend(&up);
+            alt.extend(&down);
+            alt.extend(&ord[end..]);
+            let (sa, _) = simulate_graph(g, &alt, limits, None, false);
+            if sa.makespan < s.makespan - 1e-9 && sa.peak_total <= s.peak_total {
+                ord = alt;
+                s = sa;
+                improved = true;
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+    (ord, s)
+}
+
+/// Passes of `hoist_above_waits`, and how many following nodes it looks at.
+const HOIST_ROUNDS: usize = 3;
+const HOIST_WINDOW: usize = 96;
 
 /// Relative gap to the lower bound above which Auto tries the exact search.
 const EXACT_GAP: f64 = 0.002;
