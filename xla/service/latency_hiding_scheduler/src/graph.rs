@@ -638,63 +638,24 @@ impl Graph {
             wait_of[d] = k as u32;
             issue_of[s] = k as u32;
         }
-        // Forward: seen[i] holds the transfers whose wait is an
-        // ancestor-or-self of i (for a sync collective, set only after the
-        // node itself); chain[k] is the heaviest chain ending with k.
-        let max_over = |bits: &[u64], vals: &[f64]| {
-            let mut v = 0.0f64;
-            for (x, &word) in bits.iter().enumerate() {
-                let mut b = word;
-                while b != 0 {
-                    v = v.max(vals[x * 64 + b.trailing_zeros() as usize]);
-                    b &= b - 1;
-                }
-            }
-            v
-        };
-        let mut seen = vec![0u64; self.n * words];
-        let mut chain = vec![0.0f64; m];
-        let mut before = vec![0.0f64; m];
-        for &i in topo {
-            let i = i as usize;
-            for &p in self.preds.get(i) {
-                let p = p as usize;
-                for x in 0..words {
-                    seen[i * words + x] |= seen[p * words + x];
-                }
-            }
-            if issue_of[i] != u32::MAX {
-                let k = issue_of[i] as usize;
-                before[k] = max_over(&seen[i * words..(i + 1) * words], &chain);
-                chain[k] = before[k] + weight[k];
-            }
-            if wait_of[i] != u32::MAX {
-                let k = wait_of[i] as usize;
-                seen[i * words + k / 64] |= 1 << (k % 64);
-            }
-        }
-        // Backward: the transfers whose issue is a descendant-or-self.
-        seen.iter_mut().for_each(|b| *b = 0);
-        let mut from = vec![0.0f64; m];
-        let mut after = vec![0.0f64; m];
-        for &i in topo.iter().rev() {
-            let i = i as usize;
-            for &s in self.succs.get(i) {
-                let s = s as usize;
-                for x in 0..words {
-                    seen[i * words + x] |= seen[s * words + x];
-                }
-            }
-            if wait_of[i] != u32::MAX {
-                let k = wait_of[i] as usize;
-                after[k] = max_over(&seen[i * words..(i + 1) * words], &from);
-                from[k] = after[k] + weight[k];
-            }
-            if issue_of[i] != u32::MAX {
-                let k = issue_of[i] as usize;
-                seen[i * words + k / 64] |= 1 << (k % 64);
-            }
-        }
+        // Forward: the heaviest chain ending with each transfer, and the
+        // heaviest before its issue; backward, the same after its wait.
+        let (chain, before) = chain_pass(
+            topo.iter().map(|&i| i as usize),
+            &self.preds,
+            &issue_of,
+            &wait_of,
+            &weight,
+            words,
+        );
+        let (_, after) = chain_pass(
+            topo.iter().rev().map(|&i| i as usize),
+            &self.succs,
+            &wait_of,
+            &issue_of,
+            &weight,
+            words,
+        );
         IdleChains {
             longest: chain.iter().copied().fold(0.0, f64::max),
             before,
@@ -790,6 +751,53 @@ impl Graph {
         }
         Some((anc, acc))
     }
+}
+
+/// One direction of `Graph::idle_chain`: visiting nodes in `order` (each
+/// after its `links`), a bitset per node of the transfers marked at or
+/// before it (`mark[i]`: the transfer whose bit node `i` sets, after use);
+/// at node `i` with `at[i] = k`, the heaviest chain among those gives
+/// `prior[k]`, and `chain[k] = prior[k] + weight[k]`. Returns
+/// `(chain, prior)`.
+fn chain_pass(
+    order: impl Iterator<Item = usize>,
+    links: &Csr,
+    at: &[u32],
+    mark: &[u32],
+    weight: &[f64],
+    words: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let m = weight.len();
+    let n = at.len();
+    let mut seen = vec![0u64; n * words];
+    let mut chain = vec![0.0f64; m];
+    let mut prior = vec![0.0f64; m];
+    for i in order {
+        for &l in links.get(i) {
+            let l = l as usize;
+            for x in 0..words {
+                seen[i * words + x] |= seen[l * words + x];
+            }
+        }
+        if at[i] != u32::MAX {
+            let k = at[i] as usize;
+            let mut v = 0.0f64;
+            for (x, &word) in seen[i * words..(i + 1) * words].iter().enumerate() {
+                let mut b = word;
+                while b != 0 {
+                    v = v.max(chain[x * 64 + b.trailing_zeros() as usize]);
+                    b &= b - 1;
+                }
+            }
+            prior[k] = v;
+            chain[k] = v + weight[k];
+        }
+        if mark[i] != u32::MAX {
+            let k = mark[i] as usize;
+            seen[i * words + k / 64] |= 1 << (k % 64);
+        }
+    }
+    (chain, prior)
 }
 
 /// Result of `Graph::idle_chain`.

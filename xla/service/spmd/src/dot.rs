@@ -460,22 +460,38 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
             ));
         };
         let (x, w) = conv_halos(p, x, lg, io, (&dn, &win), &lhs_dims, &out_dims, &halo_dims)?;
-        let want = crate::partition::local_shape(&instr.shape, vs);
-        let id = p.clone_instr(instr, vec![x, y], want.clone());
-        p.b.comp
-            .instr_mut(id)
-            .set_attr(AttrKey::Window, AttrValue::Window(w));
-        let got = p.infer(p.b.comp.instr(id), &[p.b.shape(x), p.b.shape(y)])?;
-        if got.dims() != want.dims() {
-            return Err(SpmdError::Invalid(format!(
-                "local convolution shape {got} differs from {want}"
-            )));
-        }
-        Ok(PValue {
-            id,
-            shape: Rc::new(instr.shape.clone()),
-            vs: vs.clone(),
-        })
+        local_conv(p, instr, (x, y), w, None, vs)
+    })
+}
+
+/// The local convolution of `instr` on local operands, with the local
+/// `window` (and feature group count), laid out by `vs`; its shape is
+/// checked against the layout's local shape.
+fn local_conv(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    (x, y): (xla_hlo_ir::InstrId, xla_hlo_ir::InstrId),
+    window: xla_hlo_ir::attrs::Window,
+    feature_group_count: Option<i64>,
+    vs: &VS,
+) -> Result<PValue, SpmdError> {
+    let want = crate::partition::local_shape(&instr.shape, vs);
+    let id = p.clone_instr(instr, vec![x, y], want.clone());
+    let local = p.b.comp.instr_mut(id);
+    local.set_attr(AttrKey::Window, AttrValue::Window(window));
+    if let Some(g) = feature_group_count {
+        local.set_attr(AttrKey::FeatureGroupCount, AttrValue::Int(g));
+    }
+    let got = p.infer(p.b.comp.instr(id), &[p.b.shape(x), p.b.shape(y)])?;
+    if got.dims() != want.dims() {
+        return Err(SpmdError::Invalid(format!(
+            "local convolution shape {got} differs from {want}"
+        )));
+    }
+    Ok(PValue {
+        id,
+        shape: Rc::new(instr.shape.clone()),
+        vs: vs.clone(),
     })
 }
 
@@ -569,22 +585,7 @@ fn kernel_window_sharded(
             w.dims[s].padding_low = 0;
             w.dims[s].padding_high = 0;
         }
-        let want = crate::partition::local_shape(&instr.shape, vs);
-        let id = p.clone_instr(instr, vec![x, y], want.clone());
-        p.b.comp
-            .instr_mut(id)
-            .set_attr(AttrKey::Window, AttrValue::Window(w));
-        let got = p.infer(p.b.comp.instr(id), &[p.b.shape(x), p.b.shape(y)])?;
-        if got.dims() != want.dims() {
-            return Err(SpmdError::Invalid(format!(
-                "local window-sharded convolution shape {got} differs from {want}"
-            )));
-        }
-        Ok(PValue {
-            id,
-            shape: Rc::new(instr.shape.clone()),
-            vs: vs.clone(),
-        })
+        local_conv(p, instr, (x, y), w, None, vs)
     })
 }
 
@@ -710,25 +711,7 @@ fn grouped_on_features(
         instr.shape.dims(),
         &halo_dims,
     )?;
-    let vs = VS::Grid(out.clone());
-    let want = crate::partition::local_shape(&instr.shape, &vs);
-    let id = p.clone_instr(instr, vec![x, y], want.clone());
-    p.b.comp
-        .instr_mut(id)
-        .set_attr(AttrKey::FeatureGroupCount, AttrValue::Int(fgc / t));
-    p.b.comp
-        .instr_mut(id)
-        .set_attr(AttrKey::Window, AttrValue::Window(w));
-    let got = p.infer(p.b.comp.instr(id), &[p.b.shape(x), p.b.shape(y)])?;
-    if got.dims() != want.dims() {
-        return Err(SpmdError::Invalid(format!(
-            "local grouped convolution shape {got} differs from {want}"
-        )));
-    }
     p.note(instr, "convolution-grouped-features");
-    Ok(Some(PValue {
-        id,
-        shape: Rc::new(instr.shape.clone()),
-        vs,
-    }))
+    let vs = VS::Grid(out.clone());
+    Ok(Some(local_conv(p, instr, (x, y), w, Some(fgc / t), &vs)?))
 }
