@@ -247,11 +247,14 @@ pub struct Part<'a, 'c> {
     pub oc: &'a HloComputation,
     pub b: Builder<'c>,
     pub vals: Vec<Option<PValue>>,
-    /// Reshard cache: (value, grid) -> the value laid out by that grid.
-    /// Values are keyed by their class (see `class_of`), so every layout
-    /// of one array that has been built is reused, including the one a
-    /// value was resharded from (as XLA's reshard cache does).
-    cache: FxHashMap<(InstrId, Grid), InstrId>,
+    /// Reshard cache: (value, global dims, grid) -> the value laid out by
+    /// that grid. Values are keyed by their class (see `class_of`), so
+    /// every layout of one array that has been built is reused, including
+    /// the one a value was resharded from (as XLA's reshard cache does).
+    /// The global dims are part of the key: one local buffer can hold
+    /// different global arrays (a slice whose tiles are the operand's own
+    /// returns the operand's local value for a smaller global shape).
+    cache: FxHashMap<(InstrId, Vec<i64>, Grid), InstrId>,
     /// Local value -> the first local value of the same global array (the
     /// results of reshards belong to their source's class).
     class_of: FxHashMap<InstrId, InstrId>,
@@ -508,14 +511,15 @@ impl<'a, 'c> Part<'a, 'c> {
             return Ok(x);
         }
         let class = self.class(x);
-        if let Some(&hit) = self.cache.get(&(class, t.clone())) {
+        let dims = shape.dims().to_vec();
+        if let Some(&hit) = self.cache.get(&(class, dims.clone(), t.clone())) {
             return Ok(hit);
         }
         let bytes = elem(shape)?.byte_width().max(1) as u64;
         let plan = reshard::plan(s, t, shape.dims(), bytes);
         let y = reshard::emit(&mut self.b, x, s, &plan, shape.dims())?;
-        self.cache.insert((class, t.clone()), y);
-        self.cache.entry((class, s.clone())).or_insert(x);
+        self.cache.insert((class, dims.clone(), t.clone()), y);
+        self.cache.entry((class, dims, s.clone())).or_insert(x);
         self.class_of.insert(y, class);
         Ok(y)
     }
@@ -528,7 +532,8 @@ impl<'a, 'c> Part<'a, 'c> {
     pub fn cost(&self, v: &PValue, t: &Grid) -> u64 {
         match &v.vs {
             VS::Grid(s) => {
-                if s == t || self.cache.contains_key(&(self.class(v.id), t.clone())) {
+                let key = (self.class(v.id), v.shape.dims().to_vec(), t.clone());
+                if s == t || self.cache.contains_key(&key) {
                     return 0;
                 }
                 let bytes = v

@@ -568,3 +568,18 @@ fn dynamic_update_of_one_row_into_a_sharded_dim_is_local() {
         assert_eq!(s.collective_bytes, 0, "{s:?}");
     }
 }
+
+/// A slice whose tiles are its operand's own tiles reuses the operand's
+/// local buffer for a smaller global array; resharding the slice must not
+/// pick up the operand's cached layouts (a rotation of a partially
+/// replicated operand, whose `[0:11]` slice of 12 columns over 4 tiles
+/// is the operand's own 3-column tiles).
+#[test]
+fn reshard_cache_tells_a_slice_from_its_operand() {
+    let m = module(
+        "ENTRY %e (x: f32[8,12]) -> f32[8,12] {\n  %x = f32[8,12] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}\n  %s0 = f32[8,1] slice(%x), slice={[0:8], [11:12]}, sharding={devices=[2,4]<=[8]}\n  %s1 = f32[8,11] slice(%x), slice={[0:8], [0:11]}, sharding={devices=[2,4]<=[8]}\n  ROOT %c = f32[8,12] concatenate(%s0, %s1), dimensions={1}, sharding={devices=[2,4]<=[8]}\n}\n",
+        "",
+        8,
+    );
+    check(&m, 8, false, 0.0, 33);
+}
