@@ -510,6 +510,12 @@ impl<'a, 'c> Part<'a, 'c> {
         if s == t {
             return Ok(x);
         }
+        // A broadcast of a scalar is rebuilt in the target layout: nothing
+        // needs to move (as XLA does).
+        if let Some(scalar) = self.splat_source(x) {
+            let local = crate::grid::local_dims(shape.dims(), t);
+            return Ok(self.b.broadcast(scalar, &local, &[]));
+        }
         let class = self.class(x);
         let dims = shape.dims().to_vec();
         if let Some(&hit) = self.cache.get(&(class, dims.clone(), t.clone())) {
@@ -524,6 +530,15 @@ impl<'a, 'c> Part<'a, 'c> {
         Ok(y)
     }
 
+    /// The scalar a local value broadcasts, when it is a broadcast of one.
+    fn splat_source(&self, x: InstrId) -> Option<InstrId> {
+        let xi = self.b.comp.instr(x);
+        let &[s] = &xi.operands[..] else {
+            return None;
+        };
+        (xi.opcode == Opcode::Broadcast && self.b.shape(s).rank() == 0).then_some(s)
+    }
+
     fn class(&self, x: InstrId) -> InstrId {
         self.class_of.get(&x).copied().unwrap_or(x)
     }
@@ -533,7 +548,7 @@ impl<'a, 'c> Part<'a, 'c> {
         match &v.vs {
             VS::Grid(s) => {
                 let key = (self.class(v.id), v.shape.dims().to_vec(), t.clone());
-                if s == t || self.cache.contains_key(&key) {
+                if s == t || self.cache.contains_key(&key) || self.splat_source(v.id).is_some() {
                     return 0;
                 }
                 let bytes = v

@@ -12,6 +12,9 @@
 //!   dim when the partial gather would not line up with the target's padded
 //!   tiles), then a collective-permute when the devices sit at other tiles,
 //!   then a local slice;
+//! - a dim that is mostly padding (at most half of its padded tiles is
+//!   data) made whole by a sum of the placed rows (XLA's all-reduce of a
+//!   masked slice), then the rest;
 //! - as a last resort, replicate (all-gather everything) and slice.
 //!
 //! Invariant: after every step the local buffer is exactly the padded tile
@@ -49,6 +52,11 @@ pub enum Step {
     SlicePermute { via: Grid, to: Grid },
     /// Local (dynamic-)slice: every target tile lies in the source tile.
     Slice { to: Grid },
+    /// Makes dim `dim` whole by an all-reduce (sum, or `or` for pred) of
+    /// each device's rows placed at their global positions, zeros
+    /// elsewhere: for dims mostly padding (an edge row or two over many
+    /// tiles), where it moves less than gathering the padded tiles.
+    SumGather { dim: usize, to: Grid },
 }
 
 /// A resharding plan and its communication cost (bytes per device).
@@ -289,6 +297,32 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
             best = a2a;
         }
     }
+    // A dim that is mostly padding summed whole first, then the rest.
+    if best.cost > 0 {
+        for a in src.tiled_dims() {
+            let t = src.tiles(a);
+            if tgt.tiles(a) != 1 || 2 * dims[a] > t * tile_size(dims[a], t) {
+                continue;
+            }
+            let Some(to) = src.gathered(&[(a, t)]) else {
+                continue;
+            };
+            let mut sg = Plan {
+                steps: vec![Step::SumGather {
+                    dim: a,
+                    to: to.clone(),
+                }],
+                cost: elems(&local_dims(dims, &to)) * bytes,
+            };
+            if sg.cost >= best.cost {
+                continue;
+            }
+            sg.append(plan(&to, tgt, dims, bytes));
+            if sg.cost < best.cost {
+                best = sg;
+            }
+        }
+    }
     // One tiled dim gathered whole first (its tiles sit on the wrong
     // devices for the target), then all-to-alls, then the rest.
     if best.cost > 0 {
@@ -508,16 +542,58 @@ pub fn emit(
             Step::Permute { to } => emit_permute(b, x, &cur, to),
             Step::SlicePermute { via, to } => emit_slice_permute(b, x, &cur, via, to, dims)?,
             Step::Slice { to } => emit_slice(b, x, &cur, to, dims)?,
+            Step::SumGather { dim, .. } => emit_sum_gather(b, x, &cur, *dim, dims)?,
         };
         cur = match step {
             Step::Gather { to, .. }
             | Step::AllToAll { to, .. }
             | Step::Permute { to }
             | Step::SlicePermute { to, .. }
-            | Step::Slice { to } => to.clone(),
+            | Step::Slice { to }
+            | Step::SumGather { to, .. } => to.clone(),
         };
     }
     Ok(x)
+}
+
+/// See [`Step::SumGather`]: the local tile (`ts` rows of dim `a`) padded
+/// by `n` zero rows on both sides, the window of the `n` global rows taken
+/// at each device's offset (tiles wholly in the padding take zeros), then
+/// summed over the tiles of `a`.
+fn emit_sum_gather(
+    b: &mut Builder<'_>,
+    x: InstrId,
+    cur: &Grid,
+    a: usize,
+    dims: &[i64],
+) -> Result<InstrId, SpmdError> {
+    let t = cur.tiles(a);
+    let n = dims[a];
+    let ts = tile_size(n, t);
+    let local = b.dims(x);
+    if local.get(a) != Some(&ts) {
+        return Err(SpmdError::Invalid(
+            "sum-gather of a buffer that is not a tile".into(),
+        ));
+    }
+    let mut lo_hi = vec![(0, 0); local.len()];
+    lo_hi[a] = (n, n);
+    let padded = b.pad_zero(x, &lo_hi)?;
+    let starts: Vec<i64> = (0..t).map(|i| n - i * ts).collect();
+    let table = cur.per_coord(a, &starts);
+    let mut offsets = Vec::with_capacity(local.len());
+    for d in 0..local.len() {
+        offsets.push(if d == a {
+            b.table(&table)
+        } else {
+            b.scalar(xla_hlo_ir::PrimitiveType::S32, 0)
+        });
+    }
+    let mut sizes = local;
+    sizes[a] = n;
+    let placed = b.dynamic_slice(padded, offsets, &sizes);
+    let groups = cur.factor_groups(&[(a, t)]);
+    b.all_reduce(placed, &groups, xla_hlo_ir::Opcode::Add)
 }
 
 fn emit_gather(

@@ -583,3 +583,18 @@ fn reshard_cache_tells_a_slice_from_its_operand() {
     );
     check(&m, 8, false, 0.0, 33);
 }
+
+/// Replicating a dim that is mostly padding (one or two rows over four
+/// tiles) sums the placed rows with an all-reduce instead of gathering the
+/// padded tiles; a broadcast scalar is rebuilt in the new layout.
+#[test]
+fn mostly_padding_dims_are_summed_and_splats_rebuilt() {
+    let m = module(
+        "ENTRY %e (x: f32[4,16]) -> (f32[4,1], f32[4,2], f32[13,7]) {\n  %x = f32[4,16] parameter(0), sharding={devices=[2,4]<=[8]}\n  %a = f32[4,1] slice(%x), slice={[0:4], [0:1]}, sharding={devices=[2,4]<=[8]}\n  %b = f32[4,2] slice(%x), slice={[0:4], [13:15]}, sharding={devices=[2,4]<=[8]}\n  %z = f32[] constant(0)\n  %c = f32[13,7] broadcast(%z), dimensions={}, sharding={devices=[1,8]<=[8]}\n  ROOT %t = (f32[4,1], f32[4,2], f32[13,7]) tuple(%a, %b, %c), sharding={{devices=[2,1,4]<=[8] last_tile_dim_replicate}, {devices=[2,1,4]<=[8] last_tile_dim_replicate}, {devices=[8,1]<=[8]}}\n}\n",
+        "",
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 0.0, 34);
+    assert_eq!(s.collectives.get("all-gather"), None, "{s:?}");
+    assert_eq!(s.collectives.get("all-to-all"), None, "{s:?}");
+}
