@@ -4065,6 +4065,749 @@ def _q57(c):
     return f
 
 
+# --- eleventh set: the same kinds of programs under other shardings (heads and sequence on
+# different axes, 2-D weight sharding, FSDP on dim 1), associative scans, single-row
+# concatenations, uneven axis swaps, integer ops, loops that reshard their carry; written
+# after the pipeline was done. (Cholesky, triangular solve and FFT cases were left out: the
+# interpreter has no LAPACK custom calls and no complex types.) --------------------------
+
+
+def _h3_ln(x, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) * lax.rsqrt(var + eps)
+
+
+@case("attn_heads_a_seq_b_2x4", "MHA with q/k/v [B,S,H,K] heads on a and sequence on b (non-causal); output constrained back to heads on a, seq on b", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_01(c):
+    B, S, H, K = 2, 16, 4, 8
+    sp = P(None, "b", "a", None)
+    for n in "qkv":
+        c.arg(n, (B, S, H, K), "f32", sp)
+    c.out("o", sp)
+
+    def f(q, k, v):
+        s = jnp.einsum("bqhk,bshk->bhqs", q, k) / np.sqrt(K)
+        a = jax.nn.softmax(s, -1)
+        return (wsc(jnp.einsum("bhqs,bshk->bqhk", a, v), sp),)
+    return f
+
+
+@case("mlp_2d_weight_dp_tp_activations_both_2x4", "MLP with both weights 2-D sharded P(a,b)/P(b,a) and activations x [B,D] sharded P(a,b); output P(a,b)", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_02(c):
+    c.arg("x", (16, 32), "f32", P("a", "b"))
+    c.arg("w1", (32, 64), "f32", P("a", "b"), scale=0.2)
+    c.arg("w2", (64, 32), "f32", P("b", "a"), scale=0.15)
+    c.out("y", P("a", "b"))
+
+    def f(x, w1, w2):
+        h = jax.nn.relu(x @ w1)
+        h = wsc(h, P("a", "b"))
+        return (x + h @ w2,)
+    return f
+
+
+@case("embed_vocab_and_hidden_ids_2d_mesh3d", "embedding table [V=40,H=24] sharded vocab on x and hidden on y, ids [4,6] sharded on z; take + layernorm + tied logits", (2, 2, 2), ("x", "y", "z"), rtol=1e-4, atol=1e-5)
+def _h3_03(c):
+    c.arg("table", (40, 24), "f32", P("x", "y"))
+    c.arg("ids", (4, 6), "s32", P("z", None), lo=0, hi=40)
+    c.out("logits", P("z", None, "x"))
+
+    def f(table, ids):
+        e = jnp.take(table, ids, axis=0)
+        h = _h3_ln(e)
+        return (jnp.einsum("bsh,vh->bsv", h, table),)
+    return f
+
+
+@case("fsdp_params_dim1_sgd_4x2", "FSDP-style SGD step where params are sharded on dim 1 (output dim) over (a,b) instead of dim 0; batch on a", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_04(c):
+    c.arg("x", (8, 24), "f32", P("a", None))
+    c.arg("y", (8, 8), "f32", P("a", None))
+    c.arg("w1", (24, 32), "f32", P(None, ("a", "b")), scale=0.2)
+    c.arg("w2", (32, 8), "f32", P(None, ("a", "b")), scale=0.2)
+    c.out("w1n", P(None, ("a", "b")))
+    c.out("w2n", P(None, ("a", "b")))
+    c.out("loss", P())
+
+    def f(x, y, w1, w2):
+        def loss(p):
+            a, b = p
+            return jnp.mean((jnp.tanh(x @ a) @ b - y) ** 2)
+        l, g = jax.value_and_grad(loss)((w1, w2))
+        return w1 - 0.1 * g[0], w2 - 0.1 * g[1], l
+    return f
+
+
+@case("cond_branches_different_out_shardings_4x2", "lax.cond whose true branch constrains the result rows-on-a and false branch cols-on-b, runtime predicate; plus switch with 3 differently-sharded branches", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h3_08(c):
+    c.arg("x", (12, 16), "f32", P(None, None))
+    c.arg("p", (), "s32", P(), value=1)
+    c.arg("k", (), "s32", P(), value=2)
+    c.out("y1", P("b", "a"))
+    c.out("y2", P(None, None))
+
+    def f(x, p, k):
+        y1 = lax.cond(p > 0, lambda x: jnp.tanh(wsc(jnp.sin(x), P("a", None))), lambda x: jnp.tanh(wsc(x * 3.0, P(None, "b"))), x)
+        y2 = lax.switch(k, [lambda x: jnp.exp(wsc(x + 1.0, P("a", "b"))),
+                            lambda x: jnp.exp(wsc(x * x, P("b", "a"))),
+                            lambda x: jnp.exp(wsc(jnp.cumsum(x, 0), P(None, ("a", "b"))))], x)
+        return y1, y2
+    return f
+
+
+@case("while_carry_resharded_in_body_2x4", "fori_loop (4 iters) whose carry enters rows-on-a, is resharded to cols-on-b for a dot and back inside the body", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_09(c):
+    c.arg("h", (8, 16), "f32", P("a", None))
+    c.arg("w", (16, 16), "f32", P(None, "b"), scale=0.25)
+    c.out("h", P("a", None))
+
+    def f(h, w):
+        def body(i, h):
+            t = wsc(h, P(None, "b"))
+            t = jnp.tanh(t @ w) + 0.1 * i
+            t = wsc(t, P(None, "b"))
+            return wsc(t + h, P("a", None))
+        return (lax.fori_loop(0, 4, body, h),)
+    return f
+
+
+@case("nested_scan_2x4", "scan over 3 outer steps containing a scan over 4 inner steps; carry [8,12] rows on a, stacked weights [3,12,12] sharded on b", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_10(c):
+    c.arg("h", (8, 12), "f32", P("a", None))
+    c.arg("ws", (3, 12, 12), "f32", P(None, None, "b"), scale=0.3)
+    c.arg("xs", (3, 4, 8, 12), "f32", P(None, None, "a", None), scale=0.1)
+    c.out("h", P("a", None))
+    c.out("ys", P(None, None))
+
+    def f(h, ws, xs):
+        def outer(h, wx):
+            w, xi = wx
+            def inner(h, x):
+                h = jnp.tanh(h @ w + x)
+                return h, jnp.sum(h)
+            h, ys = lax.scan(inner, h, xi)
+            return h, ys
+        return lax.scan(outer, h, (ws, xs))
+    return f
+
+
+@case("lax_map_rows_sharded_4x2", "lax.map over the leading dim (7, uneven over a) of x [7,6,10] with a per-item matmul with w [10,10] sharded on b", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_11(c):
+    c.arg("x", (7, 6, 10), "f32", P())
+    c.arg("w", (10, 10), "f32", P(None, "b"), scale=0.3)
+    c.out("y", P())
+
+    def f(x, w):
+        x = wsc(x, P("a", None, None))
+        return (lax.map(lambda t: jnp.sin(t @ w) * t.sum(), x),)
+    return f
+
+
+@case("associative_scan_sharded_dim_8", "lax.associative_scan (add and max) along the 8-way sharded dim of x [16,5]; also along the unsharded dim", (8,), ("x",), rtol=1e-4, atol=1e-5)
+def _h3_12(c):
+    c.arg("x", (16, 5), "f32", P("x", None))
+    c.out("csum0", P("x", None))
+    c.out("cmax0", P("x", None))
+    c.out("csum1", P("x", None))
+
+    def f(x):
+        return (lax.associative_scan(jnp.add, x, axis=0), lax.associative_scan(jnp.maximum, x, axis=0),
+                lax.associative_scan(jnp.add, x, axis=1))
+    return f
+
+
+@case("take_along_axis_indices_sharded_2x4", "jnp.take_along_axis on x [8,12] P(a,None) with indices [8,5] sharded P(None,b) along axis 1 and along axis 0 with idx [3,12]", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _h3_13(c):
+    c.arg("x", (8, 12), "f32", P("a", None))
+    c.arg("i1", (8, 8), "s32", P(None, "b"), lo=0, hi=12)
+    c.arg("i0", (3, 12), "s32", P(None, "b"), lo=0, hi=8)
+    c.out("t1", P(None, "b"))
+    c.out("t0", P(None, "b"))
+
+    def f(x, i1, i0):
+        return jnp.take_along_axis(x, i1, axis=1), jnp.take_along_axis(x, i0, axis=0)
+    return f
+
+
+@case("dynamic_slice_runtime_mesh3d", "lax.dynamic_slice with runtime offsets of x [8,12,6] sharded P(x,y,z) on 2x2x2 (slice sizes 3,5,6) and dynamic_update_slice back", (2, 2, 2), ("x", "y", "z"), rtol=0, atol=0)
+def _h3_14(c):
+    c.arg("x", (8, 12, 6), "f32", P("x", "y", "z"))
+    c.arg("i", (), "s32", P(), value=3)
+    c.arg("j", (), "s32", P(), value=4)
+    c.out("s", P(None, None, "z"))
+    c.out("u", P("x", "y", "z"))
+
+    def f(x, i, j):
+        s = lax.dynamic_slice(x, (i, j, 0), (3, 5, 6))
+        u = lax.dynamic_update_slice(x, s * 2.0, (j, i, 0))
+        return s, u
+    return f
+
+
+@case("argsort_along_sharded_dim_2x4", "jnp.argsort and sort along dim 1 which is sharded 4-way on b (rows on a), x [6,20]", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _h3_15(c):
+    c.arg("x", (6, 20), "f32", P("a", "b"))
+    c.out("idx", P("a", "b"))
+    c.out("srt", P("a", "b"))
+
+    def f(x):
+        return jnp.argsort(x, axis=1).astype(jnp.int32), jnp.sort(-x, axis=1)
+    return f
+
+
+@case("top_k_2d_mesh_4x2", "lax.top_k(k=5) on x [12,40] sharded P(a,b) (top-k dim sharded on b) and on xT sharded P(b,a)", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _h3_16(c):
+    c.arg("x", (12, 40), "f32", P("a", "b"))
+    c.out("v", P("a", None))
+    c.out("i", P("a", None))
+    c.out("v2", P(None, None))
+
+    def f(x):
+        v, i = lax.top_k(x, 5)
+        v2, _ = lax.top_k(wsc(x.T, P("b", "a")), 3)
+        return v, i.astype(jnp.int32), v2
+    return f
+
+
+@case("clip_where_isnan_mix_4x2", "log/sqrt of signed inputs creating NaN, isnan/isinf masks, where, clip, nan_to_num and nanmax over sharded dims; x [12,10] P(a,b)", (4, 2), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h3_17(c):
+    c.arg("x", (12, 10), "f32", P("a", "b"))
+    c.out("y", P("a", "b"))
+    c.out("nanmax", P("b"))
+    c.out("cnt", P())
+
+    def f(x):
+        l = jnp.log(x)
+        s = jnp.sqrt(x) / (x - x[0:1])
+        bad = jnp.isnan(l) | jnp.isinf(s)
+        y = jnp.where(bad, jnp.clip(x, -0.3, 0.2), l + jnp.nan_to_num(s, posinf=1.0, neginf=-1.0))
+        return y, jnp.nanmax(l, axis=0), jnp.sum(bad).astype(jnp.int32)
+    return f
+
+
+@case("int_div_shift_uneven_8", "integer floor_divide/remainder/lax.div/rem, left/right shifts of s32 [13,7] with dim 0 13 over 8 (uneven); u32 logical shifts", (8,), ("x",), rtol=0, atol=0)
+def _h3_18(c):
+    c.arg("a", (13, 7), "s32", P(), lo=-1000, hi=1000)
+    c.arg("b", (13, 7), "s32", P(), lo=1, hi=9)
+    c.arg("u", (13, 7), "u32", P(), lo=0, hi=2 ** 31)
+    for n in ("fd", "md", "qd", "sh", "us"):
+        c.out(n, P())
+
+    def f(a, b, u):
+        a = wsc(a, P("x", None))
+        b = wsc(b, P(None, "x"))
+        u = wsc(u, P("x", None))
+        fd = jnp.floor_divide(a, b)
+        md = jnp.remainder(a, b)
+        qd = lax.div(a, b) + lax.rem(a, b) * 1000
+        sh = (a << (b % 5)) ^ (a >> (b % 3))
+        us = lax.shift_right_logical(u, (b % 7).astype(jnp.uint32)) + (u << jnp.uint32(3))
+        return fd, md, qd, sh, us
+    return f
+
+
+@case("bool_any_all_sharded_dims_2x4", "jnp.any / jnp.all over sharded dims of a pred [10,12,6] built from compares; P(a,b,None), reduce dims 0, 1 and (0,2)", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _h3_19(c):
+    c.arg("x", (10, 12, 6), "f32", P("a", "b", None))
+    c.out("any0", P("b", None))
+    c.out("all1", P("a", None))
+    c.out("any02", P("b"))
+    c.out("all_all", P())
+
+    def f(x):
+        m = x > 0.7
+        n = x > -0.95
+        return jnp.any(m, 0), jnp.all(n, 1), jnp.any(m & (x < 0.9), (0, 2)), jnp.all(n)
+    return f
+
+
+@case("einsum_batch_sharded_differently_2x4", "einsum bij,bjk->bik with lhs batch on a and rhs batch on b, plus bij,bkj->bki with lhs contracting on b", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_20(c):
+    c.arg("x", (8, 6, 12), "f32", P("a", None, None))
+    c.arg("y", (8, 12, 12), "f32", P("b", None, None))
+    c.arg("z", (8, 5, 12), "f32", P(None, None, "b"))
+    c.out("o1", P("a", None, None))
+    c.out("o2", P("b", None, None))
+
+    def f(x, y, z):
+        return jnp.einsum("bij,bjk->bik", x, y), jnp.einsum("bij,bkj->bki", x, z)
+    return f
+
+
+@case("broadcast_sharded_vectors_4d_mesh3d", "broadcast sharded vectors a[6] on x, b[8] on y, c[10] on z into a 4-D [6,8,10,4] product + bias sum, output P(x,y,z,None)", (2, 2, 2), ("x", "y", "z"), rtol=1e-5, atol=1e-5)
+def _h3_21(c):
+    c.arg("a", (6,), "f32", P("x"))
+    c.arg("b", (8,), "f32", P("y"))
+    c.arg("cc", (10,), "f32", P("z"))
+    c.arg("d", (4,), "f32", P("x"))
+    c.out("o", P("x", "y", "z", None))
+    c.out("o2", P(None, None, "y", "x"))
+
+    def f(a, b, cc, d):
+        o = a[:, None, None, None] * b[None, :, None, None] + cc[None, None, :, None] * d
+        return o, jnp.broadcast_to(d, (6, 8, 10, 4)) - a[:, None, None, None]
+    return f
+
+
+@case("reduce_to_scalar_broadcast_back_4x2", "global mean/max/std to scalars over x [12,14] P(a,b), broadcast back: normalized x, x/max, mean-centered with per-row sums", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_22(c):
+    c.arg("x", (12, 16), "f32", P("a", "b"))
+    c.out("n", P("a", "b"))
+    c.out("r", P("b", "a"))
+    c.out("s", P())
+
+    def f(x):
+        mu = jnp.mean(x)
+        sd = jnp.std(x)
+        n = (x - mu) / sd
+        r = x / jnp.max(jnp.abs(x)) + jnp.sum(x, 1, keepdims=True) * mu
+        return n, r, sd * jnp.min(x)
+    return f
+
+
+@case("reshape_merge_two_sharded_dims_2x4", "reshape [8,12,5] P(a,b,None) -> [96,5] merging two sharded dims, and [8,12,5]->[8,60] merging b-sharded dim with an unsharded one; then split back", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h3_23(c):
+    c.arg("x", (8, 12, 5), "f32", P("a", "b", None))
+    c.out("m", P(("a", "b"), None))
+    c.out("m2", P("a", "b"))
+    c.out("back", P("a", "b", None))
+
+    def f(x):
+        m = wsc(x.reshape(96, 5) * 2.0, P(("a", "b"), None))
+        m2 = wsc(jnp.sin(x).reshape(8, 60), P("a", "b"))
+        back = (m.reshape(8, 12, 5) + m2.reshape(8, 12, 5))
+        return m, m2, back
+    return f
+
+
+@case("mesh3d_partial_replication_per_operand", "2x2x2 mesh: a [8,12] P(x,None) (replicated on y,z), b [8,12] P(None,z), c [12,6] P(y,None): add, dot, and output P(z,x)", (2, 2, 2), ("x", "y", "z"), rtol=1e-4, atol=1e-5)
+def _h3_24(c):
+    c.arg("a", (8, 12), "f32", P("x", None))
+    c.arg("b", (8, 12), "f32", P(None, "z"))
+    c.arg("cc", (12, 6), "f32", P("y", None))
+    c.out("s", P("z", "x"))
+    c.out("d", P("z", "x"))
+
+    def f(a, b, cc):
+        s = a * b + a
+        return s, s @ cc
+    return f
+
+
+@case("uneven_primes_elementwise_dot_mesh3d", "prime sizes on 2x2x2: x [7,11] P(x,y), y [11,13] P(y,z), z [13] P(x); dot, bias, exp, and transpose output P(z,x)", (2, 2, 2), ("x", "y", "z"), rtol=1e-4, atol=1e-5)
+def _h3_25(c):
+    c.arg("x", (7, 11), "f32", P())
+    c.arg("y", (11, 13), "f32", P(), scale=0.3)
+    c.arg("z", (13,), "f32", P())
+    c.out("o", P())
+    c.out("t", P())
+
+    def f(x, y, z):
+        x = wsc(x, P("x", "y"))
+        y = wsc(y, P("y", "z"))
+        z = wsc(z, P("x"))
+        o = wsc(jnp.exp(x @ y + z), P("x", "z"))
+        return o, wsc(o.T * 0.5, P("z", "x"))
+    return f
+
+
+@case("uneven_dot_primes_4x2", "[13,17] P(a,b) @ [17,11] P(b,None) -> output P(None,a) with uneven everything, plus row softmax", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_26(c):
+    c.arg("x", (13, 17), "f32", P())
+    c.arg("w", (17, 11), "f32", P(), scale=0.3)
+    c.out("y", P())
+    c.out("sm", P())
+
+    def f(x, w):
+        x = wsc(x, P("a", "b"))
+        w = wsc(w, P("b", None))
+        y = wsc(x @ w, P(None, "a"))
+        return y, jax.nn.softmax(y, -1)
+    return f
+
+
+@case("scan_reverse_sharded_carry_4x2", "lax.scan(reverse=True) over xs [6,8,10] with carry [8,10] sharded P(a,b), xs sharded on time? no: P(None,a,b); ys stacked", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_27(c):
+    c.arg("h", (8, 10), "f32", P("a", "b"))
+    c.arg("xs", (6, 8, 10), "f32", P(None, "a", "b"))
+    c.out("h", P("a", "b"))
+    c.out("ys", P(None, "a", "b"))
+
+    def f(h, xs):
+        def body(h, x):
+            h = 0.5 * h + jnp.sin(x)
+            return h, h * x
+        return lax.scan(body, h, xs, reverse=True)
+    return f
+
+
+@case("switch_four_branches_resharding_mesh3d", "lax.switch with 4 branches (index=3) each constraining its output to a different 2x2x2 sharding, incl. a reduction and transpose", (2, 2, 2), ("x", "y", "z"), rtol=1e-5, atol=1e-5)
+def _h3_28(c):
+    c.arg("x", (8, 8), "f32", P("x", "y"))
+    c.arg("k", (), "s32", P(), value=3)
+    c.out("y", P("z", None))
+
+    def f(x, k):
+        return (lax.switch(k, [lambda x: jnp.sin(wsc(x * 2.0, P("y", "x"))),
+                               lambda x: jnp.sin(wsc(x.T, P("z", None))),
+                               lambda x: jnp.sin(wsc(jnp.broadcast_to(jnp.sum(x, 0), (8, 8)), P(None, ("x", "y", "z")))),
+                               lambda x: jnp.sin(wsc(jnp.cos(x) @ x, P(("z", "x"), "y")))], x),)
+    return f
+
+
+@case("while_data_dependent_reshard_2x4", "while_loop with a data-dependent trip count (until norm < thr) whose carry is constrained to rows-on-a then cols-on-b alternately inside the body", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_29(c):
+    c.arg("x", (8, 12), "f32", P("a", "b"))
+    c.out("x", P("a", "b"))
+    c.out("n", P())
+
+    def f(x):
+        def cond(s):
+            x, n = s
+            return (jnp.sum(x * x) > 1.0) & (n < 20)
+        def body(s):
+            x, n = s
+            y = wsc(x * 0.7, P("a", None))
+            y = wsc(y + 0.01 * jnp.roll(y, 1, axis=1), P(None, "b"))
+            return y, n + 1
+        return lax.while_loop(cond, body, (x, jnp.int32(0)))
+    return f
+
+
+@case("associative_scan_mesh3d_two_axes", "lax.associative_scan with a custom (a*b, linear recurrence) operator along dim 1 sharded over (y,z) of x [4,12] on 2x2x2", (2, 2, 2), ("x", "y", "z"), rtol=1e-4, atol=1e-5)
+def _h3_30(c):
+    c.arg("a", (4, 12), "f32", P("x", ("y", "z")), scale=0.9)
+    c.arg("b", (4, 12), "f32", P("x", ("y", "z")))
+    c.out("h", P("x", ("y", "z")))
+
+    def f(a, b):
+        def op(l, r):
+            a1, b1 = l
+            a2, b2 = r
+            return a1 * a2, a2 * b1 + b2
+        return (lax.associative_scan(op, (a, b), axis=1)[1],)
+    return f
+
+
+@case("sort_keys_values_2d_mesh_4x2", "lax.sort of (keys, values) along dim 0 with x [12,6] P(a,b), num_keys=1, and jnp.lexsort-like two-key sort along dim 1", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _h3_31(c):
+    c.arg("k", (12, 6), "s32", P("a", "b"), lo=0, hi=5)
+    c.arg("v", (12, 6), "f32", P("a", "b"))
+    c.out("ks", P("a", "b"))
+    c.out("vs", P("a", "b"))
+    c.out("vs2", P("a", "b"))
+
+    def f(k, v):
+        ks, vs = lax.sort((k, v), dimension=0, num_keys=1)
+        _, _, vs2 = lax.sort((k, v, v * 2.0), dimension=1, num_keys=2)
+        return ks, vs, vs2
+    return f
+
+
+@case("gather_idx_sharded_two_axes_2x4", "x[idx] gather of rows from table [20,8] P(b,None) with idx [6,4] P(a,b); and x[:, idx2] column gather with idx2 [5] P(a)", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _h3_32(c):
+    c.arg("t", (20, 8), "f32", P("b", None))
+    c.arg("idx", (6, 4), "s32", P("a", "b"), lo=0, hi=20)
+    c.arg("idx2", (5,), "s32", P(), lo=0, hi=8)
+    c.out("g", P("a", "b", None))
+    c.out("g2", P())
+
+    def f(t, idx, idx2):
+        return t[idx], t[:, wsc(idx2, P("a"))]
+    return f
+
+
+@case("scatter_set_uneven_4x2", "x.at[idx].set(upd) with x [13,6] P(a,b) (13 uneven), idx [5] P(a), upd [5,6] P(a,b); plus .at[].min", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _h3_33(c):
+    c.arg("x", (13, 6), "f32", P())
+    c.arg("idx", (5,), "s32", P(), lo=0, hi=13)
+    c.arg("upd", (5, 6), "f32", P())
+    c.out("s", P())
+    c.out("m", P())
+
+    def f(x, idx, upd):
+        x = wsc(x, P("a", "b"))
+        idx = wsc(idx, P("a"))
+        upd = wsc(upd, P("a", "b"))
+        uidx = jnp.array([0, 3, 7, 12, 5], jnp.int32)
+        return x.at[uidx].set(upd), x.at[idx].min(upd)
+    return f
+
+
+@case("attn_q_seq_a_kv_heads_b_4x2", "attention where q [2,12,4,4] has seq on a and k/v [2,12,4,4] have heads on b (different shardings per operand); out heads on b", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_34(c):
+    B, S, H, K = 2, 12, 4, 4
+    c.arg("q", (B, S, H, K), "f32", P(None, "a", None, None))
+    c.arg("k", (B, S, H, K), "f32", P(None, None, "b", None))
+    c.arg("v", (B, S, H, K), "f32", P(None, None, "b", None))
+    c.out("o", P(None, None, "b", None))
+
+    def f(q, k, v):
+        s = jnp.einsum("bqhk,bshk->bhqs", q, k) / 2.0
+        s = jnp.where(jnp.tril(jnp.ones((S, S), bool)), s, -1e9)
+        return (jnp.einsum("bhqs,bshk->bqhk", jax.nn.softmax(s, -1), v),)
+    return f
+
+
+@case("layernorm_hidden_sharded_batch_2x4", "layernorm over the hidden dim sharded on b with batch on a, x [6,10,24] P(a,None,b), gamma/beta P(b); followed by mean-pool over seq", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_35(c):
+    c.arg("x", (6, 10, 24), "f32", P("a", None, "b"))
+    c.arg("g", (24,), "f32", P("b"))
+    c.arg("bb", (24,), "f32", P("b"))
+    c.out("y", P("a", None, "b"))
+    c.out("pool", P("a", "b"))
+
+    def f(x, g, bb):
+        y = _h3_ln(x) * g + bb
+        return y, jnp.mean(y, 1)
+    return f
+
+
+@case("int_rem_negative_clamp_2x4", "s32 jnp.remainder / fmod / abs / sign / clamp / min/max of negatives with [11,9] P(a,b) (uneven both dims)", (2, 4), ("a", "b"), rtol=0, atol=0)
+def _h3_36(c):
+    c.arg("a", (11, 9), "s32", P(), lo=-50, hi=50)
+    c.arg("b", (11, 9), "s32", P(), lo=1, hi=7)
+    c.out("o1", P())
+    c.out("o2", P())
+    c.out("o3", P())
+
+    def f(a, b):
+        a = wsc(a, P("a", "b"))
+        b = wsc(b, P("b", "a"))
+        nb = -b
+        o1 = jnp.remainder(a, nb) + jnp.fmod(a, b) * 100
+        o2 = jnp.clip(a * jnp.sign(a - 3), -20, 30) + jnp.abs(a) // b
+        o3 = jnp.max(jnp.minimum(a, b * 3), axis=1) - jnp.min(a, axis=1)
+        return o1, o2, o3
+    return f
+
+
+@case("iota_mask_compare_mesh3d", "iota-based masks on 2x2x2: band mask |i-j|<=2 on x [12,12] P(x,y), argmax over masked rows, and a triangular cumulative count", (2, 2, 2), ("x", "y", "z"), rtol=0, atol=0)
+def _h3_37(c):
+    c.arg("x", (12, 12), "f32", P("x", "y"))
+    c.out("m", P("x", "y"))
+    c.out("am", P("z"))
+    c.out("cnt", P("y"))
+
+    def f(x):
+        i = lax.broadcasted_iota(jnp.int32, (12, 12), 0)
+        j = lax.broadcasted_iota(jnp.int32, (12, 12), 1)
+        band = jnp.abs(i - j) <= 2
+        m = jnp.where(band, x, 0.0)
+        am = jnp.argmax(jnp.where(band, x, -jnp.inf), axis=1).astype(jnp.int32)
+        cnt = jnp.sum((x > 0) & (j >= i), axis=0).astype(jnp.int32)
+        return m, am, cnt
+    return f
+
+
+@case("pad_then_reduce_window_2x4", "jnp.pad (edge-free constant) of x [10,14] P(a,b) by (1,2),(3,0) then 3x3 stride-2 max window and avg window, outputs sharded", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h3_38(c):
+    c.arg("x", (10, 14), "f32", P())
+    c.out("mx", P())
+    c.out("av", P())
+
+    def f(x):
+        x = wsc(x, P("a", "b"))
+        p = jnp.pad(x, ((1, 2), (3, 0)), constant_values=-0.5)
+        mx = lax.reduce_window(p, -jnp.inf, lax.max, (3, 3), (2, 2), "VALID")
+        av = lax.reduce_window(p, 0.0, lax.add, (2, 3), (1, 2), "VALID") / 6.0
+        return wsc(mx, P("a", "b")), wsc(av, P("b", "a"))
+    return f
+
+
+@case("dot_contract_and_batch_same_axis_8", "dot_general with lhs [8,16,6] contracting dim 16 sharded 8-way and rhs [8,16,5] batch dim sharded 8-way (same axis on different dims)", (8,), ("x",), rtol=1e-4, atol=1e-5)
+def _h3_39(c):
+    c.arg("l", (8, 16, 6), "f32", P(None, "x", None))
+    c.arg("r", (8, 16, 5), "f32", P("x", None, None))
+    c.out("o", P("x", None, None))
+
+    def f(l, r):
+        return (jnp.einsum("bki,bkj->bij", l, r),)
+    return f
+
+
+@case("transpose_merge_reshape_mesh3d", "x [2,4,6,8] P(x,y,z,None): transpose (2,0,3,1) then reshape to [12,32] merging sharded+unsharded dims, then [6,2,32]", (2, 2, 2), ("x", "y", "z"), rtol=1e-5, atol=1e-5)
+def _h3_40(c):
+    c.arg("x", (2, 4, 6, 8), "f32", P("x", "y", "z", None))
+    c.out("t", P(("z", "x"), "y"))
+    c.out("r", P("z", None, None))
+
+    def f(x):
+        t = jnp.transpose(x, (2, 0, 3, 1)).reshape(12, 32)
+        t = wsc(t, P(("z", "x"), "y"))
+        return t, (t * 2.0).reshape(6, 2, 32)
+    return f
+
+
+@case("select_n_index_array_4x2", "lax.select_n with an s32 case-index array [12,10] P(b,a) choosing among 3 operands sharded differently (P(a,b), P(None,b), replicated)", (4, 2), ("a", "b"), rtol=0, atol=0)
+def _h3_41(c):
+    c.arg("w", (12, 8), "s32", P("b", "a"), lo=0, hi=3)
+    c.arg("x", (12, 8), "f32", P("a", "b"))
+    c.arg("y", (12, 8), "f32", P(None, "b"))
+    c.arg("z", (12, 8), "f32", P())
+    c.out("o", P("a", "b"))
+
+    def f(w, x, y, z):
+        return (lax.select_n(w, x, y, z),)
+    return f
+
+
+@case("fsdp_dim1_adam_mlp_2x2x2", "FSDP on dim 1 with Adam on 2x2x2: weights [16,24],[24,16] sharded P(tp,(dp,fsdp)), batch on (dp,fsdp); grads resharded to dim-1 shards", (2, 2, 2), ("dp", "fsdp", "tp"), rtol=2e-4, atol=2e-5)
+def _h3_42(c):
+    sp = P("tp", ("dp", "fsdp"))
+    c.arg("x", (8, 16), "f32", P(("dp", "fsdp"), None))
+    c.arg("y", (8, 16), "f32", P(("dp", "fsdp"), None))
+    for n, s in (("w1", (16, 24)), ("w2", (24, 16))):
+        c.arg(n, s, "f32", sp, scale=0.3)
+    for n, s in (("m1", (16, 24)), ("m2", (24, 16)), ("v1", (16, 24)), ("v2", (24, 16))):
+        c.arg(n, s, "f32", sp, scale=0.01)
+    for n in ("w1n", "w2n", "m1n", "m2n", "v1n", "v2n"):
+        c.out(n, sp)
+    c.out("loss", P())
+
+    def f(x, y, w1, w2, m1, m2, v1, v2):
+        def loss(p):
+            return jnp.mean((jax.nn.gelu(x @ p[0]) @ p[1] - y) ** 2)
+        l, g = jax.value_and_grad(loss)((w1, w2))
+        outs = []
+        ms, vs = [], []
+        for w, gi, m, v in zip((w1, w2), g, (m1, m2), (v1, v2)):
+            m = 0.9 * m + 0.1 * gi
+            v = 0.999 * jnp.abs(v) + 0.001 * gi * gi
+            outs.append(w - 0.01 * m / (jnp.sqrt(v) + 1e-3))
+            ms.append(m); vs.append(v)
+        return outs[0], outs[1], ms[0], ms[1], vs[0], vs[1], l
+    return f
+
+
+@case("cumsum_then_diff_uneven_two_axes_4x2", "cumsum along dim 0 (11, on a) then jnp.diff along dim 1 (13, on b) of x [11,13] P(a,b); and cumsum of the flattened reversed rows", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_43(c):
+    c.arg("x", (11, 13), "f32", P())
+    c.out("d", P())
+    c.out("rc", P())
+
+    def f(x):
+        x = wsc(x, P("a", "b"))
+        cs = jnp.cumsum(x, 0)
+        d = wsc(jnp.diff(cs, axis=1), P("a", "b"))
+        rc = wsc(jnp.cumsum(x[::-1].T, axis=1), P("b", None))
+        return d, rc
+    return f
+
+
+@case("expand_squeeze_4d_broadcast_reduce_2x4", "x [6,8] P(a,b) expanded to [6,1,8,1], broadcast to [6,5,8,3] with a [5,3] P(None,None)... then reduce over dims 1 and 3; sharded output", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_44(c):
+    c.arg("x", (6, 8), "f32", P("a", "b"))
+    c.arg("w", (5, 3), "f32", P())
+    c.out("r", P("a", "b"))
+    c.out("m", P(None, None, None))
+
+    def f(x, w):
+        w = wsc(w, P("b", None))
+        t = x[:, None, :, None] * w[None, :, None, :]
+        return jnp.sum(jnp.tanh(t), (1, 3)), jnp.max(t, 0)
+    return f
+
+
+@case("conv1d_channels_last_seq_and_features_2x4", "1-D conv NWC x [4,20,8] with seq on a and input channels on b, kernel [3,8,6] sharded on in-channels b; SAME padding", (2, 4), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_45(c):
+    c.arg("x", (4, 20, 8), "f32", P(None, "a", "b"))
+    c.arg("k", (3, 8, 6), "f32", P(None, "b", None), scale=0.3)
+    c.out("y", P(None, "a", None))
+
+    def f(x, k):
+        return (lax.conv_general_dilated(x, k, (1,), "SAME", dimension_numbers=("NWC", "WIO", "NWC")),)
+    return f
+
+
+@case("softmax_over_two_sharded_axes_mesh3d", "softmax over the last dim where x [4,6,16] is P(x,None,(y,z)) (last dim sharded on two axes) and logsumexp; output resharded P(None,y,x)", (2, 2, 2), ("x", "y", "z"), rtol=1e-4, atol=1e-5)
+def _h3_46(c):
+    c.arg("x", (4, 6, 16), "f32", P("x", None, ("y", "z")))
+    c.out("sm", P(None, "y", "x"))
+    c.out("lse", P("z", None))
+
+    def f(x):
+        return jax.nn.softmax(x, -1), jax.nn.logsumexp(x, -1)
+    return f
+
+
+@case("dynamic_slice_in_fori_sharded_stack_mesh3d", "fori_loop reading layer i of a stacked weight [4,8,8] sharded P(x,y,z) with lax.dynamic_index_in_dim (stack dim sharded) and applying it to h [6,8] P(None,z)", (2, 2, 2), ("x", "y", "z"), rtol=1e-4, atol=1e-5)
+def _h3_47(c):
+    c.arg("ws", (4, 8, 8), "f32", P("x", "y", "z"), scale=0.3)
+    c.arg("h", (6, 8), "f32", P(None, "z"))
+    c.out("h", P(None, "z"))
+
+    def f(ws, h):
+        def body(i, h):
+            w = lax.dynamic_index_in_dim(ws, i, 0, keepdims=False)
+            return jnp.tanh(h @ w) + h
+        return (lax.fori_loop(0, 4, body, h),)
+    return f
+
+
+@case("roll_replicated_input_sharded_out_8", "jnp.roll by 1 and 3 along dim 1 of a replicated x [8,12] whose results are constrained column-sharded 8-way (12 over 8, uneven) and P(None,x) of a 4x2? no: 8-way mesh", (8,), ("x",), rtol=0, atol=0)
+def _h3_48(c):
+    c.arg("x", (8, 12), "f32", P())
+    c.out("r1", P())
+    c.out("r3", P())
+
+    def f(x):
+        r1 = wsc(jnp.roll(x, 1, axis=1), P(None, "x"))
+        r3 = wsc(jnp.roll(x, 3, axis=1), P(None, "x"))
+        return r1 * 2.0, r3 + 1.0
+    return f
+
+
+@case("concat_single_rows_sharded_8", "concatenate of four 1-row slices of x [16,6] (rows 8-way) at rows 0,5,9,15 into [4,6] constrained row-sharded 8-way (4 rows over 8 shards)", (8,), ("x",), rtol=0, atol=0)
+def _h3_49(c):
+    c.arg("x", (16, 6), "f32", P("x", None))
+    c.out("y", P())
+
+    def f(x):
+        y = jnp.concatenate([x[0:1], x[5:6] * 2.0, x[9:10], x[15:16] - 1.0], 0)
+        return (wsc(wsc(y, P("x", None)) + 1.0, P()),)
+    return f
+
+
+@case("reshard_swap_axes_uneven_2x4", "pure reshard of f32 [11,9] from P(b,a) to P(a,b) (uneven on both dims) followed by exp", (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5)
+def _h3_50(c):
+    c.arg("x", (11, 9), "f32", P())
+    c.out("y", P())
+
+    def f(x):
+        x = wsc(jnp.sin(x), P("b", "a"))
+        return (wsc(jnp.exp(wsc(x, P("a", "b"))), P()),)
+    return f
+
+
+@case("broadcast_constant_used_two_shardings_8", "a broadcast constant / iota [16,8] combined with x sharded on rows and y sharded on cols (8-way): XLA rematerialises the broadcast per use", (8,), ("x",), rtol=0, atol=0)
+def _h3_51(c):
+    c.arg("x", (16, 8), "f32", P("x", None))
+    c.arg("y", (16, 8), "f32", P(None, "x"))
+    c.out("a", P("x", None))
+    c.out("b", P(None, "x"))
+
+    def f(x, y):
+        k = jnp.full((16, 8), 3.0) + lax.broadcasted_iota(jnp.float32, (16, 8), 1)
+        return x * k, y - k
+    return f
+
+
+@case("mlp_uneven_2d_weights_4x2", "MLP with uneven 2-D weight shardings: x [6,13] P(a,None), w1 [13,22] constrained P(a,b), w2 [22,13] constrained P(b,a) (13/22 uneven over 4 and 2)", (4, 2), ("a", "b"), rtol=1e-4, atol=1e-5)
+def _h3_52(c):
+    c.arg("x", (8, 13), "f32", P("a", None))
+    c.arg("w1", (13, 22), "f32", P(), scale=0.3)
+    c.arg("w2", (22, 13), "f32", P(), scale=0.3)
+    c.out("y", P("a", None))
+
+    def f(x, w1, w2):
+        w1 = wsc(w1, P("a", "b"))
+        w2 = wsc(w2, P("b", "a"))
+        return (x + jax.nn.gelu(x @ w1) @ w2,)
+    return f
+
+
 # ---------------------------------------------------------------------------
 # Running a case.
 # ---------------------------------------------------------------------------
