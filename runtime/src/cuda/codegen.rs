@@ -573,7 +573,7 @@ static inline double xla_host_rsqrt(double x) { return 1.0 / std::sqrt(x); }
 /// order, to `DIR/o{k}.bin`. Used to check the generated source on the CPU
 /// (syntax with a C++ compiler, semantics against the interpreter).
 pub fn host_program(plan: &Plan) -> String {
-    use super::plan::{Step, ValRef};
+    use super::plan::Step;
     let mut s = String::from(HOST_SHIM);
     s.push_str(&module_source(plan));
     s.push_str(
@@ -654,14 +654,7 @@ int main(int argc, char** argv) {
             }
         }
     }
-    fn leaves(r: &ValRef, out: &mut Vec<usize>) {
-        match r {
-            ValRef::Buf(b) => out.push(*b),
-            ValRef::Tuple(v) => v.iter().for_each(|x| leaves(x, out)),
-        }
-    }
-    let mut ls = Vec::new();
-    leaves(&plan.result, &mut ls);
+    let ls = plan.result.leaves();
     for (k, b) in ls.iter().enumerate() {
         let _ = writeln!(s, "  xla_write(d + \"/o{k}.bin\", b[{b}], {});", bytes(*b));
     }

@@ -15,7 +15,7 @@
 //! `C^T = B^T A^T`, so cuBLAS gets (B, A) with m = n, n = m.
 
 use super::host::{array_to_bytes, bytes_to_array, elem_bytes};
-use super::plan::{BufId, DotStep, Plan, Step, ValRef};
+use super::plan::{BufId, DotStep, Plan, Step};
 use crate::backend::{Backend, DeviceContext, Executable, RuntimeError};
 use cudarc::cublas::{result as blas_result, sys as blas_sys, CudaBlas};
 use cudarc::driver::{
@@ -203,19 +203,7 @@ impl CudaBackend {
                 .synchronize()
                 .map_err(|e| exec_err(format!("synchronize: {e:?}")))
         };
-        gemm_row_major(
-            &self.blas,
-            &self.stream,
-            &d,
-            PrimitiveType::Bf16,
-            out_ty,
-            &a,
-            &b,
-            &mut c,
-        )?;
-        sync()?;
-        let t = std::time::Instant::now();
-        for _ in 0..iters {
+        let mut gemm = || {
             gemm_row_major(
                 &self.blas,
                 &self.stream,
@@ -225,7 +213,14 @@ impl CudaBackend {
                 &a,
                 &b,
                 &mut c,
-            )?;
+            )
+        };
+        // One warm-up call, then the timed ones.
+        gemm()?;
+        sync()?;
+        let t = std::time::Instant::now();
+        for _ in 0..iters {
+            gemm()?;
         }
         sync()?;
         let s = t.elapsed().as_secs_f64();
@@ -405,24 +400,7 @@ impl CudaExecutable {
                 &host,
             )?))
         };
-        fn build(
-            r: &ValRef,
-            f: &dyn Fn(BufId) -> Result<Value, RuntimeError>,
-        ) -> Result<Value, RuntimeError> {
-            match r {
-                ValRef::Buf(b) => f(*b),
-                ValRef::Tuple(v) => Ok(Value::Tuple(
-                    v.iter().map(|x| build(x, f)).collect::<Result<_, _>>()?,
-                )),
-            }
-        }
-        let out = match &self.plan.result {
-            ValRef::Tuple(v) => v
-                .iter()
-                .map(|x| build(x, &fetch))
-                .collect::<Result<Vec<_>, _>>()?,
-            r => vec![build(r, &fetch)?],
-        };
+        let out = self.plan.result.outputs(&fetch)?;
         self.stream
             .synchronize()
             .map_err(|e| exec_err(format!("stream synchronize: {e:?}")))?;

@@ -6,7 +6,7 @@
 
 use super::codegen::host_program;
 use super::host::{array_to_bytes, bytes_to_array};
-use super::plan::{Plan, Step, ValRef};
+use super::plan::{Plan, Step};
 use xla_hlo_evaluator::{Array, Value};
 
 /// Compiles the plan's generated kernels with the host C++ compiler
@@ -77,14 +77,7 @@ pub fn run_generated_on_host(plan: &Plan, args: &[Value]) -> Result<Option<Vec<A
             String::from_utf8_lossy(&run.stderr)
         ));
     }
-    fn leaves(r: &ValRef, out: &mut Vec<usize>) {
-        match r {
-            ValRef::Buf(b) => out.push(*b),
-            ValRef::Tuple(v) => v.iter().for_each(|x| leaves(x, out)),
-        }
-    }
-    let mut ls = Vec::new();
-    leaves(&plan.result, &mut ls);
+    let ls = plan.result.leaves();
     let mut res = Vec::new();
     for (k, b) in ls.iter().enumerate() {
         let bytes = std::fs::read(dir.join(format!("o{k}.bin"))).map_err(io)?;

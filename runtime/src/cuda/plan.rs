@@ -182,6 +182,44 @@ pub enum ValRef {
     Tuple(Vec<ValRef>),
 }
 
+impl ValRef {
+    /// The buffers of the leaves, depth-first.
+    pub fn leaves(&self) -> Vec<BufId> {
+        fn walk(r: &ValRef, out: &mut Vec<BufId>) {
+            match r {
+                ValRef::Buf(b) => out.push(*b),
+                ValRef::Tuple(v) => v.iter().for_each(|x| walk(x, out)),
+            }
+        }
+        let mut out = Vec::new();
+        walk(self, &mut out);
+        out
+    }
+
+    /// The entry's outputs for this root (a tuple root's elements, else
+    /// the one value), each leaf made by `leaf`.
+    pub fn outputs(
+        &self,
+        leaf: &dyn Fn(BufId) -> Result<Value, RuntimeError>,
+    ) -> Result<Vec<Value>, RuntimeError> {
+        fn build(
+            r: &ValRef,
+            f: &dyn Fn(BufId) -> Result<Value, RuntimeError>,
+        ) -> Result<Value, RuntimeError> {
+            match r {
+                ValRef::Buf(b) => f(*b),
+                ValRef::Tuple(v) => Ok(Value::Tuple(
+                    v.iter().map(|x| build(x, f)).collect::<Result<_, _>>()?,
+                )),
+            }
+        }
+        match self {
+            ValRef::Tuple(v) => v.iter().map(|x| build(x, leaf)).collect(),
+            r => Ok(vec![build(r, leaf)?]),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     pub buffers: Vec<BufferInfo>,
@@ -1253,19 +1291,5 @@ pub fn run_plan_on_cpu(plan: &Plan, args: &[Value]) -> Result<Vec<Value>, Runtim
             v,
         )?))
     };
-    fn build(
-        r: &ValRef,
-        f: &dyn Fn(BufId) -> Result<Value, RuntimeError>,
-    ) -> Result<Value, RuntimeError> {
-        match r {
-            ValRef::Buf(b) => f(*b),
-            ValRef::Tuple(v) => Ok(Value::Tuple(
-                v.iter().map(|x| build(x, f)).collect::<Result<_, _>>()?,
-            )),
-        }
-    }
-    match &plan.result {
-        ValRef::Tuple(v) => v.iter().map(|x| build(x, &to_value)).collect(),
-        r => Ok(vec![build(r, &to_value)?]),
-    }
+    plan.result.outputs(&to_value)
 }

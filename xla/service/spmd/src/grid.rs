@@ -636,6 +636,40 @@ impl Sym {
         (s.devices() == devs).then_some(s)
     }
 
+    /// Deals the digits `seq` (major first) out to dims of sizes `dims`, in
+    /// order: each dim takes whole digits, or the major part of a digit it
+    /// needs only part of (the digit is split). The digits left over form
+    /// one more list at the end. `None` when a size does not line up.
+    fn deal(radix: Vec<i64>, seq: Vec<usize>, dims: &[i64]) -> Option<Sym> {
+        let mut digs = vec![Vec::new(); dims.len()];
+        digs.push(seq);
+        let mut s = Sym::with(radix, digs);
+        let rest = dims.len();
+        for (a, &want) in dims.iter().enumerate() {
+            let mut need = want;
+            while need > 1 {
+                let &k = s.digs[rest].first()?;
+                let r = s.radix[k];
+                if need % r == 0 {
+                    s.digs[rest].remove(0);
+                    s.digs[a].push(k);
+                    need /= r;
+                } else if r % need == 0 {
+                    // Split: the major part (radix `need`) goes to dim a.
+                    if !s.split(k, r / need) {
+                        return None;
+                    }
+                    let major = s.digs[rest].remove(0); // k + 1
+                    s.digs[a].push(major);
+                    need = 1;
+                } else {
+                    return None;
+                }
+            }
+        }
+        Some(s)
+    }
+
     /// The digit form of `iota(rd).transpose(perm)` laid out over `dims`
     /// (data dims then replication), when its dims line up with `dims`.
     fn from_iota(dims: &[i64], rd: &[i64], perm: &[i64]) -> Option<Sym> {
@@ -660,32 +694,8 @@ impl Sym {
         // Digits minor first: reshape dim j is digit m-1-j.
         let radix: Vec<i64> = (0..m).map(|k| rd[m - 1 - k]).collect();
         let seq: Vec<usize> = perm.iter().map(|&p| m - 1 - p).collect();
-        let mut digs = vec![Vec::new(); dims.len()];
-        digs.push(seq);
-        let mut s = Sym::with(radix, digs);
+        let mut s = Sym::deal(radix, seq, dims)?;
         let tmp = dims.len();
-        for (a, &want) in dims.iter().enumerate() {
-            let mut need = want;
-            while need > 1 {
-                let &k = s.digs[tmp].first()?;
-                let r = s.radix[k];
-                if need % r == 0 {
-                    s.digs[tmp].remove(0);
-                    s.digs[a].push(k);
-                    need /= r;
-                } else if r % need == 0 {
-                    // Split: the major part (radix `need`) goes to dim a.
-                    if !s.split(k, r / need) {
-                        return None;
-                    }
-                    let k2 = s.digs[tmp].remove(0); // k + 1, the major part
-                    s.digs[a].push(k2);
-                    need = 1;
-                } else {
-                    return None;
-                }
-            }
-        }
         while let Some(&k) = s.digs[tmp].first() {
             if s.radix[k] != 1 {
                 return None;
@@ -1399,31 +1409,8 @@ impl Grid {
         t.push(total / p);
         // The devices keep their row-major order; only the dims change.
         let seq: Vec<usize> = sym.digs.iter().flatten().copied().collect();
-        let mut digs = vec![Vec::new(); t.len()];
-        digs.push(seq);
-        let mut x = Sym::with(sym.radix.clone(), digs);
+        let mut x = Sym::deal(sym.radix.clone(), seq, t)?;
         let tmp = t.len();
-        for (a, &want) in t.iter().enumerate() {
-            let mut need = want;
-            while need > 1 {
-                let &k = x.digs[tmp].first()?;
-                let r = x.radix[k];
-                if need % r == 0 {
-                    x.digs[tmp].remove(0);
-                    x.digs[a].push(k);
-                    need /= r;
-                } else if r % need == 0 {
-                    if !x.split(k, r / need) {
-                        return None;
-                    }
-                    let k2 = x.digs[tmp].remove(0);
-                    x.digs[a].push(k2);
-                    need = 1;
-                } else {
-                    return None;
-                }
-            }
-        }
         if !x.digs[tmp].is_empty() {
             return None;
         }
