@@ -186,24 +186,29 @@ pub fn schedule_module(
                             chosen[c.index()] = candidate;
                         }
                     }
-                    // Small computations: the exact search's best order,
-                    // when it beats the list schedule (searched only when
-                    // the schedule is measurably above the lower bound).
-                    let bound = g.lower_bounds(&config.overlap_limits.map(|l| l.max(1)), true);
-                    if s.exposed_comm > 0.0 && s.makespan > bound.value() * (1.0 + EXACT_GAP) {
-                        if let Some(alt) = exact_order(&g, &ord, &config.overlap_limits, s.makespan)
-                        {
-                            let (sa, _) =
-                                simulate_graph(&g, &alt, &config.overlap_limits, None, false);
-                            let pareto = sa.makespan < s.makespan && sa.peak_total <= s.peak_total;
-                            if pareto || sa.makespan < s.makespan * (1.0 - AUTO_GAIN) {
-                                ord = alt;
-                                s = sa;
+                    // A schedule measurably above the detailed lower bound
+                    // gets two more tries: the exact search's best order
+                    // (small computations), then hoisting work above waits.
+                    if s.exposed_comm > 0.0 {
+                        let limits = config.overlap_limits.map(|l| l.max(1));
+                        let gap = g.lower_bounds(&limits, true).value() * (1.0 + EXACT_GAP);
+                        if s.makespan > gap {
+                            if let Some(alt) =
+                                exact_order(&g, &ord, &config.overlap_limits, s.makespan)
+                            {
+                                let (sa, _) =
+                                    simulate_graph(&g, &alt, &config.overlap_limits, None, false);
+                                let pareto =
+                                    sa.makespan < s.makespan && sa.peak_total <= s.peak_total;
+                                if pareto || sa.makespan < s.makespan * (1.0 - AUTO_GAIN) {
+                                    ord = alt;
+                                    s = sa;
+                                }
                             }
                         }
-                    }
-                    if s.exposed_comm > 0.0 && s.makespan > bound.value() * (1.0 + EXACT_GAP) {
-                        (ord, s) = hoist_above_waits(&g, ord, s, &config.overlap_limits);
+                        if s.makespan > gap {
+                            (ord, s) = hoist_above_waits(&g, ord, s, &config.overlap_limits);
+                        }
                     }
                 }
                 log::debug!(
