@@ -8,6 +8,7 @@
 //! modules are the verifier's business.
 
 pub mod attrs;
+pub mod call_graph;
 pub mod float;
 pub mod literal;
 pub mod mesh;
