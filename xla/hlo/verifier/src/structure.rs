@@ -14,6 +14,7 @@
 
 use crate::Report;
 use std::collections::HashMap;
+use xla_hlo_ir::call_graph::CallGraph;
 use xla_hlo_ir::{CompId, HloModule, Opcode};
 
 pub(crate) struct CompStatus {
@@ -215,52 +216,13 @@ pub(crate) fn check(module: &HloModule, r: &mut Report) -> Status {
 
 /// Reports computations that call themselves, directly or not.
 fn check_call_graph(module: &HloModule, r: &mut Report) {
-    let n = module.computations.len();
-    let edges: Vec<Vec<usize>> = module
-        .computations
-        .iter()
-        .map(|c| {
-            let mut out: Vec<usize> = c
-                .instructions
-                .iter()
-                .flat_map(|i| i.called_computations())
-                .map(|id| id.index())
-                .filter(|&i| i < n)
-                .collect();
-            out.sort_unstable();
-            out.dedup();
-            out
-        })
-        .collect();
-    // 0 = unvisited, 1 = on the stack, 2 = done. Iterative DFS.
-    let mut color = vec![0u8; n];
-    for start in 0..n {
-        if color[start] != 0 {
-            continue;
-        }
-        let mut stack: Vec<(usize, usize)> = vec![(start, 0)];
-        color[start] = 1;
-        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
-            if let Some(&succ) = edges[node].get(*next) {
-                *next += 1;
-                match color[succ] {
-                    0 => {
-                        color[succ] = 1;
-                        stack.push((succ, 0));
-                    }
-                    1 => r.comp(
-                        &module.computations[node].name,
-                        format!(
-                            "the call graph has a cycle: it calls {}, which is already being called",
-                            module.computations[succ].name
-                        ),
-                    ),
-                    _ => {}
-                }
-            } else {
-                color[node] = 2;
-                stack.pop();
-            }
-        }
+    for (caller, callee) in CallGraph::new(module).back_edges() {
+        r.comp(
+            &module.computations[caller.index()].name,
+            format!(
+                "the call graph has a cycle: it calls {}, which is already being called",
+                module.computations[callee.index()].name
+            ),
+        );
     }
 }

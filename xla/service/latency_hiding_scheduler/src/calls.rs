@@ -7,51 +7,14 @@
 //! dangling graph still yields every computation once); trip counts are
 //! only reported when the loop has the canonical counted form, else `None`.
 
+use xla_hlo_ir::call_graph::CallGraph;
 use xla_hlo_ir::{AttrKey, CompId, HloComputation, HloInstruction, HloModule, Literal, Opcode};
 
 /// Every computation, callees first (post-order from the entry, then the
 /// unreachable ones in arena order).
 pub fn callee_first_order(module: &HloModule) -> Vec<CompId> {
-    let n = module.computations.len();
-    let mut state = vec![0u8; n]; // 0 new, 1 open, 2 done
-    let mut out = Vec::with_capacity(n);
-    let mut roots: Vec<usize> = vec![module.entry.index()];
-    roots.extend(0..n);
-    for root in roots {
-        if root >= n || state[root] != 0 {
-            continue;
-        }
-        let mut stack: Vec<(usize, Vec<usize>, usize)> = vec![(root, callees(module, root), 0)];
-        state[root] = 1;
-        while let Some((c, kids, k)) = stack.last_mut() {
-            if *k < kids.len() {
-                let next = kids[*k];
-                *k += 1;
-                if next < n && state[next] == 0 {
-                    state[next] = 1;
-                    let grand = callees(module, next);
-                    stack.push((next, grand, 0));
-                }
-            } else {
-                state[*c] = 2;
-                out.push(CompId(*c as u32));
-                stack.pop();
-            }
-        }
-    }
-    out
-}
-
-fn callees(module: &HloModule, c: usize) -> Vec<usize> {
-    let mut v: Vec<usize> = module.computations[c]
-        .instructions
-        .iter()
-        .flat_map(|i| i.called_computations())
-        .map(|c| c.index())
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
+    let graph = CallGraph::new(module);
+    graph.post_order(std::iter::once(module.entry).chain(graph.all()))
 }
 
 /// How a computation is used.

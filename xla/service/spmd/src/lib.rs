@@ -258,45 +258,12 @@ pub fn devices_in_shardings(module: &HloModule) -> i64 {
 fn order_callees_first(module: &mut HloModule) -> bool {
     use xla_hlo_ir::{AttrValue, CompId};
     let n = module.computations.len();
-    let callees: Vec<Vec<usize>> = module
-        .computations
+    let graph = xla_hlo_ir::call_graph::CallGraph::new(module);
+    let order: Vec<usize> = graph
+        .post_order(graph.all())
         .iter()
-        .map(|c| {
-            let mut v: Vec<usize> = c
-                .instructions
-                .iter()
-                .flat_map(|i| i.called_computations())
-                .map(|c| c.index())
-                .filter(|&x| x < n)
-                .collect();
-            v.sort_unstable();
-            v.dedup();
-            v
-        })
+        .map(|c| c.index())
         .collect();
-    let mut order = Vec::with_capacity(n);
-    let mut state = vec![0u8; n]; // 0 new, 1 on stack, 2 done
-    for root in 0..n {
-        if state[root] != 0 {
-            continue;
-        }
-        // Iterative post-order DFS.
-        let mut stack = vec![(root, 0usize)];
-        state[root] = 1;
-        while let Some((c, k)) = stack.pop() {
-            if k < callees[c].len() {
-                stack.push((c, k + 1));
-                let d = callees[c][k];
-                if state[d] == 0 {
-                    state[d] = 1;
-                    stack.push((d, 0));
-                }
-            } else {
-                state[c] = 2;
-                order.push(c);
-            }
-        }
-    }
     if order.iter().enumerate().all(|(i, &c)| i == c) {
         return false;
     }
