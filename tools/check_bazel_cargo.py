@@ -9,7 +9,11 @@ a BUILD.bazel next to its Cargo.toml (rules_rust + crate_universe).  This
 script reads Cargo.toml files with tomllib and BUILD.bazel / MODULE.bazel with
 Python's `ast` module (Starlark is Python syntax), evaluating just enough of it
 (lists, `+`, glob(), select(), module-level constants and the crate_universe
-macros) to compare the two.  It checks, for every crate:
+macros) to compare the two.  Macros that a BUILD file loads from this
+repository's .bzl files (tools/bazel/rust_crate.bzl's rust_library_crate and
+rust_binary_crate) are run as Python, with stand-ins that record every rule
+they call, so the targets they declare are checked like hand-written ones.
+It checks, for every crate:
 
   * the crate directory has a BUILD.bazel, and every source file its Rust
     targets name (srcs, crate_root) exists;
@@ -50,6 +54,7 @@ per mismatch (naming the crate) and exits 1.  Python 3.11+ stdlib only.
 
 import argparse
 import ast
+import builtins
 import fnmatch
 import os
 import re
@@ -126,13 +131,58 @@ def package_files(pkg_dir):
     return sorted(out)
 
 
-class BuildFile:
-    """Module-level rule calls of a BUILD/MODULE file, with evaluated attributes."""
+class BuildError(Exception):
+    """A BUILD file, or a macro it calls, that cannot be evaluated."""
 
-    def __init__(self, path, pkg_dir):
+
+def merge_select(branches):
+    """select({...}) as the union of its branches (every platform's deps)."""
+    merged = []
+    if isinstance(branches, dict):
+        for v in branches.values():
+            if isinstance(v, list):
+                merged += [x for x in v if x not in merged]
+    return merged
+
+
+class Native:
+    """Starlark's `native` module, as a macro sees it: the calling package's glob."""
+
+    def __init__(self, build_file):
+        self._build_file = build_file
+
+    def glob(self, include, exclude=(), allow_empty=True):
+        return self._build_file.glob(include, list(exclude))
+
+    def package_name(self):
+        pkg = self._build_file.pkg_dir.relative_to(self._build_file.root).as_posix()
+        return "" if pkg == "." else pkg
+
+
+# Builtins of Starlark that the first-party .bzl files may use (they are run as
+# Python: see BuildFile.load_bzl).
+STARLARK_BUILTINS = {
+    name: getattr(builtins, name)
+    for name in ("all", "any", "bool", "dict", "enumerate", "getattr", "hasattr", "int", "len", "list",
+                 "max", "min", "print", "range", "reversed", "sorted", "str", "tuple", "zip")
+}
+
+
+class BuildFile:
+    """Module-level rule calls of a BUILD/MODULE file, with evaluated attributes.
+
+    Rules loaded from other repositories (@rules_rust, @rules_cc, ...) are
+    recorded as calls of their name. Macros loaded from this repository's .bzl
+    files are run, as Python, with every rule they call recorded the same way,
+    so a macro's targets are checked like hand-written ones.
+    """
+
+    def __init__(self, path, pkg_dir, root=None):
         self.path = path
         self.pkg_dir = pkg_dir
+        self.root = root or pkg_dir
         self.env = {}
+        self.functions = {}  # name -> Python callable: first-party macros and functions
         self.rules = []  # (kind, {attr: value}) ; method calls are "obj.method"
         self._files = None
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -142,9 +192,96 @@ class BuildFile:
             elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
                 call = stmt.value
                 kind = self.callee(call)
-                if kind and kind != "load":
+                if kind == "load":
+                    args = [self.ev(a) for a in call.args]
+                    kwargs = {kw.arg: self.ev(kw.value) for kw in call.keywords if kw.arg}
+                    self.functions.update(self.load(path, *args, **kwargs))
+                elif kind in self.functions:
+                    self.ev(call)
+                elif kind:
                     attrs = {kw.arg: self.ev(kw.value) for kw in call.keywords if kw.arg}
                     self.rules.append((kind, attrs))
+
+    def record(self, kind):
+        """A stand-in for the rule `kind`: records the call."""
+
+        def rule(**attrs):
+            self.rules.append((kind, attrs))
+
+        return rule
+
+    def load(self, from_file, label, *names, **renamed):
+        """The symbols a load() statement binds, as Python callables.
+
+        Other repositories' symbols are recorders of their (original) name,
+        except @crates' all_crate_deps/aliases/crate_deps, whose values stand for
+        what the crate's Cargo.toml lists; this repository's .bzl files are run.
+        """
+        wanted = {n: n for n in names if isinstance(n, str)}
+        wanted.update({k: v for k, v in renamed.items() if isinstance(v, str)})
+        if not isinstance(label, str):
+            raise BuildError("%s: load() of a non-string label" % from_file)
+        if label.startswith("@") and not label.startswith("@//") and not label.startswith("@@//"):
+            if label.startswith(THIRD_PARTY_REPO + "//"):
+                crates = {
+                    "all_crate_deps": lambda **kw: [CrateDeps(k for k in CrateDeps.KINDS if kw.get(k) is True)],
+                    "aliases": lambda **kw: UNKNOWN,
+                    "crate_deps": lambda deps, **kw: ["%s//:%s" % (THIRD_PARTY_REPO, d) for d in deps],
+                }
+                return {k: crates.get(v, self.record(v)) for k, v in wanted.items()}
+            return {k: self.record(v) for k, v in wanted.items()}
+        bzl = self.bzl_path(from_file, label)
+        module = self.load_bzl(bzl)
+        missing = [v for v in wanted.values() if v not in module]
+        if missing:
+            raise BuildError("%s: %s has no %s" % (from_file, label, ", ".join(missing)))
+        return {k: module[v] for k, v in wanted.items()}
+
+    def bzl_path(self, from_file, label):
+        for prefix in ("@@//", "@//"):
+            if label.startswith(prefix):
+                label = label[len(prefix) - 2 :]
+        if label.startswith("//"):
+            pkg, _, name = label[2:].partition(":")
+            path = self.root / pkg / name
+        elif label.startswith(":"):
+            path = from_file.parent / label[1:]
+        else:
+            raise BuildError("%s: cannot load %r" % (from_file, label))
+        if not path.is_file():
+            raise BuildError("%s: load(%r): no such file %s" % (from_file, label, path))
+        return path
+
+    def load_bzl(self, bzl):
+        """Runs a first-party .bzl file as Python; its global names.
+
+        Starlark is close to a subset of Python: the file gets Starlark's
+        builtins (and only those), fail(), select(), Label() and `native` for
+        the package being read, and its own load() statements bind rule
+        recorders or other first-party files' names.
+        """
+
+        def fail(msg, *args, **kwargs):
+            raise BuildError("%s: fail(%s)" % (bzl.name, msg))
+
+        def load(label, *names, **renamed):
+            module.update(self.load(bzl, label, *names, **renamed))
+
+        module = {
+            "__builtins__": dict(STARLARK_BUILTINS),
+            "fail": fail,
+            "load": load,
+            "select": lambda branches, **kw: merge_select(branches),
+            "Label": lambda label: label,
+            "native": Native(self),
+        }
+        try:
+            exec(compile(bzl.read_text(), str(bzl), "exec"), module)
+        except BuildError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any error in the file is reported as one
+            raise BuildError("%s: cannot run as Python: %s: %s" % (bzl, type(e).__name__, e)) from e
+        return module
 
     @staticmethod
     def callee(call):
@@ -196,13 +333,14 @@ class BuildFile:
             if name == "all_crate_deps":
                 return [CrateDeps(k for k in CrateDeps.KINDS if kwargs.get(k) is True)]
             if name == "select":
-                branches = args[0] if args else kwargs.get("x", {})
-                merged = []
-                if isinstance(branches, dict):
-                    for v in branches.values():
-                        if isinstance(v, list):
-                            merged += [x for x in v if x not in merged]
-                return merged
+                return merge_select(args[0] if args else kwargs.get("x", {}))
+            if name in self.functions:
+                try:
+                    return self.functions[name](*args, **kwargs)
+                except BuildError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - e.g. an attribute that is not a list
+                    raise BuildError("%s: %s(...) failed: %s: %s" % (self.path, name, type(e).__name__, e)) from e
             return UNKNOWN
         return UNKNOWN
 
@@ -471,9 +609,11 @@ class Checker:
                 self.err(c.label, "no BUILD.bazel next to Cargo.toml")
                 continue
             try:
-                builds[c.name] = BuildFile(bf, c.dir)
+                builds[c.name] = BuildFile(bf, c.dir, self.root)
             except SyntaxError as e:
                 self.err(c.label, "cannot parse %s: %s" % (bf.relative_to(self.root), e))
+            except BuildError as e:
+                self.err(c.label, "cannot evaluate %s: %s" % (bf.relative_to(self.root), e))
 
         # Label of each crate's library target (what dependents put in deps).
         lib_labels = {}
@@ -500,7 +640,7 @@ class Checker:
         if not path.is_file():
             self.err(who, "missing")
             return
-        mod = BuildFile(path, self.root)
+        mod = BuildFile(path, self.root, self.root)
         calls = [a for k, a in mod.rules if k.endswith(".from_cargo")]
         if len(calls) != 1:
             self.err(who, "expected exactly one crate.from_cargo(...), found %d" % len(calls))

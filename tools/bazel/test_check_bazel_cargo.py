@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Tests of tools/check_bazel_cargo.py: it passes on the repository and fails
-when one side loses a dependency (or gains one the other lacks).
+when one side loses a dependency (or gains one the other lacks), also through
+the rust_library_crate / rust_binary_crate macros (tools/bazel/rust_crate.bzl).
 
     python3 tools/bazel/test_check_bazel_cargo.py
 
@@ -53,26 +54,64 @@ class CheckBazelCargo(unittest.TestCase):
         self.assertIn("crates OK", out)
 
     def test_dependency_removed_from_build(self):
-        self.edit("xla/hlo/parser/BUILD.bazel", r'deps = \[\n        "//xla/hlo/ir",\n    \] \+ ', "deps = ")
+        self.edit("xla/hlo/parser/BUILD.bazel", r'^    deps = \["//xla/hlo/ir"\],', "    deps = [],")
         self.assert_fails("rust_library 'parser': deps lack //xla/hlo/ir:ir (a Cargo dependency)")
 
     def test_dependency_removed_from_cargo(self):
         self.edit("xla/hlo/pass/Cargo.toml", r"^xla-hlo-verifier\.workspace = true\n", "")
         self.assert_fails("rust_library 'pass': deps have //xla/hlo/verifier:verifier, not a dependency in Cargo.toml")
 
+    def test_dev_dependency_removed_from_build(self):
+        self.edit("xla/hlo/verifier/BUILD.bazel", r'^        "//xla/hlo/parser",\n', "")
+        self.assert_fails(
+            "rust_test 'verifier_test': deps lack //xla/hlo/parser:parser (a Cargo dependency)",
+            "rust_test 'corpus': deps lack //xla/hlo/parser:parser (a Cargo dependency)",
+        )
+
+    def test_dev_dependency_removed_from_cargo(self):
+        self.edit("xla/hlo/verifier/Cargo.toml", r"^xla-hlo-parser\.workspace = true\n", "")
+        self.assert_fails("rust_test 'verifier_test': deps have //xla/hlo/parser:parser, not a dependency in Cargo.toml")
+
     def test_third_party_label_not_in_cargo(self):
-        self.edit("xla/hlo/ir/BUILD.bazel", r"    deps = all_crate_deps\(normal = True\),", '    deps = ["@crates//:log"] + all_crate_deps(normal = True),')
+        self.edit("xla/hlo/ir/BUILD.bazel", r'^    crate_name = "xla_hlo_ir",\n', '    crate_name = "xla_hlo_ir",\n    deps = ["@crates//:log"],\n')
         self.assert_fails("deps have @crates//:log, not a dependency in Cargo.toml")
 
+    def test_third_party_deps_dropped_from_macro(self):
+        # The check runs the macro: a rust_library_crate that stops adding the
+        # crate's third-party dependencies fails like a hand-written target.
+        self.edit(
+            "tools/bazel/rust_crate.bzl",
+            r"^        deps = deps \+ all_crate_deps\(normal = True\),\n    \)\n    _unit_test\(name, dev_deps, unit_test_data",
+            "        deps = deps,\n    )\n    _unit_test(name, dev_deps, unit_test_data",
+        )
+        self.assert_fails("rust_library 'pass': deps lack all_crate_deps(normal = True) for third-party log, thiserror")
+
     def test_third_party_deps_dropped_from_build(self):
-        self.edit("xla/hlo/pass/BUILD.bazel", r"    \] \+ all_crate_deps\(normal = True\),", "    ],")
-        self.assert_fails("deps lack all_crate_deps(normal = True) for third-party log, thiserror")
+        # A hand-written target next to the macro: the cargo harness of the C++ tests.
+        self.edit(
+            "xla/cc_api/BUILD.bazel",
+            r"^    \] \+ _RUST_DEPS \+ all_crate_deps\(\n        normal = True,\n        normal_dev = True,\n    \),",
+            "    ] + _RUST_DEPS,",
+        )
+        self.assert_fails("rust_test 'cc_test': deps lack all_crate_deps(normal = True) for third-party cxx")
 
     def test_missing_source_and_uncovered_test(self):
-        (self.root / "xla/hlo/parser/tests/roundtrip.rs").unlink()
+        (self.root / "xla/hlo/parser/benches/parse_speed.rs").unlink()
         (self.root / "xla/hlo/parser/tests/extra.rs").write_text("#[test]\nfn t() {}\n")
-        self.edit("xla/hlo/parser/BUILD.bazel", r'exclude = \["tests/roundtrip.rs"\]', 'exclude = ["tests/roundtrip.rs", "tests/extra.rs"]')
-        self.assert_fails("source tests/roundtrip.rs does not exist", "tests/extra.rs is not covered")
+        self.edit("xla/hlo/parser/BUILD.bazel", r'^    external_tests = \["roundtrip"\],', '    custom_tests = ["extra"],\n    external_tests = ["roundtrip"],')
+        self.assert_fails("source benches/parse_speed.rs does not exist", "tests/extra.rs is not covered")
+
+    def test_bench_not_declared(self):
+        self.edit("xla/hlo/parser/BUILD.bazel", r'^    benches = \["parse_speed"\],\n', "")
+        self.assert_fails("benches/parse_speed.rs is not built by any rust target")
+
+    def test_macro_names_missing_test(self):
+        (self.root / "xla/hlo/parser/tests/roundtrip.rs").unlink()
+        self.assert_fails("cannot evaluate xla/hlo/parser/BUILD.bazel", "external_tests names 'roundtrip', but there is no tests/roundtrip.rs")
+
+    def test_macro_unknown_attribute(self):
+        self.edit("xla/hlo/ir/BUILD.bazel", r'^    crate_name = "xla_hlo_ir",\n', '    crate_name = "xla_hlo_ir",\n    no_such_attribute = [],\n')
+        self.assert_fails("cannot evaluate xla/hlo/ir/BUILD.bazel", "rust_library_crate(...) failed: TypeError")
 
     def test_feature_mismatch(self):
         self.edit("xla/hlo/ir/BUILD.bazel", r'    crate_name = "xla_hlo_ir",', '    crate_features = ["no-such-feature"],\n    crate_name = "xla_hlo_ir",')
