@@ -10,20 +10,41 @@ use crate::opcode::Opcode;
 use crate::primitive_type::PrimitiveType;
 use crate::shape::Shape;
 
-pub(super) fn infer_unary(op: Opcode, cx: &Cx) -> R<Shape> {
-    use Opcode as O;
+/// The element types a unary elementwise op accepts and the type it gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum UnaryTypeRule {
+    /// Any data type, kept (`negate`, `sign`).
+    Any,
+    /// Any data type; a complex operand gives its component type (`abs`).
+    ComplexToComponent,
+    /// Floating point, kept, or complex, giving its component type (`real`, `imag`).
+    RealOrComplexPart,
+    /// Floating point, giving `pred` (`is-finite`).
+    FloatToPred,
+    /// `pred` or integer, kept (`not`).
+    PredOrInteger,
+    /// Integer, kept (`popcnt`, `count-leading-zeros`).
+    Integer,
+    /// Floating point, kept (rounding, `reduce-precision`).
+    Float,
+    /// Floating point or complex, kept (transcendental functions).
+    FloatOrComplex,
+}
+
+pub(super) fn infer_unary(op: Opcode, rule: UnaryTypeRule, cx: &Cx) -> R<Shape> {
+    use UnaryTypeRule as T;
     cx.exact_operands(1)?;
     let a = cx.array(0)?;
     let ty = a.element_type;
     let is_fp = ty.is_float() || ty.is_complex();
-    let result_ty = match op {
-        O::IsFinite => {
+    let result_ty = match rule {
+        T::FloatToPred => {
             if !ty.is_float() {
-                invalid!("is-finite expects a floating-point operand, got {ty}");
+                invalid!("{op} expects a floating-point operand, got {ty}");
             }
             PrimitiveType::Pred
         }
-        O::Real | O::Imag => {
+        T::RealOrComplexPart => {
             if let Some(c) = complex_component(ty) {
                 c
             } else if ty.is_float() {
@@ -32,59 +53,56 @@ pub(super) fn infer_unary(op: Opcode, cx: &Cx) -> R<Shape> {
                 invalid!("{op} expects a floating-point or complex operand, got {ty}");
             }
         }
-        O::Abs => complex_component(ty).unwrap_or(ty),
-        O::Not => {
+        T::ComplexToComponent => complex_component(ty).unwrap_or(ty),
+        T::PredOrInteger => {
             if !(ty == PrimitiveType::Pred || ty.is_integer()) {
-                invalid!("not expects a pred or integer operand, got {ty}");
+                invalid!("{op} expects a pred or integer operand, got {ty}");
             }
             ty
         }
-        O::PopulationCount | O::Clz => {
+        T::Integer => {
             if !ty.is_integer() {
                 invalid!("{op} expects an integer operand, got {ty}");
             }
             ty
         }
-        O::Floor | O::Ceil | O::RoundNearestAfz | O::RoundNearestEven | O::ReducePrecision => {
+        T::Float => {
             if !ty.is_float() {
                 invalid!("{op} expects a floating-point operand, got {ty}");
             }
             ty
         }
-        O::Exp
-        | O::Expm1
-        | O::Log
-        | O::Log1p
-        | O::Logistic
-        | O::Sqrt
-        | O::Rsqrt
-        | O::Cbrt
-        | O::Sin
-        | O::Cos
-        | O::Tan
-        | O::Tanh
-        | O::Atan
-        | O::Erf
-        | O::Acos
-        | O::Acosh
-        | O::Asin
-        | O::Asinh
-        | O::Atanh
-        | O::Cosh
-        | O::Sinh => {
+        T::FloatOrComplex => {
             if !is_fp {
                 invalid!("{op} expects a floating-point or complex operand, got {ty}");
             }
             ty
         }
-        _ => ty,
+        T::Any => ty,
     };
     let mut out = a.clone();
     out.element_type = result_ty;
     Ok(Shape::Array(out))
 }
 
-pub(super) fn infer_binary(op: Opcode, cx: &Cx) -> R<Shape> {
+/// The element types a binary elementwise op accepts (both operands have
+/// one type) and the type it gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum BinaryTypeRule {
+    /// Any data type, kept (arithmetic, `maximum`, `minimum`, ...).
+    Any,
+    /// Any data type, giving `pred` (`compare`).
+    AnyToPred,
+    /// `f32` or `f64`, giving `c64` or `c128` (`complex`).
+    FloatToComplex,
+    /// `pred` or integer, kept (`and`, `or`, `xor`).
+    PredOrInteger,
+    /// Integer, kept (shifts).
+    Integer,
+}
+
+pub(super) fn infer_binary(op: Opcode, rule: BinaryTypeRule, cx: &Cx) -> R<Shape> {
+    use BinaryTypeRule as T;
     cx.exact_operands(2)?;
     let l = cx.array(0)?;
     let r = cx.array(1)?;
@@ -103,26 +121,26 @@ pub(super) fn infer_binary(op: Opcode, cx: &Cx) -> R<Shape> {
         );
     }
     let ty = l.element_type;
-    let result_ty = match op {
-        Opcode::Compare => PrimitiveType::Pred,
-        Opcode::Complex => match ty {
+    let result_ty = match rule {
+        T::AnyToPred => PrimitiveType::Pred,
+        T::FloatToComplex => match ty {
             PrimitiveType::F32 => PrimitiveType::C64,
             PrimitiveType::F64 => PrimitiveType::C128,
-            _ => invalid!("complex expects f32 or f64 operands, got {ty}"),
+            _ => invalid!("{op} expects f32 or f64 operands, got {ty}"),
         },
-        Opcode::And | Opcode::Or | Opcode::Xor => {
+        T::PredOrInteger => {
             if !(ty == PrimitiveType::Pred || ty.is_integer()) {
                 invalid!("{op} expects pred or integer operands, got {ty}");
             }
             ty
         }
-        Opcode::ShiftLeft | Opcode::ShiftRightArithmetic | Opcode::ShiftRightLogical => {
+        T::Integer => {
             if !ty.is_integer() {
                 invalid!("{op} expects integer operands, got {ty}");
             }
             ty
         }
-        _ => ty,
+        T::Any => ty,
     };
     let dynamic = (0..l.rank())
         .map(|d| l.is_dynamic_dim(d) || r.is_dynamic_dim(d))
