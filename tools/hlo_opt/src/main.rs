@@ -155,47 +155,6 @@ fn scheduler_config(args: &Args) -> xla_latency_hiding_scheduler::SchedulerConfi
     config
 }
 
-/// The passes `--passes` can name.
-fn registry(
-    args: &Args,
-    model: &std::sync::Arc<dyn xla_latency_hiding_scheduler::CostModel>,
-) -> xla_hlo_pass::PassRegistry {
-    let mut r = xla_hlo_pass::PassRegistry::new();
-    r.register(
-        "sharding-propagation",
-        "complete user shardings to every instruction (XLA's GSPMD propagation)",
-        || Box::new(xla_sharding_propagation::ShardingPropagation::default()),
-    );
-    r.register(
-        "complete-shardings",
-        "give {replicated} to instructions still unsharded in partitioned computations",
-        || Box::new(xla_sharding_propagation::ShardingCompletion),
-    );
-    r.register(
-        "spmd-partitioning",
-        "partition a sharded module into the per-device SPMD program (XLA's spmd-partitioning)",
-        || Box::new(xla_spmd_partitioner::SpmdPartitioner::default()),
-    );
-    r.register(
-        "async-collective-creator",
-        "turn collectives into async start/done pairs (XLA's AsyncCollectiveCreator)",
-        || Box::new(xla_latency_hiding_scheduler::AsyncCollectiveCreator::default()),
-    );
-    let config = scheduler_config(args);
-    let model = model.clone();
-    r.register(
-        "latency-hiding-scheduler",
-        "convert collectives to async pairs and schedule them to overlap compute (--cost-model, --memory-limit)",
-        move || {
-            Box::new(xla_latency_hiding_scheduler::LatencyHidingScheduler::new(
-                config.clone(),
-                model.clone(),
-            ))
-        },
-    );
-    r
-}
-
 /// Runs `--passes` on the module; returns the milliseconds spent in the
 /// latency-hiding scheduler.
 fn run_passes(
@@ -206,8 +165,12 @@ fn run_passes(
     if args.passes.is_empty() {
         return Ok(0.0);
     }
-    let mut pipeline = registry(args, model)
-        .pipeline("hlo-opt", &args.passes.join(","))?
+    let options = xla_pipelines::PipelineOptions {
+        scheduler: scheduler_config(args),
+        cost_model: model.clone(),
+        ..Default::default()
+    };
+    let mut pipeline = xla_pipelines::pipeline(&options, "hlo-opt", &args.passes.join(","))?
         .with_verifier(!args.no_verify);
     if let Some(dir) = &args.dump_after_each {
         pipeline = pipeline.dump_after_each(dir);

@@ -10,10 +10,8 @@
 
 use anyhow::{anyhow, Result};
 use serde_json::{json, Value as Json};
-use std::time::Instant;
 use xla_hlo_evaluator::Value;
 use xla_hlo_ir::{HloModule, Shape};
-use xla_hlo_pass::{Pass, Pipeline};
 
 /// A module partitioned for N devices, ready to run on global arguments.
 pub struct Partitioned {
@@ -28,28 +26,34 @@ impl Partitioned {
     /// the module's `num_partitions`).
     pub fn new(module: &HloModule, devices: Option<i64>, schedule: bool) -> Result<Partitioned> {
         let n = devices.unwrap_or_else(|| module.num_partitions()).max(1);
+        let options = xla_pipelines::PipelineOptions {
+            num_partitions: Some(n),
+            ..Default::default()
+        };
         let mut m = module.clone();
-        let t0 = Instant::now();
-        Pipeline::new("propagation")
-            .add(xla_sharding_propagation::ShardingPropagation::default())
-            .run(&mut m)?;
-        let t1 = Instant::now();
+        // Propagation changes no shape, so the global outputs have the input's root shape.
         let out_shape = m.entry_computation().root_instr().shape.clone();
-        let mut pass =
-            xla_spmd_partitioner::SpmdPartitioner::new(xla_spmd_partitioner::SpmdOptions {
-                num_partitions: Some(n),
-            });
-        pass.run(&mut m)?;
-        let t2 = Instant::now();
-        xla_hlo_verifier::verify(&m)
-            .map_err(|e| anyhow!("the partitioned module does not verify:\n{e}"))?;
+        let report = xla_pipelines::spmd_pipeline(&options, false).run(&mut m)?;
+        let seconds = |pass: &str| {
+            report
+                .runs
+                .iter()
+                .filter(|r| r.name == pass)
+                .map(|r| r.duration.as_secs_f64())
+                .sum::<f64>()
+        };
+        let (propagation_s, partitioning_s) = (
+            seconds("sharding-propagation"),
+            seconds("spmd-partitioning"),
+        );
         let schedule_report = if schedule {
-            Some(schedule_module(&mut m)?)
+            Some(schedule_module(&options, &mut m)?)
         } else {
             None
         };
-        let s = pass
-            .last_summary
+        let s = options
+            .partition_summary
+            .borrow()
             .clone()
             .ok_or_else(|| anyhow!("the partitioner returned no summary"))?;
         let fallbacks: Vec<&String> = s
@@ -59,8 +63,8 @@ impl Partitioned {
             .collect();
         let stats = json!({
             "num_partitions": n,
-            "propagation_s": (t1 - t0).as_secs_f64(),
-            "partitioning_s": (t2 - t1).as_secs_f64(),
+            "propagation_s": propagation_s,
+            "partitioning_s": partitioning_s,
             "collectives": s.collectives,
             "collective_bytes": s.collective_bytes,
             "collective_bytes_by_op": s.collective_bytes_by_op,
@@ -99,24 +103,24 @@ impl Partitioned {
     }
 }
 
-/// Schedules `m` with the latency-hiding scheduler (analytical cost model);
-/// returns the schedule report (makespan, lower bound, sequential makespan,
-/// exposed communication, peak memory, scheduler time).
-fn schedule_module(m: &mut HloModule) -> Result<Json> {
-    use xla_latency_hiding_scheduler as lhs;
-    let model = lhs::cost_model_from_spec("analytical")?;
-    let config = lhs::SchedulerConfig::default();
+/// Schedules `m` with the latency-hiding scheduler (the options' cost
+/// model, the analytical one); returns the schedule report (makespan, lower
+/// bound, sequential makespan, exposed communication, peak memory,
+/// scheduler time).
+fn schedule_module(options: &xla_pipelines::PipelineOptions, m: &mut HloModule) -> Result<Json> {
     let original = m.clone();
-    let t = Instant::now();
-    lhs::LatencyHidingScheduler::new(config.clone(), model.clone()).run(m)?;
-    let scheduler_ms = t.elapsed().as_secs_f64() * 1e3;
-    xla_hlo_verifier::verify(m)
-        .map_err(|e| anyhow!("the scheduled module does not verify:\n{e}"))?;
-    let (report, _) = lhs::ScheduleReport::compute(
+    let report =
+        xla_pipelines::pipeline(options, "schedule", xla_pipelines::SCHEDULER_PASS)?.run(m)?;
+    let scheduler_ms: f64 = report
+        .runs
+        .iter()
+        .map(|r| r.duration.as_secs_f64() * 1e3)
+        .sum();
+    let (report, _) = xla_latency_hiding_scheduler::ScheduleReport::compute(
         &original,
         m,
-        model.as_ref(),
-        &config.overlap_limits,
+        options.cost_model.as_ref(),
+        &options.scheduler.overlap_limits,
         scheduler_ms,
         None,
         false,

@@ -60,44 +60,11 @@ pub struct Module(pub xla_hlo_ir::HloModule);
 /// naming one gives "not available in this build yet" rather than "unknown".
 pub const PLANNED_PASSES: &[&str] = &[];
 
-/// The passes [`run_passes`] can run, by name (as `hlo-opt --passes` names
-/// them; the scheduler uses its default configuration and the analytical
-/// cost model, `hlo-opt`'s defaults).
+/// The passes [`run_passes`] can run, by name: the project's one registry
+/// (`xla_pipelines`) with its default options (the scheduler's default
+/// configuration and the analytical cost model, as `hlo-opt` has them).
 pub fn registry() -> PassRegistry {
-    let mut r = PassRegistry::new();
-    r.register(
-        "sharding-propagation",
-        "complete user shardings to every instruction (XLA's GSPMD propagation)",
-        || Box::new(xla_sharding_propagation::ShardingPropagation::default()),
-    );
-    r.register(
-        "complete-shardings",
-        "give {replicated} to instructions still unsharded in partitioned computations",
-        || Box::new(xla_sharding_propagation::ShardingCompletion),
-    );
-    r.register(
-        "spmd-partitioning",
-        "partition a sharded module into the per-device SPMD program (XLA's spmd-partitioning)",
-        || Box::new(xla_spmd_partitioner::SpmdPartitioner::default()),
-    );
-    r.register(
-        "async-collective-creator",
-        "turn collectives into async start/done pairs (XLA's AsyncCollectiveCreator)",
-        || Box::new(xla_latency_hiding_scheduler::AsyncCollectiveCreator::default()),
-    );
-    r.register(
-        "latency-hiding-scheduler",
-        "convert collectives to async pairs and schedule them to overlap compute",
-        || {
-            let model = xla_latency_hiding_scheduler::cost_model_from_spec("analytical")
-                .expect("the analytical cost model needs no input");
-            Box::new(xla_latency_hiding_scheduler::LatencyHidingScheduler::new(
-                xla_latency_hiding_scheduler::SchedulerConfig::default(),
-                model,
-            ))
-        },
-    );
-    r
+    xla_pipelines::registry(&xla_pipelines::PipelineOptions::default())
 }
 
 /// Checks pass names against the registry: an error names the pass, says
