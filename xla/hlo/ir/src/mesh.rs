@@ -110,17 +110,21 @@ impl Mesh {
     /// returns the refined axis sizes (major to minor) and, for each ref, the
     /// index of the refined axis it names. `None` if a ref does not fit the mesh.
     pub fn refine(&self, refs: &[AxisRef]) -> Option<(Vec<i64>, Vec<usize>)> {
+        if self.axes.iter().any(|a| a.1 <= 0) {
+            return None;
+        }
         // For each axis, the sorted split points (as pre-sizes) it must be cut at.
         let mut cuts: Vec<Vec<i64>> = self.axes.iter().map(|a| vec![1, a.1]).collect();
         for r in refs {
             let ai = self.axes.iter().position(|a| a.0 == r.name)?;
             if let Some((pre, size)) = r.sub_axis {
                 let total = self.axes[ai].1;
-                if pre <= 0 || size <= 0 || total % (pre * size) != 0 {
+                let end = pre.checked_mul(size).filter(|_| pre > 0 && size > 0)?;
+                if total % end != 0 {
                     return None;
                 }
                 cuts[ai].push(pre);
-                cuts[ai].push(pre * size);
+                cuts[ai].push(end);
             }
         }
         let mut sizes = Vec::new();
@@ -245,5 +249,18 @@ mod tests {
         // b splits into (1)2 major and (2)2 minor
         assert_eq!(sizes, vec![2, 2, 2]);
         assert_eq!(ids, vec![2]);
+    }
+
+    #[test]
+    fn refine_rejects_bad_sizes_without_panicking() {
+        let axis = |name: &str, sub_axis| AxisRef {
+            name: name.into(),
+            sub_axis,
+        };
+        let zero = Mesh::new(vec![("a".into(), 0), ("b".into(), 4)]);
+        assert_eq!(zero.refine(&[axis("b", None)]), None);
+        let mesh = Mesh::new(vec![("a".into(), 4)]);
+        assert_eq!(mesh.refine(&[axis("a", Some((i64::MAX, 2)))]), None);
+        assert_eq!(mesh.refine(&[axis("a", Some((0, 2)))]), None);
     }
 }
