@@ -1,13 +1,15 @@
 //! Participant groups: from an HLO collective's `replica_groups`,
 //! `channel_id` and `use_global_device_ids` to groups of global device ids,
-//! following XLA's `GetCollectiveOpGroupMode` and
-//! `GetParticipatingDevicesGroups` (xla/service/collective_ops_utils.cc).
+//! following XLA's `GetParticipatingDevicesGroups`
+//! (xla/service/collective_ops_utils.cc), with the group mode
+//! (`GetCollectiveOpGroupMode`) of [`xla_hlo_ir::collective_groups`],
+//! re-exported here as [`GroupMode`].
 //!
 //! Devices are numbered by their logical (flattened) id
 //! `replica * num_partitions + partition`, XLA's default device assignment;
 //! a backend that places devices differently maps these ids itself.
 //!
-//! Group modes:
+//! How each group mode expands:
 //! | `channel_id` | `use_global_device_ids` | mode | ids in `replica_groups` |
 //! |---|---|---|---|
 //! | absent | absent/false | cross-replica | replica ids, one group per partition |
@@ -27,46 +29,10 @@ use crate::error::{CollectiveError, Result};
 use std::collections::HashMap;
 use xla_hlo_ir::CollectiveDeviceList;
 
+pub use xla_hlo_ir::collective_groups::GroupMode;
+
 /// Global (flattened) device id: `replica * num_partitions + partition`.
 pub type DeviceId = usize;
-
-/// How the ids in `replica_groups` are read (XLA's `CollectiveOpGroupMode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GroupMode {
-    CrossReplica,
-    CrossPartition,
-    CrossReplicaAndPartition,
-    FlattenedId,
-}
-
-impl GroupMode {
-    /// XLA's rule from whether the op has a `channel_id` and what its
-    /// `use_global_device_ids` is (`None` for ops without the attribute).
-    pub fn from_attributes(
-        has_channel_id: bool,
-        use_global_device_ids: Option<bool>,
-    ) -> Result<GroupMode> {
-        match (has_channel_id, use_global_device_ids) {
-            (false, None | Some(false)) => Ok(GroupMode::CrossReplica),
-            (false, Some(true)) => Err(CollectiveError::InvalidGroups(
-                "use_global_device_ids=true requires a channel_id".into(),
-            )),
-            (true, None) => Ok(GroupMode::CrossPartition),
-            (true, Some(false)) => Ok(GroupMode::CrossReplicaAndPartition),
-            (true, Some(true)) => Ok(GroupMode::FlattenedId),
-        }
-    }
-
-    /// XLA's name (`kCrossReplica`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            GroupMode::CrossReplica => "kCrossReplica",
-            GroupMode::CrossPartition => "kCrossPartition",
-            GroupMode::CrossReplicaAndPartition => "kCrossReplicaAndPartition",
-            GroupMode::FlattenedId => "kFlattenedID",
-        }
-    }
-}
 
 /// The replica x partition grid of a program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -230,7 +196,8 @@ impl ParticipantGroups {
         use_global_device_ids: Option<bool>,
         topology: Topology,
     ) -> Result<ParticipantGroups> {
-        let mode = GroupMode::from_attributes(channel_id.is_some(), use_global_device_ids)?;
+        let mode = GroupMode::from_attributes(channel_id.is_some(), use_global_device_ids)
+            .map_err(|e| CollectiveError::InvalidGroups(e.to_string()))?;
         ParticipantGroups::from_device_list(list, mode, topology)
     }
 

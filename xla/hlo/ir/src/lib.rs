@@ -9,6 +9,7 @@
 
 pub mod attrs;
 pub mod call_graph;
+pub mod collective_groups;
 pub mod float;
 pub mod literal;
 pub mod mesh;
@@ -21,6 +22,7 @@ pub mod shape;
 pub mod shape_inference;
 pub mod sharding;
 pub mod stats;
+pub mod units;
 
 pub use attrs::{AttrKey, AttrValue, Attribute, ValueKind};
 pub use literal::{ArrayLiteral, Literal};

@@ -15,7 +15,8 @@
 
 use crate::{At, Report};
 use std::collections::HashSet;
-use xla_hlo_ir::shape_inference::{group_mode, written_group_size, GroupMode};
+use xla_hlo_ir::collective_groups::{group_mode, GroupMode};
+use xla_hlo_ir::shape_inference::written_group_size;
 use xla_hlo_ir::{AttrKey, AttrValue, CollectiveDeviceList, Opcode};
 
 /// Checks the collective attributes; true when nothing was reported.
@@ -53,7 +54,7 @@ fn check_inner(at: &At, r: &mut Report) {
     let mode = match group_mode(instr, op) {
         Ok(m) => m,
         Err(e) => {
-            at.err(r, e);
+            at.err(r, e.to_string());
             return;
         }
     };

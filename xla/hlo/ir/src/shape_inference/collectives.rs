@@ -1,6 +1,6 @@
-//! Collectives: XLA's group mode (`GetCollectiveOpGroupMode`), the size of a
-//! collective's groups (`GetSubgroupSize`), and the shapes of the
-//! synchronous collectives and their native starts.
+//! Collectives: the size of a collective's groups (XLA's `GetSubgroupSize`,
+//! from the group mode of [`crate::collective_groups`]), and the shapes of
+//! the synchronous collectives and their native starts.
 //!
 //! Invariant: a group size is known only from the written replica groups or,
 //! for empty groups, from the module's replica and partition counts; without
@@ -9,46 +9,11 @@
 use super::{array_shape, dim_index, not_inferable, single_or_tuple, tuple_or_single, Cx, R};
 use super::{checked_product, is_permutation, InferError};
 use crate::attrs::AttrKey;
+use crate::collective_groups::{group_mode, GroupMode};
 use crate::module::{HloInstruction, HloModule};
 use crate::opcode::Opcode;
 use crate::replica_groups::CollectiveDeviceList;
 use crate::shape::Shape;
-
-/// The collective's group mode, as XLA's `GetCollectiveOpGroupMode` decides it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GroupMode {
-    CrossReplica,
-    CrossPartition,
-    CrossReplicaAndPartition,
-    FlattenedId,
-}
-
-/// Group mode of a collective instruction (`opcode` is the collective it performs).
-pub fn group_mode(instr: &HloInstruction, opcode: Opcode) -> Result<GroupMode, String> {
-    let has_channel = instr.channel_id().is_some();
-    // Ops that carry use_global_device_ids hold a bool that defaults to false.
-    let carries_flag = matches!(
-        opcode,
-        Opcode::AllReduce
-            | Opcode::AllReduceStart
-            | Opcode::AllGather
-            | Opcode::AllGatherStart
-            | Opcode::ReduceScatter
-    );
-    let flag = instr.bool_attr(AttrKey::UseGlobalDeviceIds);
-    let flag = if carries_flag {
-        Some(flag.unwrap_or(false))
-    } else {
-        flag
-    };
-    match (has_channel, flag) {
-        (false, Some(true)) => Err("use_global_device_ids=true requires a channel_id".into()),
-        (false, _) => Ok(GroupMode::CrossReplica),
-        (true, None) => Ok(GroupMode::CrossPartition),
-        (true, Some(false)) => Ok(GroupMode::CrossReplicaAndPartition),
-        (true, Some(true)) => Ok(GroupMode::FlattenedId),
-    }
-}
 
 /// Size of the first replica group as written, without expanding the list;
 /// `None` when the groups are empty or absent. Errors on malformed lists.
@@ -126,7 +91,7 @@ pub fn collective_group_size(
     instr: &HloInstruction,
     opcode: Opcode,
 ) -> Result<Option<i64>, String> {
-    let mode = group_mode(instr, opcode)?;
+    let mode = group_mode(instr, opcode).map_err(|e| e.to_string())?;
     let written = written_group_size(instr.replica_groups())?;
     let (replicas, partitions) = match module {
         Some(m) => (Some(m.replica_count()), Some(m.num_partitions())),

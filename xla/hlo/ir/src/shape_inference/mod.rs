@@ -82,7 +82,7 @@ mod reduction;
 mod tuples_and_control;
 mod window;
 
-pub use collectives::{collective_group_size, group_mode, written_group_size, GroupMode};
+pub use collectives::{collective_group_size, written_group_size};
 pub use window::window_output_size;
 
 /// Infers `instr`'s result shape. `operand_shapes` are the shapes of its
