@@ -4,7 +4,9 @@
 //! plus a kernel overhead for kernel-sized ops (dots, convolutions, fusions,
 //! reductions, custom calls, gathers, scatters, sorts); elementwise and data
 //! movement ops pay only their bytes (XLA would fuse them), reshapes and
-//! bookkeeping ops are free.
+//! bookkeeping ops are free. Each opcode's treatment (stream use, counted
+//! work, memory traffic, tensor-core use) is one entry of `profile`, which
+//! lists every opcode.
 //!
 //! Collectives follow the alpha-beta model of Thakur, Rabenseifner and
 //! Gropp with nccl-tests' bus-bandwidth factors: for `n` participants and a
@@ -243,23 +245,20 @@ impl AnalyticalCostModel {
         comp: &HloComputation,
         instr: &HloInstruction,
     ) -> f64 {
-        if is_nop(instr) || instr.opcode == Opcode::Reshape {
+        if is_nop(instr) {
             return 0.0;
         }
-        if is_control_or_async(instr.opcode) {
-            return 0.0;
-        }
+        let overhead = match profile(instr.opcode).stream {
+            StreamUse::Free => return 0.0,
+            StreamUse::Kernel => self.spec.kernel_overhead_us,
+            StreamUse::Fused => 0.0,
+        };
         let flops = flops(module, comp, instr, 0);
         let bytes = bytes_accessed(comp, instr) as f64;
         let tensor = is_tensor_op(module, instr);
         let ty = dot_type(comp, instr);
         let peak = self.spec.peak_tflops(ty, tensor) * 1e6; // flop per µs
         let t = (flops / peak).max(bytes / self.spec.hbm_bytes_per_us());
-        let overhead = if is_kernel_sized(instr.opcode) {
-            self.spec.kernel_overhead_us
-        } else {
-            0.0
-        };
         t + overhead
     }
 }
@@ -293,61 +292,281 @@ impl CostModel for AnalyticalCostModel {
     }
 }
 
-fn is_control_or_async(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::While
-            | Opcode::Call
-            | Opcode::Conditional
-            | Opcode::AsyncStart
-            | Opcode::AsyncUpdate
-            | Opcode::AsyncDone
-            | Opcode::AllReduceStart
-            | Opcode::AllReduceDone
-            | Opcode::AllGatherStart
-            | Opcode::AllGatherDone
-            | Opcode::CollectivePermuteStart
-            | Opcode::CollectivePermuteDone
-            | Opcode::CopyStart
-            | Opcode::CopyDone
-            | Opcode::Send
-            | Opcode::SendDone
-            | Opcode::Recv
-            | Opcode::RecvDone
-            | Opcode::AllReduce
-            | Opcode::AllGather
-            | Opcode::ReduceScatter
-            | Opcode::AllToAll
-            | Opcode::CollectivePermute
-            | Opcode::CollectiveBroadcast
-            | Opcode::RaggedAllToAll
-            | Opcode::CollectiveReduce
-    )
+/// How an instruction occupies the compute stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamUse {
+    /// Not at all: control flow (its callees are costed on their own),
+    /// collectives and async halves (their time is the transfer), reshapes.
+    Free,
+    /// A kernel of its own: the roofline plus the kernel overhead.
+    Kernel,
+    /// Work XLA would fuse into a neighbouring kernel: the roofline only.
+    Fused,
 }
 
-fn is_kernel_sized(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::Fusion
-            | Opcode::Dot
-            | Opcode::RaggedDot
-            | Opcode::ScaledDot
-            | Opcode::Convolution
-            | Opcode::CustomCall
-            | Opcode::Reduce
-            | Opcode::ReduceWindow
-            | Opcode::SelectAndScatter
-            | Opcode::Sort
-            | Opcode::Scatter
-            | Opcode::Gather
-            | Opcode::Fft
-            | Opcode::TriangularSolve
-            | Opcode::Cholesky
-            | Opcode::TopK
-            | Opcode::Scan
-            | Opcode::RngBitGenerator
-            | Opcode::Rng
-    )
+/// The floating-point work [`flops`] counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Work {
+    None,
+    /// One operation per output element (elementwise ops).
+    PerOutputElement,
+    /// 2 x output elements x contracted size.
+    Dot,
+    /// 2 x output elements x kernel window x input features.
+    Convolution,
+    /// One operation per input element (at least one per output element).
+    Reduce,
+    /// Output elements x window size.
+    ReduceWindow,
+    /// The work of the fused computation.
+    FusionBody,
+}
+
+/// The memory traffic [`bytes_accessed`] counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Traffic {
+    /// The output written and every operand read.
+    OutputAndOperands,
+    /// The output read and written (slices, concatenations).
+    OutputTwice,
+    /// The update (operand 1) read and written in place.
+    UpdateTwice,
+    /// The gathered output twice and the indices.
+    Gather,
+    /// The updates twice and the indices.
+    Scatter,
+    /// The output, and operands no larger than it (broadcast, iota).
+    Generated,
+}
+
+/// When an instruction runs at the tensor-core rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TensorUse {
+    Never,
+    Always,
+    /// Fusions whose body holds a dot or convolution.
+    WhenFusingADot,
+    /// Custom calls whose target names a GEMM or convolution.
+    WhenAGemmTarget,
+}
+
+/// The analytical model's view of one opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Profile {
+    stream: StreamUse,
+    work: Work,
+    traffic: Traffic,
+    tensor: TensorUse,
+}
+
+impl Profile {
+    const fn new(stream: StreamUse, work: Work, traffic: Traffic, tensor: TensorUse) -> Profile {
+        Profile {
+            stream,
+            work,
+            traffic,
+            tensor,
+        }
+    }
+    /// Plain kernels and fused ops: no counted work, output and operands moved.
+    const fn plain(stream: StreamUse) -> Profile {
+        Profile::new(
+            stream,
+            Work::None,
+            Traffic::OutputAndOperands,
+            TensorUse::Never,
+        )
+    }
+}
+
+/// Every opcode's profile: the one place the model decides about an
+/// opcode, listing each explicitly so that a new one must be placed.
+fn profile(op: Opcode) -> Profile {
+    use Opcode as O;
+    use StreamUse::{Free, Fused, Kernel};
+    match op {
+        // Control flow, collectives, async halves, reshapes.
+        O::While
+        | O::Call
+        | O::Conditional
+        | O::AsyncStart
+        | O::AsyncUpdate
+        | O::AsyncDone
+        | O::AllReduceStart
+        | O::AllReduceDone
+        | O::AllGatherStart
+        | O::AllGatherDone
+        | O::CollectivePermuteStart
+        | O::CollectivePermuteDone
+        | O::CopyStart
+        | O::CopyDone
+        | O::Send
+        | O::SendDone
+        | O::Recv
+        | O::RecvDone
+        | O::AllReduce
+        | O::AllGather
+        | O::ReduceScatter
+        | O::AllToAll
+        | O::CollectivePermute
+        | O::CollectiveBroadcast
+        | O::RaggedAllToAll
+        | O::CollectiveReduce
+        | O::Reshape => Profile::plain(Free),
+
+        // Kernels.
+        O::Dot | O::RaggedDot | O::ScaledDot => Profile::new(
+            Kernel,
+            Work::Dot,
+            Traffic::OutputAndOperands,
+            TensorUse::Always,
+        ),
+        O::Convolution => Profile::new(
+            Kernel,
+            Work::Convolution,
+            Traffic::OutputAndOperands,
+            TensorUse::Always,
+        ),
+        O::Fusion => Profile::new(
+            Kernel,
+            Work::FusionBody,
+            Traffic::OutputAndOperands,
+            TensorUse::WhenFusingADot,
+        ),
+        O::CustomCall => Profile::new(
+            Kernel,
+            Work::None,
+            Traffic::OutputAndOperands,
+            TensorUse::WhenAGemmTarget,
+        ),
+        O::Reduce => Profile::new(
+            Kernel,
+            Work::Reduce,
+            Traffic::OutputAndOperands,
+            TensorUse::Never,
+        ),
+        O::ReduceWindow => Profile::new(
+            Kernel,
+            Work::ReduceWindow,
+            Traffic::OutputAndOperands,
+            TensorUse::Never,
+        ),
+        O::Gather => Profile::new(Kernel, Work::None, Traffic::Gather, TensorUse::Never),
+        O::Scatter => Profile::new(Kernel, Work::None, Traffic::Scatter, TensorUse::Never),
+        O::SelectAndScatter
+        | O::Sort
+        | O::Fft
+        | O::TriangularSolve
+        | O::Cholesky
+        | O::TopK
+        | O::Scan
+        | O::RngBitGenerator
+        | O::Rng => Profile::plain(Kernel),
+
+        // Elementwise ops: one operation per output element.
+        O::Abs
+        | O::Acos
+        | O::Acosh
+        | O::Asin
+        | O::Asinh
+        | O::Atan
+        | O::Atanh
+        | O::BitcastConvert
+        | O::Cbrt
+        | O::Ceil
+        | O::Convert
+        | O::Copy
+        | O::Cos
+        | O::Cosh
+        | O::Clz
+        | O::Erf
+        | O::Exp
+        | O::Expm1
+        | O::Floor
+        | O::Imag
+        | O::IsFinite
+        | O::Log
+        | O::Log1p
+        | O::Logistic
+        | O::Negate
+        | O::Not
+        | O::PopulationCount
+        | O::Real
+        | O::ReducePrecision
+        | O::RoundNearestAfz
+        | O::RoundNearestEven
+        | O::Rsqrt
+        | O::Sign
+        | O::Sin
+        | O::Sinh
+        | O::Sqrt
+        | O::Tan
+        | O::Tanh
+        | O::Add
+        | O::And
+        | O::Atan2
+        | O::Compare
+        | O::Complex
+        | O::Divide
+        | O::Maximum
+        | O::Minimum
+        | O::Mulhi
+        | O::Multiply
+        | O::Or
+        | O::Power
+        | O::Remainder
+        | O::ShiftLeft
+        | O::ShiftRightArithmetic
+        | O::ShiftRightLogical
+        | O::StochasticConvert
+        | O::Subtract
+        | O::Xor
+        | O::Clamp
+        | O::Select => Profile::new(
+            Fused,
+            Work::PerOutputElement,
+            Traffic::OutputAndOperands,
+            TensorUse::Never,
+        ),
+
+        // Data movement with its own traffic.
+        O::Slice | O::DynamicSlice | O::Concatenate => {
+            Profile::new(Fused, Work::None, Traffic::OutputTwice, TensorUse::Never)
+        }
+        O::DynamicUpdateSlice => {
+            Profile::new(Fused, Work::None, Traffic::UpdateTwice, TensorUse::Never)
+        }
+        O::Broadcast | O::Iota => {
+            Profile::new(Fused, Work::None, Traffic::Generated, TensorUse::Never)
+        }
+
+        // No counted work: output and operands moved.
+        O::AddDependency
+        | O::AfterAll
+        | O::BatchNormGrad
+        | O::BatchNormInference
+        | O::BatchNormTraining
+        | O::Bitcast
+        | O::Constant
+        | O::Domain
+        | O::DynamicReshape
+        | O::GetDimensionSize
+        | O::GetTupleElement
+        | O::Infeed
+        | O::Map
+        | O::OptimizationBarrier
+        | O::Outfeed
+        | O::Pad
+        | O::Parameter
+        | O::PartitionId
+        | O::ReplicaId
+        | O::Reverse
+        | O::RngGetAndUpdateState
+        | O::SetDimensionSize
+        | O::Shuffle
+        | O::Transpose
+        | O::Tuple => Profile::plain(Fused),
+    }
 }
 
 fn elements(shape: &Shape) -> f64 {
@@ -371,9 +590,9 @@ fn operand<'a>(
 }
 
 fn is_tensor_op(module: &HloModule, instr: &HloInstruction) -> bool {
-    match instr.opcode {
-        Opcode::Dot | Opcode::Convolution | Opcode::RaggedDot | Opcode::ScaledDot => true,
-        Opcode::Fusion => instr
+    match profile(instr.opcode).tensor {
+        TensorUse::Always => true,
+        TensorUse::WhenFusingADot => instr
             .computation_attr(AttrKey::Calls)
             .and_then(|c| module.computations.get(c.index()))
             .is_some_and(|c| {
@@ -381,10 +600,10 @@ fn is_tensor_op(module: &HloModule, instr: &HloInstruction) -> bool {
                     .iter()
                     .any(|i| matches!(i.opcode, Opcode::Dot | Opcode::Convolution))
             }),
-        Opcode::CustomCall => instr
+        TensorUse::WhenAGemmTarget => instr
             .ident_attr(AttrKey::CustomCallTarget)
             .is_some_and(|t| t.contains("gemm") || t.contains("matmul") || t.contains("conv")),
-        _ => false,
+        TensorUse::Never => false,
     }
 }
 
@@ -403,8 +622,8 @@ pub fn flops(
     depth: usize,
 ) -> f64 {
     let out = elements(&instr.shape);
-    match instr.opcode {
-        Opcode::Dot | Opcode::ScaledDot | Opcode::RaggedDot => {
+    match profile(instr.opcode).work {
+        Work::Dot => {
             let contracting: f64 = match operand(comp, instr, 0) {
                 Some(lhs) => instr
                     .ints_attr(AttrKey::LhsContractingDims)
@@ -417,7 +636,7 @@ pub fn flops(
             };
             2.0 * out * contracting
         }
-        Opcode::Convolution => {
+        Work::Convolution => {
             let kernel = operand(comp, instr, 1);
             let per_output = match (kernel, instr.conv_dimension_numbers()) {
                 (Some(k), Some(dn)) => {
@@ -435,21 +654,21 @@ pub fn flops(
             };
             2.0 * out * per_output
         }
-        Opcode::Reduce => instr
+        Work::Reduce => instr
             .operands
             .iter()
             .filter_map(|o| comp.instructions.get(o.index()))
             .map(|o| elements(&o.shape))
             .sum::<f64>()
             .max(out),
-        Opcode::ReduceWindow => {
+        Work::ReduceWindow => {
             let window: f64 = instr
                 .window()
                 .map(|w| w.dims.iter().map(|d| d.size.max(1) as f64).product())
                 .unwrap_or(1.0);
             out * window
         }
-        Opcode::Fusion if depth < 8 => instr
+        Work::FusionBody if depth < 8 => instr
             .computation_attr(AttrKey::Calls)
             .and_then(|c| module.computations.get(c.index()))
             .map(|c| {
@@ -459,8 +678,8 @@ pub fn flops(
                     .sum()
             })
             .unwrap_or(0.0),
-        op if op.is_elementwise() => out,
-        _ => 0.0,
+        Work::PerOutputElement => out,
+        Work::FusionBody | Work::None => 0.0,
     }
 }
 
@@ -469,17 +688,16 @@ pub fn bytes_accessed(comp: &HloComputation, instr: &HloInstruction) -> u64 {
     let out = instr.shape.byte_size();
     let op_bytes = |i: usize| operand(comp, instr, i).map_or(0, |o| o.shape.byte_size());
     let all_operands: u64 = (0..instr.operands.len()).map(op_bytes).sum();
-    match instr.opcode {
-        Opcode::Slice | Opcode::DynamicSlice => 2 * out,
-        Opcode::DynamicUpdateSlice => 2 * op_bytes(1),
-        Opcode::Gather => 2 * out + op_bytes(1),
-        Opcode::Scatter => {
+    match profile(instr.opcode).traffic {
+        Traffic::OutputTwice => 2 * out,
+        Traffic::UpdateTwice => 2 * op_bytes(1),
+        Traffic::Gather => 2 * out + op_bytes(1),
+        Traffic::Scatter => {
             let n = instr.operands.len();
             let updates: u64 = (n / 2 + 1..n).map(op_bytes).sum();
             2 * updates + op_bytes(n / 2)
         }
-        Opcode::Broadcast | Opcode::Iota => out + all_operands.min(out),
-        Opcode::Concatenate => 2 * out,
-        _ => out + all_operands,
+        Traffic::Generated => out + all_operands.min(out),
+        Traffic::OutputAndOperands => out + all_operands,
     }
 }

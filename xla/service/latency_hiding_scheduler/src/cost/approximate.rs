@@ -18,7 +18,7 @@
 
 use super::{CostModel, Op};
 use crate::kinds::{is_nop, CollectiveInfo};
-use xla_hlo_ir::{AttrKey, Opcode};
+use xla_hlo_ir::{AttrKey, HloInstruction, Opcode};
 
 pub const LOW_COST: f64 = 1.0;
 pub const MEDIUM_COST: f64 = 1000.0;
@@ -37,28 +37,159 @@ impl CostModel for ApproximateCostModel {
         let Some(instr) = op.instr() else {
             return 0.0;
         };
-        if is_nop(instr) || instr.opcode == Opcode::Reshape {
+        if is_nop(instr) || crate::kinds::sync_collective_kind(instr).is_some() {
             return 0.0;
         }
-        if crate::kinds::sync_collective_kind(instr).is_some()
-            || matches!(
-                instr.opcode,
-                Opcode::While | Opcode::Call | Opcode::Conditional
-            )
-        {
-            return 0.0;
-        }
-        match instr.opcode {
-            Opcode::Fusion => match instr.ident_attr(AttrKey::FusionKind) {
-                Some("kLoop") | Some("kInput") => MEDIUM_COST,
-                Some("kOutput") => HIGH_COST,
-                _ => LOW_COST,
-            },
-            Opcode::Convolution | Opcode::Dot => HIGH_COST,
-            _ => LOW_COST,
-        }
+        node_cost(instr)
     }
     fn transfer_us(&self, _op: Op<'_>, _info: &CollectiveInfo) -> f64 {
         HIGH_LATENCY
+    }
+}
+
+/// XLA's node cost of an instruction, by opcode; every opcode is listed, so
+/// a new one must be given a cost.
+fn node_cost(instr: &HloInstruction) -> f64 {
+    use Opcode as O;
+    match instr.opcode {
+        // Free: reshapes, and control flow (its callees are costed on their own).
+        O::Reshape | O::While | O::Call | O::Conditional => 0.0,
+        O::Fusion => match instr.ident_attr(AttrKey::FusionKind) {
+            Some("kLoop") | Some("kInput") => MEDIUM_COST,
+            Some("kOutput") => HIGH_COST,
+            _ => LOW_COST,
+        },
+        O::Convolution | O::Dot => HIGH_COST,
+        // Everything else (bookkeeping ops and synchronous collectives are
+        // free before this is asked).
+        O::Abs
+        | O::Acos
+        | O::Acosh
+        | O::Add
+        | O::AddDependency
+        | O::AfterAll
+        | O::AllGather
+        | O::AllGatherDone
+        | O::AllGatherStart
+        | O::AllReduce
+        | O::AllReduceDone
+        | O::AllReduceStart
+        | O::AllToAll
+        | O::And
+        | O::Asin
+        | O::Asinh
+        | O::AsyncDone
+        | O::AsyncStart
+        | O::AsyncUpdate
+        | O::Atan
+        | O::Atan2
+        | O::Atanh
+        | O::BatchNormGrad
+        | O::BatchNormInference
+        | O::BatchNormTraining
+        | O::Bitcast
+        | O::BitcastConvert
+        | O::Broadcast
+        | O::Cbrt
+        | O::Ceil
+        | O::Cholesky
+        | O::Clamp
+        | O::CollectiveBroadcast
+        | O::CollectivePermute
+        | O::CollectivePermuteDone
+        | O::CollectivePermuteStart
+        | O::CollectiveReduce
+        | O::Compare
+        | O::Complex
+        | O::Concatenate
+        | O::Constant
+        | O::Convert
+        | O::Copy
+        | O::CopyDone
+        | O::CopyStart
+        | O::Cos
+        | O::Cosh
+        | O::Clz
+        | O::CustomCall
+        | O::Divide
+        | O::Domain
+        | O::DynamicReshape
+        | O::DynamicSlice
+        | O::DynamicUpdateSlice
+        | O::Erf
+        | O::Exp
+        | O::Expm1
+        | O::Fft
+        | O::Floor
+        | O::Gather
+        | O::GetDimensionSize
+        | O::GetTupleElement
+        | O::Imag
+        | O::Infeed
+        | O::Iota
+        | O::IsFinite
+        | O::Log
+        | O::Log1p
+        | O::Logistic
+        | O::Map
+        | O::Maximum
+        | O::Minimum
+        | O::Mulhi
+        | O::Multiply
+        | O::Negate
+        | O::Not
+        | O::OptimizationBarrier
+        | O::Or
+        | O::Outfeed
+        | O::Pad
+        | O::Parameter
+        | O::PartitionId
+        | O::PopulationCount
+        | O::Power
+        | O::RaggedAllToAll
+        | O::RaggedDot
+        | O::Real
+        | O::Recv
+        | O::RecvDone
+        | O::Reduce
+        | O::ReducePrecision
+        | O::ReduceScatter
+        | O::ReduceWindow
+        | O::Remainder
+        | O::ReplicaId
+        | O::Reverse
+        | O::Rng
+        | O::RngBitGenerator
+        | O::RngGetAndUpdateState
+        | O::RoundNearestAfz
+        | O::RoundNearestEven
+        | O::Rsqrt
+        | O::Scan
+        | O::ScaledDot
+        | O::Scatter
+        | O::Select
+        | O::SelectAndScatter
+        | O::Send
+        | O::SendDone
+        | O::SetDimensionSize
+        | O::ShiftLeft
+        | O::ShiftRightArithmetic
+        | O::ShiftRightLogical
+        | O::Shuffle
+        | O::Sign
+        | O::Sin
+        | O::Sinh
+        | O::Slice
+        | O::Sort
+        | O::Sqrt
+        | O::StochasticConvert
+        | O::Subtract
+        | O::Tan
+        | O::Tanh
+        | O::TopK
+        | O::Transpose
+        | O::TriangularSolve
+        | O::Tuple
+        | O::Xor => LOW_COST,
     }
 }
