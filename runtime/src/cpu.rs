@@ -48,6 +48,7 @@ impl Executable for CpuExecutable {
             num_partitions: Some(device.num_partitions),
             num_replicas: Some(device.num_replicas),
             collectives: device.communicator,
+            memory_limit: None,
         };
         Ok(evaluate(&self.module, args, &ctx)?)
     }

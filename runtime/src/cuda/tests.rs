@@ -48,6 +48,7 @@ fn interpret(m: &HloModule, args: &[Value]) -> Vec<Value> {
         num_partitions: Some(1),
         num_replicas: Some(1),
         collectives: None,
+        memory_limit: None,
     };
     evaluate(m, args, &ctx).unwrap()
 }

@@ -63,7 +63,7 @@ struct Args {
     compare_shardings: Option<PathBuf>,
     /// Peak live bytes the latency-hiding scheduler must stay under
     /// (parameters included), e.g. 80000000000, 80GB or 64GiB.
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    #[arg(long, value_name = "BYTES", value_parser = xla_hlo_ir::units::parse_byte_count)]
     memory_limit: Option<u64>,
     /// Cost model of the latency-hiding scheduler and of the report:
     /// approximate (XLA's units), analytical (H100 NVLink node; also
@@ -103,32 +103,6 @@ fn parse_overlap_limit(
         Ok(n) if n >= 1 => Ok((kind, n)),
         _ => Err(format!("'{n}': the limit must be a whole number >= 1")),
     }
-}
-
-/// Reads a byte count: digits with an optional K, M, G, T (powers of 1000)
-/// or Ki, Mi, Gi, Ti (powers of 1024) suffix and an optional trailing B.
-fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
-    let t = text.trim();
-    let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, suffix) = t.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{text}' is not a byte count (e.g. 80000000000, 80GB, 64GiB)"))?;
-    let mult: u64 = match suffix.to_ascii_lowercase().as_str() {
-        "" => 1,
-        "k" => 1_000,
-        "m" => 1_000_000,
-        "g" => 1_000_000_000,
-        "t" => 1_000_000_000_000,
-        "ki" => 1 << 10,
-        "mi" => 1 << 20,
-        "gi" => 1 << 30,
-        "ti" => 1 << 40,
-        _ => return Err(format!("'{text}': unknown unit '{suffix}'")),
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("'{text}' is too large"))
 }
 
 fn main() -> ExitCode {

@@ -209,3 +209,40 @@ pub fn bench_xla(file: &Path, args: &[Value], repeat: usize) -> Result<f64> {
         .as_f64()
         .ok_or_else(|| anyhow!("XLA benchmark result without xla_s"))
 }
+
+/// A fake value for parameter `index` when no arguments are given (XLA's
+/// `run_hlo_module` makes fake literals the same way): floats uniform in
+/// [-1, 1), integers in [0, 8), predicates alternating by hash, all from the
+/// corpus hash seeded by the parameter number, so runs repeat exactly.
+pub fn fake_value(index: usize, shape: &Shape) -> Result<Value> {
+    match shape {
+        Shape::Tuple(elements) => Ok(Value::Tuple(
+            elements
+                .iter()
+                .map(|e| fake_value(index, e))
+                .collect::<Result<_>>()?,
+        )),
+        Shape::Buffer(inner) => fake_value(index, inner),
+        Shape::Array(s) => {
+            let count = usize::try_from(
+                s.checked_element_count()
+                    .ok_or_else(|| anyhow!("parameter {index}: {shape} has no valid size"))?,
+            )?;
+            let seed = index as u64 + 1;
+            let ty = s.element_type;
+            let values: Vec<f64> = (0..count)
+                .map(|i| {
+                    let x = hash_u32(i as u64, seed);
+                    if ty.is_float() {
+                        (2.0 * (x >> 8) as f64 - 16777216.0) / 16777216.0
+                    } else if ty == xla_hlo_ir::PrimitiveType::Pred {
+                        (x & 1) as f64
+                    } else {
+                        (x % 8) as f64
+                    }
+                })
+                .collect();
+            Ok(Value::Array(Array::from_f64s(ty, s.dims.clone(), &values)?))
+        }
+    }
+}

@@ -1,12 +1,17 @@
 //! `run_hlo_module`: runs an HLO module on the reference interpreter with
 //! global (single-device) semantics, reading entry arguments from .npy files
-//! (or regenerating them from a corpus `case.json`), optionally writing the
+//! (or regenerating them from a corpus `case.json`, or making fake ones when
+//! neither is given, as XLA's `run_hlo_module` does), optionally writing the
 //! outputs and comparing them with expected arrays or an expected summary,
 //! and printing one JSON line with per-output errors and the wall time.
 //!
-//! Invariants: exit status 0 only when every comparison requested matched
-//! (or none was requested); every failure names the file, parameter or
-//! instruction at fault. Modules with manual-sharding regions or
+//! Invariants: the module (and the `--shardings-from` module) is verified
+//! before anything runs; arguments are checked against the memory limit
+//! before they are made, and each result before it is allocated. Exit
+//! status 0 only when every comparison requested matched (or none was
+//! requested); 1 for outputs that differ and for every error (bad input,
+//! a module that does not verify or does not fit), as `hlo-opt`; every
+//! failure names the file, parameter or instruction at fault. Modules with manual-sharding regions or
 //! collectives run on `num_partitions` loopback devices so that global
 //! semantics hold; all others run on one device.
 
@@ -87,6 +92,12 @@ struct Cli {
     /// the JSON line gains the schedule report.
     #[arg(long, requires = "partition")]
     schedule: bool,
+    /// Bytes the arguments together, and each instruction's result, may
+    /// take, e.g. 20GiB or 16000000000 (default: the memory the machine has
+    /// available). A module over it is refused before anything is
+    /// allocated, naming the parameter or instruction and the bytes it needs.
+    #[arg(long, value_name = "BYTES", value_parser = xla_hlo_ir::units::parse_byte_count)]
+    memory_limit: Option<u64>,
 }
 
 impl Cli {
@@ -115,15 +126,59 @@ fn main() {
             let line = json!({"file": cli.file().display().to_string(), "error": format!("{e:#}")});
             println!("{line}");
             eprintln!("error: {e:#}");
-            std::process::exit(2);
+            std::process::exit(1);
         }
     }
 }
 
+/// Reads, parses and verifies a module: nothing runs on a module that does
+/// not verify (the verifier's message names the file and instruction).
 fn parse_file(path: &Path) -> Result<HloModule> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    xla_hlo_parser::parse_module(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
+    let module =
+        xla_hlo_parser::parse_module(&text).map_err(|e| anyhow!("{}:{e}", path.display()))?;
+    xla_hlo_verifier::verify(&module)
+        .map_err(|e| anyhow!("{}: the module does not verify:\n{e}", path.display()))?;
+    Ok(module)
+}
+
+/// Refuses parameter `index` when its argument would not fit in what is
+/// left of `limit` after `used` bytes of earlier arguments.
+fn check_argument_bytes(
+    index: usize,
+    name: &str,
+    shape: &xla_hlo_ir::Shape,
+    used: &mut u64,
+    limit: u64,
+) -> Result<()> {
+    use xla_hlo_ir::units::format_bytes;
+    let shape_text = shape.without_layout();
+    let Some(needed) = shape.checked_byte_size() else {
+        bail!("parameter {index} (%{name}): {shape_text} needs more than 2^64 bytes");
+    };
+    match needed.checked_add(*used) {
+        Some(total) if total <= limit => {
+            *used = total;
+            Ok(())
+        }
+        _ if *used == 0 => bail!(
+            "parameter {index} (%{name}): {shape_text} needs {} ({needed} bytes), the memory limit is {} ({limit} bytes)",
+            format_bytes(needed),
+            format_bytes(limit)
+        ),
+        _ => bail!(
+            "parameter {index} (%{name}): {shape_text} needs {} ({needed} bytes); with the {} of {} that is over the memory limit of {} ({limit} bytes)",
+            format_bytes(needed),
+            format_bytes(*used),
+            if index == 1 {
+                "parameter 0".to_string()
+            } else {
+                format!("parameters 0-{}", index - 1)
+            },
+            format_bytes(limit)
+        ),
+    }
 }
 
 fn load_json(path: &Path) -> Result<Json> {
@@ -143,15 +198,27 @@ fn run(cli: &Cli) -> Result<bool> {
         Some(p) => Some(parse_file(p)?),
         None => None,
     };
+    let memory_limit = cli
+        .memory_limit
+        .or_else(xla_hlo_evaluator::memory::available_memory_bytes)
+        .unwrap_or(u64::MAX);
     // Arguments follow the global module's signature.
     let entry = global.as_ref().unwrap_or(&module).entry_computation();
     let mut args = Vec::new();
+    let mut argument_bytes = 0u64;
     for (i, &p) in entry.parameters.iter().enumerate() {
         let instr = entry
             .instructions
             .get(p.index())
             .ok_or_else(|| anyhow!("entry parameter {i} is missing"))?;
-        let arr = match (&cli.args, &case) {
+        check_argument_bytes(
+            i,
+            &instr.name,
+            &instr.shape,
+            &mut argument_bytes,
+            memory_limit,
+        )?;
+        let value = match (&cli.args, &case) {
             (Some(dir), _) => {
                 let path = dir.join(format!("arg{i}.npy"));
                 if !path.exists() {
@@ -162,12 +229,14 @@ fn run(cli: &Cli) -> Result<bool> {
                         instr.shape
                     );
                 }
-                load_argument(&path, i, &instr.name, &instr.shape)?
+                Value::Array(load_argument(&path, i, &instr.name, &instr.shape)?)
             }
-            (None, Some(case)) => generate::argument(case, i, &instr.name, &instr.shape)?,
-            (None, None) => bail!("give --args DIR or --case-json FILE"),
+            (None, Some(case)) => {
+                Value::Array(generate::argument(case, i, &instr.name, &instr.shape)?)
+            }
+            (None, None) => generate::fake_value(i, &instr.shape)?,
         };
-        args.push(Value::Array(arr));
+        args.push(value);
     }
     let devices = cli.devices.unwrap_or_else(|| {
         if needs_spmd(&module) || global.is_some() {
@@ -211,6 +280,7 @@ fn run(cli: &Cli) -> Result<bool> {
             let ctx = EvalContext {
                 num_partitions: Some(1),
                 num_replicas: Some(1),
+                memory_limit: Some(memory_limit),
                 ..EvalContext::default()
             };
             evaluate(&module, &args, &ctx)?

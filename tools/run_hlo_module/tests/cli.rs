@@ -62,7 +62,7 @@ fn mismatch_and_missing_files_fail_clearly() {
         .args(["--args", "/nonexistent"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("arg0.npy") && err.contains("parameter 0"),
@@ -156,7 +156,7 @@ fn partitioned_program_runs_on_devices_with_shardings_from() {
         .args(["--args".as_ref(), c.join("args").as_os_str()])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("error:"), "{err}");
 }

@@ -62,6 +62,7 @@ pub fn evaluate_on_devices(
             num_partitions: Some(n),
             num_replicas: Some(1),
             collectives: Some(comm as &DeviceCommunicator),
+            memory_limit: None,
         };
         crate::interp::evaluate(module, &args, &ctx)
     })

@@ -39,6 +39,16 @@ pub enum EvalError {
         peer_failed: bool,
         message: String,
     },
+    /// A result (or an argument) would not fit in the memory limit.
+    #[error("{}", crate::memory::out_of_memory_message(what, shape, *needed, *limit))]
+    OutOfMemory {
+        /// `instruction %name` or `parameter 0 (%name)`.
+        what: String,
+        shape: String,
+        /// `None` when the size overflows 64 bits.
+        needed: Option<u64>,
+        limit: u64,
+    },
     #[error("{0}")]
     Invalid(String),
     #[error("internal error: {0}")]

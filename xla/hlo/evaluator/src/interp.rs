@@ -29,6 +29,9 @@ pub struct EvalContext<'a> {
     /// This device's communicator; without one, collectives over groups of
     /// this device alone are computed locally and others are errors.
     pub collectives: Option<&'a DeviceCommunicator>,
+    /// Bytes one instruction's result may take (see `memory`); `None`: the
+    /// memory the machine has available when evaluation starts.
+    pub memory_limit: Option<u64>,
 }
 
 /// Evaluates `module`'s entry computation on `args`. The result is the
@@ -99,6 +102,8 @@ pub struct Evaluator<'m> {
     plans: Mutex<HashMap<CompId, std::sync::Arc<Plan>>>,
     /// Time per (opcode, shape) when `XLA_EVAL_PROFILE` is set.
     profile: Option<Mutex<HashMap<String, (f64, usize)>>>,
+    /// The resolved memory limit (`u64::MAX`: none).
+    memory_limit: u64,
 }
 
 impl Drop for Evaluator<'_> {
@@ -139,6 +144,10 @@ impl<'m> Evaluator<'m> {
             ctx,
             plans: Mutex::new(HashMap::new()),
             profile: std::env::var_os("XLA_EVAL_PROFILE").map(|_| Mutex::new(HashMap::new())),
+            memory_limit: ctx
+                .memory_limit
+                .or_else(crate::memory::available_memory_bytes)
+                .unwrap_or(u64::MAX),
         }
     }
 
@@ -235,6 +244,7 @@ impl<'m> Evaluator<'m> {
         let profile = self.profile.is_some();
         for (i, instr) in comp.instructions.iter().enumerate() {
             let t = profile.then(std::time::Instant::now);
+            crate::memory::check_result(instr, self.memory_limit)?;
             let v = match self.fast_path(instr, i, &plan, &mut vals, &mut lazy) {
                 Some(v) => v,
                 None => {

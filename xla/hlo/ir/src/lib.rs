@@ -22,6 +22,7 @@ pub mod shape;
 pub mod shape_inference;
 pub mod sharding;
 pub mod stats;
+pub mod units;
 
 pub use attrs::{AttrKey, AttrValue, Attribute, ValueKind};
 pub use literal::{ArrayLiteral, Literal};

@@ -66,6 +66,16 @@ impl ArrayShape {
     pub fn is_dynamic_dim(&self, d: usize) -> bool {
         self.dynamic.get(d).copied().unwrap_or(false)
     }
+    /// Number of elements like [`ArrayShape::element_count`], or `None` when
+    /// a dimension is negative (other than unbounded) or the product does
+    /// not fit in 63 bits.
+    pub fn checked_element_count(&self) -> Option<i64> {
+        self.dims.iter().try_fold(1i64, |count, &d| match d {
+            UNBOUNDED => Some(0),
+            d if d < 0 => None,
+            d => count.checked_mul(d),
+        })
+    }
     /// Number of elements (dynamic dimensions count at their bound; unbounded counts 0).
     pub fn element_count(&self) -> i64 {
         self.dims
@@ -175,6 +185,27 @@ impl Shape {
             }
             Shape::Tuple(e) => e.iter().map(Shape::byte_size).sum(),
             Shape::Buffer(b) => b.byte_size(),
+        }
+    }
+    /// [`Shape::byte_size`] with checked arithmetic: `None` when a dimension
+    /// is negative or the size does not fit in a `u64`.
+    pub fn checked_byte_size(&self) -> Option<u64> {
+        match self {
+            Shape::Array(a) => {
+                let element_bits = a
+                    .layout
+                    .as_ref()
+                    .and_then(|l| l.element_size_in_bits)
+                    .filter(|&b| b > 0)
+                    .map(|b| b as u64)
+                    .unwrap_or(a.element_type.byte_width() as u64 * 8);
+                let count = u64::try_from(a.checked_element_count()?).ok()?;
+                Some(element_bits.checked_mul(count)?.div_ceil(8))
+            }
+            Shape::Tuple(e) => e
+                .iter()
+                .try_fold(0u64, |sum, leaf| sum.checked_add(leaf.checked_byte_size()?)),
+            Shape::Buffer(b) => b.checked_byte_size(),
         }
     }
     /// Same shape ignoring layouts (XLA's `Shape::Equal().IgnoreLayout()`).

@@ -198,6 +198,9 @@ mod tests {
         assert!(module.to_text().contains("f32[4,16]"));
         let summary = options.partition_summary.borrow().clone().unwrap();
         assert_eq!(summary.num_partitions, 2);
-        assert_eq!(summary.collective_bytes, 0);
+        // The root may not take a sharding by propagation, so it stays
+        // replicated and the f32[8,4] result is all-gathered: 128 bytes.
+        assert_eq!(summary.collective_bytes, 128);
+        assert_eq!(summary.collectives.get("all-gather"), Some(&1));
     }
 }
