@@ -250,8 +250,21 @@ fn load_module(path: &Path, verify: bool) -> Result<xla_hlo_ir::HloModule> {
     let module = xla_hlo_parser::parse_module(&text)
         .map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
     if verify {
-        xla_hlo_verifier::verify(&module)
-            .map_err(|e| anyhow::anyhow!("{}: the module does not verify:\n{e}", path.display()))?;
+        xla_hlo_verifier::verify(&module).map_err(|errors| {
+            let file = path.display().to_string();
+            let lines = xla_hlo_parser::locate::located_lines(
+                &file,
+                &text,
+                errors.iter().map(|e| {
+                    (
+                        e.computation.as_str(),
+                        e.instruction.as_deref(),
+                        e.to_string(),
+                    )
+                }),
+            );
+            anyhow::anyhow!("{file}: the module does not verify:\n{lines}")
+        })?;
     }
     log::info!(
         "read {} ({} instructions)",

@@ -138,8 +138,21 @@ fn parse_file(path: &Path) -> Result<HloModule> {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let module =
         xla_hlo_parser::parse_module(&text).map_err(|e| anyhow!("{}:{e}", path.display()))?;
-    xla_hlo_verifier::verify(&module)
-        .map_err(|e| anyhow!("{}: the module does not verify:\n{e}", path.display()))?;
+    xla_hlo_verifier::verify(&module).map_err(|errors| {
+        let file = path.display().to_string();
+        let lines = xla_hlo_parser::locate::located_lines(
+            &file,
+            &text,
+            errors.iter().map(|e| {
+                (
+                    e.computation.as_str(),
+                    e.instruction.as_deref(),
+                    e.to_string(),
+                )
+            }),
+        );
+        anyhow!("{file}: the module does not verify:\n{lines}")
+    })?;
     Ok(module)
 }
 

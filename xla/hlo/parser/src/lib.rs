@@ -9,6 +9,7 @@
 
 mod cursor;
 mod error;
+pub mod locate;
 mod parser;
 
 pub use error::ParseError;
