@@ -1105,16 +1105,24 @@ def write_text(path: str, text: str):
 
 
 def hunks_minimize(original: list[str], mutant: list[str], reproduces) -> list[str]:
-    """Revert each changed hunk of the mutant in turn, keeping the revert when
-    the crash still reproduces."""
+    """Revert each changed hunk of the mutant in turn (a block of changed
+    lines line by line), keeping the revert when the crash still
+    reproduces."""
     current = list(mutant)
     for _ in range(2):
         sm = difflib.SequenceMatcher(a=original, b=current, autojunk=False)
-        ops = [o for o in sm.get_opcodes() if o[0] != "equal"]
+        ops = []
+        for tag, i1, i2, j1, j2 in sm.get_opcodes():
+            if tag == "equal":
+                continue
+            if tag == "replace" and i2 - i1 == j2 - j1:
+                ops.extend((i1 + k, i1 + k + 1, j1 + k, j1 + k + 1) for k in range(i2 - i1))
+            else:
+                ops.append((i1, i2, j1, j2))
         if not ops:
             return current
         changed = False
-        for tag, i1, i2, j1, j2 in reversed(ops):
+        for i1, i2, j1, j2 in reversed(ops):
             trial = current[:j1] + original[i1:i2] + current[j2:]
             if trial != current and reproduces(trial):
                 current = trial
@@ -1248,8 +1256,10 @@ def record(job: Job, kind: str, stored: list[str], flagdesc, res: Result, cls: s
     argv = to_concrete(stored, cfg.bin_dir, cfg.repo, os.path.join(workdir, "input.hlo"), workdir)
     cause, bt = cause_of(cls, sig, argv, res, cfg)
     if cls in ("panic", "signal") and cause:
-        # The same cause reached through another command is the same finding.
-        key = (cls, sig, cause, "")
+        # The same cause reached through another command of the same tool is
+        # the same finding (the tool stays in the key: hlo-opt and
+        # run_hlo_module verify and bound their inputs differently).
+        key = (cls, sig, cause, os.path.basename(stored[0]))
     else:
         cats = ",".join(diff_categories(job.original, job.mutant)) if cls == "stall" else ""
         key = (cls, sig, kind, cats + ("+flags" if flagdesc and cls == "stall" else ""))
