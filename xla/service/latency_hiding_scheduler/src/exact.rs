@@ -114,7 +114,16 @@ pub fn exact_search(
     }
     let topo = g.topological();
     let tail = g.bottom_levels(&w, &topo);
-    let lanes: Vec<Vec<f64>> = limits.iter().map(|&k| vec![0.0; k.max(1)]).collect();
+    // A limit above the number of a resource's transfers never binds, so
+    // the lanes are capped there (a huge `--overlap-limit` costs nothing).
+    let mut starts = [0usize; NUM_RESOURCES];
+    for i in 0..n {
+        if g.kind[i] == NodeKind::Start {
+            starts[g.resource[i].map_or(0, |r| r.index())] += 1;
+        }
+    }
+    let limits: [usize; NUM_RESOURCES] = std::array::from_fn(|r| limits[r].min(starts[r]).max(1));
+    let lanes: Vec<Vec<f64>> = limits.iter().map(|&k| vec![0.0; k]).collect();
     let state = State {
         remaining: (0..n).map(|i| g.preds.get(i).len() as u32).collect(),
         scheduled: vec![false; n],
@@ -131,7 +140,7 @@ pub fn exact_search(
         w,
         decision,
         tail,
-        limits: limits.map(|l| l.max(1)),
+        limits,
         rank: rank.to_vec(),
         best: upper,
         expansions: 0,
