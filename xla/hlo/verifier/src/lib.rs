@@ -21,12 +21,19 @@
 //!    `xla_hlo_ir::shape_inference` (ignoring layouts and dynamic-dimension
 //!    flags, like XLA's `ShapeUtil::Compatible`), plus the dedicated rules for
 //!    ops whose shape cannot be inferred (broadcast, reshape, convert, iota, ...).
+//!    An instruction whose shape neither can check (a `custom-call`, an
+//!    operand with unbounded dimensions, ...) is listed as unchecked
+//!    ([`UncheckedShape`]): not an error, since XLA accepts the written shape.
 //! 5. Shardings ([`sharding`]) and the module header (entry computation layout,
 //!    input/output aliasing, buffer donors).
 //!
+//! [`verify`] returns the errors; [`verify_report`] also lists the unchecked
+//! instructions.
+//!
 //! Invariants: `verify` never panics, whatever the module holds (ids out of
 //! range, malformed attributes, huge sizes); an `Ok(())` module satisfies
-//! every invariant the other crates rely on (ids in range, defs before uses).
+//! every invariant the other crates rely on (ids in range, defs before uses);
+//! unchecked instructions never make a module fail.
 
 mod attrs;
 mod calls;
@@ -39,7 +46,7 @@ mod structure;
 mod tests;
 
 use std::fmt;
-use xla_hlo_ir::{HloComputation, HloModule, InstrId, Shape};
+use xla_hlo_ir::{HloComputation, HloModule, InstrId, Opcode, Shape};
 
 /// One problem found in a module.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,8 +97,82 @@ impl fmt::Display for VerifierErrors {
 
 impl std::error::Error for VerifierErrors {}
 
+/// An instruction whose declared shape could not be checked: shape inference
+/// cannot derive it and no dedicated rule covers it. Not an error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UncheckedShape {
+    pub computation: String,
+    pub instruction: String,
+    pub opcode: Opcode,
+    /// Why it could not be checked.
+    pub reason: String,
+}
+
+impl fmt::Display for UncheckedShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}: {} shape not checked: {}",
+            self.computation, self.instruction, self.opcode, self.reason
+        )
+    }
+}
+
+/// Everything verification found: the errors (the module is valid when
+/// there are none) and the instructions whose shape could not be checked,
+/// each in the order found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifierReport {
+    pub errors: Vec<VerifierError>,
+    pub unchecked: Vec<UncheckedShape>,
+}
+
+impl VerifierReport {
+    pub fn is_valid(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// The errors, as [`verify`] returns them.
+    pub fn into_result(self) -> Result<(), VerifierErrors> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(VerifierErrors(self.errors))
+        }
+    }
+
+    /// One line: `N error(s), M instruction(s) with unchecked shapes`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} error(s), {} instruction(s) with unchecked shapes",
+            self.errors.len(),
+            self.unchecked.len()
+        )
+    }
+}
+
+/// The summary, then one line per error and per unchecked instruction.
+impl fmt::Display for VerifierReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.summary())?;
+        for e in &self.errors {
+            write!(f, "\n{e}")?;
+        }
+        for u in &self.unchecked {
+            write!(f, "\n{u}")?;
+        }
+        Ok(())
+    }
+}
+
 /// Verifies `module`, returning every error found.
 pub fn verify(module: &HloModule) -> Result<(), VerifierErrors> {
+    verify_report(module).into_result()
+}
+
+/// Verifies `module`, returning every error found and every instruction
+/// whose shape could not be checked.
+pub fn verify_report(module: &HloModule) -> VerifierReport {
     let mut r = Report::default();
     let status = structure::check(module, &mut r);
     for (ci, comp) in module.computations.iter().enumerate() {
@@ -115,17 +196,17 @@ pub fn verify(module: &HloModule) -> Result<(), VerifierErrors> {
         }
     }
     header::check(module, &status, &mut r);
-    if r.errors.is_empty() {
-        Ok(())
-    } else {
-        Err(VerifierErrors(r.errors))
+    VerifierReport {
+        errors: r.errors,
+        unchecked: r.unchecked,
     }
 }
 
-/// Collects errors.
+/// Collects errors and unchecked instructions.
 #[derive(Default)]
 pub(crate) struct Report {
     pub errors: Vec<VerifierError>,
+    pub unchecked: Vec<UncheckedShape>,
 }
 
 impl Report {
@@ -159,6 +240,16 @@ impl<'a> At<'a> {
     }
     pub fn err(&self, r: &mut Report, message: impl Into<String>) {
         r.instr(&self.comp.name, &self.instr().name, message);
+    }
+    /// Lists the instruction as one whose shape could not be checked.
+    pub fn unchecked(&self, r: &mut Report, reason: impl Into<String>) {
+        let instr = self.instr();
+        r.unchecked.push(UncheckedShape {
+            computation: self.comp.name.clone(),
+            instruction: instr.name.clone(),
+            opcode: instr.opcode,
+            reason: reason.into(),
+        });
     }
     /// Operand shapes; only called once operands are known to be in range.
     pub fn operand_shapes(&self) -> Vec<&'a Shape> {

@@ -4,7 +4,8 @@
 //! Where XLA can infer the shape, the declared shape must be compatible
 //! (same element types and dimensions, layouts and dynamic flags ignored)
 //! with `shape_inference`'s; an `Invalid` inference (operands that admit no
-//! shape) is itself reported; a `NotInferable` one is skipped. `dot` and
+//! shape) is itself reported; a `NotInferable` one lists the instruction as
+//! unchecked, with inference's reason. `dot` and
 //! `convolution` take their element type from the declared shape
 //! (`preferred_element_type`). Ops XLA cannot infer get dedicated rules, as in
 //! XLA's `ShapeVerifier`:
@@ -17,6 +18,12 @@
 //! - `constant`: the literal's shape;
 //! - sugared async starts: `((operands), wrapped result, context...)`; native
 //!   `all-gather-start`/`collective-permute-start`: element 1 is the result.
+//!
+//! Parameters, fusions and `async-start`s with `calls=` are checked elsewhere
+//! (computation signatures, the entry layout). Ops XLA takes at their word
+//! (`bitcast`, `custom-call`, `rng`, `infeed`, `send`/`recv`, ...) are listed
+//! as unchecked, as are native starts whose shape is not a tuple and
+//! gather-like starts with empty replica groups.
 //!
 //! Collectives whose replica groups are empty take their group size from the
 //! run's configuration, which a module file need not state (a bare
@@ -38,10 +45,10 @@ pub(crate) fn check(at: &At, r: &mut Report) {
         return async_sugar(at, r, w, &ops);
     }
     match instr.opcode {
-        Opcode::Parameter
-        | Opcode::Bitcast
+        // Checked with the computation signatures and the entry layout.
+        Opcode::Parameter | Opcode::Fusion | Opcode::AsyncStart => {}
+        Opcode::Bitcast
         | Opcode::CustomCall
-        | Opcode::Fusion
         | Opcode::Rng
         | Opcode::RngBitGenerator
         | Opcode::RngGetAndUpdateState
@@ -50,7 +57,7 @@ pub(crate) fn check(at: &At, r: &mut Report) {
         | Opcode::RecvDone
         | Opcode::Send
         | Opcode::SendDone
-        | Opcode::DynamicReshape => {}
+        | Opcode::DynamicReshape => at.unchecked(r, NO_RULE),
         Opcode::Constant => {
             if let Some(lit) = &instr.literal {
                 let ls = literal_shape(lit);
@@ -145,10 +152,15 @@ pub(crate) fn check(at: &At, r: &mut Report) {
         }
         Opcode::AllGatherStart | Opcode::CollectivePermuteStart => {
             let sync = instr.opcode.sync_collective().unwrap_or(instr.opcode);
-            if let Shape::Tuple(e) = declared {
-                if e.len() >= 2 && !(sync == Opcode::AllGather && empty_groups(at)) {
-                    compare(at, r, &e[1], sync, &ops, "result (shape element 1)");
+            match declared {
+                Shape::Tuple(e) if e.len() >= 2 => {
+                    if sync == Opcode::AllGather && empty_groups(at) {
+                        at.unchecked(r, EMPTY_GROUPS);
+                    } else {
+                        compare(at, r, &e[1], sync, &ops, "result (shape element 1)");
+                    }
                 }
+                _ => at.unchecked(r, NOT_A_START_TUPLE),
             }
         }
         Opcode::AllToAll if empty_groups(at) => {
@@ -163,12 +175,20 @@ pub(crate) fn check(at: &At, r: &mut Report) {
             ) {
                 Ok(s) => mismatch(at, r, declared, &s, "shape"),
                 Err(InferError::Invalid(m)) => at.err(r, m),
-                Err(InferError::NotInferable(_)) => {}
+                Err(InferError::NotInferable(m)) => at.unchecked(r, m),
             }
         }
         op => compare(at, r, declared, op, &ops, "shape"),
     }
 }
+
+/// Why an op XLA takes at its word is unchecked.
+const NO_RULE: &str = "XLA takes the written shape and has no rule to check it";
+/// Why a gather-like async start with empty replica groups is unchecked.
+const EMPTY_GROUPS: &str =
+    "the result depends on the group size, which empty replica groups leave to the run";
+/// Why a native start whose shape is not a tuple is unchecked.
+const NOT_A_START_TUPLE: &str = "the shape is not an (operands, result, ...) tuple";
 
 fn empty_groups(at: &At) -> bool {
     matches!(written_group_size(at.instr().replica_groups()), Ok(None))
@@ -191,7 +211,7 @@ fn compare(at: &At, r: &mut Report, declared: &Shape, op: Opcode, ops: &[&Shape]
     ) {
         Ok(s) => mismatch(at, r, declared, &s, what),
         Err(InferError::Invalid(m)) => at.err(r, m),
-        Err(InferError::NotInferable(_)) => {}
+        Err(InferError::NotInferable(m)) => at.unchecked(r, m),
     }
 }
 
@@ -436,7 +456,9 @@ fn async_sugar(at: &At, r: &mut Report, wrapped: Opcode, ops: &[&Shape]) {
         );
     }
     let gather_like = matches!(wrapped, Opcode::AllGather | Opcode::ReduceScatter);
-    if !(gather_like && empty_groups(at)) {
+    if gather_like && empty_groups(at) {
+        at.unchecked(r, EMPTY_GROUPS);
+    } else {
         compare(at, r, &e[1], wrapped, ops, "result (shape element 1)");
     }
 }

@@ -12,6 +12,7 @@ mod broken_sharding_and_header;
 mod broken_structure_and_form;
 mod ir_built_modules;
 mod robustness;
+mod unchecked_shapes;
 mod valid_modules;
 
 use crate::{verify, VerifierError};
