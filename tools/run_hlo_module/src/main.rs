@@ -22,7 +22,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use serde_json::{json, Value as Json};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use xla_hlo_evaluator::npy::{load_argument, read_npy, write_npy};
 use xla_hlo_evaluator::{evaluate, evaluate_spmd, needs_spmd, Array, EvalContext, Value};
 use xla_hlo_ir::HloModule;
@@ -98,6 +99,11 @@ struct Cli {
     /// allocated, naming the parameter or instruction and the bytes it needs.
     #[arg(long, value_name = "BYTES", value_parser = xla_hlo_ir::units::parse_byte_count)]
     memory_limit: Option<u64>,
+    /// Seconds the whole run may take (e.g. a loop that never ends is a
+    /// valid program); past it the run stops with an error and exit 1,
+    /// before any output file is written.
+    #[arg(long, value_name = "SECONDS")]
+    time_limit: Option<f64>,
 }
 
 impl Cli {
@@ -116,6 +122,28 @@ impl Cli {
     fn file(&self) -> &Path {
         self.file.as_deref().unwrap_or(Path::new("-"))
     }
+}
+
+/// Stops the process with an error once `seconds` have passed, unless
+/// evaluation finished first (the returned flag, set before outputs are
+/// written; the watchdog holds its lock while it stops the process, so a
+/// stop never leaves a half-written output file).
+fn start_watchdog(file: String, seconds: f64) -> Arc<Mutex<bool>> {
+    let finished = Arc::new(Mutex::new(false));
+    let flag = finished.clone();
+    let limit = Duration::try_from_secs_f64(seconds.max(0.0)).unwrap_or(Duration::MAX);
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        let done = flag.lock().unwrap_or_else(|e| e.into_inner());
+        if !*done {
+            let message =
+                format!("the time limit of {seconds} s ran out before the module finished");
+            println!("{}", json!({"file": file, "error": message}));
+            eprintln!("error: {message}");
+            std::process::exit(1);
+        }
+    });
+    finished
 }
 
 fn main() {
@@ -202,6 +230,9 @@ fn load_json(path: &Path) -> Result<Json> {
 
 fn run(cli: &Cli) -> Result<bool> {
     let t_total = Instant::now();
+    let evaluated = cli
+        .time_limit
+        .map(|seconds| start_watchdog(cli.file().display().to_string(), seconds));
     let module = parse_file(cli.file())?;
     let case = match &cli.case_json {
         Some(p) => Some(load_json(p)?),
@@ -304,6 +335,9 @@ fn run(cli: &Cli) -> Result<bool> {
         .iter()
         .flat_map(|v| v.leaves().into_iter().cloned())
         .collect();
+    if let Some(flag) = &evaluated {
+        *flag.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    }
     if let Some(dir) = &cli.output {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         for (i, a) in flat.iter().enumerate() {
