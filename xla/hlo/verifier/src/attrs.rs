@@ -96,7 +96,104 @@ fn required(op: Opcode) -> &'static [AttrKey] {
         O::ReduceScatter => &[K::ToApply, K::Dimensions],
         O::AllGather | O::AllGatherStart => &[K::Dimensions],
         O::CollectivePermute | O::CollectivePermuteStart => &[K::SourceTargetPairs],
-        _ => &[],
+        // No attribute required, or checked in `check` (broadcast's
+        // `dimensions`, conditional's branches, async-start's `calls`,
+        // constant's literal).
+        O::Abs
+        | O::Acos
+        | O::Acosh
+        | O::Add
+        | O::AddDependency
+        | O::AfterAll
+        | O::AllGatherDone
+        | O::AllReduceDone
+        | O::AllToAll
+        | O::And
+        | O::Asin
+        | O::Asinh
+        | O::AsyncDone
+        | O::AsyncStart
+        | O::AsyncUpdate
+        | O::Atan
+        | O::Atan2
+        | O::Atanh
+        | O::Bitcast
+        | O::BitcastConvert
+        | O::Broadcast
+        | O::Cbrt
+        | O::Ceil
+        | O::Cholesky
+        | O::Clamp
+        | O::CollectiveBroadcast
+        | O::CollectivePermuteDone
+        | O::CollectiveReduce
+        | O::Complex
+        | O::Conditional
+        | O::Constant
+        | O::Convert
+        | O::Copy
+        | O::CopyDone
+        | O::CopyStart
+        | O::Cos
+        | O::Cosh
+        | O::Clz
+        | O::Divide
+        | O::Dot
+        | O::DynamicReshape
+        | O::DynamicUpdateSlice
+        | O::Erf
+        | O::Exp
+        | O::Expm1
+        | O::Floor
+        | O::Imag
+        | O::Infeed
+        | O::IsFinite
+        | O::Log
+        | O::Log1p
+        | O::Logistic
+        | O::Maximum
+        | O::Minimum
+        | O::Mulhi
+        | O::Multiply
+        | O::Negate
+        | O::Not
+        | O::OptimizationBarrier
+        | O::Or
+        | O::Outfeed
+        | O::Parameter
+        | O::PartitionId
+        | O::PopulationCount
+        | O::Power
+        | O::RaggedAllToAll
+        | O::RaggedDot
+        | O::Real
+        | O::Recv
+        | O::RecvDone
+        | O::Remainder
+        | O::ReplicaId
+        | O::Reshape
+        | O::RoundNearestAfz
+        | O::RoundNearestEven
+        | O::Rsqrt
+        | O::ScaledDot
+        | O::Select
+        | O::Send
+        | O::SendDone
+        | O::ShiftLeft
+        | O::ShiftRightArithmetic
+        | O::ShiftRightLogical
+        | O::Shuffle
+        | O::Sign
+        | O::Sin
+        | O::Sinh
+        | O::Sqrt
+        | O::StochasticConvert
+        | O::Subtract
+        | O::Tan
+        | O::Tanh
+        | O::TriangularSolve
+        | O::Tuple
+        | O::Xor => &[],
     }
 }
 
@@ -195,7 +292,123 @@ fn variadic_rule(op: Opcode, n: usize) -> Option<String> {
         | O::CollectiveBroadcast
         | O::CollectiveReduce
         | O::DynamicReshape => (n >= 1, "takes at least 1 operand"),
-        _ => (true, ""),
+        // Variadic with any operand count.
+        O::AfterAll
+        | O::AsyncStart
+        | O::AsyncUpdate
+        | O::Call
+        | O::CustomCall
+        | O::Fusion
+        | O::Rng
+        | O::Scan
+        | O::Tuple => (true, ""),
+        // Fixed arity: checked against `Opcode::arity`, never asked here.
+        O::Abs
+        | O::Acos
+        | O::Acosh
+        | O::Add
+        | O::AddDependency
+        | O::AllGatherDone
+        | O::AllReduceDone
+        | O::And
+        | O::Asin
+        | O::Asinh
+        | O::AsyncDone
+        | O::Atan
+        | O::Atan2
+        | O::Atanh
+        | O::BatchNormGrad
+        | O::BatchNormInference
+        | O::BatchNormTraining
+        | O::Bitcast
+        | O::BitcastConvert
+        | O::Broadcast
+        | O::Cbrt
+        | O::Ceil
+        | O::Cholesky
+        | O::Clamp
+        | O::CollectivePermuteDone
+        | O::Compare
+        | O::Complex
+        | O::Constant
+        | O::Convert
+        | O::Copy
+        | O::CopyDone
+        | O::CopyStart
+        | O::Cos
+        | O::Cosh
+        | O::Clz
+        | O::Divide
+        | O::Domain
+        | O::Dot
+        | O::Erf
+        | O::Exp
+        | O::Expm1
+        | O::Fft
+        | O::Floor
+        | O::Gather
+        | O::GetDimensionSize
+        | O::GetTupleElement
+        | O::Imag
+        | O::Infeed
+        | O::Iota
+        | O::IsFinite
+        | O::Log
+        | O::Log1p
+        | O::Logistic
+        | O::Maximum
+        | O::Minimum
+        | O::Mulhi
+        | O::Multiply
+        | O::Negate
+        | O::Not
+        | O::OptimizationBarrier
+        | O::Or
+        | O::Outfeed
+        | O::Pad
+        | O::Parameter
+        | O::PartitionId
+        | O::PopulationCount
+        | O::Power
+        | O::RaggedAllToAll
+        | O::RaggedDot
+        | O::Real
+        | O::Recv
+        | O::RecvDone
+        | O::ReducePrecision
+        | O::Remainder
+        | O::ReplicaId
+        | O::Reshape
+        | O::Reverse
+        | O::RngBitGenerator
+        | O::RngGetAndUpdateState
+        | O::RoundNearestAfz
+        | O::RoundNearestEven
+        | O::Rsqrt
+        | O::ScaledDot
+        | O::Select
+        | O::SelectAndScatter
+        | O::Send
+        | O::SendDone
+        | O::SetDimensionSize
+        | O::ShiftLeft
+        | O::ShiftRightArithmetic
+        | O::ShiftRightLogical
+        | O::Shuffle
+        | O::Sign
+        | O::Sin
+        | O::Sinh
+        | O::Slice
+        | O::Sqrt
+        | O::StochasticConvert
+        | O::Subtract
+        | O::Tan
+        | O::Tanh
+        | O::TopK
+        | O::Transpose
+        | O::TriangularSolve
+        | O::While
+        | O::Xor => (true, ""),
     };
     if good {
         None

@@ -205,7 +205,131 @@ pub(crate) fn check(at: &At, status: &Status, r: &mut Report) -> bool {
                 }
             }
         }
-        _ => {}
+        // No signature rule: the op calls no computation, or one whose
+        // signature is not checked (scan's `to_apply`, custom-call's
+        // `called_computations`, ...).
+        Opcode::Abs
+        | Opcode::Acos
+        | Opcode::Acosh
+        | Opcode::Add
+        | Opcode::AddDependency
+        | Opcode::AfterAll
+        | Opcode::AllGather
+        | Opcode::AllGatherDone
+        | Opcode::AllGatherStart
+        | Opcode::AllReduceDone
+        | Opcode::AllToAll
+        | Opcode::And
+        | Opcode::Asin
+        | Opcode::Asinh
+        | Opcode::AsyncDone
+        | Opcode::AsyncUpdate
+        | Opcode::Atan
+        | Opcode::Atan2
+        | Opcode::Atanh
+        | Opcode::BatchNormGrad
+        | Opcode::BatchNormInference
+        | Opcode::BatchNormTraining
+        | Opcode::Bitcast
+        | Opcode::BitcastConvert
+        | Opcode::Broadcast
+        | Opcode::Cbrt
+        | Opcode::Ceil
+        | Opcode::Cholesky
+        | Opcode::Clamp
+        | Opcode::CollectiveBroadcast
+        | Opcode::CollectivePermute
+        | Opcode::CollectivePermuteDone
+        | Opcode::CollectivePermuteStart
+        | Opcode::CollectiveReduce
+        | Opcode::Compare
+        | Opcode::Complex
+        | Opcode::Concatenate
+        | Opcode::Constant
+        | Opcode::Convert
+        | Opcode::Convolution
+        | Opcode::Copy
+        | Opcode::CopyDone
+        | Opcode::CopyStart
+        | Opcode::Cos
+        | Opcode::Cosh
+        | Opcode::Clz
+        | Opcode::CustomCall
+        | Opcode::Divide
+        | Opcode::Domain
+        | Opcode::Dot
+        | Opcode::DynamicReshape
+        | Opcode::DynamicSlice
+        | Opcode::DynamicUpdateSlice
+        | Opcode::Erf
+        | Opcode::Exp
+        | Opcode::Expm1
+        | Opcode::Fft
+        | Opcode::Floor
+        | Opcode::Gather
+        | Opcode::GetDimensionSize
+        | Opcode::GetTupleElement
+        | Opcode::Imag
+        | Opcode::Infeed
+        | Opcode::Iota
+        | Opcode::IsFinite
+        | Opcode::Log
+        | Opcode::Log1p
+        | Opcode::Logistic
+        | Opcode::Maximum
+        | Opcode::Minimum
+        | Opcode::Mulhi
+        | Opcode::Multiply
+        | Opcode::Negate
+        | Opcode::Not
+        | Opcode::OptimizationBarrier
+        | Opcode::Or
+        | Opcode::Outfeed
+        | Opcode::Pad
+        | Opcode::Parameter
+        | Opcode::PartitionId
+        | Opcode::PopulationCount
+        | Opcode::Power
+        | Opcode::RaggedAllToAll
+        | Opcode::RaggedDot
+        | Opcode::Real
+        | Opcode::Recv
+        | Opcode::RecvDone
+        | Opcode::ReducePrecision
+        | Opcode::Remainder
+        | Opcode::ReplicaId
+        | Opcode::Reshape
+        | Opcode::Reverse
+        | Opcode::Rng
+        | Opcode::RngBitGenerator
+        | Opcode::RngGetAndUpdateState
+        | Opcode::RoundNearestAfz
+        | Opcode::RoundNearestEven
+        | Opcode::Rsqrt
+        | Opcode::Scan
+        | Opcode::ScaledDot
+        | Opcode::Select
+        | Opcode::Send
+        | Opcode::SendDone
+        | Opcode::SetDimensionSize
+        | Opcode::ShiftLeft
+        | Opcode::ShiftRightArithmetic
+        | Opcode::ShiftRightLogical
+        | Opcode::Shuffle
+        | Opcode::Sign
+        | Opcode::Sin
+        | Opcode::Sinh
+        | Opcode::Slice
+        | Opcode::Sqrt
+        | Opcode::StochasticConvert
+        | Opcode::Subtract
+        | Opcode::Tan
+        | Opcode::Tanh
+        | Opcode::TopK
+        | Opcode::Transpose
+        | Opcode::TriangularSolve
+        | Opcode::Tuple
+        | Opcode::Xor => {}
     }
     true
 }

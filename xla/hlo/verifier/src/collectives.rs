@@ -49,7 +49,136 @@ fn check_inner(at: &At, r: &mut Report) {
             source_target_pairs(at, r);
             return;
         }
-        _ => return,
+        // Native starts are read as their collective and dones are skipped, above.
+        Opcode::AllGatherDone
+        | Opcode::AllGatherStart
+        | Opcode::AllReduceDone
+        | Opcode::AllReduceStart
+        | Opcode::CollectivePermuteDone
+        | Opcode::CollectivePermuteStart => return,
+        // Not collectives: no replica groups.
+        Opcode::Abs
+        | Opcode::Acos
+        | Opcode::Acosh
+        | Opcode::Add
+        | Opcode::AddDependency
+        | Opcode::AfterAll
+        | Opcode::And
+        | Opcode::Asin
+        | Opcode::Asinh
+        | Opcode::AsyncDone
+        | Opcode::AsyncStart
+        | Opcode::AsyncUpdate
+        | Opcode::Atan
+        | Opcode::Atan2
+        | Opcode::Atanh
+        | Opcode::BatchNormGrad
+        | Opcode::BatchNormInference
+        | Opcode::BatchNormTraining
+        | Opcode::Bitcast
+        | Opcode::BitcastConvert
+        | Opcode::Broadcast
+        | Opcode::Call
+        | Opcode::Cbrt
+        | Opcode::Ceil
+        | Opcode::Cholesky
+        | Opcode::Clamp
+        | Opcode::Compare
+        | Opcode::Complex
+        | Opcode::Concatenate
+        | Opcode::Conditional
+        | Opcode::Constant
+        | Opcode::Convert
+        | Opcode::Convolution
+        | Opcode::Copy
+        | Opcode::CopyDone
+        | Opcode::CopyStart
+        | Opcode::Cos
+        | Opcode::Cosh
+        | Opcode::Clz
+        | Opcode::CustomCall
+        | Opcode::Divide
+        | Opcode::Domain
+        | Opcode::Dot
+        | Opcode::DynamicReshape
+        | Opcode::DynamicSlice
+        | Opcode::DynamicUpdateSlice
+        | Opcode::Erf
+        | Opcode::Exp
+        | Opcode::Expm1
+        | Opcode::Fft
+        | Opcode::Floor
+        | Opcode::Fusion
+        | Opcode::Gather
+        | Opcode::GetDimensionSize
+        | Opcode::GetTupleElement
+        | Opcode::Imag
+        | Opcode::Infeed
+        | Opcode::Iota
+        | Opcode::IsFinite
+        | Opcode::Log
+        | Opcode::Log1p
+        | Opcode::Logistic
+        | Opcode::Map
+        | Opcode::Maximum
+        | Opcode::Minimum
+        | Opcode::Mulhi
+        | Opcode::Multiply
+        | Opcode::Negate
+        | Opcode::Not
+        | Opcode::OptimizationBarrier
+        | Opcode::Or
+        | Opcode::Outfeed
+        | Opcode::Pad
+        | Opcode::Parameter
+        | Opcode::PartitionId
+        | Opcode::PopulationCount
+        | Opcode::Power
+        | Opcode::RaggedDot
+        | Opcode::Real
+        | Opcode::Recv
+        | Opcode::RecvDone
+        | Opcode::Reduce
+        | Opcode::ReducePrecision
+        | Opcode::ReduceWindow
+        | Opcode::Remainder
+        | Opcode::ReplicaId
+        | Opcode::Reshape
+        | Opcode::Reverse
+        | Opcode::Rng
+        | Opcode::RngBitGenerator
+        | Opcode::RngGetAndUpdateState
+        | Opcode::RoundNearestAfz
+        | Opcode::RoundNearestEven
+        | Opcode::Rsqrt
+        | Opcode::Scan
+        | Opcode::ScaledDot
+        | Opcode::Scatter
+        | Opcode::Select
+        | Opcode::SelectAndScatter
+        | Opcode::Send
+        | Opcode::SendDone
+        | Opcode::SetDimensionSize
+        | Opcode::ShiftLeft
+        | Opcode::ShiftRightArithmetic
+        | Opcode::ShiftRightLogical
+        | Opcode::Shuffle
+        | Opcode::Sign
+        | Opcode::Sin
+        | Opcode::Sinh
+        | Opcode::Slice
+        | Opcode::Sort
+        | Opcode::Sqrt
+        | Opcode::StochasticConvert
+        | Opcode::Subtract
+        | Opcode::Tan
+        | Opcode::Tanh
+        | Opcode::TopK
+        | Opcode::Transpose
+        | Opcode::TriangularSolve
+        | Opcode::Tuple
+        | Opcode::While
+        | Opcode::Xor => return,
     };
     let mode = match group_mode(instr, op) {
         Ok(m) => m,
