@@ -7,7 +7,8 @@
 //! XLA itself needs the written shape (`convert`, `reshape`, `iota`,
 //! `custom-call`, async starts, ...), and `Invalid` when the operands or
 //! attributes admit no shape at all (mismatched dimensions, out-of-range
-//! dimension numbers, ...). The verifier reports only the second kind.
+//! dimension numbers, ...). The verifier reports the second kind as an error
+//! and lists instructions of the first as unchecked.
 //!
 //! Conventions:
 //! - Results carry no layout, except where the result *is* an operand's shape
