@@ -927,7 +927,17 @@ def gdb_path() -> str | None:
     return shutil.which("gdb")
 
 
+def with_time_limit(argv: list[str], cfg) -> list[str]:
+    """run_hlo_module gets --time-limit (3/4 of the per-run timeout): a
+    mutant whose loop never ends is a valid program, and the tool's answer
+    to it is a clean error, not a hang."""
+    if os.path.basename(argv[0]) == "run_hlo_module" and "--time-limit" not in argv:
+        return argv + ["--time-limit", f"{cfg.timeout * 0.75:g}"]
+    return argv
+
+
 def run_cmd(argv: list[str], cfg, env_extra=None, attach_gdb=False) -> Result:
+    argv = with_time_limit(argv, cfg)
     env = dict(os.environ)
     env["RUST_BACKTRACE"] = "0"
     if env_extra:

@@ -7,16 +7,22 @@
 //!   `0..n`; for `all-gather`, `reduce-scatter` and `all-to-all` every group
 //!   has the same size; in cross-replica mode (no `channel_id`) with
 //!   `replica_count` > 1, `n` equals the replica count.
+//! - No group list names more devices than the group mode's participants
+//!   (`num_partitions`, `replica_count` or their product, when the header
+//!   sets it above 1) or `MAX_DEVICES`; mesh-axis lists have a well-formed
+//!   mesh and name no axis twice.
 //! - `source_target_pairs`: pairs of two non-negative ids, no source and no
 //!   target used twice.
 //!
 //! Applies to the synchronous collectives, their native `-start` forms and
 //! sugared async starts; independent of the instruction's operands.
 
+use crate::header::MAX_DEVICES;
+use crate::sharding::{check_axis_ref, check_mesh};
 use crate::{At, Report};
 use std::collections::HashSet;
 use xla_hlo_ir::collective_groups::{group_mode, GroupMode};
-use xla_hlo_ir::shape_inference::written_group_size;
+use xla_hlo_ir::shape_inference::{checked_product, written_group_size};
 use xla_hlo_ir::{AttrKey, AttrValue, CollectiveDeviceList, Opcode};
 
 /// Checks the collective attributes; true when nothing was reported.
@@ -191,6 +197,11 @@ fn check_inner(at: &At, r: &mut Report) {
         at.err(r, format!("replica_groups: {e}"));
         return;
     }
+    let participants = participants(at, mode);
+    if let Err(e) = check_group_devices(instr.replica_groups(), participants) {
+        at.err(r, format!("replica_groups: {e}"));
+        return;
+    }
     let Some(CollectiveDeviceList::Explicit(groups)) = instr.replica_groups() else {
         return;
     };
@@ -221,6 +232,16 @@ fn check_inner(at: &At, r: &mut Report) {
         }
     }
     let n = seen.len() as i64;
+    if n > participants.unwrap_or(MAX_DEVICES) {
+        at.err(
+            r,
+            format!(
+                "replica_groups name {n} ids, more than the {} devices they can name",
+                participants.unwrap_or(MAX_DEVICES)
+            ),
+        );
+        return;
+    }
     if let Some(missing) = (0..n).find(|i| !seen.contains(i)) {
         at.err(
             r,
@@ -246,6 +267,55 @@ fn check_inner(at: &At, r: &mut Report) {
             r,
             format!("replica_groups name {n} replicas but the module has replica_count={replicas}"),
         );
+    }
+}
+
+/// How many ids the groups of a collective in `mode` range over, from the
+/// module header: `None` when the header leaves that count at 1 (modules
+/// written for `--devices N` without a header), so only `MAX_DEVICES` bounds
+/// them.
+fn participants(at: &At, mode: GroupMode) -> Option<i64> {
+    let (partitions, replicas) = (at.module.num_partitions(), at.module.replica_count());
+    let count = match mode {
+        GroupMode::CrossReplica | GroupMode::CrossReplicaAndPartition => replicas,
+        GroupMode::CrossPartition => partitions,
+        GroupMode::FlattenedId => partitions.saturating_mul(replicas),
+    };
+    (count > 1).then_some(count.min(MAX_DEVICES))
+}
+
+/// Iota and mesh-axis group lists: no more devices than `participants` (or
+/// `MAX_DEVICES`), meshes well formed, no mesh axis listed twice.
+fn check_group_devices(
+    groups: Option<&CollectiveDeviceList>,
+    participants: Option<i64>,
+) -> Result<(), String> {
+    let limit = participants.unwrap_or(MAX_DEVICES);
+    match groups {
+        Some(CollectiveDeviceList::Iota { reshape_dims, .. }) => {
+            let total = checked_product(reshape_dims)
+                .ok_or_else(|| format!("iota dimensions {reshape_dims:?} must be positive"))?;
+            if total > limit {
+                return Err(format!(
+                    "iota groups over {total} devices, more than the {limit} they can name"
+                ));
+            }
+            Ok(())
+        }
+        Some(CollectiveDeviceList::MeshAxes { mesh, axes }) => {
+            let size = check_mesh(mesh, participants.unwrap_or(0))?;
+            if size > limit {
+                return Err(format!(
+                    "a mesh of {size} devices, more than the {limit} they can name"
+                ));
+            }
+            let mut used = HashSet::new();
+            for axis in axes {
+                check_axis_ref(mesh, axis, &mut used)?;
+            }
+            Ok(())
+        }
+        Some(CollectiveDeviceList::Explicit(_)) | None => Ok(()),
     }
 }
 

@@ -6,6 +6,8 @@
 //! - `input_output_alias`: parameter numbers in range, parameter and output
 //!   tuple indices naming existing subshapes, each output aliased once.
 //! - `buffer_donor`: parameter numbers in range and existing subshapes.
+//! - `num_partitions`, `replica_count` and their product within
+//!   [`MAX_DEVICES`].
 //!
 //! Invariant: runs after the structural phase and only on a sound entry.
 
@@ -13,7 +15,47 @@ use crate::structure::Status;
 use crate::{compatible, param_shapes, root_shape, show, Report};
 use xla_hlo_ir::HloModule;
 
+/// The most devices (`num_partitions` x `replica_count`, and the devices of
+/// any sharding, mesh or replica group) a module may name. Later code
+/// allocates per device (communicators, device tables), so the verifier
+/// bounds the count: 65,536 is above every multi-node system XLA targets
+/// today (a 64x8 GPU cluster is 512 devices, a TPU v5p pod 8,960 chips).
+pub const MAX_DEVICES: i64 = 1 << 16;
+
+/// `num_partitions` and `replica_count` each in `1..=MAX_DEVICES`, and their
+/// product too.
+fn check_device_counts(module: &HloModule, r: &mut Report) {
+    let config = &module.config;
+    for (key, value) in [
+        ("num_partitions", config.num_partitions),
+        ("replica_count", config.replica_count),
+    ] {
+        if let Some(v) = value {
+            if !(1..=MAX_DEVICES).contains(&v) {
+                r.comp(
+                    "<module>",
+                    format!("{key}={v} is out of range (1 to {MAX_DEVICES} devices)"),
+                );
+            }
+        }
+    }
+    let partitions = config.num_partitions.unwrap_or(1);
+    let replicas = config.replica_count.unwrap_or(1);
+    if (1..=MAX_DEVICES).contains(&partitions)
+        && (1..=MAX_DEVICES).contains(&replicas)
+        && partitions * replicas > MAX_DEVICES
+    {
+        r.comp(
+            "<module>",
+            format!(
+                "num_partitions={partitions} x replica_count={replicas} is more than {MAX_DEVICES} devices"
+            ),
+        );
+    }
+}
+
 pub(crate) fn check(module: &HloModule, status: &Status, r: &mut Report) {
+    check_device_counts(module, r);
     if !status.entry_ok || !status.callee_ok(module.entry) {
         return;
     }

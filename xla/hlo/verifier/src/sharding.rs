@@ -13,19 +13,19 @@
 //! - Named (mesh) shardings: positive axis sizes with distinct names, device
 //!   ids covering the mesh, one entry per dimension, axis references naming
 //!   mesh axes (sub-axes dividing their axis), no axis used twice.
+//! - No tile assignment or mesh of more than `MAX_DEVICES` devices.
 //!
 //! Shardings are checked whatever the state of the instruction's operands;
 //! token-shaped instructions accept any sharding (as in XLA); device lists
-//! longer than `EXPAND_LIMIT` are not expanded.
+//! are expanded only once their size is known to be within `MAX_DEVICES`.
 
+use crate::header::MAX_DEVICES;
 use crate::{show, At, Report};
 use std::collections::HashSet;
 use xla_hlo_ir::mesh::{iota_devices, AxisRef, Mesh, MeshDeviceIds};
 use xla_hlo_ir::shape_inference::{checked_product, is_permutation};
 use xla_hlo_ir::sharding::{NamedDims, NamedSharding};
 use xla_hlo_ir::{HloSharding, Shape, ShardingKind, SingleSharding, TileAssignment};
-
-const EXPAND_LIMIT: i64 = 1 << 22;
 
 pub(crate) fn check(at: &At, r: &mut Report) {
     let instr = at.instr();
@@ -157,6 +157,11 @@ fn check_single(s: &SingleSharding, shape: &Shape, np: i64) -> Result<(), String
                     "tile assignment {dims:?} needs {n} devices but lists {held}"
                 ));
             }
+            if n > MAX_DEVICES {
+                return Err(format!(
+                    "tile assignment of {n} devices is over the limit of {MAX_DEVICES}"
+                ));
+            }
             if let Some(rank) = data_rank(shape) {
                 let want = rank + usize::from(*replicate_on_last_tile_dim) + last_tile_dims.len();
                 if dims.len() != want {
@@ -167,16 +172,15 @@ fn check_single(s: &SingleSharding, shape: &Shape, np: i64) -> Result<(), String
                     ));
                 }
             }
-            if n <= EXPAND_LIMIT {
-                check_devices(&tile_assignment.devices(), np)?;
-            }
+            check_devices(&tile_assignment.devices(), np)?;
             Ok(())
         }
         ShardingKind::Named(ns) => check_named(ns, shape, np),
     }
 }
 
-fn check_mesh(mesh: &Mesh, np: i64) -> Result<i64, String> {
+/// Checks a mesh (of a sharding or a replica-group list); returns its size.
+pub(crate) fn check_mesh(mesh: &Mesh, np: i64) -> Result<i64, String> {
     let mut names = HashSet::new();
     for (name, size) in &mesh.axes {
         if *size <= 0 {
@@ -188,6 +192,11 @@ fn check_mesh(mesh: &Mesh, np: i64) -> Result<i64, String> {
     }
     let sizes: Vec<i64> = mesh.axes.iter().map(|a| a.1).collect();
     let n = checked_product(&sizes).ok_or_else(|| "mesh size overflows".to_string())?;
+    if n > MAX_DEVICES {
+        return Err(format!(
+            "mesh of {n} devices is over the limit of {MAX_DEVICES}"
+        ));
+    }
     match &mesh.device_ids {
         None => {
             if np > 1 && n > np {
@@ -208,15 +217,18 @@ fn check_mesh(mesh: &Mesh, np: i64) -> Result<i64, String> {
             if held != n {
                 return Err(format!("mesh of {n} devices has {held} iota device ids"));
             }
-            if n <= EXPAND_LIMIT {
-                check_devices(&iota_devices(reshape_dims, perm), np)?;
-            }
+            check_devices(&iota_devices(reshape_dims, perm), np)?;
         }
     }
     Ok(n)
 }
 
-fn check_axis_ref(mesh: &Mesh, a: &AxisRef, used: &mut HashSet<AxisRef>) -> Result<(), String> {
+/// Checks that `a` names (a sub-axis dividing) an axis of `mesh`, not used before.
+pub(crate) fn check_axis_ref(
+    mesh: &Mesh,
+    a: &AxisRef,
+    used: &mut HashSet<AxisRef>,
+) -> Result<(), String> {
     let Some(total) = mesh.axis_size(&a.name) else {
         return Err(format!("axis '{}' is not in the mesh", a.name));
     };

@@ -388,6 +388,24 @@ pub(super) fn infer_scatter(cx: &Cx) -> R<Shape> {
     for &d in &dn.scatter_dims_to_operand_dims {
         dim_index(d, a0.rank(), "scatter_dims_to_operand_dims entry")?;
     }
+    if dn.input_batching_dims.len() != dn.scatter_indices_batching_dims.len() {
+        invalid!("input_batching_dims and scatter_indices_batching_dims differ in length");
+    }
+    let mut removed = dn.inserted_window_dims.clone();
+    removed.extend(&dn.input_batching_dims);
+    check_unique(&removed, "inserted_window_dims and input_batching_dims")?;
+    for &d in &removed {
+        dim_index(d, a0.rank(), "inserted window or batching dimension")?;
+    }
+    check_unique(
+        &dn.scatter_indices_batching_dims,
+        "scatter_indices_batching_dims",
+    )?;
+    for &d in &dn.scatter_indices_batching_dims {
+        if dim_index(d, idx.rank(), "scatter_indices_batching_dims entry")? == ivd {
+            invalid!("scatter_indices_batching_dims contains index_vector_dim");
+        }
+    }
     let scatter_batch = idx.rank() - usize::from(ivd < idx.rank());
     let u0 = cx.array(k + 1)?;
     for i in k + 1..n {
