@@ -11,7 +11,8 @@
 
 use crate::graph::{Graph, Node};
 use crate::infer::{normalize, Prop};
-use crate::ShardingPropagationOptions;
+use crate::level::{may_combine_partial, BROADCAST_FORWARD_LEVEL, PASS_THROUGH_LEVEL};
+use crate::options::ShardingPropagationOptions;
 use rustc_hash::FxHashMap;
 use xla_hlo_ir::sharding::{ShardGroup, SingleSharding};
 use xla_hlo_ir::{
@@ -366,7 +367,7 @@ pub(crate) fn propagate(
         fwd_memo: vec![(0, 0); n],
         bwd_memo: vec![(0, 0); n],
     };
-    for level in 0..4 {
+    for level in PASS_THROUGH_LEVEL..=BROADCAST_FORWARD_LEVEL {
         fx.run(&mut p, level, true);
     }
     // Align shard_as groups.
@@ -404,7 +405,7 @@ pub(crate) fn propagate(
             }
         }
     }
-    fx.run(&mut p, 3, true);
+    fx.run(&mut p, BROADCAST_FORWARD_LEVEL, true);
     stats.iterations = fx.iterations;
     stats.rule_calls = fx.rule_calls;
 
@@ -843,7 +844,7 @@ impl FixPoint<'_> {
                 d.grp(x, true);
             }
         }
-        let may_merge = level > 0;
+        let may_merge = may_combine_partial(level);
         let mut any = false;
         loop {
             let mut changed_last = false;

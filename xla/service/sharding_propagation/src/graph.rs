@@ -8,6 +8,7 @@
 //! adds or removes instructions while propagating); users lists hold each
 //! user once, in instruction order; post orders contain every instruction.
 
+use crate::level::{ALL_OPS_LEVEL, BROADCAST_FROM_USERS_LEVEL, PASS_THROUGH_LEVEL};
 use rustc_hash::FxHashMap;
 use xla_hlo_ir::{AttrKey, CompId, HloInstruction, HloModule, InstrId, Opcode, Shape};
 
@@ -135,11 +136,11 @@ impl<'m> Graph<'m> {
                         | Opcode::While
                 );
             g.min_level.push(if passthrough {
-                0
+                PASS_THROUGH_LEVEL
             } else if op == Opcode::Broadcast {
-                2
+                BROADCAST_FROM_USERS_LEVEL
             } else {
-                1
+                ALL_OPS_LEVEL
             });
             let bu = g.users[x]
                 .iter()

@@ -16,6 +16,10 @@
 use crate::dims::{self, DotDims, GsDims};
 use crate::graph::CustomCallKind;
 use crate::graph::{has_side_effect, is_elementwise, Graph, Node};
+use crate::level::{
+    may_combine_partial, BROADCAST_FORWARD_LEVEL, BROADCAST_FROM_USERS_LEVEL, MAX_LEVEL,
+    PASS_THROUGH_LEVEL,
+};
 use xla_hlo_ir::{AttrKey, Opcode, Shape};
 use xla_hlo_utils::merge::{
     is_leaf_more_specific, is_more_specific, is_subtiling_or_equal, merge_sharding,
@@ -28,8 +32,6 @@ use xla_hlo_utils::ops::{
 };
 use xla_hlo_utils::sharding::leaf_count;
 use xla_hlo_utils::{InstrSharding, Sharding, TileArray};
-
-pub(crate) const MAX_LEVEL: i64 = i64::MAX;
 
 /// Propagation state: the graph and each node's current sharding.
 pub(crate) struct Prop<'m> {
@@ -335,14 +337,16 @@ impl<'m> Prop<'m> {
                 if self.g.cc_kind(x) == CustomCallKind::ShardToFull {
                     return false;
                 }
-                if level == 0 && matches!(opcode, Opcode::Concatenate | Opcode::DynamicSlice) {
+                if level == PASS_THROUGH_LEVEL
+                    && matches!(opcode, Opcode::Concatenate | Opcode::DynamicSlice)
+                {
                     return false;
                 }
                 self.set(x, InstrSharding::Single(Sharding::Manual));
                 return true;
             }
         }
-        let may_combine = level > 0;
+        let may_combine = may_combine_partial(level);
         if !self.supports_spatial(x, self.allow_output, false) {
             let g = &self.g;
             if shape.is_tuple()
@@ -392,7 +396,7 @@ impl<'m> Prop<'m> {
             Opcode::Tuple => self.infer_tuple(x),
             Opcode::Reduce => self.infer_reduce(x, may_combine),
             Opcode::Broadcast => {
-                if level < 3 {
+                if level < BROADCAST_FORWARD_LEVEL {
                     return false;
                 }
                 let Some(op) = self.g.operand(x, 0) else {
@@ -417,7 +421,7 @@ impl<'m> Prop<'m> {
                 if !self.sp(op) {
                     return false;
                 }
-                if level == 0 {
+                if level == PASS_THROUGH_LEVEL {
                     let ops: Vec<Node> = self.g.operands(x).collect();
                     for co in ops {
                         if !self.concat_operand_can_pass_through(co) {
@@ -1224,7 +1228,7 @@ impl<'m> Prop<'m> {
         if !self.can_propagate_through(user, level) || !self.sp(user) {
             return None;
         }
-        let may_combine = level > 0;
+        let may_combine = may_combine_partial(level);
         let g = &self.g;
         let us = self.get(user)?;
         let ui = g.instr(user);
@@ -1239,7 +1243,7 @@ impl<'m> Prop<'m> {
                 ))
             }
             Opcode::Concatenate => {
-                if level == 0 {
+                if level == PASS_THROUGH_LEVEL {
                     return None;
                 }
                 Some(us.clone())
@@ -1253,7 +1257,7 @@ impl<'m> Prop<'m> {
                 single_of(self.dot_operand_sharding(user, idx, &dd, may_combine))
             }
             Opcode::DynamicSlice | Opcode::DynamicUpdateSlice => {
-                if level == 0 {
+                if level == PASS_THROUGH_LEVEL {
                     return None;
                 }
                 if us.is_replicated() {
@@ -1670,7 +1674,7 @@ impl<'m> Prop<'m> {
     /// `InferShardingFromUsers`: returns whether `x` changed.
     pub fn infer_from_users(&mut self, x: Node, level: i64) -> bool {
         let opcode = self.g.opcode(x);
-        if level < 2 && opcode == Opcode::Broadcast {
+        if level < BROADCAST_FROM_USERS_LEVEL && opcode == Opcode::Broadcast {
             return false;
         }
         if self.is_manual(x) {
@@ -1697,7 +1701,7 @@ impl<'m> Prop<'m> {
         if !self.supports_spatial(x, false, self.allow_params) {
             return false;
         }
-        let may_combine = level > 0;
+        let may_combine = may_combine_partial(level);
         let mut improved = false;
         for k in 0..self.g.users(x).len() {
             let u = self.g.users(x)[k];
@@ -1729,7 +1733,7 @@ impl<'m> Prop<'m> {
                 }
             }
         }
-        let may_combine = level > 0;
+        let may_combine = may_combine_partial(level);
         let mut changed = false;
         for &m in members {
             if m == x {

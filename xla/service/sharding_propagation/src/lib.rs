@@ -41,36 +41,15 @@ mod dims;
 mod driver;
 mod graph;
 mod infer;
+mod level;
+mod options;
 
 use xla_hlo_ir::HloModule;
 use xla_hlo_pass::{Pass, PassError};
 
 pub use completion::ShardingCompletion;
 pub use driver::PropagationStats;
-
-/// Options of the pass. The defaults are XLA's for SPMD partitioning.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ShardingPropagationOptions {
-    /// Replace `Sharding` custom-calls by copies (named `copy`, `copy.1`,
-    /// ...) as XLA does; otherwise keep them.
-    pub replace_sharding_custom_calls: bool,
-    /// Per-output permission to change the entry root's sharding; `None`
-    /// reads `allow_spmd_sharding_propagation_to_output` from the module.
-    pub allow_propagation_to_output: Option<Vec<bool>>,
-    /// Per-parameter permission to change entry parameter shardings; `None`
-    /// reads `allow_spmd_sharding_propagation_to_parameters`.
-    pub allow_propagation_to_parameters: Option<Vec<bool>>,
-}
-
-impl Default for ShardingPropagationOptions {
-    fn default() -> Self {
-        ShardingPropagationOptions {
-            replace_sharding_custom_calls: true,
-            allow_propagation_to_output: None,
-            allow_propagation_to_parameters: None,
-        }
-    }
-}
+pub use options::ShardingPropagationOptions;
 
 /// The `sharding-propagation` pass.
 #[derive(Clone, Debug, Default)]
