@@ -11,8 +11,9 @@
 //! collective-permute), so partition ids are device ids.
 
 use crate::error::{invalid, SpmdError};
-use crate::grid::Groups;
-use crate::partition::VS;
+use crate::grid::{GridCache, Groups};
+use crate::partition::{ShardingCache, VS};
+use crate::reshard::PlanCache;
 use rustc_hash::{FxHashMap, FxHashSet};
 use xla_hlo_ir::attrs::{PaddingDim, SliceDim};
 use xla_hlo_ir::literal::ArrayLiteral;
@@ -20,6 +21,31 @@ use xla_hlo_ir::{
     ArrayShape, AttrKey, AttrValue, CollectiveDeviceList, CompId, HloComputation, HloInstruction,
     HloModule, InstrId, Literal, Opcode, PrimitiveType, Shape,
 };
+
+/// The memo tables of one module's partitioning: derived grids, reshard
+/// plans, converted shardings. Every table memoizes a pure function, keyed
+/// by value, so the cache changes no result; it lives as long as the
+/// module's `ModCtx`.
+#[derive(Default)]
+pub struct PartitionCache {
+    pub grids: GridCache,
+    pub plans: PlanCache,
+    pub shardings: ShardingCache,
+}
+
+impl PartitionCache {
+    /// The cheapest reshard plan from `src` to `tgt` for an array of `dims`
+    /// with `bytes` bytes per element (memoized).
+    pub fn plan(
+        &self,
+        src: &crate::grid::Grid,
+        tgt: &crate::grid::Grid,
+        dims: &[i64],
+        bytes: u64,
+    ) -> crate::reshard::Plan {
+        self.plans.plan(&self.grids, src, tgt, dims, bytes)
+    }
+}
 
 /// Module-wide state shared by every computation being partitioned.
 pub struct ModCtx {
@@ -45,6 +71,8 @@ pub struct ModCtx {
     pub changes: usize,
     /// Handler uses by `opcode:handler`.
     pub handler_counts: FxHashMap<(Opcode, &'static str), usize>,
+    /// Memo tables of the module's partitioning.
+    pub cache: PartitionCache,
 }
 
 impl ModCtx {
@@ -73,6 +101,7 @@ impl ModCtx {
             partitioned: FxHashMap::default(),
             handler_counts: Default::default(),
             changes: 0,
+            cache: PartitionCache::default(),
         }
     }
 

@@ -17,8 +17,8 @@
 //! before the local dot, so padding never reaches a sum.
 
 use crate::error::SpmdError;
-use crate::grid::{local_dims, Grid};
-use crate::handlers::{mask_padding, merge_grids};
+use crate::grid::{local_dims, Grid, GridCache};
+use crate::handlers::mask_padding;
 use crate::partition::{PValue, Part, VS};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode};
@@ -60,14 +60,14 @@ fn elems(d: &[i64]) -> u64 {
     d.iter().map(|&x| x.max(0) as u64).product()
 }
 
-fn project(i: &Grid, dims: &[usize]) -> Grid {
+fn project(grids: &GridCache, i: &Grid, dims: &[usize]) -> Grid {
     let map: Vec<Option<usize>> = dims.iter().map(|&d| Some(d)).collect();
-    i.remap(&map)
+    grids.remap(i, &map)
 }
 
-fn lift(g: &Grid, dims: &[usize], ni: usize) -> Grid {
+fn lift(grids: &GridCache, g: &Grid, dims: &[usize], ni: usize) -> Grid {
     let map: Vec<Option<usize>> = (0..ni).map(|i| dims.iter().position(|&d| d == i)).collect();
-    g.remap(&map)
+    grids.remap(g, &map)
 }
 
 /// The layout an einsum is computed in (iteration-space grid), what
@@ -113,9 +113,9 @@ pub fn einsum_plan(
         .element_type()
         .map(|t| t.byte_width().max(1))
         .unwrap_or(4) as u64;
-    let i_o = lift(out, &e.out, ni);
-    let i_l = lift(&lg, &e.lhs, ni);
-    let i_r = lift(&rg, &e.rhs, ni);
+    let i_o = lift(p.grids(), out, &e.out, ni);
+    let i_l = lift(p.grids(), &lg, &e.lhs, ni);
+    let i_r = lift(p.grids(), &rg, &e.rhs, ni);
     let l_only: Vec<usize> = (0..ni)
         .filter(|d| e.lhs.contains(d) && !e.rhs.contains(d))
         .collect();
@@ -123,19 +123,19 @@ pub fn einsum_plan(
         .filter(|d| e.rhs.contains(d) && !e.lhs.contains(d))
         .collect();
     let mut cands = vec![i_o.clone(), i_l.clone(), i_r.clone()];
-    cands.extend(merge_grids(&i_l, &i_r, &r_only));
-    cands.extend(merge_grids(&i_r, &i_l, &l_only));
-    cands.extend(merge_grids(&i_o, &i_l, &e.contracted));
-    cands.extend(merge_grids(&i_o, &i_r, &e.contracted));
-    if let Some(m) = merge_grids(&i_l, &i_r, &r_only) {
+    cands.extend(p.grids().merge(&i_l, &i_r, &r_only));
+    cands.extend(p.grids().merge(&i_r, &i_l, &l_only));
+    cands.extend(p.grids().merge(&i_o, &i_l, &e.contracted));
+    cands.extend(p.grids().merge(&i_o, &i_r, &e.contracted));
+    if let Some(m) = p.grids().merge(&i_l, &i_r, &r_only) {
         let non_k: Vec<usize> = (0..ni).filter(|d| !e.contracted.contains(d)).collect();
-        cands.extend(merge_grids(&m, &i_o, &non_k));
+        cands.extend(p.grids().merge(&m, &i_o, &non_k));
     }
     let mut best: Option<(Choice, i64)> = None;
     let mut seen: Vec<Grid> = Vec::with_capacity(cands.len());
     for c in cands {
         let c = if e.whole.iter().any(|&d| c.tiles(d) > 1) {
-            c.replicate_dims(&e.whole)
+            p.grids().replicate_dims(&c, &e.whole)
         } else {
             c
         };
@@ -143,10 +143,10 @@ pub fn einsum_plan(
             continue;
         }
         seen.push(c.clone());
-        let il = project(&c, &e.lhs);
-        let ir = project(&c, &e.rhs);
+        let il = project(p.grids(), &c, &e.lhs);
+        let ir = project(p.grids(), &c, &e.rhs);
         let mut cost = p.cost(lhs, &il) + p.cost(rhs, &ir);
-        let io = project(&c, &e.out);
+        let io = project(p.grids(), &c, &e.out);
         let k_tiled: Vec<usize> = e
             .contracted
             .iter()
@@ -198,9 +198,9 @@ pub fn einsum_emit(
     emit: &mut EmitFn<'_>,
 ) -> Res {
     let c = choice.i;
-    let il = project(&c, &e.lhs);
-    let ir = project(&c, &e.rhs);
-    let io = project(&c, &e.out);
+    let il = project(p.grids(), &c, &e.lhs);
+    let ir = project(p.grids(), &c, &e.rhs);
+    let io = project(p.grids(), &c, &e.out);
     let x = p.reshard_to_grid(lhs, &il)?;
     let y = p.reshard_to_grid(rhs, &ir)?;
     // Mask uneven contracted dims.
@@ -225,12 +225,12 @@ pub fn einsum_emit(
     match choice.post {
         Post::None => Ok(Some(local)),
         Post::AllReduce => {
-            let groups = c.factor_groups(&k_tiled);
+            let groups = p.grids().factor_groups(&c, &k_tiled);
             let id = p.b.all_reduce(local.id, &groups, Opcode::Add)?;
             Ok(Some(PValue { id, ..local }))
         }
         Post::ReduceScatter(od, rs) => {
-            let groups = c.factor_groups(&k_tiled);
+            let groups = p.grids().factor_groups(&c, &k_tiled);
             let id = p.b.reduce_scatter(local.id, od, &groups, Opcode::Add)?;
             Ok(Some(PValue {
                 id,
@@ -552,7 +552,7 @@ fn kernel_window_sharded(
     let Some(b) = einsum_plan(p, instr, &eb, lhs, rhs, out) else {
         return Ok(None);
     };
-    let il = project(&b.i, &eb.lhs);
+    let il = project(p.grids(), &b.i, &eb.lhs);
     let mut halo = 0;
     let mut tiled = false;
     for s in 0..ns {
@@ -697,8 +697,8 @@ fn grouped_on_features(
     }
     let mut rmap = vec![None; rhs.shape.rank()];
     rmap[u(dn.kernel_output_feature)] = Some(of);
-    let lg = out.remap(&lmap);
-    let rg = out.remap(&rmap);
+    let lg = p.grids().remap(out, &lmap);
+    let rg = p.grids().remap(out, &rmap);
     let x = p.reshard_to_grid(lhs, &lg)?;
     let y = p.reshard_to_grid(rhs, &rg)?;
     let (x, w) = conv_halos(

@@ -15,19 +15,19 @@
 //! over the sliced dims' devices is exact.
 
 use crate::error::SpmdError;
-use crate::grid::{local_dims, tile_size, Grid};
-use crate::handlers::{cheapest, merge_grids};
+use crate::grid::{local_dims, tile_size, Grid, GridCache};
+use crate::handlers::cheapest;
 use crate::partition::{local_shape, PValue, Part, VS};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, PrimitiveType, Shape};
 
 type Res = Result<Option<PValue>, SpmdError>;
 
-fn lift(g: &Grid, map: &[Option<usize>], ni: usize) -> Grid {
+fn lift(grids: &GridCache, g: &Grid, map: &[Option<usize>], ni: usize) -> Grid {
     let m: Vec<Option<usize>> = (0..ni)
         .map(|i| map.iter().position(|&d| d == Some(i)))
         .collect();
-    g.remap(&m)
+    grids.remap(g, &m)
 }
 
 fn elems(d: &[i64]) -> u64 {
@@ -116,13 +116,13 @@ pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res 
     }
     let ni = ro + sliced.len();
     let out_map: Vec<Option<usize>> = (0..ro).map(Some).collect();
-    let i_o = lift(&out, &out_map, ni);
-    let i_op = lift(&og, &op_map, ni);
-    let i_ix = lift(&ig, &idx_map, ni);
+    let i_o = lift(p.grids(), &out, &out_map, ni);
+    let i_op = lift(p.grids(), &og, &op_map, ni);
+    let i_ix = lift(p.grids(), &ig, &idx_map, ni);
     let sl_iter: Vec<usize> = (ro..ni).collect();
     let mut cands = vec![i_o.clone(), i_op.clone(), i_ix.clone()];
-    cands.extend(merge_grids(&i_o, &i_op, &sl_iter));
-    cands.extend(merge_grids(&i_ix, &i_op, &sl_iter));
+    cands.extend(p.grids().merge(&i_o, &i_op, &sl_iter));
+    cands.extend(p.grids().merge(&i_ix, &i_op, &sl_iter));
     let bytes = instr
         .shape
         .element_type()
@@ -131,9 +131,9 @@ pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res 
     let costed: Vec<(Grid, u64)> = cands
         .into_iter()
         .map(|c| {
-            let gop = c.remap(&op_map);
-            let gix = c.remap(&idx_map);
-            let go = c.remap(&out_map);
+            let gop = p.grids().remap(&c, &op_map);
+            let gix = p.grids().remap(&c, &idx_map);
+            let go = p.grids().remap(&c, &out_map);
             let mut cost =
                 p.cost(&op, &gop) + p.cost(&ix, &gix) + p.cost_of(&instr.shape, &go, &out);
             if sl_iter.iter().any(|&s| c.tiles(s) > 1) {
@@ -145,9 +145,9 @@ pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res 
     let Some(c) = cheapest(&costed) else {
         return Ok(None);
     };
-    let gop = c.remap(&op_map);
-    let gix = c.remap(&idx_map);
-    let go = c.remap(&out_map);
+    let gop = p.grids().remap(&c, &op_map);
+    let gix = p.grids().remap(&c, &idx_map);
+    let go = p.grids().remap(&c, &out_map);
     let x = p.reshard_to_grid(&op, &gop)?;
     let mut y = p.reshard_to_grid(&ix, &gix)?;
     let tiled_sliced: Vec<(usize, usize)> = sliced
@@ -201,7 +201,7 @@ pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res 
         .iter()
         .map(|&(k, _)| (ro + k, c.tiles(ro + k)))
         .collect();
-    let groups = c.factor_groups(&factors);
+    let groups = p.grids().factor_groups(&c, &factors);
     let ar = p.b.all_reduce(sel, &groups, Opcode::Add)?;
     Ok(Some(PValue {
         id: ar,
@@ -260,8 +260,9 @@ fn shift_indices(
             vec![lob, comp, hib],
             vec![],
         );
-        let offs = gop.offsets(d, ts);
-        let valid = gop.per_coord(
+        let offs = p.grids().offsets(gop, d, ts);
+        let valid = p.grids().per_coord(
+            gop,
             d,
             &(0..t)
                 .map(|i| (x - i * ts).clamp(0, ts))
@@ -425,10 +426,10 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
         let bad: Vec<usize> = (0..rop)
             .filter(|&d| !allowed[d] && g.tiles(d) > 1)
             .collect();
-        g.replicate_dims(&bad)
+        p.grids().replicate_dims(g, &bad)
     };
     let links = batch_links.clone().unwrap_or_default();
-    let upd_map = |g: &Grid| -> Grid {
+    let upd_map = |grids: &GridCache, g: &Grid| -> Grid {
         let map: Vec<Option<usize>> = (0..ud.len())
             .map(|j| {
                 (0..rop)
@@ -436,13 +437,13 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
                     .or_else(|| links.iter().find(|l| l.2 == j).map(|l| l.0))
             })
             .collect();
-        g.remap(&map)
+        grids.remap(g, &map)
     };
-    let ix_map = |g: &Grid| -> Grid {
+    let ix_map = |grids: &GridCache, g: &Grid| -> Grid {
         let map: Vec<Option<usize>> = (0..ix_rank)
             .map(|j| links.iter().find(|l| l.1 == j).map(|l| l.0))
             .collect();
-        g.remap(&map)
+        grids.remap(g, &map)
     };
     let mut cands = vec![restrict(&out)];
     let c2 = restrict(&og);
@@ -453,8 +454,8 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
         .into_iter()
         .map(|c| {
             let cost = p.cost(&op, &c)
-                + p.cost(&up, &upd_map(&c))
-                + p.cost(&ix, &ix_map(&c))
+                + p.cost(&up, &upd_map(p.grids(), &c))
+                + p.cost(&ix, &ix_map(p.grids(), &c))
                 + p.cost_of(&instr.shape, &c, &out);
             (c, cost)
         })
@@ -473,8 +474,8 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
         }
     }
     let x = p.reshard_to_grid(&op, &c)?;
-    let u = p.reshard_to_grid(&up, &upd_map(&c))?;
-    let mut y = p.reshard_to_grid(&ix, &ix_map(&c))?;
+    let u = p.reshard_to_grid(&up, &upd_map(p.grids(), &c))?;
+    let mut y = p.reshard_to_grid(&ix, &ix_map(p.grids(), &c))?;
     let shifts: Vec<(usize, usize)> = sdod
         .iter()
         .enumerate()
@@ -498,7 +499,7 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
             match shifts.iter().find(|s| s.0 == k) {
                 Some(&(_, d)) => {
                     let ts = tile_size(od[d], c.tiles(d));
-                    let off = to_ty(p, &c.offsets(d, ts), ty)?;
+                    let off = to_ty(p, &p.grids().offsets(&c, d, ts), ty)?;
                     let cd = p.b.dims(comp);
                     let ob = p.b.splat(off, &cd);
                     comps.push(p.b.binary(Opcode::Subtract, comp, ob));
@@ -592,7 +593,7 @@ fn scatter_reduce(
         let drop: Vec<usize> = (0..ud.len())
             .filter(|&d| g.tiles(d) > 1 && (!usd.contains(&d) || ud[d] % g.tiles(d) != 0))
             .collect();
-        g.replicate_dims(&drop)
+        p.grids().replicate_dims(g, &drop)
     };
     let mut cands: Vec<Grid> = Vec::new();
     if let Some(g) = up.vs.grid() {
@@ -602,13 +603,13 @@ fn scatter_reduce(
         let map: Vec<Option<usize>> = (0..ud.len())
             .map(|d| usd.iter().position(|&u| u == d).map(|k| isd[k]))
             .collect();
-        let c = even(&g.remap(&map));
+        let c = even(&p.grids().remap(g, &map));
         if !cands.contains(&c) {
             cands.push(c);
         }
     }
     let n = p.n();
-    let repl = Grid::replicated(od.len(), n);
+    let repl = p.grids().replicated(od.len(), n);
     let ar_bytes =
         od.iter().map(|&d| d.max(0) as u64).product::<u64>() * ty.byte_width().max(1) as u64;
     let ix_map: Vec<Option<usize>> = (0..xd.len())
@@ -619,7 +620,7 @@ fn scatter_reduce(
         if gu.is_replicated() {
             continue;
         }
-        let gi = gu.remap(&ix_map);
+        let gi = p.grids().remap(&gu, &ix_map);
         let cost = p.cost(up, &gu)
             + p.cost(ix, &gi)
             + ar_bytes
@@ -633,7 +634,7 @@ fn scatter_reduce(
         return Ok(None);
     };
     let factors: Vec<(usize, i64)> = gu.tiled_dims().iter().map(|&d| (d, gu.tiles(d))).collect();
-    let groups = gu.factor_groups(&factors);
+    let groups = p.grids().factor_groups(&gu, &factors);
     let u = p.reshard_to_grid(up, &gu)?;
     let y = p.reshard_to_grid(ix, &gi)?;
     let init =

@@ -23,7 +23,8 @@
 //! `None`/errors.
 
 use crate::error::SpmdError;
-use rustc_hash::{FxHashMap, FxHasher};
+use crate::memo::{hash_of, MemoTable};
+use rustc_hash::{FxHashSet, FxHasher};
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, OnceLock};
@@ -123,9 +124,10 @@ impl DevGroups {
 /// Device groups of a collective (shared).
 pub type Groups = Arc<DevGroups>;
 
-/// A normalized tiled sharding over all devices. Cloning is cheap (shared);
-/// grids are interned per thread, so equal grids built by the partitioner
-/// usually share storage and derived grids are memoized by identity.
+/// A normalized tiled sharding over all devices. Cloning is cheap (shared).
+/// `==` and `Hash` are semantic (equal device arrays over equal dims); a
+/// [`GridCache`] memoizes derived grids by value and interns them, so equal
+/// grids it hands out share storage and compare by pointer first.
 #[derive(Clone, Debug)]
 pub struct Grid(Arc<GridData>);
 
@@ -160,201 +162,6 @@ fn strides(dims: &[i64]) -> Vec<i64> {
         s[d] = s[d + 1] * dims[d + 1];
     }
     s
-}
-
-/// Memo tables for grid operations, keyed by grid identity.
-#[derive(Default)]
-struct Memo {
-    interned: FxHashMap<u64, Vec<Grid>>,
-    remap: FxHashMap<(usize, Vec<Option<usize>>), Grid>,
-    gathered: FxHashMap<(usize, Vec<(usize, i64)>), Option<Grid>>,
-    a2a: FxHashMap<(usize, usize, usize, i64), Option<Grid>>,
-    coarse: FxHashMap<(usize, Vec<i64>), Option<Grid>>,
-    groups: FxHashMap<(usize, Vec<(usize, i64)>), Groups>,
-    replicated: FxHashMap<(usize, i64), Grid>,
-    merged: FxHashMap<(usize, usize, Vec<usize>), Option<Grid>>,
-    plans: FxHashMap<(usize, usize, Vec<i64>, u64), crate::reshard::Plan>,
-    per_coord: FxHashMap<(usize, usize, Vec<i64>), Arc<[i64]>>,
-    slice_tables: FxHashMap<(usize, usize, usize, i64), Arc<[i64]>>,
-    slice_summaries: FxHashMap<(usize, usize, usize, i64), (Option<i64>, i64)>,
-    pairs: FxHashMap<(usize, usize, usize), Arc<[(i64, i64)]>>,
-    reshapes: FxHashMap<(usize, bool, Vec<i64>, Vec<i64>), Option<Grid>>,
-    #[allow(clippy::type_complexity)]
-    shardings: FxHashMap<u64, Vec<(xla_hlo_ir::HloSharding, Vec<i64>, i64, crate::partition::VS)>>,
-}
-
-/// A memoized resharding plan.
-pub(crate) fn memo_plan(
-    src: &Grid,
-    tgt: &Grid,
-    dims: &[i64],
-    bytes: u64,
-    f: impl FnOnce() -> crate::reshard::Plan,
-) -> crate::reshard::Plan {
-    let k = (key(src), key(tgt), dims.to_vec(), bytes);
-    if let Some(p) = MEMO.with(|m| m.borrow().plans.get(&k).cloned()) {
-        return p;
-    }
-    let p = f();
-    MEMO.with(|m| m.borrow_mut().plans.insert(k, p.clone()));
-    p
-}
-
-/// Where a slice from `cur`'s tile to `to`'s along dim `a` (of size `xa`)
-/// starts, for a device at coordinate `cs` (under `cur`) and `ct` (under
-/// `to`): `None` for devices whose target tile is padding only.
-fn slice_offset(cur: &Grid, to: &Grid, a: usize, xa: i64, cs: i64, ct: i64) -> Option<i64> {
-    let (ss, st) = (tile_size(xa, cur.tiles(a)), tile_size(xa, to.tiles(a)));
-    let ot = ct * st;
-    let vt = (xa - ot).clamp(0, st);
-    (vt != 0).then(|| ot - cs * ss)
-}
-
-/// The slice offsets from `cur`'s tile to `to`'s along dim `a` of size
-/// `xa`: the offset when every partition has the same one (0 for devices
-/// whose target tile is padding), and the buffer length the slices need
-/// (memoized; O(coordinate pairs), not O(devices)).
-pub(crate) fn slice_summary(cur: &Grid, to: &Grid, a: usize, xa: i64) -> (Option<i64>, i64) {
-    let k = (key(cur), key(to), a, xa);
-    if let Some(v) = MEMO.with(|m| m.borrow().slice_summaries.get(&k).cloned()) {
-        return v;
-    }
-    let st = tile_size(xa, to.tiles(a));
-    let mut need = st;
-    let mut first: Option<i64> = None;
-    let mut constant = true;
-    cur.all_pairs(to, a, |cs, ct| {
-        let v = slice_offset(cur, to, a, xa, cs, ct);
-        if let Some(off) = v {
-            need = need.max(off + st);
-        }
-        let v = v.unwrap_or(0);
-        match first {
-            None => first = Some(v),
-            Some(f) if f != v => constant = false,
-            _ => {}
-        }
-        true
-    });
-    let v = (
-        if constant {
-            Some(first.unwrap_or(0))
-        } else {
-            None
-        },
-        need,
-    );
-    MEMO.with(|m| m.borrow_mut().slice_summaries.insert(k, v));
-    v
-}
-
-/// The per-partition offsets of a local slice from `cur`'s tile to `to`'s
-/// along dim `a` of size `xa` (0 for devices whose target tile is padding;
-/// memoized).
-pub(crate) fn slice_table(cur: &Grid, to: &Grid, a: usize, xa: i64) -> Arc<[i64]> {
-    let k = (key(cur), key(to), a, xa);
-    if let Some(v) = MEMO.with(|m| m.borrow().slice_tables.get(&k).cloned()) {
-        return v;
-    }
-    let t: Arc<[i64]> = cur
-        .pair_table(to, a, |cs, ct| {
-            slice_offset(cur, to, a, xa, cs, ct).unwrap_or(0)
-        })
-        .into();
-    MEMO.with(|m| m.borrow_mut().slice_tables.insert(k, t.clone()));
-    t
-}
-
-/// A memoized grid computation over a reshape (`forward`: the output grid
-/// of a local reshape of `g`; else the operand grid `g` needs).
-pub(crate) fn memo_reshape(
-    g: &Grid,
-    forward: bool,
-    from: &[i64],
-    to: &[i64],
-    f: impl FnOnce() -> Option<Grid>,
-) -> Option<Grid> {
-    let k = (key(g), forward, from.to_vec(), to.to_vec());
-    if let Some(v) = MEMO.with(|m| m.borrow().reshapes.get(&k).cloned()) {
-        return v;
-    }
-    let v = f();
-    MEMO.with(|m| m.borrow_mut().reshapes.insert(k, v.clone()));
-    v
-}
-
-/// The structure of a shape that its sharding conversion depends on: leaf
-/// ranks (-1 for non-arrays) with tuple sizes encoded as `-(k + 2)`.
-fn skeleton(shape: &xla_hlo_ir::Shape, out: &mut Vec<i64>) {
-    match shape {
-        xla_hlo_ir::Shape::Tuple(e) => {
-            out.push(-(e.len() as i64) - 2);
-            for x in e {
-                skeleton(x, out);
-            }
-        }
-        s if s.is_array() => out.push(s.rank() as i64),
-        _ => out.push(-1),
-    }
-}
-
-/// A memoized conversion of an IR sharding.
-pub(crate) fn memo_sharding(
-    s: &xla_hlo_ir::HloSharding,
-    shape: &xla_hlo_ir::Shape,
-    n: i64,
-    f: impl FnOnce() -> Result<crate::partition::VS, SpmdError>,
-) -> Result<crate::partition::VS, SpmdError> {
-    let mut sk = Vec::new();
-    skeleton(shape, &mut sk);
-    let mut h = FxHasher::default();
-    for leaf in s.leaves() {
-        leaf.kind.hash(&mut h);
-    }
-    s.is_tuple().hash(&mut h);
-    sk.hash(&mut h);
-    n.hash(&mut h);
-    let hk = h.finish();
-    let same = |a: &xla_hlo_ir::HloSharding| {
-        a.is_tuple() == s.is_tuple()
-            && a.leaves().len() == s.leaves().len()
-            && a.leaves()
-                .iter()
-                .zip(s.leaves())
-                .all(|(x, y)| x.kind == y.kind)
-    };
-    let hit = MEMO.with(|m| {
-        m.borrow().shardings.get(&hk).and_then(|b| {
-            b.iter()
-                .find(|e| same(&e.0) && e.1 == sk && e.2 == n)
-                .map(|e| e.3.clone())
-        })
-    });
-    if let Some(v) = hit {
-        return Ok(v);
-    }
-    let v = f()?;
-    MEMO.with(|m| {
-        m.borrow_mut()
-            .shardings
-            .entry(hk)
-            .or_default()
-            .push((s.clone(), sk, n, v.clone()))
-    });
-    Ok(v)
-}
-
-thread_local! {
-    static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
-}
-
-/// Drops the memo tables of this thread (grids stay valid).
-pub fn clear_memo() {
-    MEMO.with(|m| *m.borrow_mut() = Memo::default());
-}
-
-fn key(g: &Grid) -> usize {
-    Arc::as_ptr(&g.0) as usize
 }
 
 /// Transposes a row-major device array: result axis `i` is source axis `perm[i]`.
@@ -788,7 +595,7 @@ impl Grid {
         dims.hash(&mut h);
         devs.hash(&mut h);
         let hash = h.finish();
-        let data = GridData {
+        Some(Grid(Arc::new(GridData {
             strides: strides(&dims),
             n,
             dims,
@@ -797,11 +604,10 @@ impl Grid {
             pos: OnceLock::from(pos),
             sharding: OnceLock::new(),
             hash,
-        };
-        Some(Grid::intern(data))
+        })))
     }
 
-    /// An explicit (device-list) grid, never in digit form and not interned
+    /// An explicit (device-list) grid, never in digit form
     /// (tests compare the digit-form operations against it).
     #[cfg(test)]
     fn new_explicit(dims: Vec<i64>, devs: Vec<i64>) -> Grid {
@@ -835,17 +641,7 @@ impl Grid {
         dims.hash(&mut h);
         s.hash(&mut h);
         let hash = h.finish();
-        let hit = MEMO.with(|m| {
-            m.borrow().interned.get(&hash).and_then(|b| {
-                b.iter()
-                    .find(|g| g.0.dims == dims && g.0.sym.as_ref() == Some(&s))
-                    .cloned()
-            })
-        });
-        if let Some(g) = hit {
-            return g;
-        }
-        let data = GridData {
+        Grid(Arc::new(GridData {
             strides: strides(&dims),
             n: dims.iter().product(),
             dims,
@@ -854,34 +650,12 @@ impl Grid {
             pos: OnceLock::new(),
             sharding: OnceLock::new(),
             hash,
-        };
-        Grid::intern(data)
-    }
-
-    fn intern(data: GridData) -> Grid {
-        MEMO.with(|m| {
-            let mut m = m.borrow_mut();
-            let bucket = m.interned.entry(data.hash).or_default();
-            if let Some(g) = bucket
-                .iter()
-                .find(|g| g.0.dims == data.dims && same_devices(&g.0, &data))
-            {
-                return g.clone();
-            }
-            let g = Grid(Arc::new(data));
-            bucket.push(g.clone());
-            g
-        })
+        }))
     }
 
     /// Everything on every device.
     pub fn replicated(rank: usize, n: i64) -> Grid {
-        if let Some(g) = MEMO.with(|m| m.borrow().replicated.get(&(rank, n)).cloned()) {
-            return g;
-        }
-        let g = Grid::from_sym(Sym::replicated(rank, n.max(1)));
-        MEMO.with(|m| m.borrow_mut().replicated.insert((rank, n), g.clone()));
-        g
+        Grid::from_sym(Sym::replicated(rank, n.max(1)))
     }
 
     /// The grid of an array sharding of `rank` dims over `n` devices
@@ -1048,15 +822,8 @@ impl Grid {
     /// `map[j]` (a new untiled dim when `None`); this grid's data dims that
     /// no entry names are merged into replication.
     pub fn remap(&self, map: &[Option<usize>]) -> Grid {
-        let k = (key(self), map.to_vec());
-        if let Some(g) = MEMO.with(|m| m.borrow().remap.get(&k).cloned()) {
-            return g;
-        }
-        let g = self
-            .remap_sym(map)
-            .unwrap_or_else(|| self.remap_uncached(map));
-        MEMO.with(|m| m.borrow_mut().remap.insert(k, g.clone()));
-        g
+        self.remap_sym(map)
+            .unwrap_or_else(|| self.remap_by_devices(map))
     }
 
     fn remap_sym(&self, map: &[Option<usize>]) -> Option<Grid> {
@@ -1084,7 +851,7 @@ impl Grid {
         Some(Grid::from_sym(Sym::canon(s.radix.clone(), digs)?))
     }
 
-    fn remap_uncached(&self, map: &[Option<usize>]) -> Grid {
+    fn remap_by_devices(&self, map: &[Option<usize>]) -> Grid {
         let r = self.rank();
         let mut perm: Vec<usize> = map.iter().flatten().copied().collect();
         let mut rest: Vec<usize> = (0..r).filter(|d| !perm.contains(d)).collect();
@@ -1103,17 +870,9 @@ impl Grid {
     /// Device groups that vary over the minor factor `f` of each `(dim, f)`
     /// (row-major over the factors in the order given), all other
     /// coordinates fixed; every device is in exactly one group.
-    pub fn factor_groups(&self, factors: &[(usize, i64)]) -> Groups {
-        let k = (key(self), factors.to_vec());
-        if let Some(g) = MEMO.with(|m| m.borrow().groups.get(&k).cloned()) {
-            return g;
-        }
-        let g = Arc::new(
-            self.factor_groups_sym(factors)
-                .unwrap_or_else(|| DevGroups::from_lists(&self.factor_groups_uncached(factors))),
-        );
-        MEMO.with(|m| m.borrow_mut().groups.insert(k, g.clone()));
-        g
+    pub fn factor_groups(&self, factors: &[(usize, i64)]) -> DevGroups {
+        self.factor_groups_sym(factors)
+            .unwrap_or_else(|| DevGroups::from_lists(&self.factor_group_lists(factors)))
     }
 
     fn factor_groups_sym(&self, factors: &[(usize, i64)]) -> Option<DevGroups> {
@@ -1143,7 +902,7 @@ impl Grid {
         })
     }
 
-    fn factor_groups_uncached(&self, factors: &[(usize, i64)]) -> Vec<Vec<i64>> {
+    fn factor_group_lists(&self, factors: &[(usize, i64)]) -> Vec<Vec<i64>> {
         let r = self.rank();
         // Split each factored dim into (major, minor).
         let mut dims = Vec::new();
@@ -1190,18 +949,11 @@ impl Grid {
 
     /// The grid after gathering the minor factor `f` of each `(dim, f)`.
     pub fn gathered(&self, factors: &[(usize, i64)]) -> Option<Grid> {
-        let k = (key(self), factors.to_vec());
-        if let Some(g) = MEMO.with(|m| m.borrow().gathered.get(&k).cloned()) {
-            return g;
-        }
-        let g = self
-            .gathered_sym(factors)
-            .or_else(|| self.gathered_uncached(factors));
-        MEMO.with(|m| m.borrow_mut().gathered.insert(k, g.clone()));
-        g
+        self.gathered_sym(factors)
+            .or_else(|| self.gathered_by_devices(factors))
     }
 
-    fn gathered_uncached(&self, factors: &[(usize, i64)]) -> Option<Grid> {
+    fn gathered_by_devices(&self, factors: &[(usize, i64)]) -> Option<Grid> {
         let mut dims = self.0.dims[..self.rank()].to_vec();
         for &(a, f) in factors {
             if f < 1 || dims[a] % f != 0 {
@@ -1221,16 +973,6 @@ impl Grid {
 
     /// The grid after an all-to-all moving the minor factor `f` of dim `a`
     /// to a new minor factor of dim `b`.
-    pub fn all_to_all(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
-        let k = (key(self), a, b, f);
-        if let Some(g) = MEMO.with(|m| m.borrow().a2a.get(&k).cloned()) {
-            return g;
-        }
-        let g = self.all_to_all_uncached(a, b, f);
-        MEMO.with(|m| m.borrow_mut().a2a.insert(k, g.clone()));
-        g
-    }
-
     fn all_to_all_sym(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
         let mut s = self.0.sym.clone()?;
         s.digs.push(Vec::new());
@@ -1243,7 +985,9 @@ impl Grid {
         Some(Grid::from_sym(Sym::canon(s.radix, s.digs)?))
     }
 
-    fn all_to_all_uncached(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
+    /// The grid after an all-to-all moving the minor factor `f` of dim `a`
+    /// to a new minor factor of dim `b`.
+    pub fn all_to_all(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
         if a == b || f < 2 || self.0.dims[a] % f != 0 || a >= self.rank() || b >= self.rank() {
             return None;
         }
@@ -1265,17 +1009,9 @@ impl Grid {
 
     /// This grid coarsened to `dims` tiles per data dim (each a divisor of
     /// this grid's count): device `d` holds the coarse tile containing its tile.
+    /// This grid coarsened to `dims` tiles per data dim (each a divisor of
+    /// this grid's count): device `d` holds the coarse tile containing its tile.
     pub fn coarsened(&self, dims: &[i64]) -> Option<Grid> {
-        let k = (key(self), dims.to_vec());
-        if let Some(g) = MEMO.with(|m| m.borrow().coarse.get(&k).cloned()) {
-            return g;
-        }
-        let g = self.coarsened_uncached(dims);
-        MEMO.with(|m| m.borrow_mut().coarse.insert(k, g.clone()));
-        g
-    }
-
-    fn coarsened_uncached(&self, dims: &[i64]) -> Option<Grid> {
         if dims.len() != self.rank() {
             return None;
         }
@@ -1329,14 +1065,10 @@ impl Grid {
     }
 
     /// Combines two grids over the same dims: dims in `from_y` take `y`'s
-    /// tiling and coordinates, the others `self`'s (memoized).
+    /// tiling and coordinates, the others `self`'s.
     pub fn merge(&self, y: &Grid, from_y: &[usize]) -> Option<Grid> {
-        let k = (key(self), key(y), from_y.to_vec());
-        if let Some(g) = MEMO.with(|m| m.borrow().merged.get(&k).cloned()) {
-            return g;
-        }
         let r = self.rank();
-        let g = if y.rank() != r || y.num_devices() != self.num_devices() {
+        if y.rank() != r || y.num_devices() != self.num_devices() {
             None
         } else if let Some(g) = self.merge_sym(y, from_y) {
             Some(g)
@@ -1360,28 +1092,18 @@ impl Grid {
                     };
                 }
             })
-        };
-        MEMO.with(|m| m.borrow_mut().merged.insert(k, g.clone()));
-        g
+        }
     }
 
-    /// The table over partitions of `vals[coordinate along dim a]` (memoized).
+    /// The table over partitions of `vals[coordinate along dim a]`.
     pub fn per_coord(&self, a: usize, vals: &[i64]) -> Arc<[i64]> {
-        let k = (key(self), a, vals.to_vec());
-        if let Some(v) = MEMO.with(|m| m.borrow().per_coord.get(&k).cloned()) {
-            return v;
-        }
-        let t: Arc<[i64]> = self
-            .pair_table(self, a, |c, _| vals.get(c as usize).copied().unwrap_or(0))
-            .into();
-        MEMO.with(|m| m.borrow_mut().per_coord.insert(k, t.clone()));
-        t
+        self.pair_table(self, a, |c, _| vals.get(c as usize).copied().unwrap_or(0))
+            .into()
     }
 
     /// Offsets of every partition's tile along dim `a` (tile size `ts`).
     pub fn offsets(&self, a: usize, ts: i64) -> Arc<[i64]> {
-        let vals: Vec<i64> = (0..self.tiles(a)).map(|i| i * ts).collect();
-        self.per_coord(a, &vals)
+        self.per_coord(a, &offset_values(self.tiles(a), ts))
     }
 
     /// XLA's `ReshapeSharding` of this grid from global dims `source` to
@@ -1419,15 +1141,10 @@ impl Grid {
     }
 
     /// The distinct pairs (coordinate along dim `a` under this grid, under
-    /// `other`) over all devices, sorted (memoized; without visiting every
+    /// `other`) over all devices, sorted (without visiting every
     /// device when both grids are in digit form).
     pub fn coord_pairs(&self, other: &Grid, a: usize) -> Arc<[(i64, i64)]> {
-        let k = (key(self), key(other), a);
-        if let Some(v) = MEMO.with(|m| m.borrow().pairs.get(&k).cloned()) {
-            return v;
-        }
-        let v: Arc<[(i64, i64)]> = self
-            .coord_pairs_sym(other, a)
+        self.coord_pairs_sym(other, a)
             .unwrap_or_else(|| {
                 let mut v: Vec<(i64, i64)> = (0..self.num_devices())
                     .map(|d| (self.coord(d, a), other.coord(d, a)))
@@ -1436,9 +1153,7 @@ impl Grid {
                 v.dedup();
                 v
             })
-            .into();
-        MEMO.with(|m| m.borrow_mut().pairs.insert(k, v.clone()));
-        v
+            .into()
     }
 
     /// True when `pred(coordinate under this grid, under other)` holds for
@@ -1570,10 +1285,166 @@ impl Grid {
 
     /// Replicates the given data dims (their tiles merge into replication).
     pub fn replicate_dims(&self, dims: &[usize]) -> Grid {
-        let map: Vec<Option<usize>> = (0..self.rank())
-            .map(|a| if dims.contains(&a) { None } else { Some(a) })
-            .collect();
-        self.remap(&map)
+        self.remap(&replicate_dims_map(self.rank(), dims))
+    }
+}
+
+/// The remap (see [`Grid::remap`]) that replicates `dims` of a grid of `rank`.
+fn replicate_dims_map(rank: usize, dims: &[usize]) -> Vec<Option<usize>> {
+    (0..rank)
+        .map(|a| if dims.contains(&a) { None } else { Some(a) })
+        .collect()
+}
+
+/// The start of each of `tiles` tiles of size `ts`.
+fn offset_values(tiles: i64, ts: i64) -> Vec<i64> {
+    (0..tiles).map(|i| i * ts).collect()
+}
+
+/// Memo tables of the grid operations the partitioner repeats, keyed by
+/// value, and the set of grids they handed out (interned: an equal result
+/// is returned as the grid already handed out, so equal grids share their
+/// lazily built device lists and compare by pointer first). One cache lives
+/// as long as the partitioning of one module; every operation is a pure
+/// function of its inputs, so the cache changes no result.
+#[derive(Default)]
+pub struct GridCache {
+    interned: RefCell<FxHashSet<Grid>>,
+    remap: MemoTable<(Grid, Vec<Option<usize>>), Grid>,
+    gathered: MemoTable<(Grid, Vec<(usize, i64)>), Option<Grid>>,
+    all_to_all: MemoTable<(Grid, usize, usize, i64), Option<Grid>>,
+    coarsened: MemoTable<(Grid, Vec<i64>), Option<Grid>>,
+    groups: MemoTable<(Grid, Vec<(usize, i64)>), Groups>,
+    replicated: MemoTable<(usize, i64), Grid>,
+    merged: MemoTable<(Grid, Grid, Vec<usize>), Option<Grid>>,
+    per_coord: MemoTable<(Grid, usize, Vec<i64>), Arc<[i64]>>,
+    reshapes: MemoTable<(Grid, bool, Vec<i64>, Vec<i64>), Option<Grid>>,
+}
+
+impl GridCache {
+    /// The grid equal to `g` this cache handed out first (`g` itself when
+    /// none).
+    pub fn intern(&self, g: Grid) -> Grid {
+        let mut set = self.interned.borrow_mut();
+        if let Some(x) = set.get(&g) {
+            return x.clone();
+        }
+        set.insert(g.clone());
+        g
+    }
+
+    fn intern_opt(&self, g: Option<Grid>) -> Option<Grid> {
+        g.map(|g| self.intern(g))
+    }
+
+    /// [`Grid::remap`], memoized.
+    pub fn remap(&self, g: &Grid, map: &[Option<usize>]) -> Grid {
+        self.remap.get_or_insert_with(
+            hash_of((g, map)),
+            |k| k.0 == *g && k.1 == map,
+            || (g.clone(), map.to_vec()),
+            || self.intern(g.remap(map)),
+        )
+    }
+
+    /// [`Grid::replicate_dims`], memoized.
+    pub fn replicate_dims(&self, g: &Grid, dims: &[usize]) -> Grid {
+        self.remap(g, &replicate_dims_map(g.rank(), dims))
+    }
+
+    /// [`Grid::gathered`], memoized.
+    pub fn gathered(&self, g: &Grid, factors: &[(usize, i64)]) -> Option<Grid> {
+        self.gathered.get_or_insert_with(
+            hash_of((g, factors)),
+            |k| k.0 == *g && k.1 == factors,
+            || (g.clone(), factors.to_vec()),
+            || self.intern_opt(g.gathered(factors)),
+        )
+    }
+
+    /// [`Grid::all_to_all`], memoized.
+    pub fn all_to_all(&self, g: &Grid, a: usize, b: usize, f: i64) -> Option<Grid> {
+        self.all_to_all.get_or_insert_with(
+            hash_of((g, a, b, f)),
+            |k| k.0 == *g && (k.1, k.2, k.3) == (a, b, f),
+            || (g.clone(), a, b, f),
+            || self.intern_opt(g.all_to_all(a, b, f)),
+        )
+    }
+
+    /// [`Grid::coarsened`], memoized.
+    pub fn coarsened(&self, g: &Grid, dims: &[i64]) -> Option<Grid> {
+        self.coarsened.get_or_insert_with(
+            hash_of((g, dims)),
+            |k| k.0 == *g && k.1 == dims,
+            || (g.clone(), dims.to_vec()),
+            || self.intern_opt(g.coarsened(dims)),
+        )
+    }
+
+    /// [`Grid::factor_groups`], memoized (shared).
+    pub fn factor_groups(&self, g: &Grid, factors: &[(usize, i64)]) -> Groups {
+        self.groups.get_or_insert_with(
+            hash_of((g, factors)),
+            |k| k.0 == *g && k.1 == factors,
+            || (g.clone(), factors.to_vec()),
+            || Arc::new(g.factor_groups(factors)),
+        )
+    }
+
+    /// [`Grid::replicated`], memoized.
+    pub fn replicated(&self, rank: usize, n: i64) -> Grid {
+        self.replicated.get_or_insert_with(
+            hash_of((rank, n)),
+            |k| *k == (rank, n),
+            || (rank, n),
+            || self.intern(Grid::replicated(rank, n)),
+        )
+    }
+
+    /// [`Grid::merge`], memoized.
+    pub fn merge(&self, x: &Grid, y: &Grid, from_y: &[usize]) -> Option<Grid> {
+        self.merged.get_or_insert_with(
+            hash_of((x, y, from_y)),
+            |k| k.0 == *x && k.1 == *y && k.2 == from_y,
+            || (x.clone(), y.clone(), from_y.to_vec()),
+            || self.intern_opt(x.merge(y, from_y)),
+        )
+    }
+
+    /// [`Grid::per_coord`], memoized: equal requests get the same table
+    /// (one `Arc`), which the builder emits once per computation.
+    pub fn per_coord(&self, g: &Grid, a: usize, vals: &[i64]) -> Arc<[i64]> {
+        self.per_coord.get_or_insert_with(
+            hash_of((g, a, vals)),
+            |k| k.0 == *g && k.1 == a && k.2 == vals,
+            || (g.clone(), a, vals.to_vec()),
+            || g.per_coord(a, vals),
+        )
+    }
+
+    /// [`Grid::offsets`], memoized (through [`GridCache::per_coord`]).
+    pub fn offsets(&self, g: &Grid, a: usize, ts: i64) -> Arc<[i64]> {
+        self.per_coord(g, a, &offset_values(g.tiles(a), ts))
+    }
+
+    /// A grid computed over a reshape from dims `from` to `to`, memoized:
+    /// `compute` gives it for `g` (`forward`: the output grid of a local
+    /// reshape of `g`; else the operand grid that reshapes to `g`).
+    pub fn reshape_grid(
+        &self,
+        g: &Grid,
+        forward: bool,
+        from: &[i64],
+        to: &[i64],
+        compute: impl FnOnce() -> Option<Grid>,
+    ) -> Option<Grid> {
+        self.reshapes.get_or_insert_with(
+            hash_of((g, forward, from, to)),
+            |k| k.0 == *g && k.1 == forward && k.2 == from && k.3 == to,
+            || (g.clone(), forward, from.to_vec(), to.to_vec()),
+            || self.intern_opt(compute()),
+        )
     }
 }
 
@@ -1828,19 +1699,14 @@ mod tests {
             let b = rng.next(rank as u64) as usize;
             assert!(same(
                 &g.gathered_sym(&[(a, f)])
-                    .or_else(|| g.gathered_uncached(&[(a, f)])),
-                &e.gathered_uncached(&[(a, f)])
+                    .or_else(|| g.gathered_by_devices(&[(a, f)])),
+                &e.gathered_by_devices(&[(a, f)])
             ));
-            assert!(
-                same(
-                    &g.all_to_all_uncached(a, b, f),
-                    &e.all_to_all_uncached(a, b, f)
-                ) || g.0.sym.is_none()
-            );
+            assert!(same(&g.all_to_all(a, b, f), &e.all_to_all(a, b, f)) || g.0.sym.is_none());
             let cd: Vec<i64> = (0..rank)
                 .map(|x| if x == a { g.tiles(x) / f } else { g.tiles(x) })
                 .collect();
-            assert!(same(&g.coarsened_uncached(&cd), &e.coarsened_uncached(&cd)));
+            assert!(same(&g.coarsened(&cd), &e.coarsened(&cd)));
             if f > 1 && g.gathered_sym(&[(a, f)]).is_some() {
                 gathers += 1;
             }
@@ -1848,13 +1714,13 @@ mod tests {
             let fg = g.factor_groups(&[(a, f)]);
             assert_eq!(
                 fg.lists(),
-                e.factor_groups_uncached(&[(a, f)]),
+                e.factor_group_lists(&[(a, f)]),
                 "{dims:?} {devs:?} {a} {f}"
             );
             if b != a {
                 let f2 = g.tiles(b);
                 let fg = g.factor_groups(&[(b, f2), (a, f)]);
-                assert_eq!(fg.lists(), e.factor_groups_uncached(&[(b, f2), (a, f)]));
+                assert_eq!(fg.lists(), e.factor_group_lists(&[(b, f2), (a, f)]));
             }
             // Remaps.
             let mut map: Vec<Option<usize>> = (0..rank).map(Some).collect();
@@ -1867,7 +1733,7 @@ mod tests {
             if rng.next(2) == 0 {
                 map.insert(0, None);
             }
-            assert!(same(&Some(g.remap(&map)), &Some(e.remap_uncached(&map))));
+            assert!(same(&Some(g.remap(&map)), &Some(e.remap_by_devices(&map))));
             // Merges with another grid of the same rank.
             let dims2 = factors(&mut rng, n, rank + 1);
             let devs2 = random_devs(&mut rng, n);

@@ -16,7 +16,7 @@
 
 use crate::builder::with_dims;
 use crate::error::{unsupported, SpmdError};
-use crate::grid::{local_dims, tile_size, Grid};
+use crate::grid::{local_dims, tile_size, Grid, GridCache};
 use crate::partition::{local_shape, PValue, Part, VS};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode, PrimitiveType, Shape};
@@ -35,7 +35,7 @@ pub fn dispatch(
             return Ok(PValue {
                 id,
                 shape: Rc::new(instr.shape.clone()),
-                vs: VS::replicated(&instr.shape, p.n()),
+                vs: VS::replicated_in(&instr.shape, p.n(), p.grids()),
             });
         }
         Opcode::Iota => iota(p, instr, target),
@@ -98,7 +98,7 @@ pub fn fallback(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Result<PValue, 
     Ok(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::replicated(&instr.shape, p.n()),
+        vs: VS::replicated_in(&instr.shape, p.n(), p.grids()),
     })
 }
 
@@ -165,7 +165,7 @@ fn elementwise(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
         let g = if v.shape.rank() == rank {
             c.clone()
         } else {
-            Grid::replicated(0, p.n())
+            p.grids().replicated(0, p.n())
         };
         ops.push(p.reshard_to_grid(v, &g)?);
     }
@@ -184,7 +184,7 @@ fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let mut id = p.clone_instr(instr, vec![], shape);
     if dim < dims.len() && out.tiles(dim) > 1 {
         let ts = tile_size(dims[dim], out.tiles(dim));
-        let table = out.offsets(dim, ts);
+        let table = p.grids().offsets(&out, dim, ts);
         let off = p.b.table(&table);
         let ty = crate::builder::elem(&instr.shape)?;
         let off = if ty == PrimitiveType::S32 {
@@ -290,13 +290,13 @@ fn broadcast(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     }
     // Candidate 1: the operand follows the output (result is `out`).
     let op_from_out: Vec<Option<usize>> = bdims.iter().map(|&d| Some(d)).collect();
-    let p1 = out.remap(&op_from_out);
+    let p1 = p.grids().remap(&out, &op_from_out);
     let c1 = p.cost(&v, &p1);
     // Candidate 2: the operand as it is.
     let out_from_op: Vec<Option<usize>> = (0..out_rank)
         .map(|j| bdims.iter().position(|&d| d == j))
         .collect();
-    let r2 = vg.remap(&out_from_op);
+    let r2 = p.grids().remap(&vg, &out_from_op);
     let c2 = p.cost_of(&instr.shape, &r2, &out);
     let (pg, rg) = if c2 < c1 { (vg, r2) } else { (p1, out) };
     let x = p.reshard_to_grid(&v, &pg)?;
@@ -331,10 +331,10 @@ fn transpose(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         }
         op_map[pi] = Some(i);
     }
-    let p1 = out.remap(&op_map);
+    let p1 = p.grids().remap(&out, &op_map);
     let c1 = p.cost(&v, &p1);
     let out_map: Vec<Option<usize>> = perm.iter().map(|&pi| Some(pi)).collect();
-    let r2 = vg.remap(&out_map);
+    let r2 = p.grids().remap(&vg, &out_map);
     let c2 = p.cost_of(&instr.shape, &r2, &out);
     let (pg, rg) = if c2 < c1 { (vg, r2) } else { (p1, out) };
     let x = p.reshard_to_grid(&v, &pg)?;
@@ -349,15 +349,27 @@ fn even(dims: &[i64], g: &Grid) -> bool {
 }
 
 /// The output grid a local reshape of input grid `g` produces, if exact.
-fn reshape_out(in_dims: &[i64], out_dims: &[i64], g: &Grid, n: i64) -> Option<Grid> {
-    crate::grid::memo_reshape(g, true, in_dims, out_dims, || {
+fn reshape_out(
+    grids: &GridCache,
+    in_dims: &[i64],
+    out_dims: &[i64],
+    g: &Grid,
+    n: i64,
+) -> Option<Grid> {
+    grids.reshape_grid(g, true, in_dims, out_dims, || {
         reshape_out_uncached(in_dims, out_dims, g, n)
     })
 }
 
 /// The operand grid whose local reshape gives `out`, if any.
-fn reshape_in(in_dims: &[i64], out_dims: &[i64], out: &Grid, n: i64) -> Option<Grid> {
-    crate::grid::memo_reshape(out, false, out_dims, in_dims, || {
+fn reshape_in(
+    grids: &GridCache,
+    in_dims: &[i64],
+    out_dims: &[i64],
+    out: &Grid,
+    n: i64,
+) -> Option<Grid> {
+    grids.reshape_grid(out, false, out_dims, in_dims, || {
         let pg = match out.reshaped(out_dims, in_dims) {
             Some(g) => g?,
             None => {
@@ -366,7 +378,7 @@ fn reshape_in(in_dims: &[i64], out_dims: &[i64], out: &Grid, n: i64) -> Option<G
                 Grid::from_sharding(&s, in_dims.len(), n).ok()?
             }
         };
-        (reshape_out(in_dims, out_dims, &pg, n).as_ref() == Some(out)).then_some(pg)
+        (reshape_out(grids, in_dims, out_dims, &pg, n).as_ref() == Some(out)).then_some(pg)
     })
 }
 
@@ -492,13 +504,13 @@ fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let out_dims = instr.shape.dims().to_vec();
     let mut cands: Vec<((Grid, Grid), u64)> = Vec::new();
     // (b) the operand resharded to what the output sharding needs.
-    if let Some(pg) = reshape_in(&in_dims, &out_dims, &out, n) {
+    if let Some(pg) = reshape_in(p.grids(), &in_dims, &out_dims, &out, n) {
         let c = p.cost(&v, &pg);
         cands.push(((pg, out.clone()), c));
     }
 
     // (a) the operand as it is.
-    if let Some(q) = reshape_out(&in_dims, &out_dims, &vg, n) {
+    if let Some(q) = reshape_out(p.grids(), &in_dims, &out_dims, &vg, n) {
         let c = p.cost_of(&instr.shape, &q, &out);
         cands.push(((vg.clone(), q), c));
     }
@@ -509,10 +521,10 @@ fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     for a in vg.tiled_dims().into_iter().filter(|_| !free) {
         let t = vg.tiles(a);
         for f in (2..=t).filter(|f| t % f == 0) {
-            let Some(gg) = vg.gathered(&[(a, f)]) else {
+            let Some(gg) = p.grids().gathered(&vg, &[(a, f)]) else {
                 continue;
             };
-            if let Some(q) = reshape_out(&in_dims, &out_dims, &gg, n) {
+            if let Some(q) = reshape_out(p.grids(), &in_dims, &out_dims, &gg, n) {
                 let c = p.cost(&v, &gg) + p.cost_of(&instr.shape, &q, &out);
                 cands.push(((gg, q), c));
                 break;
@@ -520,8 +532,8 @@ fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         }
     }
     // (c) replicated.
-    let rin = Grid::replicated(in_dims.len(), n);
-    let rout = Grid::replicated(out_dims.len(), n);
+    let rin = p.grids().replicated(in_dims.len(), n);
+    let rout = p.grids().replicated(out_dims.len(), n);
     let c = p.cost(&v, &rin);
     cands.push(((rin, rout), c));
     let best = cands.iter().map(|c| c.1).min().unwrap_or(u64::MAX);
@@ -603,12 +615,6 @@ fn reshape_retiled(
     }))
 }
 
-/// Combines two grids over the same dims: dims in `from_y` take `y`'s
-/// tiling and coordinates, the others `x`'s.
-pub fn merge_grids(x: &Grid, y: &Grid, from_y: &[usize]) -> Option<Grid> {
-    x.merge(y, from_y)
-}
-
 /// Sets the padding of the tiled, uneven `dims` of local `x` (laid out by
 /// `g` over global `shape`) to the scalar `value`.
 pub fn mask_padding(
@@ -627,7 +633,7 @@ pub fn mask_padding(
             continue;
         }
         let ts = tile_size(shape[a], t);
-        let table = g.offsets(a, ts);
+        let table = p.grids().offsets(g, a, ts);
         let off = p.b.table(&table);
         let m = p.b.range_mask(&ld, a, off, None, Some(shape[a]));
         mask = Some(match mask {
@@ -677,9 +683,9 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let Some(g0) = inputs[0].vs.grid().cloned() else {
         return Ok(None);
     };
-    let from_out = leaf_target.remap(&in_map);
+    let from_out = p.grids().remap(&leaf_target, &in_map);
     let mut cands = vec![g0.clone(), from_out.clone()];
-    if let Some(m) = merge_grids(&from_out, &g0, &red) {
+    if let Some(m) = p.grids().merge(&from_out, &g0, &red) {
         cands.push(m);
     }
     let bytes_out: u64 = match &instr.shape {
@@ -696,7 +702,7 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
             for v in &inputs {
                 cost += p.cost(v, &c);
             }
-            let c_out = c.remap(&out_map);
+            let c_out = p.grids().remap(&c, &out_map);
             let red_tiled: i64 = red.iter().map(|&a| c.tiles(a)).product();
             let mut post = p.cost_of(&out_leaf_shape, &c_out, &leaf_target) * k as u64;
             if red_tiled > 1 {
@@ -730,7 +736,7 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     let Some(c) = cheapest(&costed) else {
         return Ok(None);
     };
-    let c_out = c.remap(&out_map);
+    let c_out = p.grids().remap(&c, &out_map);
     let red_tiled: Vec<usize> = red.iter().copied().filter(|&a| c.tiles(a) > 1).collect();
     let mut ops = Vec::new();
     let mut inits = Vec::new();
@@ -756,7 +762,7 @@ fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         return Ok(Some(local));
     }
     let factors: Vec<(usize, i64)> = red_tiled.iter().map(|&a| (a, c.tiles(a))).collect();
-    let groups = c.factor_groups(&factors);
+    let groups = p.grids().factor_groups(&c, &factors);
     let lshape = local_shape(&instr.shape, &out_vs);
     if k == 1 {
         let to_apply = instr

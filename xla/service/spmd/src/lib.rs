@@ -35,6 +35,7 @@ pub mod exec;
 pub mod gather;
 pub mod grid;
 pub mod handlers;
+pub mod memo;
 pub mod partition;
 pub mod reshard;
 pub mod window;
@@ -78,7 +79,6 @@ pub fn partition_module(
         .num_partitions
         .unwrap_or_else(|| module.num_partitions().max(devices_in_shardings(module)))
         .max(1);
-    grid::clear_memo();
     let placeholder = HloModule {
         name: String::new(),
         config: Default::default(),
@@ -128,9 +128,14 @@ fn partition_owned(
             .instructions
             .get(pid.index())
             .ok_or_else(|| SpmdError::Invalid("entry parameter table is broken".into()))?;
-        params.push(partition::vs_of(instr, n)?);
+        params.push(partition::vs_of(
+            instr,
+            n,
+            &ctx.cache.shardings,
+            &ctx.cache.grids,
+        )?);
     }
-    let root_vs = partition::vs_of(ec.root_instr(), n)?;
+    let root_vs = partition::vs_of(ec.root_instr(), n, &ctx.cache.shardings, &ctx.cache.grids)?;
     let (mut new_entry, _) =
         partition::partition_computation(orig, &mut ctx, entry, &params, Some(&root_vs), &ec.name)?;
     // Keep the global shardings on the entry parameters and root.

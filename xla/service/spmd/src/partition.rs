@@ -16,9 +16,11 @@
 
 use crate::builder::{elem, with_dims, Builder, ModCtx};
 use crate::error::{invalid, unsupported, SpmdError};
-use crate::grid::{local_dims, Grid};
+use crate::grid::{local_dims, Grid, GridCache};
+use crate::memo::MemoTable;
 use crate::reshard;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHasher};
+use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use xla_hlo_ir::{
     AttrKey, AttrValue, CompId, HloComputation, HloInstruction, HloModule, HloSharding, InstrId,
@@ -45,10 +47,28 @@ impl VS {
     }
     /// Replicated everywhere (for every leaf of `shape`).
     pub fn replicated(shape: &Shape, n: i64) -> VS {
+        VS::replicated_with(shape, &|rank| Grid::replicated(rank, n))
+    }
+
+    /// [`VS::replicated`] with its grids from `grids`.
+    pub fn replicated_in(shape: &Shape, n: i64, grids: &GridCache) -> VS {
+        VS::replicated_with(shape, &|rank| grids.replicated(rank, n))
+    }
+
+    fn replicated_with(shape: &Shape, grid: &dyn Fn(usize) -> Grid) -> VS {
         match shape {
-            Shape::Tuple(e) => VS::Tuple(e.iter().map(|s| VS::replicated(s, n)).collect()),
-            s if s.is_array() => VS::Grid(Grid::replicated(s.rank(), n)),
+            Shape::Tuple(e) => VS::Tuple(e.iter().map(|s| VS::replicated_with(s, grid)).collect()),
+            s if s.is_array() => VS::Grid(grid(s.rank())),
             _ => VS::Opaque,
+        }
+    }
+
+    /// The same value with every grid interned in `grids`.
+    fn interned(self, grids: &GridCache) -> VS {
+        match self {
+            VS::Grid(g) => VS::Grid(grids.intern(g)),
+            VS::Tuple(e) => VS::Tuple(e.into_iter().map(|x| x.interned(grids)).collect()),
+            other => other,
         }
     }
     pub fn is_manual(&self) -> bool {
@@ -111,22 +131,96 @@ fn leaf_to_vs(s: &Sharding, shape: &Shape, n: i64) -> Result<VS, SpmdError> {
     }
 }
 
-/// The sharding of an instruction (replicated when it has none).
-pub fn vs_of(instr: &HloInstruction, n: i64) -> Result<VS, SpmdError> {
-    vs_from_ir(instr.sharding.as_ref(), &instr.shape, n).map_err(|e| match e {
-        SpmdError::Sharding { message, .. } => SpmdError::Sharding {
-            instruction: instr.name.clone(),
-            message,
-        },
-        other => other,
-    })
+/// The sharding of an instruction (replicated when it has none), through
+/// the module's conversion cache.
+pub fn vs_of(
+    instr: &HloInstruction,
+    n: i64,
+    cache: &ShardingCache,
+    grids: &GridCache,
+) -> Result<VS, SpmdError> {
+    cache
+        .convert(grids, instr.sharding.as_ref(), &instr.shape, n)
+        .map_err(|e| match e {
+            SpmdError::Sharding { message, .. } => SpmdError::Sharding {
+                instruction: instr.name.clone(),
+                message,
+            },
+            other => other,
+        })
 }
 
+/// The sharding of a value of `shape` whose IR sharding is `s` (replicated
+/// when `None`).
 pub fn vs_from_ir(s: Option<&HloSharding>, shape: &Shape, n: i64) -> Result<VS, SpmdError> {
-    let Some(s) = s else {
-        return Ok(VS::replicated(shape, n));
-    };
-    crate::grid::memo_sharding(s, shape, n, || vs_from_ir_uncached(s, shape, n))
+    match s {
+        None => Ok(VS::replicated(shape, n)),
+        Some(s) => vs_from_ir_uncached(s, shape, n),
+    }
+}
+
+/// Memo of converted IR shardings, keyed by value: the leaf sharding
+/// kinds, whether it is a tuple, the structure of the shape (see
+/// [`skeleton`]) and the partition count. One cache lives as long as the
+/// partitioning of one module.
+#[derive(Default)]
+pub struct ShardingCache {
+    table: MemoTable<(HloSharding, Vec<i64>, i64), VS>,
+}
+
+impl ShardingCache {
+    /// [`vs_from_ir`], memoized (errors are not), its grids interned in
+    /// `grids`.
+    pub fn convert(
+        &self,
+        grids: &GridCache,
+        s: Option<&HloSharding>,
+        shape: &Shape,
+        n: i64,
+    ) -> Result<VS, SpmdError> {
+        let Some(s) = s else {
+            return Ok(VS::replicated_in(shape, n, grids));
+        };
+        let mut sk = Vec::new();
+        skeleton(shape, &mut sk);
+        let mut h = FxHasher::default();
+        for leaf in s.leaves() {
+            leaf.kind.hash(&mut h);
+        }
+        s.is_tuple().hash(&mut h);
+        sk.hash(&mut h);
+        n.hash(&mut h);
+        let hk = h.finish();
+        let same = |a: &HloSharding| {
+            a.is_tuple() == s.is_tuple()
+                && a.leaves().len() == s.leaves().len()
+                && a.leaves()
+                    .iter()
+                    .zip(s.leaves())
+                    .all(|(x, y)| x.kind == y.kind)
+        };
+        if let Some(v) = self.table.get(hk, |k| same(&k.0) && k.1 == sk && k.2 == n) {
+            return Ok(v);
+        }
+        let v = vs_from_ir_uncached(s, shape, n)?.interned(grids);
+        self.table.insert(hk, (s.clone(), sk, n), v.clone());
+        Ok(v)
+    }
+}
+
+/// The structure of a shape that its sharding conversion depends on: leaf
+/// ranks (-1 for non-arrays) with tuple sizes encoded as `-(k + 2)`.
+fn skeleton(shape: &Shape, out: &mut Vec<i64>) {
+    match shape {
+        Shape::Tuple(e) => {
+            out.push(-(e.len() as i64) - 2);
+            for x in e {
+                skeleton(x, out);
+            }
+        }
+        s if s.is_array() => out.push(s.rank() as i64),
+        _ => out.push(-1),
+    }
 }
 
 /// The grid of an iota-tiled leaf sharding with only replicated subgroups,
@@ -404,6 +498,11 @@ impl<'a, 'c> Part<'a, 'c> {
         self.b.n()
     }
 
+    /// The module's memo of derived grids.
+    pub fn grids(&self) -> &GridCache {
+        &self.b.ctx.cache.grids
+    }
+
     /// The partitioned value of an original instruction.
     pub fn val(&self, id: InstrId) -> Result<PValue, SpmdError> {
         self.vals
@@ -422,7 +521,7 @@ impl<'a, 'c> Part<'a, 'c> {
 
     /// The sharding the instruction should get.
     pub fn target(&self, instr: &HloInstruction) -> Result<VS, SpmdError> {
-        vs_of(instr, self.n())
+        vs_of(instr, self.n(), &self.b.ctx.cache.shardings, self.grids())
     }
 
     pub fn target_grid(&self, instr: &HloInstruction) -> Result<Grid, SpmdError> {
@@ -513,7 +612,7 @@ impl<'a, 'c> Part<'a, 'c> {
         // A broadcast of a scalar is rebuilt in the target layout: nothing
         // needs to move (as XLA does).
         if let Some(scalar) = self.splat_source(x) {
-            let local = crate::grid::local_dims(shape.dims(), t);
+            let local = local_dims(shape.dims(), t);
             return Ok(self.b.broadcast(scalar, &local, &[]));
         }
         let class = self.class(x);
@@ -522,7 +621,7 @@ impl<'a, 'c> Part<'a, 'c> {
             return Ok(hit);
         }
         let bytes = elem(shape)?.byte_width().max(1) as u64;
-        let plan = reshard::plan(s, t, shape.dims(), bytes);
+        let plan = self.b.ctx.cache.plan(s, t, shape.dims(), bytes);
         let y = reshard::emit(&mut self.b, x, s, &plan, shape.dims())?;
         self.cache.insert((class, dims.clone(), t.clone()), y);
         self.cache.entry((class, dims, s.clone())).or_insert(x);
@@ -556,7 +655,7 @@ impl<'a, 'c> Part<'a, 'c> {
                     .element_type()
                     .map(|e| e.byte_width().max(1))
                     .unwrap_or(4) as u64;
-                reshard::plan(s, t, v.shape.dims(), bytes).cost
+                self.b.ctx.cache.plan(s, t, v.shape.dims(), bytes).cost
             }
             _ => 0,
         }
@@ -571,7 +670,7 @@ impl<'a, 'c> Part<'a, 'c> {
             .element_type()
             .map(|e| e.byte_width().max(1))
             .unwrap_or(4) as u64;
-        reshard::plan(s, t, shape.dims(), bytes).cost
+        self.b.ctx.cache.plan(s, t, shape.dims(), bytes).cost
     }
 
     pub fn reshard_to_grid(&mut self, v: &PValue, g: &Grid) -> Result<InstrId, SpmdError> {
@@ -580,7 +679,7 @@ impl<'a, 'c> Part<'a, 'c> {
 
     /// Replicates every leaf.
     pub fn replicate(&mut self, v: &PValue) -> Result<PValue, SpmdError> {
-        let t = VS::replicated(&v.shape, self.n());
+        let t = VS::replicated_in(&v.shape, self.n(), self.grids());
         if v.vs.has_manual() {
             return unsupported("replicating a manual value");
         }
@@ -757,7 +856,13 @@ impl<'a, 'c> Part<'a, 'c> {
                 let params: Vec<VS> = c
                     .parameters
                     .iter()
-                    .map(|&p| target_like_manual(&VS::replicated(&c.instr(p).shape, self.n())))
+                    .map(|&p| {
+                        target_like_manual(&VS::replicated_in(
+                            &c.instr(p).shape,
+                            self.n(),
+                            self.grids(),
+                        ))
+                    })
                     .collect();
                 let (nc, _) = self.partition_sub(cid, &params, None)?;
                 out.push((k, nc));

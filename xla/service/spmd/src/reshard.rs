@@ -25,7 +25,9 @@
 
 use crate::builder::Builder;
 use crate::error::SpmdError;
-use crate::grid::{gcd, local_dims, tile_size, Grid};
+use crate::grid::{gcd, local_dims, tile_size, Grid, GridCache};
+use crate::memo::{hash_of, MemoTable};
+use std::sync::Arc;
 use xla_hlo_ir::InstrId;
 
 /// One step of a resharding plan; `to` is the grid after the step.
@@ -76,7 +78,7 @@ impl Plan {
 
 /// The rest of a plan that has reached `cur`: nothing, a local slice, or
 /// the gather-permute-slice family.
-fn finish(cur: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
+fn finish(grids: &GridCache, cur: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
     if cur == tgt {
         Plan::default()
     } else if slice_ok(cur, tgt, dims) {
@@ -85,7 +87,7 @@ fn finish(cur: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
             cost: 0,
         }
     } else {
-        plan_gather_fix(cur, tgt, dims, bytes)
+        plan_gather_fix(grids, cur, tgt, dims, bytes)
     }
 }
 
@@ -134,7 +136,7 @@ fn gather_cost(src: &Grid, factors: &[(usize, i64)], dims: &[i64], bytes: u64) -
 }
 
 /// Gather (the minor factors the target does not want), permute, slice.
-fn plan_gather_fix(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
+fn plan_gather_fix(grids: &GridCache, src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
     let mut plan = Plan::default();
     let mut factors = Vec::new();
     for (a, &x) in dims.iter().enumerate() {
@@ -149,8 +151,8 @@ fn plan_gather_fix(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
     }
     let mut cur = src.clone();
     if !factors.is_empty() {
-        let Some(to) = src.gathered(&factors) else {
-            return replicate_plan(src, tgt, dims, bytes);
+        let Some(to) = grids.gathered(src, &factors) else {
+            return replicate_plan(grids, src, tgt, dims, bytes);
         };
         plan.cost += gather_cost(src, &factors, dims, bytes);
         plan.steps.push(Step::Gather {
@@ -167,14 +169,14 @@ fn plan_gather_fix(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
         return plan;
     }
     let cdims: Vec<i64> = (0..cur.rank()).map(|a| cur.tiles(a)).collect();
-    let Some(coarse) = tgt.coarsened(&cdims) else {
-        return replicate_plan(src, tgt, dims, bytes);
+    let Some(coarse) = grids.coarsened(tgt, &cdims) else {
+        return replicate_plan(grids, src, tgt, dims, bytes);
     };
     if coarse != cur && coarse.dims() != cur.dims() {
-        return replicate_plan(src, tgt, dims, bytes);
+        return replicate_plan(grids, src, tgt, dims, bytes);
     }
     if &coarse != tgt && !slice_ok(&coarse, tgt, dims) {
-        return replicate_plan(src, tgt, dims, bytes);
+        return replicate_plan(grids, src, tgt, dims, bytes);
     }
     match (coarse != cur, &coarse != tgt) {
         (true, true) => {
@@ -195,14 +197,14 @@ fn plan_gather_fix(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
 }
 
 /// All-gather everything, then slice.
-fn replicate_plan(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
+fn replicate_plan(grids: &GridCache, src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
     let mut plan = Plan::default();
     let factors: Vec<(usize, i64)> = src
         .tiled_dims()
         .iter()
         .map(|&a| (a, src.tiles(a)))
         .collect();
-    let repl = Grid::replicated(src.rank(), src.num_devices());
+    let repl = grids.replicated(src.rank(), src.num_devices());
     if !factors.is_empty() {
         plan.cost += gather_cost(src, &factors, dims, bytes);
         plan.steps.push(Step::Gather {
@@ -256,43 +258,144 @@ fn next_all_to_all(cur: &Grid, tgt: &Grid, dims: &[i64]) -> Option<(usize, usize
     None
 }
 
-/// The cheapest plan found from `src` to `tgt` for an array of `dims` with
-/// `bytes` bytes per element.
-pub fn plan(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
-    if src == tgt {
-        return Plan::default();
-    }
-    crate::grid::memo_plan(src, tgt, dims, bytes, || {
-        plan_uncached(src, tgt, dims, bytes)
-    })
+/// Memo tables of the planner, keyed by value: plans, and the slice
+/// offsets of local slices between two grids. One cache lives as long as
+/// the partitioning of one module.
+#[derive(Default)]
+pub struct PlanCache {
+    plans: MemoTable<(Grid, Grid, Vec<i64>, u64), Plan>,
+    slice_summaries: MemoTable<(Grid, Grid, usize, i64), (Option<i64>, i64)>,
+    slice_tables: MemoTable<(Grid, Grid, usize, i64), Arc<[i64]>>,
 }
 
-fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
+impl PlanCache {
+    /// The cheapest plan found from `src` to `tgt` for an array of `dims`
+    /// with `bytes` bytes per element (memoized).
+    pub fn plan(
+        &self,
+        grids: &GridCache,
+        src: &Grid,
+        tgt: &Grid,
+        dims: &[i64],
+        bytes: u64,
+    ) -> Plan {
+        if src == tgt {
+            return Plan::default();
+        }
+        self.plans.get_or_insert_with(
+            hash_of((src, tgt, dims, bytes)),
+            |k| k.0 == *src && k.1 == *tgt && k.2 == dims && k.3 == bytes,
+            || (src.clone(), tgt.clone(), dims.to_vec(), bytes),
+            || plan_uncached(self, grids, src, tgt, dims, bytes),
+        )
+    }
+
+    /// [`slice_summary`], memoized.
+    pub fn slice_summary(&self, cur: &Grid, to: &Grid, a: usize, xa: i64) -> (Option<i64>, i64) {
+        self.slice_summaries.get_or_insert_with(
+            hash_of((cur, to, a, xa)),
+            |k| k.0 == *cur && k.1 == *to && (k.2, k.3) == (a, xa),
+            || (cur.clone(), to.clone(), a, xa),
+            || slice_summary(cur, to, a, xa),
+        )
+    }
+
+    /// [`slice_table`], memoized: equal requests get the same table (one
+    /// `Arc`), which the builder emits once per computation.
+    pub fn slice_table(&self, cur: &Grid, to: &Grid, a: usize, xa: i64) -> Arc<[i64]> {
+        self.slice_tables.get_or_insert_with(
+            hash_of((cur, to, a, xa)),
+            |k| k.0 == *cur && k.1 == *to && (k.2, k.3) == (a, xa),
+            || (cur.clone(), to.clone(), a, xa),
+            || slice_table(cur, to, a, xa),
+        )
+    }
+}
+
+/// Where a slice from `cur`'s tile to `to`'s along dim `a` (of size `xa`)
+/// starts, for a device at coordinate `cs` (under `cur`) and `ct` (under
+/// `to`): `None` for devices whose target tile is padding only.
+fn slice_offset(cur: &Grid, to: &Grid, a: usize, xa: i64, cs: i64, ct: i64) -> Option<i64> {
+    let (ss, st) = (tile_size(xa, cur.tiles(a)), tile_size(xa, to.tiles(a)));
+    let ot = ct * st;
+    let vt = (xa - ot).clamp(0, st);
+    (vt != 0).then(|| ot - cs * ss)
+}
+
+/// The slice offsets from `cur`'s tile to `to`'s along dim `a` of size
+/// `xa`: the offset when every partition has the same one (0 for devices
+/// whose target tile is padding), and the buffer length the slices need
+/// (O(coordinate pairs), not O(devices)).
+pub fn slice_summary(cur: &Grid, to: &Grid, a: usize, xa: i64) -> (Option<i64>, i64) {
+    let st = tile_size(xa, to.tiles(a));
+    let mut need = st;
+    let mut first: Option<i64> = None;
+    let mut constant = true;
+    cur.all_pairs(to, a, |cs, ct| {
+        let v = slice_offset(cur, to, a, xa, cs, ct);
+        if let Some(off) = v {
+            need = need.max(off + st);
+        }
+        let v = v.unwrap_or(0);
+        match first {
+            None => first = Some(v),
+            Some(f) if f != v => constant = false,
+            _ => {}
+        }
+        true
+    });
+    (
+        if constant {
+            Some(first.unwrap_or(0))
+        } else {
+            None
+        },
+        need,
+    )
+}
+
+/// The per-partition offsets of a local slice from `cur`'s tile to `to`'s
+/// along dim `a` of size `xa` (0 for devices whose target tile is padding).
+pub fn slice_table(cur: &Grid, to: &Grid, a: usize, xa: i64) -> Arc<[i64]> {
+    cur.pair_table(to, a, |cs, ct| {
+        slice_offset(cur, to, a, xa, cs, ct).unwrap_or(0)
+    })
+    .into()
+}
+
+fn plan_uncached(
+    cache: &PlanCache,
+    grids: &GridCache,
+    src: &Grid,
+    tgt: &Grid,
+    dims: &[i64],
+    bytes: u64,
+) -> Plan {
     if slice_ok(src, tgt, dims) {
         return Plan {
             steps: vec![Step::Slice { to: tgt.clone() }],
             cost: 0,
         };
     }
-    let mut best = plan_gather_fix(src, tgt, dims, bytes);
+    let mut best = plan_gather_fix(grids, src, tgt, dims, bytes);
     // All-to-all moves first, then the rest.
-    let (mut a2a, cur) = all_to_alls(src, tgt, dims, bytes);
+    let (mut a2a, cur) = all_to_alls(grids, src, tgt, dims, bytes);
     if best.cost > 0 {
-        if let Some(pg) = permute_then_gather(src, tgt, dims, bytes, best.cost) {
+        if let Some(pg) = permute_then_gather(grids, src, tgt, dims, bytes, best.cost) {
             if pg.cost < best.cost {
                 best = pg;
             }
         }
     }
     if best.cost > 0 {
-        if let Some(sa) = slice_then_all_to_all(src, tgt, dims, bytes, best.cost) {
+        if let Some(sa) = slice_then_all_to_all(grids, src, tgt, dims, bytes, best.cost) {
             if sa.cost < best.cost {
                 best = sa;
             }
         }
     }
     if !a2a.steps.is_empty() {
-        a2a.append(finish(&cur, tgt, dims, bytes));
+        a2a.append(finish(grids, &cur, tgt, dims, bytes));
         if a2a.cost < best.cost {
             best = a2a;
         }
@@ -304,7 +407,7 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
             if tgt.tiles(a) != 1 || 2 * dims[a] > t * tile_size(dims[a], t) {
                 continue;
             }
-            let Some(to) = src.gathered(&[(a, t)]) else {
+            let Some(to) = grids.gathered(src, &[(a, t)]) else {
                 continue;
             };
             let mut sg = Plan {
@@ -317,7 +420,7 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
             if sg.cost >= best.cost {
                 continue;
             }
-            sg.append(plan(&to, tgt, dims, bytes));
+            sg.append(cache.plan(grids, &to, tgt, dims, bytes));
             if sg.cost < best.cost {
                 best = sg;
             }
@@ -328,7 +431,7 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
     if best.cost > 0 {
         for a in src.tiled_dims() {
             let factors = [(a, src.tiles(a))];
-            let Some(g) = src.gathered(&factors) else {
+            let Some(g) = grids.gathered(src, &factors) else {
                 continue;
             };
             let mut ga = Plan {
@@ -341,12 +444,12 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
             if ga.cost >= best.cost {
                 continue;
             }
-            let (moves, cur) = all_to_alls(&g, tgt, dims, bytes);
+            let (moves, cur) = all_to_alls(grids, &g, tgt, dims, bytes);
             if moves.steps.is_empty() {
                 continue;
             }
             ga.append(moves);
-            ga.append(finish(&cur, tgt, dims, bytes));
+            ga.append(finish(grids, &cur, tgt, dims, bytes));
             if ga.cost < best.cost {
                 best = ga;
             }
@@ -357,14 +460,20 @@ fn plan_uncached(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> Plan {
 
 /// The all-to-all moves `next_all_to_all` finds from `src` towards `tgt`,
 /// in order, and the grid they reach.
-fn all_to_alls(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> (Plan, Grid) {
+fn all_to_alls(
+    grids: &GridCache,
+    src: &Grid,
+    tgt: &Grid,
+    dims: &[i64],
+    bytes: u64,
+) -> (Plan, Grid) {
     let mut cur = src.clone();
     let mut a2a = Plan::default();
     for _ in 0..2 * dims.len() + 2 {
         let Some((a, b, f)) = next_all_to_all(&cur, tgt, dims) else {
             break;
         };
-        let Some(to) = cur.all_to_all(a, b, f) else {
+        let Some(to) = grids.all_to_all(&cur, a, b, f) else {
             break;
         };
         a2a.cost += all_to_all_cost(&cur, dims, b, f, bytes);
@@ -383,6 +492,7 @@ fn all_to_alls(src: &Grid, tgt: &Grid, dims: &[i64], bytes: u64) -> (Plan, Grid)
 /// followed by one all-to-all into the target (then whatever remains):
 /// the all-to-all moves the sliced buffer instead of the whole tile.
 fn slice_then_all_to_all(
+    grids: &GridCache,
     src: &Grid,
     tgt: &Grid,
     dims: &[i64],
@@ -413,7 +523,7 @@ fn slice_then_all_to_all(
             // The grid one all-to-all before the target, or else the
             // source with its replicas spread over dim `b` (a permute
             // then fixes the device order).
-            let mid = match tgt.all_to_all(b, a, f) {
+            let mid = match grids.all_to_all(tgt, b, a, f) {
                 Some(m) if slice_ok(src, &m, dims) => m,
                 _ => match spread_replicas(src, b, tb / f) {
                     Some(m) => m,
@@ -426,7 +536,7 @@ fn slice_then_all_to_all(
             {
                 continue;
             }
-            let Some(after) = mid.all_to_all(a, b, f) else {
+            let Some(after) = grids.all_to_all(&mid, a, b, f) else {
                 continue;
             };
             let mut plan = Plan::default();
@@ -440,7 +550,7 @@ fn slice_then_all_to_all(
                 f,
                 to: after.clone(),
             });
-            plan.append(finish(&after, tgt, dims, bytes));
+            plan.append(finish(grids, &after, tgt, dims, bytes));
             return Some(plan);
         }
     }
@@ -451,6 +561,7 @@ fn slice_then_all_to_all(
 /// after gathering the factors the target does not want, hold exactly the
 /// target: cheaper than gathering first and permuting the gathered tiles.
 fn permute_then_gather(
+    grids: &GridCache,
     src: &Grid,
     tgt: &Grid,
     dims: &[i64],
@@ -480,7 +591,7 @@ fn permute_then_gather(
     if pre.dims() != src.dims() || &pre == src {
         return None;
     }
-    let gathered = pre.gathered(&factors)?;
+    let gathered = grids.gathered(&pre, &factors)?;
     if &gathered != tgt {
         return None;
     }
@@ -580,7 +691,7 @@ fn emit_sum_gather(
     lo_hi[a] = (n, n);
     let padded = b.pad_zero(x, &lo_hi)?;
     let starts: Vec<i64> = (0..t).map(|i| n - i * ts).collect();
-    let table = cur.per_coord(a, &starts);
+    let table = b.ctx.cache.grids.per_coord(cur, a, &starts);
     let mut offsets = Vec::with_capacity(local.len());
     for d in 0..local.len() {
         offsets.push(if d == a {
@@ -592,7 +703,7 @@ fn emit_sum_gather(
     let mut sizes = local;
     sizes[a] = n;
     let placed = b.dynamic_slice(padded, offsets, &sizes);
-    let groups = cur.factor_groups(&[(a, t)]);
+    let groups = b.ctx.cache.grids.factor_groups(cur, &[(a, t)]);
     b.all_reduce(placed, &groups, xla_hlo_ir::Opcode::Add)
 }
 
@@ -604,7 +715,7 @@ fn emit_gather(
     to: &Grid,
     dims: &[i64],
 ) -> Result<InstrId, SpmdError> {
-    let groups = cur.factor_groups(factors);
+    let groups = b.ctx.cache.grids.factor_groups(cur, factors);
     let local = b.dims(x);
     let gathered = if factors.len() == 1 {
         b.all_gather(x, factors[0].0, &groups)
@@ -655,7 +766,7 @@ fn emit_all_to_all(
     to: &Grid,
     dims: &[i64],
 ) -> Result<InstrId, SpmdError> {
-    let groups = cur.factor_groups(&[(a, f)]);
+    let groups = b.ctx.cache.grids.factor_groups(cur, &[(a, f)]);
     let chunk = tile_size(dims[tgt], cur.tiles(tgt) * f);
     let mut local = b.dims(x);
     let x = if f * chunk > local[tgt] {
@@ -797,14 +908,14 @@ fn emit_slice_permute(
     let mut pads = vec![(0i64, 0i64); dims.len()];
     let mut starts = Vec::with_capacity(dims.len());
     for (a, &xa) in dims.iter().enumerate() {
-        let (c, need) = crate::grid::slice_summary(via, to, a, xa);
+        let (c, need) = b.ctx.cache.plans.slice_summary(via, to, a, xa);
         if need > buf[a] {
             pads[a].1 = need - buf[a];
         }
         starts.push(match c {
             Some(c) => Ok(c),
             None => {
-                let by_receiver = crate::grid::slice_table(via, to, a, xa);
+                let by_receiver = b.ctx.cache.plans.slice_table(via, to, a, xa);
                 let by_sender: std::sync::Arc<[i64]> =
                     receiver.iter().map(|&d| by_receiver[d]).collect();
                 Err(by_sender)
@@ -850,7 +961,7 @@ fn emit_slice(
     let mut consts = Vec::with_capacity(dims.len());
     let mut pads = vec![(0i64, 0i64); dims.len()];
     for (a, &xa) in dims.iter().enumerate() {
-        let (c, need) = crate::grid::slice_summary(cur, to, a, xa);
+        let (c, need) = b.ctx.cache.plans.slice_summary(cur, to, a, xa);
         if need > buf[a] {
             pads[a].1 = need - buf[a];
         }
@@ -867,7 +978,10 @@ fn emit_slice(
     for (a, &xa) in dims.iter().enumerate() {
         starts.push(match consts[a] {
             Some(c) => b.scalar(xla_hlo_ir::PrimitiveType::S32, c),
-            None => b.table(&crate::grid::slice_table(cur, to, a, xa)),
+            None => {
+                let table = b.ctx.cache.plans.slice_table(cur, to, a, xa);
+                b.table(&table)
+            }
         });
     }
     Ok(b.dynamic_slice(x, starts, &want))

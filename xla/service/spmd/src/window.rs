@@ -13,7 +13,7 @@
 //! a valid output element (it is either masked or outside every window).
 
 use crate::error::SpmdError;
-use crate::grid::{tile_size, Grid};
+use crate::grid::{tile_size, Grid, GridCache};
 use crate::handlers::cheapest;
 use crate::partition::{local_shape, PValue, Part, VS};
 use std::rc::Rc;
@@ -55,7 +55,7 @@ pub fn exchange(
     if multi_hop {
         let shape = with_dims_of(p, x, dims);
         let per_row = other_bytes(&shape, g, a);
-        let gather = p.cost_of(&shape, g, &g.replicate_dims(&[a]));
+        let gather = p.cost_of(&shape, g, &p.grids().replicate_dims(g, &[a]));
         ps = pieces(starts, len, s, xa);
         let by_distance = pieces_cost(&ps, per_row);
         use_pieces = by_distance < gather;
@@ -145,7 +145,7 @@ pub fn exchange(
         (y, base)
     } else if multi_hop {
         // Halo beyond a neighbour: gather the dim.
-        let full = g.replicate_dims(&[a]);
+        let full = p.grids().replicate_dims(g, &[a]);
         let y = p.reshard_grid(x, g, &full, &with_dims_of(p, x, dims))?;
         (y, vec![0; t as usize])
     } else {
@@ -199,7 +199,7 @@ pub fn exchange(
         let mut tables = Vec::new();
         for d in 0..yd.len() {
             if d == a {
-                let tb = g.per_coord(a, &offs);
+                let tb = p.grids().per_coord(g, a, &offs);
                 tables.push(p.b.table(&tb));
             } else {
                 tables.push(p.b.scalar(xla_hlo_ir::PrimitiveType::S32, 0));
@@ -212,7 +212,7 @@ pub fn exchange(
     if let Some(pv) = pad {
         let needs = starts.iter().any(|&st| st < 0 || st + len > xa);
         if needs {
-            let tb = g.per_coord(a, starts);
+            let tb = p.grids().per_coord(g, a, starts);
             let off = p.b.table(&tb);
             let yd = p.b.dims(y);
             let m = p.b.range_mask(&yd, a, off, Some(0), Some(xa));
@@ -403,7 +403,7 @@ pub fn exchange_cost(
     let dims = shape.dims();
     let (l, r, s) = halos(g, dims, a, starts, len);
     if l > s || r > s {
-        let gather = p.cost_of(shape, g, &g.replicate_dims(&[a]));
+        let gather = p.cost_of(shape, g, &p.grids().replicate_dims(g, &[a]));
         let per_row = other_bytes(shape, g, a);
         let pc = pieces_cost(&pieces(starts, len, s, dims[a]), per_row);
         let grouped = range_groups(starts, len, s, dims[a]).map_or(u64::MAX, |rg| rg.cost(per_row));
@@ -655,7 +655,7 @@ pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         for a in 0..sizes.len() {
             match sliced.iter().find(|s| s.0 == a) {
                 Some((_, offsets, so)) => {
-                    let tb = c.per_coord(a, offsets);
+                    let tb = p.grids().per_coord(&c, a, offsets);
                     tables.push(p.b.table(&tb));
                     sizes[a] = *so;
                 }
@@ -770,7 +770,7 @@ pub fn select_and_scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: 
     let bad: Vec<usize> = (0..xd.len())
         .filter(|&a| !local_dim(a, out.tiles(a)))
         .collect();
-    let mut cands = vec![out.clone(), out.replicate_dims(&bad)];
+    let mut cands = vec![out.clone(), p.grids().replicate_dims(&out, &bad)];
     if let Some(g) = x.vs.grid() {
         cands.push(g.clone());
     }
@@ -800,8 +800,8 @@ pub fn select_and_scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: 
 /// Grids where dim `a` is whole: `out` with `a` replicated, or with its
 /// tiling moved onto another dim `e` (as a new minor factor) when every
 /// array of `shapes` divides evenly there.
-fn unsharded_candidates(out: &Grid, a: usize, shapes: &[&[i64]]) -> Vec<Grid> {
-    let mut c = vec![out.replicate_dims(&[a])];
+fn unsharded_candidates(grids: &GridCache, out: &Grid, a: usize, shapes: &[&[i64]]) -> Vec<Grid> {
+    let mut c = vec![grids.replicate_dims(out, &[a])];
     let t = out.tiles(a);
     if t > 1 {
         for e in 0..out.rank() {
@@ -810,7 +810,7 @@ fn unsharded_candidates(out: &Grid, a: usize, shapes: &[&[i64]]) -> Vec<Grid> {
             }
             let te = out.tiles(e) * t;
             if shapes.iter().all(|s| s[e] % te == 0) && shapes.iter().all(|s| s[a] % t == 0) {
-                if let Some(g) = out.all_to_all(a, e, t) {
+                if let Some(g) = grids.all_to_all(out, a, e, t) {
                     c.push(g);
                 }
             }
@@ -839,7 +839,7 @@ pub fn concatenate(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
     } else {
         let mut shapes: Vec<&[i64]> = vals.iter().map(|v| v.shape.dims()).collect();
         shapes.push(instr.shape.dims());
-        let cands = unsharded_candidates(&out, a, &shapes);
+        let cands = unsharded_candidates(p.grids(), &out, a, &shapes);
         let costed: Vec<(Grid, u64)> = cands
             .into_iter()
             .map(|c| {
@@ -917,7 +917,8 @@ fn rotate(
     }
     let s = n / t;
     let (q, r) = (k / s, k % s);
-    let tile_bytes = p.cost_of(&instr.shape, out, &out.replicate_dims(&[a])) / (t as u64 - 1);
+    let tile_bytes =
+        p.cost_of(&instr.shape, out, &p.grids().replicate_dims(out, &[a])) / (t as u64 - 1);
     let moved = |from: i64, rows: i64| {
         if from % t == 0 {
             0
@@ -928,7 +929,7 @@ fn rotate(
     let cost = p.cost(&x, out) + moved(q, s - r) + if r > 0 { moved(q + 1, r) } else { 0 };
     let generic: u64 = vals
         .iter()
-        .map(|v| p.cost(v, &out.replicate_dims(&[a])))
+        .map(|v| p.cost(v, &p.grids().replicate_dims(out, &[a])))
         .sum::<u64>();
     if cost >= generic {
         return Ok(None);
@@ -987,7 +988,7 @@ fn rotate_uneven(
         + exchange_cost(p, out, &x.shape, a, &wrapped, s);
     let generic: u64 = vals
         .iter()
-        .map(|v| p.cost(v, &out.replicate_dims(&[a])))
+        .map(|v| p.cost(v, &p.grids().replicate_dims(out, &[a])))
         .sum();
     if cost >= generic {
         return Ok(None);
@@ -996,7 +997,7 @@ fn rotate_uneven(
     let y1 = exchange(p, xl, out, &dims, a, &head, s, None)?;
     let y2 = exchange(p, xl, out, &dims, a, &wrapped, s, None)?;
     let ld = p.b.dims(y1);
-    let offsets = out.offsets(a, s);
+    let offsets = p.grids().offsets(out, a, s);
     let off = p.b.table(&offsets);
     let from_head = p.b.range_mask(&ld, a, off, None, Some(n - k));
     let id = p.b.select(from_head, y1, y2);
@@ -1027,7 +1028,10 @@ pub fn dynamic_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
         return Ok(None);
     }
     let cut = cut_dims(&dims, &sizes);
-    let cands = [out.replicate_dims(&cut), vg.replicate_dims(&cut)];
+    let cands = [
+        p.grids().replicate_dims(&out, &cut),
+        p.grids().replicate_dims(&vg, &cut),
+    ];
     let costed: Vec<(Grid, u64)> = cands
         .iter()
         .map(|c| (c.clone(), p.cost(&v, c) + p.cost_of(&instr.shape, c, &out)))
@@ -1077,7 +1081,10 @@ pub fn dynamic_update_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target
         return Ok(None);
     }
     let cut = cut_dims(&dims, &usz);
-    let cands = [out.replicate_dims(&cut), vg.replicate_dims(&cut)];
+    let cands = [
+        p.grids().replicate_dims(&out, &cut),
+        p.grids().replicate_dims(&vg, &cut),
+    ];
     let costed: Vec<(Grid, u64)> = cands
         .iter()
         .map(|c| {
@@ -1137,8 +1144,8 @@ fn dynamic_update_row(
         return Ok(None);
     }
     let whole: Vec<usize> = cut.iter().copied().filter(|a| !rows.contains(a)).collect();
-    let c = out.replicate_dims(&whole);
-    let cu = c.replicate_dims(&rows);
+    let c = p.grids().replicate_dims(out, &whole);
+    let cu = p.grids().replicate_dims(&c, &rows);
     let cost = p.cost(v, &c) + p.cost(u, &cu) + p.cost_of(&instr.shape, &c, out);
     if cost >= best {
         return Ok(None);
@@ -1158,7 +1165,7 @@ fn dynamic_update_row(
             let row = p.b.binary(Opcode::Maximum, iv, lo);
             let row = p.b.binary(Opcode::Minimum, row, hi);
             let ts = tile_size(dims[a], c.tiles(a));
-            let off = crate::gather::to_ty(p, &c.offsets(a, ts), ty)?;
+            let off = crate::gather::to_ty(p, &p.grids().offsets(&c, a, ts), ty)?;
             let local = p.b.binary(Opcode::Subtract, row, off);
             let zero = p.b.scalar(ty, 0);
             let size = p.b.scalar(ty, ts);
@@ -1205,9 +1212,9 @@ pub fn sort(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         return Ok(None);
     }
     let leaf_shape = vals[0].shape.clone();
-    let mut cands = unsharded_candidates(&out, a, &[leaf_shape.dims()]);
+    let mut cands = unsharded_candidates(p.grids(), &out, a, &[leaf_shape.dims()]);
     if let Some(g) = vals[0].vs.grid() {
-        cands.push(g.replicate_dims(&[a]));
+        cands.push(p.grids().replicate_dims(g, &[a]));
     }
     let k = vals.len() as u64;
     let costed: Vec<(Grid, u64)> = cands
@@ -1258,10 +1265,10 @@ pub fn topk(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         return Ok(None);
     }
     let a = rank - 1;
-    let mut cands = unsharded_candidates(&out, a, &[&dims]);
+    let mut cands = unsharded_candidates(p.grids(), &out, a, &[&dims]);
     if let Some(g) = v.vs.grid() {
         if g.rank() == rank {
-            cands.extend(unsharded_candidates(g, a, &[&dims]));
+            cands.extend(unsharded_candidates(p.grids(), g, a, &[&dims]));
         }
     }
     let costed: Vec<(Grid, u64)> = cands
@@ -1331,7 +1338,7 @@ pub fn reverse(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
             (a, (0..t).map(|i| i * ts + pad).collect(), ts)
         })
         .collect();
-    let gathered = out.replicate_dims(&uneven);
+    let gathered = p.grids().replicate_dims(&out, &uneven);
     let (Some(src), Some(src_gathered)) = (flip(&out), flip(&gathered)) else {
         return Ok(None);
     };
