@@ -32,6 +32,12 @@ echo "== the NCCL backend compiles (cudarc loads CUDA at run time; no GPU needed
 cargo build --release -p collectives --features nccl
 cargo build --release -p xla-runtime --features cuda  # the CUDA backend compiles (cudarc loads CUDA at run time)
 
+echo "== bad input: the CLI fuzzer's regression cases, then a one-minute fuzz run"
+cargo build --release -p hlo-opt -p run-hlo-module
+python3 tools/fuzz/cli_fuzz.py --bin-dir target/release --replay testdata/fuzz
+python3 tools/fuzz/cli_fuzz.py --bin-dir target/release --seconds 60 --seed 1 \
+  --out "$(mktemp -d)" --quiet
+
 echo "== Cargo.toml / BUILD.bazel consistency"
 python3 tools/check_bazel_cargo.py
 # ... and the check itself fails when one side loses a dependency.
