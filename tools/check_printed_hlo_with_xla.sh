@@ -18,7 +18,7 @@ trap 'rm -rf "$out"' EXIT
 
 files=()
 [ -d ../shared ] && while IFS= read -r f; do files+=("$f"); done < <(find ../shared/corpus ../shared/xla-hlo -name '*.hlo' | sort)
-while IFS= read -r f; do files+=("$f"); done < <(find testdata -name '*.hlo' | sort)
+while IFS= read -r f; do files+=("$f"); done < <(find testdata/cases -name '*.hlo' | sort)
 [ -d ../shared ] || echo "note: ../shared not found; checking testdata only"
 
 list="$out/list.txt"
