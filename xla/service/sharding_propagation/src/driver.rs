@@ -10,9 +10,9 @@
 //! finished; the result does not depend on hash iteration order.
 
 use crate::graph::{Graph, Node};
-use crate::infer::{normalize, Prop};
 use crate::level::{may_combine_partial, BROADCAST_FORWARD_LEVEL, PASS_THROUGH_LEVEL};
 use crate::options::ShardingPropagationOptions;
+use crate::state::{normalize, PropagationState};
 use rustc_hash::FxHashMap;
 use xla_hlo_ir::sharding::{ShardGroup, SingleSharding};
 use xla_hlo_ir::{
@@ -221,11 +221,11 @@ pub(crate) fn propagate(
             None => None,
         });
     }
-    let mut p = Prop {
-        g: graph,
-        sh: original.clone(),
-        epoch: 0,
-        stamp: vec![0; n],
+    let mut p = PropagationState {
+        graph,
+        shardings: original.clone(),
+        write_count: 0,
+        last_written: vec![0; n],
         allow_output,
         allow_params,
     };
@@ -235,21 +235,22 @@ pub(crate) fn propagate(
     let mut unspecified: FxHashMap<Node, Vec<usize>> = FxHashMap::default();
     let mut group_of: FxHashMap<Node, (bool, i64)> = FxHashMap::default();
     let mut groups: Vec<((bool, i64), Vec<Node>)> = Vec::new();
-    for c in 0..p.g.post_orders.len() {
-        let order = p.g.post_orders[c].clone();
+    for c in 0..p.graph.post_orders.len() {
+        let order = p.graph.post_orders[c].clone();
         for &x in order.iter().rev() {
-            let instr = p.g.instr(x);
+            let instr = p.graph.instr(x);
             let group = instr
                 .sharding
                 .as_ref()
                 .and_then(|s| s.leaves().first().and_then(|l| l.shard_group));
-            if p.g.is_custom_call(x, "Sharding") {
-                let Some(s) = p.sh[x as usize].clone() else {
+            if p.graph.is_custom_call(x, "Sharding") {
+                let Some(s) = p.shardings[x as usize].clone() else {
                     return Err(reject(instr, "a Sharding custom-call needs a sharding"));
                 };
-                let op0 =
-                    p.g.operand(x, 0)
-                        .ok_or_else(|| reject(instr, "a Sharding custom-call needs an operand"))?;
+                let op0 = p
+                    .graph
+                    .operand(x, 0)
+                    .ok_or_else(|| reject(instr, "a Sharding custom-call needs an operand"))?;
                 // XLA keeps `{unknown}` constraints as custom-calls (they only mark
                 // shard groups); they are replaced too so that a second run
                 // sees the same instructions (idempotence).
@@ -260,9 +261,9 @@ pub(crate) fn propagate(
                 let spec = unspecified_dims(instr);
                 if !spec.is_empty() {
                     unspecified.insert(x, spec);
-                } else if p.sh[op0 as usize].is_none() {
-                    let s = normalize(p.g.shape(op0), s);
-                    p.sh[op0 as usize] = Some(s);
+                } else if p.shardings[op0 as usize].is_none() {
+                    let s = normalize(p.graph.shape(op0), s);
+                    p.shardings[op0 as usize] = Some(s);
                 }
             }
             if let Some(gr) = group {
@@ -285,57 +286,67 @@ pub(crate) fn propagate(
     // ---- while / conditional / call boundaries ----
     for x in 0..n as Node {
         if matches!(
-            p.g.opcode(x),
+            p.graph.opcode(x),
             Opcode::While | Opcode::Conditional | Opcode::Call
         ) {
             let related = related(&p, x);
-            if let Some(first) = related.iter().find_map(|&r| p.sh[r as usize].clone()) {
+            if let Some(first) = related
+                .iter()
+                .find_map(|&r| p.shardings[r as usize].clone())
+            {
                 for &r in &related {
-                    let s = normalize(p.g.shape(r), first.clone());
-                    p.sh[r as usize] = Some(s);
+                    let s = normalize(p.graph.shape(r), first.clone());
+                    p.shardings[r as usize] = Some(s);
                 }
             }
         }
     }
 
     // ---- provided shardings ----
-    let entry_root = p.g.entry_root();
+    let entry_root = p.graph.entry_root();
     let mut provided = vec![false; n];
     for x in 0..n as Node {
-        if let Some(s) = &p.sh[x as usize] {
-            if x != entry_root && p.g.opcode(x) != Opcode::Parameter && !s.is_unknown() {
+        if let Some(s) = &p.shardings[x as usize] {
+            if x != entry_root && p.graph.opcode(x) != Opcode::Parameter && !s.is_unknown() {
                 provided[x as usize] = true;
             }
         }
     }
     if !allow_output
-        && p.sh[entry_root as usize]
+        && p.shardings[entry_root as usize]
             .as_ref()
             .is_none_or(|s| !s.is_unknown())
     {
         provided[entry_root as usize] = true;
     }
     if !allow_params {
-        let e = p.g.module.entry;
-        for k in 0..p.g.module.comp(e).parameters.len() {
-            if let Some(x) = p.g.parameter(e, k) {
-                if p.sh[x as usize].as_ref().is_some_and(|s| !s.is_unknown()) {
+        let e = p.graph.module.entry;
+        for k in 0..p.graph.module.comp(e).parameters.len() {
+            if let Some(x) = p.graph.parameter(e, k) {
+                if p.shardings[x as usize]
+                    .as_ref()
+                    .is_some_and(|s| !s.is_unknown())
+                {
                     provided[x as usize] = true;
                 }
             }
         }
     }
-    let saved_root = p.sh[entry_root as usize].clone();
+    let saved_root = p.shardings[entry_root as usize].clone();
     let saved_params: Vec<Option<InstrSharding>> = {
-        let e = p.g.module.entry;
-        (0..p.g.module.comp(e).parameters.len())
-            .map(|k| p.g.parameter(e, k).and_then(|x| p.sh[x as usize].clone()))
+        let e = p.graph.module.entry;
+        (0..p.graph.module.comp(e).parameters.len())
+            .map(|k| {
+                p.graph
+                    .parameter(e, k)
+                    .and_then(|x| p.shardings[x as usize].clone())
+            })
             .collect()
     };
 
     // ---- unknown -> replicated ----
     for x in 0..n {
-        if let Some(s) = &p.sh[x] {
+        if let Some(s) = &p.shardings[x] {
             if s.leaves().iter().any(Sharding::is_unknown) {
                 let leaves: Vec<Sharding> = s
                     .leaves()
@@ -348,7 +359,7 @@ pub(crate) fn propagate(
                         }
                     })
                     .collect();
-                p.sh[x] = Some(match s {
+                p.shardings[x] = Some(match s {
                     InstrSharding::Single(_) => InstrSharding::Single(leaves[0].clone()),
                     InstrSharding::Tuple(_) => InstrSharding::tuple(leaves),
                 });
@@ -378,7 +389,7 @@ pub(crate) fn propagate(
         let mut shardings = Vec::new();
         let mut default: Option<Sharding> = None;
         for &m in members {
-            if let Some(InstrSharding::Single(s)) = &p.sh[m as usize] {
+            if let Some(InstrSharding::Single(s)) = &p.shardings[m as usize] {
                 shardings.push(s.clone());
                 if default.as_ref().is_none_or(|d| d.is_replicated()) {
                     default = Some(s.clone());
@@ -390,7 +401,7 @@ pub(crate) fn propagate(
             for &m in members {
                 if provided[m as usize] {
                     if let (Some(spec), Some(InstrSharding::Single(cur))) =
-                        (unspecified.get(&m), p.sh[m as usize].clone())
+                        (unspecified.get(&m), p.shardings[m as usize].clone())
                     {
                         let partial = partially_replicate_all_except(&common, spec);
                         let mut s = cur;
@@ -398,9 +409,9 @@ pub(crate) fn propagate(
                         merge_sharding_if_compatible(&partial, min, &mut s);
                     }
                 }
-                let new = normalize(p.g.shape(m), InstrSharding::Single(common.clone()));
-                if p.sh[m as usize].as_ref() != Some(&new) {
-                    p.write(m, new);
+                let new = normalize(p.graph.shape(m), InstrSharding::Single(common.clone()));
+                if p.shardings[m as usize].as_ref() != Some(&new) {
+                    p.store_normalized(m, new);
                 }
             }
         }
@@ -412,7 +423,7 @@ pub(crate) fn propagate(
     // ---- output / parameter permissions ----
     if allow_output {
         if let (Some(InstrSharding::Tuple(saved)), Some(InstrSharding::Tuple(cur))) =
-            (&saved_root, p.sh[entry_root as usize].clone())
+            (&saved_root, p.shardings[entry_root as usize].clone())
         {
             if saved.len() == output_vec.len() {
                 let mut cur = cur.to_vec();
@@ -421,29 +432,29 @@ pub(crate) fn propagate(
                         cur[i] = s.clone();
                     }
                 }
-                p.sh[entry_root as usize] = Some(InstrSharding::tuple(cur));
+                p.shardings[entry_root as usize] = Some(InstrSharding::tuple(cur));
             }
         }
-        let shape = p.g.shape(entry_root).clone();
-        if let Some(s) = p.sh[entry_root as usize].clone() {
-            p.sh[entry_root as usize] = Some(replicate_uneven(&shape, s, |i| {
+        let shape = p.graph.shape(entry_root).clone();
+        if let Some(s) = p.shardings[entry_root as usize].clone() {
+            p.shardings[entry_root as usize] = Some(replicate_uneven(&shape, s, |i| {
                 output_vec.get(i).copied().unwrap_or(true)
             }));
         }
     }
     if allow_params {
-        let e = p.g.module.entry;
-        let count = p.g.module.comp(e).parameters.len();
+        let e = p.graph.module.entry;
+        let count = p.graph.module.comp(e).parameters.len();
         if params_vec.len() == count {
             for (k, saved) in saved_params.iter().enumerate() {
-                let Some(x) = p.g.parameter(e, k) else {
+                let Some(x) = p.graph.parameter(e, k) else {
                     continue;
                 };
                 if !params_vec[k] {
-                    p.sh[x as usize] = saved.clone().filter(|s| !s.is_unknown());
-                } else if let Some(s) = p.sh[x as usize].clone() {
-                    let shape = p.g.shape(x).clone();
-                    p.sh[x as usize] = Some(replicate_uneven(&shape, s, |_| true));
+                    p.shardings[x as usize] = saved.clone().filter(|s| !s.is_unknown());
+                } else if let Some(s) = p.shardings[x as usize].clone() {
+                    let shape = p.graph.shape(x).clone();
+                    p.shardings[x as usize] = Some(replicate_uneven(&shape, s, |_| true));
                 }
             }
         }
@@ -452,7 +463,7 @@ pub(crate) fn propagate(
     // ---- write back ----
     let mut updates: Vec<(Node, Option<HloSharding>)> = Vec::new();
     let mut ir_cache: FxHashMap<*const xla_hlo_utils::Tiled, SingleSharding> = FxHashMap::default();
-    for (x, (now, before)) in p.sh.iter().zip(&original).enumerate() {
+    for (x, (now, before)) in p.shardings.iter().zip(&original).enumerate() {
         if now != before {
             updates.push((
                 x as Node,
@@ -461,9 +472,9 @@ pub(crate) fn propagate(
         }
     }
     let locate: Vec<(xla_hlo_ir::CompId, InstrId)> = (0..n as Node)
-        .map(|x| (p.g.comp_of(x), p.g.local(x)))
+        .map(|x| (p.graph.comp_of(x), p.graph.local(x)))
         .collect();
-    stats.unsharded = p.sh.iter().filter(|s| s.is_none()).count();
+    stats.unsharded = p.shardings.iter().filter(|s| s.is_none()).count();
     drop(p);
     stats.inferred = updates.len();
     for (x, s) in updates {
@@ -555,8 +566,8 @@ fn replicate_uneven(
 
 /// Instructions that share a sharding across a computation boundary
 /// (`GetRelatedInstructions`).
-fn related(p: &Prop, x: Node) -> Vec<Node> {
-    let g = &p.g;
+fn related(p: &PropagationState, x: Node) -> Vec<Node> {
+    let g = &p.graph;
     let i = g.instr(x);
     match i.opcode {
         Opcode::While => {
@@ -638,10 +649,10 @@ struct Dirty {
 }
 
 impl Dirty {
-    fn new(p: &Prop) -> Dirty {
-        let n = p.sh.len();
-        let comp_of: Vec<u32> = (0..n as Node).map(|x| p.g.comp_index(x)).collect();
-        let mut open = vec![0usize; p.g.post_orders.len()];
+    fn new(p: &PropagationState) -> Dirty {
+        let n = p.shardings.len();
+        let comp_of: Vec<u32> = (0..n as Node).map(|x| p.graph.comp_index(x)).collect();
+        let mut open = vec![0usize; p.graph.post_orders.len()];
         for &c in &comp_of {
             open[c as usize] += 3;
         }
@@ -679,26 +690,26 @@ impl Dirty {
 }
 
 /// How the forward rule of `x` depends on the level (255: does nothing).
-fn fwd_class(p: &Prop, x: Node, level: i64) -> u8 {
+fn fwd_class(p: &PropagationState, x: Node, level: i64) -> u8 {
     if !p.can_propagate_through(x, level) {
         return 255;
     }
-    if p.g.opcode(x) == Opcode::Broadcast {
+    if p.graph.opcode(x) == Opcode::Broadcast {
         return if level >= 3 { 3 } else { 255 };
     }
     u8::from(level > 0)
 }
 
 /// How the backward rule of `x` depends on the level (255: does nothing).
-fn bwd_class(p: &Prop, x: Node, level: i64) -> u8 {
-    let bcast = p.g.opcode(x) == Opcode::Broadcast;
+fn bwd_class(p: &PropagationState, x: Node, level: i64) -> u8 {
+    let bcast = p.graph.opcode(x) == Opcode::Broadcast;
     if level < 2 && bcast {
         return 255;
     }
     match level {
         0 => 0,
         1 => 1,
-        _ if bcast || p.g.has_broadcast_user(x) => 2,
+        _ if bcast || p.graph.has_broadcast_user(x) => 2,
         _ => 1,
     }
 }
@@ -706,23 +717,28 @@ fn bwd_class(p: &Prop, x: Node, level: i64) -> u8 {
 /// Nothing the forward rule of `x` reads changed since `memo`. Dot and
 /// convolution (look-ahead through users) and parameters (read their
 /// caller's operand) are always re-run.
-fn fwd_fresh(p: &Prop, x: Node, memo: u64) -> bool {
+fn fwd_fresh(p: &PropagationState, x: Node, memo: u64) -> bool {
     memo != 0
         && !matches!(
-            p.g.opcode(x),
+            p.graph.opcode(x),
             Opcode::Dot | Opcode::Convolution | Opcode::Parameter
         )
-        && p.stamp[x as usize] < memo
-        && p.g.operands(x).all(|o| p.stamp[o as usize] < memo)
+        && p.last_written[x as usize] < memo
+        && p.graph
+            .operands(x)
+            .all(|o| p.last_written[o as usize] < memo)
 }
 
 /// Nothing the backward rule of `x` reads (itself, its users and their
 /// operands) changed since `memo`.
-fn bwd_fresh(p: &Prop, x: Node, memo: u64) -> bool {
+fn bwd_fresh(p: &PropagationState, x: Node, memo: u64) -> bool {
     memo != 0
-        && p.stamp[x as usize] < memo
-        && p.g.users(x).iter().all(|&u| {
-            p.stamp[u as usize] < memo && p.g.operands(u).all(|o| p.stamp[o as usize] < memo)
+        && p.last_written[x as usize] < memo
+        && p.graph.users(x).iter().all(|&u| {
+            p.last_written[u as usize] < memo
+                && p.graph
+                    .operands(u)
+                    .all(|o| p.last_written[o as usize] < memo)
         })
 }
 
@@ -737,19 +753,19 @@ impl FixPoint<'_> {
 
     /// `MaybeComputationPropagation`: pushes `x`'s sharding across
     /// computation boundaries; records every node changed.
-    fn computation_propagation(&self, p: &mut Prop, x: Node, changed: &mut Vec<Node>) {
-        let op = p.g.opcode(x);
+    fn computation_propagation(&self, p: &mut PropagationState, x: Node, changed: &mut Vec<Node>) {
+        let op = p.graph.opcode(x);
         if matches!(
             op,
             Opcode::Conditional | Opcode::While | Opcode::CustomCall | Opcode::Call
         ) {
             self.propagate_to(p, x, x, changed);
         }
-        if op == Opcode::Parameter || p.g.is_root(x) {
-            if let Some(&caller) = p.g.caller.get(&p.g.comp_of(x)) {
+        if op == Opcode::Parameter || p.graph.is_root(x) {
+            if let Some(&caller) = p.graph.caller.get(&p.graph.comp_of(x)) {
                 self.propagate_to(p, caller, x, changed);
                 if op == Opcode::Parameter
-                    && matches!(p.g.opcode(caller), Opcode::Conditional | Opcode::Call)
+                    && matches!(p.graph.opcode(caller), Opcode::Conditional | Opcode::Call)
                 {
                     self.propagate_to(p, x, x, changed);
                 }
@@ -757,34 +773,40 @@ impl FixPoint<'_> {
         }
     }
 
-    fn propagate_to(&self, p: &mut Prop, search: Node, x: Node, changed: &mut Vec<Node>) {
+    fn propagate_to(
+        &self,
+        p: &mut PropagationState,
+        search: Node,
+        x: Node,
+        changed: &mut Vec<Node>,
+    ) {
         let rel = related(p, search);
         if !rel.contains(&x) {
             return;
         }
-        let Some(s) = p.sh[x as usize].clone() else {
+        let Some(s) = p.shardings[x as usize].clone() else {
             return;
         };
         for r in rel {
             if self.provided[r as usize] {
                 continue;
             }
-            let new = normalize(p.g.shape(r), s.clone());
-            if p.sh[r as usize].as_ref() != Some(&new) {
-                p.write(r, new);
+            let new = normalize(p.graph.shape(r), s.clone());
+            if p.shardings[r as usize].as_ref() != Some(&new) {
+                p.store_normalized(r, new);
                 changed.push(r);
                 self.computation_propagation(p, r, changed);
             }
         }
     }
 
-    fn clear(&self, p: &Prop, d: &mut Dirty, h: Node, for_users: Option<Node>) {
-        for o in p.g.operands(h) {
+    fn clear(&self, p: &PropagationState, d: &mut Dirty, h: Node, for_users: Option<Node>) {
+        for o in p.graph.operands(h) {
             d.bwd(o, false);
         }
-        for &u in p.g.users(for_users.unwrap_or(h)) {
+        for &u in p.graph.users(for_users.unwrap_or(h)) {
             d.fwd(u, false);
-            for &param in p.g.callee_params(u) {
+            for &param in p.graph.callee_params(u) {
                 d.fwd(param, false);
             }
         }
@@ -797,7 +819,7 @@ impl FixPoint<'_> {
         }
     }
 
-    fn after_change(&self, p: &mut Prop, d: &mut Dirty, x: Node) {
+    fn after_change(&self, p: &mut PropagationState, d: &mut Dirty, x: Node) {
         let mut changed = Vec::new();
         self.computation_propagation(p, x, &mut changed);
         self.clear(p, d, x, None);
@@ -807,21 +829,21 @@ impl FixPoint<'_> {
     }
 
     /// Refines a provided sharding's unspecified dims from `from`.
-    fn refine_unspecified(&self, p: &mut Prop, x: Node, from: &Sharding) -> bool {
+    fn refine_unspecified(&self, p: &mut PropagationState, x: Node, from: &Sharding) -> bool {
         let Some(spec) = self.unspecified.get(&x) else {
             return false;
         };
         if !from.is_tiled() {
             return false;
         }
-        let Some(InstrSharding::Single(cur)) = p.sh[x as usize].clone() else {
+        let Some(InstrSharding::Single(cur)) = p.shardings[x as usize].clone() else {
             return false;
         };
         let partial = partially_replicate_all_except(from, spec);
         let mut s = cur;
         let min = s.num_tiles() + 1;
         if merge_sharding_if_compatible(&partial, min, &mut s) {
-            p.write(x, InstrSharding::Single(s));
+            p.store_normalized(x, InstrSharding::Single(s));
             return true;
         }
         false
@@ -829,15 +851,15 @@ impl FixPoint<'_> {
 
     /// Is `x` the operand of a manual conversion op (not supported for
     /// unspecified-dims refinement)?
-    fn feeds_manual_conversion(p: &Prop, x: Node) -> bool {
-        let users = p.g.users(x);
-        users.len() == 1 && p.g.is_manual_conversion(users[0])
+    fn feeds_manual_conversion(p: &PropagationState, x: Node) -> bool {
+        let users = p.graph.users(x);
+        users.len() == 1 && p.graph.is_manual_conversion(users[0])
     }
 
     /// `RunToFixPoint` for one aggressiveness level; returns whether
     /// anything changed.
-    fn run(&mut self, p: &mut Prop, level: i64, use_groups: bool) -> bool {
-        let n = p.sh.len();
+    fn run(&mut self, p: &mut PropagationState, level: i64, use_groups: bool) -> bool {
+        let n = p.shardings.len();
         let mut d = Dirty::new(p);
         for x in 0..n as Node {
             if !use_groups || !self.group_of.contains_key(&x) {
@@ -848,15 +870,15 @@ impl FixPoint<'_> {
         let mut any = false;
         loop {
             let mut changed_last = false;
-            for c in 0..p.g.post_orders.len() {
+            for c in 0..p.graph.post_orders.len() {
                 if d.open[c] == 0 {
                     continue;
                 }
                 self.iterations += 1;
-                let len = p.g.post_orders[c].len();
+                let len = p.graph.post_orders[c].len();
                 if use_groups && !self.group_of.is_empty() {
                     for k in 0..len {
-                        let x = p.g.post_orders[c][k];
+                        let x = p.graph.post_orders[c][k];
                         if d.grp[x as usize] || !self.group_of.contains_key(&x) {
                             continue;
                         }
@@ -870,7 +892,9 @@ impl FixPoint<'_> {
                                 if m == x {
                                     continue;
                                 }
-                                if let Some(InstrSharding::Single(ms)) = p.sh[m as usize].clone() {
+                                if let Some(InstrSharding::Single(ms)) =
+                                    p.shardings[m as usize].clone()
+                                {
                                     refined |= self.refine_unspecified(p, x, &ms);
                                 }
                             }
@@ -890,7 +914,7 @@ impl FixPoint<'_> {
                     }
                 }
                 for k in 0..len {
-                    let x = p.g.post_orders[c][k];
+                    let x = p.graph.post_orders[c][k];
                     if d.fwd[x as usize] {
                         continue;
                     }
@@ -901,10 +925,11 @@ impl FixPoint<'_> {
                         {
                             continue;
                         }
-                        let Some(op) = p.g.operand(x, 0) else {
+                        let Some(op) = p.graph.operand(x, 0) else {
                             continue;
                         };
-                        let Some(InstrSharding::Single(os)) = p.sh[op as usize].clone() else {
+                        let Some(InstrSharding::Single(os)) = p.shardings[op as usize].clone()
+                        else {
                             continue;
                         };
                         if self.refine_unspecified(p, x, &os) {
@@ -923,7 +948,7 @@ impl FixPoint<'_> {
                     self.rule_calls += 1;
                     let changed = p.infer_from_operands(x, level);
                     if !changed {
-                        self.fwd_memo[x as usize] = (p.epoch + 1, class);
+                        self.fwd_memo[x as usize] = (p.write_count + 1, class);
                     }
                     if changed {
                         any = true;
@@ -932,9 +957,9 @@ impl FixPoint<'_> {
                     }
                 }
                 for k in (0..len).rev() {
-                    let x = p.g.post_orders[c][k];
-                    if p.g.is_manual_conversion(x) && !d.bwd[x as usize] {
-                        if let Some(o) = p.g.operand(x, 0) {
+                    let x = p.graph.post_orders[c][k];
+                    if p.graph.is_manual_conversion(x) && !d.bwd[x as usize] {
+                        if let Some(o) = p.graph.operand(x, 0) {
                             d.bwd(o, false);
                         }
                     }
@@ -948,10 +973,10 @@ impl FixPoint<'_> {
                         {
                             continue;
                         }
-                        let users: Vec<Node> = p.g.users(x).to_vec();
+                        let users: Vec<Node> = p.graph.users(x).to_vec();
                         let mut refined = false;
                         for u in users {
-                            if !p.sh[u as usize]
+                            if !p.shardings[u as usize]
                                 .as_ref()
                                 .and_then(|s| s.as_single())
                                 .is_some_and(Sharding::is_tiled)
@@ -980,7 +1005,7 @@ impl FixPoint<'_> {
                     self.rule_calls += 1;
                     let changed = p.infer_from_users(x, level);
                     if !changed {
-                        self.bwd_memo[x as usize] = (p.epoch + 1, class);
+                        self.bwd_memo[x as usize] = (p.write_count + 1, class);
                     }
                     if changed {
                         any = true;

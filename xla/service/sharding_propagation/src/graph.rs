@@ -297,7 +297,7 @@ impl<'m> Graph<'m> {
     pub fn comp_index(&self, n: Node) -> u32 {
         self.comp_of[n as usize].0
     }
-    pub fn cc_kind(&self, n: Node) -> CustomCallKind {
+    pub fn custom_call_kind(&self, n: Node) -> CustomCallKind {
         self.cc[n as usize]
     }
     /// Parameters of the computations `n` calls.

@@ -43,6 +43,7 @@ mod graph;
 mod infer;
 mod level;
 mod options;
+mod state;
 
 use xla_hlo_ir::HloModule;
 use xla_hlo_pass::{Pass, PassError};

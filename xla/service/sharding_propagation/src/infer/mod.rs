@@ -11,16 +11,17 @@
 //! shardings from their users; level 3 lets them push forward.
 //!
 //! Invariant: rules only read the graph and the current shardings, and
-//! write only the instruction they infer (`self.sh[x]`).
+//! write only the instruction they infer (`self.shardings[x]`).
 
 use crate::dims::{self, DotDims, GsDims};
 use crate::graph::CustomCallKind;
-use crate::graph::{has_side_effect, is_elementwise, Graph, Node};
+use crate::graph::{has_side_effect, is_elementwise, Node};
 use crate::level::{
     may_combine_partial, BROADCAST_FORWARD_LEVEL, BROADCAST_FROM_USERS_LEVEL, MAX_LEVEL,
     PASS_THROUGH_LEVEL,
 };
-use xla_hlo_ir::{AttrKey, Opcode, Shape};
+use crate::state::{non_negative_dims, normalize, PropagationState};
+use xla_hlo_ir::{AttrKey, Opcode};
 use xla_hlo_utils::merge::{
     is_leaf_more_specific, is_more_specific, is_subtiling_or_equal, merge_sharding,
     merge_sharding_if_compatible, merge_sharding_leaf, return_improved,
@@ -31,164 +32,31 @@ use xla_hlo_utils::ops::{
     replicate_all_data_dims, reverse_sharding, transpose_sharding, transpose_with_collapsed_dims,
 };
 use xla_hlo_utils::sharding::leaf_count;
-use xla_hlo_utils::{InstrSharding, Sharding, TileArray};
-
-/// Propagation state: the graph and each node's current sharding.
-pub(crate) struct Prop<'m> {
-    pub g: Graph<'m>,
-    pub sh: Vec<Option<InstrSharding>>,
-    /// Counts sharding writes; `stamp[n]` is the count at `n`'s last write.
-    pub epoch: u64,
-    pub stamp: Vec<u64>,
-    pub allow_output: bool,
-    pub allow_params: bool,
-}
-
-fn usize_dims(v: &[i64]) -> Vec<usize> {
-    v.iter().filter(|&&d| d >= 0).map(|&d| d as usize).collect()
-}
-
-/// The sharding `s` shaped for `shape` (one leaf per tuple leaf).
-pub(crate) fn normalize(shape: &Shape, s: InstrSharding) -> InstrSharding {
-    match (shape, s) {
-        (Shape::Tuple(_), InstrSharding::Single(x)) => InstrSharding::single_for(shape, x),
-        (_, s) => s,
-    }
-}
+use xla_hlo_utils::{InstrSharding, Sharding};
 
 fn single(s: &InstrSharding) -> Option<&Sharding> {
     s.as_single()
 }
 
-impl<'m> Prop<'m> {
-    // ----- helpers -----
-
-    pub fn has(&self, n: Node) -> bool {
-        self.sh[n as usize].is_some()
-    }
-    pub fn get(&self, n: Node) -> Option<&InstrSharding> {
-        self.sh[n as usize].as_ref()
-    }
-    /// The leaf sharding of an array node.
-    fn leaf(&self, n: Node) -> Option<&Sharding> {
-        self.get(n).and_then(single)
-    }
-    pub fn set(&mut self, n: Node, s: InstrSharding) {
-        let s = normalize(self.g.shape(n), s);
-        self.write(n, s);
-    }
-    /// Stores a (normalized) sharding and stamps the node as changed.
-    pub fn write(&mut self, n: Node, s: InstrSharding) {
-        self.epoch += 1;
-        self.stamp[n as usize] = self.epoch;
-        self.sh[n as usize] = Some(s);
-    }
-    fn sp(&self, n: Node) -> bool {
-        self.get(n)
-            .is_some_and(InstrSharding::is_spatially_partitioned)
-    }
-    fn is_manual(&self, n: Node) -> bool {
-        self.get(n).is_some_and(InstrSharding::is_manual)
-    }
-
-    /// Applies `s` to `n` if it improves it (`MaybeImproveInstructionSharding`).
-    pub fn maybe_improve(
-        &mut self,
-        n: Node,
-        s: InstrSharding,
-        may_combine: bool,
-        aggressive: bool,
-    ) -> bool {
-        let shape = self.g.shape(n);
-        let s = normalize(shape, s);
-        if self.get(n) == Some(&s) {
-            return false;
-        }
-        let dims = (!shape.is_tuple()).then(|| shape.dims());
-        match return_improved(&s, self.get(n), dims, may_combine, aggressive) {
-            Some(new) => {
-                self.write(n, new);
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn improve_leaf(&mut self, n: Node, s: Sharding, may_combine: bool, aggressive: bool) -> bool {
-        self.maybe_improve(n, InstrSharding::Single(s), may_combine, aggressive)
-    }
-
-    /// Improves leaf `index` of a tuple-shaped node (or the node itself).
-    fn maybe_improve_sub(
-        &mut self,
-        n: Node,
-        s: Sharding,
-        index: usize,
-        may_combine: bool,
-        aggressive: bool,
-    ) -> bool {
-        let shape = self.g.shape(n);
-        if !shape.is_tuple() {
-            return self.improve_leaf(n, s, may_combine, aggressive);
-        }
-        let Some(elem) = shape.tuple_elements().get(index) else {
-            return false;
-        };
-        let current = self.get(n).and_then(|c| c.sub_sharding(shape, index));
-        let sub = InstrSharding::single_for(elem, s);
-        let dims = (!elem.is_tuple()).then(|| elem.dims());
-        let Some(new_sub) = return_improved(&sub, current.as_ref(), dims, may_combine, aggressive)
-        else {
-            return false;
-        };
-        let mut leaves = match self.get(n) {
-            Some(InstrSharding::Tuple(v)) => v.to_vec(),
-            _ => vec![Sharding::Replicated; leaf_count(shape)],
-        };
-        let off = InstrSharding::leaf_offset(shape, index);
-        for (k, l) in new_sub.leaves().iter().enumerate() {
-            if let Some(slot) = leaves.get_mut(off + k) {
-                *slot = l.clone();
-            }
-        }
-        self.write(n, InstrSharding::tuple(leaves));
-        true
-    }
-
-    fn maybe_tuple(&self, n: Node, s: Sharding) -> InstrSharding {
-        match self.g.shape(n) {
-            Shape::Tuple(e) => InstrSharding::tuple(vec![s; e.len()]),
-            _ => InstrSharding::Single(s),
-        }
-    }
-
-    fn nru1(&self, n: Node) -> bool {
-        self.g.non_root_users(n) == 1
-    }
-
+impl<'m> PropagationState<'m> {
     // ----- predicates -----
 
-    /// `CanPropagateThroughAtAggressiveLevel`.
-    pub fn can_propagate_through(&self, n: Node, level: i64) -> bool {
-        level >= self.g.min_level(n)
-    }
-
     /// Pass-through custom calls (`IsPassthroughCustomOps`).
-    fn is_passthrough_custom(&self, n: Node) -> bool {
-        let Some(t) = self.g.custom_call_target(n) else {
+    fn is_pass_through_custom_call(&self, n: Node) -> bool {
+        let Some(t) = self.graph.custom_call_target(n) else {
             return false;
         };
         if matches!(t, "Sharding" | "X64Combine" | "LayoutConstraint") {
             return true;
         }
-        let i = self.g.instr(n);
-        let Some(op) = self.g.operand(n, 0) else {
+        let i = self.graph.instr(n);
+        let Some(op) = self.graph.operand(n, 0) else {
             return false;
         };
         if i.operands.len() != 1
             || i.shape.is_tuple()
-            || self.g.shape(op).is_tuple()
-            || self.g.shape(op).rank() != i.shape.rank()
+            || self.graph.shape(op).is_tuple()
+            || self.graph.shape(op).rank() != i.shape.rank()
         {
             return false;
         }
@@ -207,8 +75,13 @@ impl<'m> Prop<'m> {
     }
 
     /// `SupportSpatialPartitioning`.
-    pub fn supports_spatial(&self, n: Node, allow_output: bool, allow_params: bool) -> bool {
-        let g = &self.g;
+    pub fn supports_spatial_partitioning(
+        &self,
+        n: Node,
+        allow_output: bool,
+        allow_params: bool,
+    ) -> bool {
+        let g = &self.graph;
         if g.is_root(n) && !g.in_partitioned_callee(n) && !(n == g.entry_root() && allow_output) {
             return false;
         }
@@ -247,14 +120,14 @@ impl<'m> Prop<'m> {
             | Opcode::ReduceScatter
             | Opcode::Reverse => true,
             Opcode::Parameter => allow_params || g.in_partitioned_callee(n),
-            Opcode::CustomCall => self.is_passthrough_custom(n),
+            Opcode::CustomCall => self.is_pass_through_custom_call(n),
             _ => false,
         }
     }
 
     /// `PickRepresentativeOperand`.
     fn representative_operand(&self, n: Node) -> Option<Node> {
-        let op = self.g.opcode(n);
+        let op = self.graph.opcode(n);
         match op {
             Opcode::Map
             | Opcode::Pad
@@ -266,12 +139,12 @@ impl<'m> Prop<'m> {
             | Opcode::ShiftLeft
             | Opcode::ShiftRightArithmetic
             | Opcode::ShiftRightLogical => {
-                let o = self.g.operand(n, 0)?;
-                self.has(o).then_some(o)
+                let o = self.graph.operand(n, 0)?;
+                self.has_sharding(o).then_some(o)
             }
             Opcode::CustomCall => {
-                if self.is_passthrough_custom(n) {
-                    self.g.operand(n, 0)
+                if self.is_pass_through_custom_call(n) {
+                    self.graph.operand(n, 0)
                 } else {
                     None
                 }
@@ -292,12 +165,12 @@ impl<'m> Prop<'m> {
                 ) =>
             {
                 let mut best: Option<Node> = None;
-                for o in self.g.operands(n) {
-                    let Some(s) = self.get(o) else { continue };
+                for o in self.graph.operands(n) {
+                    let Some(s) = self.sharding(o) else { continue };
                     match best {
                         None => best = Some(o),
                         Some(b) => {
-                            let bs = self.get(b).expect("best has a sharding");
+                            let bs = self.sharding(b).expect("best has a sharding");
                             if bs.is_tuple() == s.is_tuple() && is_more_specific(s, bs) {
                                 best = Some(o);
                             }
@@ -320,10 +193,10 @@ impl<'m> Prop<'m> {
         if self.is_manual(x) {
             return false;
         }
-        let g = &self.g;
+        let g = &self.graph;
         let opcode = g.opcode(x);
         let shape = g.shape(x);
-        let tile_maximal_or_none = self.get(x).is_none_or(InstrSharding::is_tile_maximal);
+        let tile_maximal_or_none = self.sharding(x).is_none_or(InstrSharding::is_tile_maximal);
         if tile_maximal_or_none
             && (!shape.is_tuple()
                 || matches!(opcode, Opcode::Reduce | Opcode::Sort | Opcode::ReduceWindow)
@@ -334,7 +207,7 @@ impl<'m> Prop<'m> {
                 if !self.is_manual(op) {
                     continue;
                 }
-                if self.g.cc_kind(x) == CustomCallKind::ShardToFull {
+                if self.graph.custom_call_kind(x) == CustomCallKind::ShardToFull {
                     return false;
                 }
                 if level == PASS_THROUGH_LEVEL
@@ -342,13 +215,13 @@ impl<'m> Prop<'m> {
                 {
                     return false;
                 }
-                self.set(x, InstrSharding::Single(Sharding::Manual));
+                self.set_sharding(x, InstrSharding::Single(Sharding::Manual));
                 return true;
             }
         }
         let may_combine = may_combine_partial(level);
-        if !self.supports_spatial(x, self.allow_output, false) {
-            let g = &self.g;
+        if !self.supports_spatial_partitioning(x, self.allow_output, false) {
+            let g = &self.graph;
             if shape.is_tuple()
                 || g.operand_count(x) == 0
                 || g.is_root(x)
@@ -358,7 +231,7 @@ impl<'m> Prop<'m> {
             }
             for k in 0..g.operand_count(x) {
                 let Some(op) = g.operand(x, k) else { continue };
-                if let Some(s) = self.get(op) {
+                if let Some(s) = self.sharding(op) {
                     if s.is_tile_maximal() && !s.leaves().iter().any(Sharding::is_maximal_device) {
                         let s = s.clone();
                         return self.maybe_improve(x, s, may_combine, false);
@@ -367,27 +240,27 @@ impl<'m> Prop<'m> {
             }
             return false;
         }
-        let nru1 = self.nru1(x);
-        let instr = self.g.instr(x);
+        let nru1 = self.has_single_non_root_user(x);
+        let instr = self.graph.instr(x);
         match opcode {
             Opcode::GetTupleElement => {
-                let Some(op) = self.g.operand(x, 0) else {
+                let Some(op) = self.graph.operand(x, 0) else {
                     return false;
                 };
-                if !self.sp(op) {
+                if !self.is_spatially_partitioned(op) {
                     return false;
                 }
                 let idx = instr.int_attr(AttrKey::Index).unwrap_or(0).max(0) as usize;
                 let Some(new) = self
-                    .get(op)
-                    .and_then(|s| s.sub_sharding(self.g.shape(op), idx))
+                    .sharding(op)
+                    .and_then(|s| s.sub_sharding(self.graph.shape(op), idx))
                 else {
                     return false;
                 };
                 if new.is_manual() {
-                    let changed = self.get(x) != Some(&new);
+                    let changed = self.sharding(x) != Some(&new);
                     if changed {
-                        self.set(x, new);
+                        self.set_sharding(x, new);
                     }
                     return changed;
                 }
@@ -399,35 +272,36 @@ impl<'m> Prop<'m> {
                 if level < BROADCAST_FORWARD_LEVEL {
                     return false;
                 }
-                let Some(op) = self.g.operand(x, 0) else {
+                let Some(op) = self.graph.operand(x, 0) else {
                     return false;
                 };
-                if !self.sp(op) {
+                if !self.is_spatially_partitioned(op) {
                     return false;
                 }
-                let Some(s) = self.leaf(op).cloned() else {
+                let Some(s) = self.array_sharding(op).cloned() else {
                     return false;
                 };
                 if s.is_replicated() {
                     return false;
                 }
-                let new = broadcast_sharding(&s, &usize_dims(instr.dimensions()), shape.rank());
-                self.improve_leaf(x, new, may_combine, nru1)
+                let new =
+                    broadcast_sharding(&s, &non_negative_dims(instr.dimensions()), shape.rank());
+                self.maybe_improve_array(x, new, may_combine, nru1)
             }
             Opcode::Concatenate => {
                 let Some(op) = self.representative_operand(x) else {
                     return false;
                 };
-                if !self.sp(op) {
+                if !self.is_spatially_partitioned(op) {
                     return false;
                 }
                 if level == PASS_THROUGH_LEVEL {
-                    let ops: Vec<Node> = self.g.operands(x).collect();
+                    let ops: Vec<Node> = self.graph.operands(x).collect();
                     for co in ops {
                         if !self.concat_operand_can_pass_through(co) {
                             return false;
                         }
-                        let s = self.leaf(co);
+                        let s = self.array_sharding(co);
                         for &dim in instr.dimensions() {
                             if s.is_some_and(|s| s.tile_dim(dim as usize) > 1) {
                                 return false;
@@ -435,22 +309,24 @@ impl<'m> Prop<'m> {
                         }
                     }
                 }
-                let Some(s) = self.get(op).cloned() else {
+                let Some(s) = self.sharding(op).cloned() else {
                     return false;
                 };
                 self.maybe_improve(x, s, may_combine, nru1)
             }
             Opcode::Convolution => self.infer_conv(x, may_combine),
             Opcode::Transpose => {
-                let Some(op) = self.g.operand(x, 0) else {
+                let Some(op) = self.graph.operand(x, 0) else {
                     return false;
                 };
-                if !self.sp(op) {
+                if !self.is_spatially_partitioned(op) {
                     return false;
                 }
-                let Some(s) = self.leaf(op) else { return false };
-                let new = transpose_sharding(s, &usize_dims(instr.dimensions()));
-                self.improve_leaf(x, new, may_combine, nru1)
+                let Some(s) = self.array_sharding(op) else {
+                    return false;
+                };
+                let new = transpose_sharding(s, &non_negative_dims(instr.dimensions()));
+                self.maybe_improve_array(x, new, may_combine, nru1)
             }
             Opcode::ReduceWindow => {
                 if let Some(w) = instr.window() {
@@ -461,28 +337,28 @@ impl<'m> Prop<'m> {
                         return false;
                     }
                 }
-                let n_inputs = self.g.operand_count(x) / 2;
+                let n_inputs = self.graph.operand_count(x) / 2;
                 let mut changed = false;
                 for k in 0..n_inputs {
-                    let Some(op) = self.g.operand(x, k) else {
+                    let Some(op) = self.graph.operand(x, k) else {
                         continue;
                     };
-                    if !self.sp(op) {
+                    if !self.is_spatially_partitioned(op) {
                         continue;
                     }
-                    let Some(s) = self.leaf(op).cloned() else {
+                    let Some(s) = self.array_sharding(op).cloned() else {
                         continue;
                     };
-                    let t = self.maybe_tuple(x, s);
+                    let t = self.same_for_every_output(x, s);
                     changed |= self.maybe_improve(x, t, may_combine, nru1);
                 }
                 changed
             }
             Opcode::SelectAndScatter => {
-                let Some(op) = self.g.operand(x, 0) else {
+                let Some(op) = self.graph.operand(x, 0) else {
                     return false;
                 };
-                if !self.sp(op) {
+                if !self.is_spatially_partitioned(op) {
                     return false;
                 }
                 if instr
@@ -491,58 +367,62 @@ impl<'m> Prop<'m> {
                 {
                     return false;
                 }
-                let Some(s) = self.get(op).cloned() else {
+                let Some(s) = self.sharding(op).cloned() else {
                     return false;
                 };
                 self.maybe_improve(x, s, may_combine, nru1)
             }
             Opcode::Reshape => {
-                let Some(op) = self.g.operand(x, 0) else {
+                let Some(op) = self.graph.operand(x, 0) else {
                     return false;
                 };
-                if !self.sp(op) {
+                if !self.is_spatially_partitioned(op) {
                     return false;
                 }
-                let Some(s) = self.leaf(op) else { return false };
-                let new = propagate_through_reshape(self.g.shape(op).dims(), shape.dims(), s);
-                self.improve_leaf(x, new, may_combine, nru1)
+                let Some(s) = self.array_sharding(op) else {
+                    return false;
+                };
+                let new = propagate_through_reshape(self.graph.shape(op).dims(), shape.dims(), s);
+                self.maybe_improve_array(x, new, may_combine, nru1)
             }
             Opcode::Reverse => {
-                let Some(op) = self.g.operand(x, 0) else {
+                let Some(op) = self.graph.operand(x, 0) else {
                     return false;
                 };
-                if !self.sp(op) {
+                if !self.is_spatially_partitioned(op) {
                     return false;
                 }
-                let Some(s) = self.leaf(op) else { return false };
-                let new = reverse_sharding(s, &usize_dims(instr.dimensions()));
-                self.improve_leaf(x, new, may_combine, nru1)
+                let Some(s) = self.array_sharding(op) else {
+                    return false;
+                };
+                let new = reverse_sharding(s, &non_negative_dims(instr.dimensions()));
+                self.maybe_improve_array(x, new, may_combine, nru1)
             }
             Opcode::Dot => {
-                let dd = dims::dot_dims(&self.g, x);
+                let dd = dims::dot_dims(&self.graph, x);
                 self.infer_dot(x, &dd, may_combine)
             }
             Opcode::Parameter => {
-                let comp = self.g.comp_of(x);
-                let Some(&caller) = self.g.caller.get(&comp) else {
+                let comp = self.graph.comp_of(x);
+                let Some(&caller) = self.graph.caller.get(&comp) else {
                     return false;
                 };
-                let operand = match self.g.opcode(caller) {
+                let operand = match self.graph.opcode(caller) {
                     Opcode::Conditional => {
-                        let branches = self.g.instr(caller).called_computations();
+                        let branches = self.graph.instr(caller).called_computations();
                         branches
                             .iter()
                             .position(|&c| c == comp)
-                            .and_then(|b| self.g.operand(caller, b + 1))
+                            .and_then(|b| self.graph.operand(caller, b + 1))
                     }
                     Opcode::Call => {
                         let pn = instr.parameter_number.unwrap_or(0).max(0) as usize;
-                        self.g.operand(caller, pn)
+                        self.graph.operand(caller, pn)
                     }
                     _ => None,
                 };
                 let Some(o) = operand else { return false };
-                let Some(s) = self.get(o).cloned() else {
+                let Some(s) = self.sharding(o).cloned() else {
                     return false;
                 };
                 self.maybe_improve(x, s, may_combine, false)
@@ -551,16 +431,16 @@ impl<'m> Prop<'m> {
                 let Some(op) = self.representative_operand(x) else {
                     return false;
                 };
-                if !self.sp(op) {
+                if !self.is_spatially_partitioned(op) {
                     return false;
                 }
-                let Some(s) = self.leaf(op).cloned() else {
+                let Some(s) = self.array_sharding(op).cloned() else {
                     return false;
                 };
                 let sort_dim = instr.dimensions().first().copied().unwrap_or(0).max(0) as usize;
                 if s.is_tiled()
                     && s.tile_dim(sort_dim) != 1
-                    && first_target_dim_to_move(self.g.shape(op).dims(), &s, sort_dim).is_none()
+                    && first_target_dim_to_move(self.graph.shape(op).dims(), &s, sort_dim).is_none()
                 {
                     return false;
                 }
@@ -570,9 +450,9 @@ impl<'m> Prop<'m> {
             Opcode::DynamicSlice => self.infer_ds_from_update(x, may_combine),
             Opcode::DynamicUpdateSlice => {
                 let mut changed = self.infer_ds_from_update(x, may_combine);
-                if let Some(op) = self.g.operand(x, 0) {
-                    if self.sp(op) {
-                        let s = self.get(op).cloned().expect("sharded");
+                if let Some(op) = self.graph.operand(x, 0) {
+                    if self.is_spatially_partitioned(op) {
+                        let s = self.sharding(op).cloned().expect("sharded");
                         changed |= self.maybe_improve(x, s, may_combine, false);
                     }
                 }
@@ -581,13 +461,13 @@ impl<'m> Prop<'m> {
             Opcode::Gather => self.infer_gather(x, may_combine),
             Opcode::Scatter => self.infer_scatter(x, may_combine),
             Opcode::While => {
-                let Some(op) = self.g.operand(x, 0) else {
+                let Some(op) = self.graph.operand(x, 0) else {
                     return false;
                 };
-                let Some(mut s) = self.get(op).cloned() else {
+                let Some(mut s) = self.sharding(op).cloned() else {
                     return false;
                 };
-                if let Some(cur) = self.get(x) {
+                if let Some(cur) = self.sharding(x) {
                     merge_sharding(cur, &mut s, may_combine);
                 }
                 self.maybe_improve(x, s, may_combine, false)
@@ -596,29 +476,29 @@ impl<'m> Prop<'m> {
                 let Some(op) = self.representative_operand(x) else {
                     return false;
                 };
-                if !self.sp(op) {
+                if !self.is_spatially_partitioned(op) {
                     return false;
                 }
-                let s = self.get(op).cloned().expect("sharded");
+                let s = self.sharding(op).cloned().expect("sharded");
                 self.maybe_improve(x, s, may_combine, nru1)
             }
             _ => {
                 if is_elementwise(opcode) && may_combine {
-                    let count = self.g.operand_count(x);
+                    let count = self.graph.operand_count(x);
                     let single_operand = count == 1;
                     let mut changed = false;
                     for k in 0..count {
-                        let Some(op) = self.g.operand(x, k) else {
+                        let Some(op) = self.graph.operand(x, k) else {
                             continue;
                         };
-                        if !self.sp(op) {
+                        if !self.is_spatially_partitioned(op) {
                             continue;
                         }
-                        let s = self.get(op).cloned().expect("sharded");
+                        let s = self.sharding(op).cloned().expect("sharded");
                         if opcode == Opcode::Rng {
                             if let Some(l) = single(&s) {
                                 let r = replicate_all_data_dims(l, Some(shape.rank()));
-                                changed |= self.improve_leaf(x, r, may_combine, nru1);
+                                changed |= self.maybe_improve_array(x, r, may_combine, nru1);
                             }
                             continue;
                         }
@@ -629,43 +509,43 @@ impl<'m> Prop<'m> {
                 let Some(op) = self.representative_operand(x) else {
                     return false;
                 };
-                if !self.sp(op) {
+                if !self.is_spatially_partitioned(op) {
                     return false;
                 }
-                let s = self.get(op).cloned().expect("sharded");
+                let s = self.sharding(op).cloned().expect("sharded");
                 self.maybe_improve(x, s, may_combine, nru1)
             }
         }
     }
 
     fn concat_operand_can_pass_through(&self, co: Node) -> bool {
-        self.sp(co)
-            && self.leaf(co).is_some_and(|s| s.num_tiles() > 1)
-            && self.g.opcode(co) == Opcode::Reshape
-            && self.g.operand(co, 0).is_some_and(|o| {
+        self.is_spatially_partitioned(co)
+            && self.array_sharding(co).is_some_and(|s| s.num_tiles() > 1)
+            && self.graph.opcode(co) == Opcode::Reshape
+            && self.graph.operand(co, 0).is_some_and(|o| {
                 matches!(
-                    self.g.opcode(o),
+                    self.graph.opcode(o),
                     Opcode::Parameter | Opcode::GetTupleElement
                 )
             })
     }
 
     fn infer_tuple(&mut self, x: Node) -> bool {
-        let ops: Vec<Node> = self.g.operands(x).collect();
-        if !ops.iter().any(|&o| self.sp(o)) {
+        let ops: Vec<Node> = self.graph.operands(x).collect();
+        if !ops.iter().any(|&o| self.is_spatially_partitioned(o)) {
             return false;
         }
-        let shape = self.g.shape(x);
-        let had = self.has(x);
-        let mut subs: Vec<Sharding> = match self.get(x) {
+        let shape = self.graph.shape(x);
+        let had = self.has_sharding(x);
+        let mut subs: Vec<Sharding> = match self.sharding(x) {
             Some(InstrSharding::Tuple(v)) => v.to_vec(),
             Some(InstrSharding::Single(s)) => vec![s.clone(); leaf_count(shape)],
             None => vec![Sharding::Replicated; leaf_count(shape)],
         };
         let mut idx = 0usize;
         for &op in &ops {
-            let op_shape = self.g.shape(op);
-            if let Some(s) = self.get(op) {
+            let op_shape = self.graph.shape(op);
+            if let Some(s) = self.sharding(op) {
                 for (k, leaf) in s.leaves().iter().enumerate() {
                     if let Some(slot) = subs.get_mut(idx + k) {
                         if !had || is_leaf_more_specific(leaf, slot) {
@@ -677,81 +557,81 @@ impl<'m> Prop<'m> {
             idx += leaf_count(op_shape);
         }
         let new = InstrSharding::tuple(subs);
-        if self.get(x) != Some(&new) {
-            self.write(x, new);
+        if self.sharding(x) != Some(&new) {
+            self.store_normalized(x, new);
             return true;
         }
         false
     }
 
     fn infer_reduce(&mut self, x: Node, may_combine: bool) -> bool {
-        let n_inputs = self.g.operand_count(x) / 2;
-        let dims = usize_dims(self.g.instr(x).dimensions());
-        let nru1 = self.nru1(x);
+        let n_inputs = self.graph.operand_count(x) / 2;
+        let dims = non_negative_dims(self.graph.instr(x).dimensions());
+        let nru1 = self.has_single_non_root_user(x);
         let mut changed = false;
         for k in 0..n_inputs {
-            let Some(op) = self.g.operand(x, k) else {
+            let Some(op) = self.graph.operand(x, k) else {
                 continue;
             };
-            if !self.sp(op) {
+            if !self.is_spatially_partitioned(op) {
                 continue;
             }
-            let Some(s) = self.leaf(op).cloned() else {
+            let Some(s) = self.array_sharding(op).cloned() else {
                 continue;
             };
             if s.is_manual() {
-                changed |= self.maybe_improve_sub(x, s, k, may_combine, nru1);
+                changed |= self.maybe_improve_element(x, s, k, may_combine, nru1);
                 continue;
             }
             if s.is_replicated() {
-                let r = self.maybe_tuple(x, replicate_all_data_dims(&s, None));
+                let r = self.same_for_every_output(x, replicate_all_data_dims(&s, None));
                 changed |= self.maybe_improve(x, r, may_combine, nru1);
                 continue;
             }
             let after = partially_replicate_on_dims(&s, &dims);
             if after.is_replicated() {
-                let r = self.maybe_tuple(x, after);
+                let r = self.same_for_every_output(x, after);
                 changed |= self.maybe_improve(x, r, may_combine, nru1);
                 continue;
             }
-            let new = self.maybe_tuple(x, reduce_sharding(&s, &dims));
+            let new = self.same_for_every_output(x, reduce_sharding(&s, &dims));
             changed |= self.maybe_improve(x, new, may_combine, nru1);
         }
         changed
     }
 
     fn infer_ds_from_update(&mut self, x: Node, may_combine: bool) -> bool {
-        let idx = if self.g.opcode(x) == Opcode::DynamicSlice {
+        let idx = if self.graph.opcode(x) == Opcode::DynamicSlice {
             0
         } else {
             1
         };
-        let Some(op) = self.g.operand(x, idx) else {
+        let Some(op) = self.graph.operand(x, idx) else {
             return false;
         };
-        if !self.sp(op) {
+        if !self.is_spatially_partitioned(op) {
             return false;
         }
-        let Some(s) = self.leaf(op).cloned() else {
+        let Some(s) = self.array_sharding(op).cloned() else {
             return false;
         };
         if s.is_manual() {
             return false;
         }
-        let xd = self.g.shape(x).dims();
-        let od = self.g.shape(op).dims();
+        let xd = self.graph.shape(x).dims();
+        let od = self.graph.shape(op).dims();
         let slice_dims: Vec<usize> = (0..xd.len())
             .filter(|&i| od.get(i) != Some(&xd[i]))
             .collect();
         let new = partially_replicate_on_dims(&s, &slice_dims);
-        let nru1 = self.nru1(x);
-        self.improve_leaf(x, new, may_combine, nru1)
+        let nru1 = self.has_single_non_root_user(x);
+        self.maybe_improve_array(x, new, may_combine, nru1)
     }
 
     /// Sharding of a dot's result from operand `i` (`from_operand`).
     fn dot_from_operand(&self, x: Node, dd: &DotDims, i: usize) -> Option<Sharding> {
-        let op = self.g.operand(x, i)?;
-        let s = self.leaf(op)?;
+        let op = self.graph.operand(x, i)?;
+        let s = self.array_sharding(op)?;
         if s.is_tile_maximal() {
             return Some(s.clone());
         }
@@ -776,8 +656,8 @@ impl<'m> Prop<'m> {
                 .map(|v| v as usize),
         );
         let rep = partially_replicate_on_dims(s, &contracting);
-        let out_rank = self.g.shape(x).rank();
-        let op_rank = self.g.shape(op).rank();
+        let out_rank = self.graph.shape(x).rank();
+        let op_rank = self.graph.shape(op).rank();
         let mut out_to_op = vec![-1i64; out_rank];
         let mut op_to_out = vec![-1i64; op_rank];
         let own_nc = if i == 0 {
@@ -801,14 +681,14 @@ impl<'m> Prop<'m> {
 
     /// `InferDotShardingFromOperands`.
     fn infer_dot(&mut self, x: Node, dd: &DotDims, may_combine: bool) -> bool {
-        let shape = self.g.shape(x);
-        let cur = self.get(x).cloned();
+        let shape = self.graph.shape(x);
+        let cur = self.sharding(x).cloned();
         let mut improved: [Option<InstrSharding>; 2] = [None, None];
         for (i, slot) in improved.iter_mut().enumerate() {
-            let Some(op) = self.g.operand(x, i) else {
+            let Some(op) = self.graph.operand(x, i) else {
                 continue;
             };
-            if !self.sp(op) {
+            if !self.is_spatially_partitioned(op) {
                 continue;
             }
             if let Some(s) = self.dot_from_operand(x, dd, i) {
@@ -825,7 +705,7 @@ impl<'m> Prop<'m> {
         let (a, b) = match (i0, i1) {
             (None, None) => return false,
             (Some(a), None) | (None, Some(a)) => {
-                self.set(x, a);
+                self.set_sharding(x, a);
                 return true;
             }
             (Some(a), Some(b)) => (a, b),
@@ -848,21 +728,21 @@ impl<'m> Prop<'m> {
         }
         if !defined {
             let b0 = self
-                .g
+                .graph
                 .operand(x, 0)
-                .map(|o| self.g.shape(o).byte_size())
+                .map(|o| self.graph.shape(o).byte_size())
                 .unwrap_or(0);
             let b1 = self
-                .g
+                .graph
                 .operand(x, 1)
-                .map(|o| self.g.shape(o).byte_size())
+                .map(|o| self.graph.shape(o).byte_size())
                 .unwrap_or(0);
             if b0 < b1 {
                 prio.swap(0, 1);
             }
         }
         let [first, second] = prio;
-        self.set(x, first);
+        self.set_sharding(x, first);
         self.maybe_improve(x, second, may_combine, false);
         true
     }
@@ -870,14 +750,14 @@ impl<'m> Prop<'m> {
     /// `LookaheadUserSharding`: the sharding the single-user chain below `x`
     /// would ask of it.
     fn lookahead_user_sharding(&mut self, x: Node) -> Option<InstrSharding> {
-        let users = self.g.users(x);
+        let users = self.graph.users(x);
         if users.len() != 1 {
             return None;
         }
         let mut chain = vec![x, users[0]];
         let mut cur = users[0];
-        while !self.has(cur) {
-            let u = self.g.users(cur);
+        while !self.has_sharding(cur) {
+            let u = self.graph.users(cur);
             if u.len() != 1 {
                 return None;
             }
@@ -891,25 +771,26 @@ impl<'m> Prop<'m> {
             sharding = self.sharding_from_user(current, user, MAX_LEVEL);
             match &sharding {
                 Some(s) if i != 1 => {
-                    self.sh[current as usize] = Some(normalize(self.g.shape(current), s.clone()));
+                    self.shardings[current as usize] =
+                        Some(normalize(self.graph.shape(current), s.clone()));
                     temp.push(current);
                 }
                 _ => break,
             }
         }
         for t in temp {
-            self.sh[t as usize] = None;
+            self.shardings[t as usize] = None;
         }
         sharding
     }
 
     /// `InferConvolutionShardingFromOperands`.
     fn infer_conv(&mut self, x: Node, may_combine: bool) -> bool {
-        let Some(dd) = dims::conv_dims(&self.g, x) else {
+        let Some(dd) = dims::conv_dims(&self.graph, x) else {
             return false;
         };
         let parts = |me: &Self, i: usize| -> i64 {
-            let Some(s) = me.g.operand(x, i).and_then(|o| me.leaf(o)) else {
+            let Some(s) = me.graph.operand(x, i).and_then(|o| me.array_sharding(o)) else {
                 return 1;
             };
             if !s.is_tiled() {
@@ -920,28 +801,28 @@ impl<'m> Prop<'m> {
                 .map(|d| s.tile_dim((if i == 0 { d.lhs } else { d.rhs }).max(0) as usize))
                 .product()
         };
-        let instr = self.g.instr(x);
+        let instr = self.graph.instr(x);
         let groups = instr.int_attr(AttrKey::BatchGroupCount).unwrap_or(1) == 1
             && instr.int_attr(AttrKey::FeatureGroupCount).unwrap_or(1) == 1;
         if dd.conv_spatial.is_empty() || (parts(self, 0) == 1 && parts(self, 1) == 1 && groups) {
             return self.infer_dot(x, &dd, may_combine);
         }
-        let Some(lhs) = self.g.operand(x, 0) else {
+        let Some(lhs) = self.graph.operand(x, 0) else {
             return false;
         };
-        if !self.sp(lhs) {
+        if !self.is_spatially_partitioned(lhs) {
             return false;
         }
-        let Some(ls) = self.leaf(lhs).cloned() else {
+        let Some(ls) = self.array_sharding(lhs).cloned() else {
             return false;
         };
         if ls.is_tile_maximal() {
-            return self.improve_leaf(x, ls, may_combine, false);
+            return self.maybe_improve_array(x, ls, may_combine, false);
         }
         let Some(cd) = instr.conv_dimension_numbers() else {
             return false;
         };
-        if dims::conv_kernel_small(&self.g, x) {
+        if dims::conv_kernel_small(&self.graph, x) {
             if ls.tile_dim(cd.input_feature.max(0) as usize) > 1 {
                 return false;
             }
@@ -958,35 +839,37 @@ impl<'m> Prop<'m> {
                 put(o, cd.input_spatial.get(k).copied().unwrap_or(0));
             }
             let new = transpose_sharding(&ls, &out_to_lhs);
-            return self.improve_leaf(x, new, may_combine, false);
+            return self.maybe_improve_array(x, new, may_combine, false);
         }
         let new = partially_replicate_all_except(&ls, &[cd.input_batch.max(0) as usize]);
-        self.improve_leaf(x, new, may_combine, false)
+        self.maybe_improve_array(x, new, may_combine, false)
     }
 
     fn gather_dims(
         &self,
         x: Node,
     ) -> Option<(xla_hlo_ir::attrs::GatherDimensionNumbers, Vec<i64>)> {
-        let i = self.g.instr(x);
+        let i = self.graph.instr(x);
         let dn = i.gather_dimension_numbers();
         let sizes = i.ints_attr(AttrKey::SliceSizes)?.to_vec();
         Some((dn, sizes))
     }
 
     fn infer_gather_parallel(&mut self, x: Node, pd: &GsDims, may_combine: bool) -> bool {
-        let rank = self.g.shape(x).rank();
+        let rank = self.graph.shape(x).rank();
         let mut changed = false;
         for (k, src) in [(0usize, &pd.operand), (1usize, &pd.indices)] {
-            let Some(op) = self.g.operand(x, k) else {
+            let Some(op) = self.graph.operand(x, k) else {
                 continue;
             };
-            if !self.sp(op) {
+            if !self.is_spatially_partitioned(op) {
                 continue;
             }
-            let Some(s) = self.leaf(op) else { continue };
+            let Some(s) = self.array_sharding(op) else {
+                continue;
+            };
             let new = propagate_along_dims(s, src, &pd.output, rank);
-            changed |= self.improve_leaf(x, new, may_combine, false);
+            changed |= self.maybe_improve_array(x, new, may_combine, false);
         }
         changed
     }
@@ -994,9 +877,9 @@ impl<'m> Prop<'m> {
     fn gather_parallel(&self, x: Node) -> Option<GsDims> {
         let (dn, sizes) = self.gather_dims(x)?;
         dims::batch_parallel_dims(
-            &self.g,
-            self.g.operand(x, 0)?,
-            self.g.operand(x, 1)?,
+            &self.graph,
+            self.graph.operand(x, 0)?,
+            self.graph.operand(x, 1)?,
             &sizes,
             dn.index_vector_dim,
             &dn.start_index_map,
@@ -1009,23 +892,23 @@ impl<'m> Prop<'m> {
         let Some((dn, sizes)) = self.gather_dims(x) else {
             return false;
         };
-        let rank = self.g.shape(x).rank();
+        let rank = self.graph.shape(x).rank();
         let mut changed = false;
         if !dn.operand_batching_dims.is_empty() {
             let mut pd = GsDims {
-                operand: usize_dims(&dn.operand_batching_dims),
-                indices: usize_dims(&dn.start_indices_batching_dims),
+                operand: non_negative_dims(&dn.operand_batching_dims),
+                indices: non_negative_dims(&dn.start_indices_batching_dims),
                 output: vec![],
             };
             dims::fill_output_dims(&mut pd, dn.index_vector_dim, &dn.offset_dims);
             changed |= self.infer_gather_parallel(x, &pd, may_combine);
         }
-        if let Some(ind) = self.g.operand(x, 1) {
-            if self.sp(ind) {
-                if let Some(s) = self.leaf(ind) {
+        if let Some(ind) = self.graph.operand(x, 1) {
+            if self.is_spatially_partitioned(ind) {
+                if let Some(s) = self.array_sharding(ind) {
                     let new = if s.is_tiled() {
                         let (idims, odims) = dims::connected_index_dims(
-                            self.g.shape(ind).rank(),
+                            self.graph.shape(ind).rank(),
                             dn.index_vector_dim,
                             rank,
                             &dn.offset_dims,
@@ -1034,7 +917,7 @@ impl<'m> Prop<'m> {
                     } else {
                         s.clone()
                     };
-                    changed |= self.improve_leaf(x, new, may_combine, false);
+                    changed |= self.maybe_improve_array(x, new, may_combine, false);
                 }
             }
         }
@@ -1042,9 +925,9 @@ impl<'m> Prop<'m> {
         if let Some(pd) = &parallel {
             changed |= self.infer_gather_parallel(x, pd, may_combine);
         }
-        if let Some(op) = self.g.operand(x, 0) {
-            if self.sp(op) {
-                let s = self.leaf(op).cloned();
+        if let Some(op) = self.graph.operand(x, 0) {
+            if self.is_spatially_partitioned(op) {
+                let s = self.array_sharding(op).cloned();
                 if let Some(s) = s {
                     let pdims = parallel
                         .as_ref()
@@ -1053,7 +936,7 @@ impl<'m> Prop<'m> {
                     let filtered = partially_replicate_on_dims(&s, &pdims);
                     if filtered.is_tiled() {
                         let (od, outd) = dims::passthrough_dims(
-                            self.g.shape(op).dims(),
+                            self.graph.shape(op).dims(),
                             &dn.collapsed_slice_dims,
                             &dn.operand_batching_dims,
                             &dn.offset_dims,
@@ -1061,7 +944,7 @@ impl<'m> Prop<'m> {
                         );
                         let r = propagate_along_dims(&filtered, &od, &outd, rank);
                         if !r.is_tile_maximal() {
-                            changed |= self.improve_leaf(x, r, may_combine, false);
+                            changed |= self.maybe_improve_array(x, r, may_combine, false);
                         }
                     }
                 }
@@ -1072,7 +955,7 @@ impl<'m> Prop<'m> {
 
     /// Operands, indices and updates of a scatter.
     fn scatter_parts(&self, x: Node) -> (Vec<Node>, Option<Node>, Vec<Node>) {
-        let ops: Vec<Node> = self.g.operands(x).collect();
+        let ops: Vec<Node> = self.graph.operands(x).collect();
         let n = ops.len().saturating_sub(1) / 2;
         if ops.len() < 3 {
             return (vec![], None, vec![]);
@@ -1082,9 +965,9 @@ impl<'m> Prop<'m> {
 
     fn scatter_slice_sizes(&self, x: Node) -> Option<Vec<i64>> {
         let (ops, _, upd) = self.scatter_parts(x);
-        let dn = self.g.instr(x).scatter_dimension_numbers();
-        let od = self.g.shape(*ops.first()?).dims();
-        let ud = self.g.shape(*upd.first()?).dims();
+        let dn = self.graph.instr(x).scatter_dimension_numbers();
+        let od = self.graph.shape(*ops.first()?).dims();
+        let ud = self.graph.shape(*upd.first()?).dims();
         let mut sizes = vec![1i64; od.len()];
         let mut k = 0;
         for (i, s) in sizes.iter_mut().enumerate() {
@@ -1104,14 +987,14 @@ impl<'m> Prop<'m> {
     fn scatter_parallel(&self, x: Node, explicit: bool) -> Option<GsDims> {
         let (ops, ind, upd) = self.scatter_parts(x);
         let ind = ind?;
-        let dn = self.g.instr(x).scatter_dimension_numbers();
+        let dn = self.graph.instr(x).scatter_dimension_numbers();
         if explicit {
             if dn.input_batching_dims.is_empty() {
                 return None;
             }
             let mut pd = GsDims {
-                operand: usize_dims(&dn.input_batching_dims),
-                indices: usize_dims(&dn.scatter_indices_batching_dims),
+                operand: non_negative_dims(&dn.input_batching_dims),
+                indices: non_negative_dims(&dn.scatter_indices_batching_dims),
                 output: vec![],
             };
             dims::fill_output_dims(&mut pd, dn.index_vector_dim, &dn.update_window_dims);
@@ -1120,7 +1003,7 @@ impl<'m> Prop<'m> {
         let sizes = self.scatter_slice_sizes(x)?;
         let _ = upd;
         dims::batch_parallel_dims(
-            &self.g,
+            &self.graph,
             *ops.first()?,
             ind,
             &sizes,
@@ -1135,7 +1018,7 @@ impl<'m> Prop<'m> {
     fn infer_scatter_parallel(&mut self, x: Node, pd: &GsDims, may_combine: bool) -> bool {
         let (ops, ind, upd) = self.scatter_parts(x);
         let Some(ind) = ind else { return false };
-        let shape = self.g.shape(x);
+        let shape = self.graph.shape(x);
         let rank = if shape.is_tuple() {
             shape
                 .tuple_elements()
@@ -1147,21 +1030,30 @@ impl<'m> Prop<'m> {
         };
         let mut changed = false;
         for (i, &op) in ops.iter().enumerate() {
-            if let Some(s) = self.leaf(op).filter(|s| s.is_spatially_partitioned()) {
+            if let Some(s) = self
+                .array_sharding(op)
+                .filter(|s| s.is_spatially_partitioned())
+            {
                 let new = propagate_along_dims(s, &pd.operand, &pd.operand, rank);
-                changed |= self.maybe_improve_sub(x, new, i, may_combine, false);
+                changed |= self.maybe_improve_element(x, new, i, may_combine, false);
             }
         }
-        if let Some(s) = self.leaf(ind).filter(|s| s.is_spatially_partitioned()) {
+        if let Some(s) = self
+            .array_sharding(ind)
+            .filter(|s| s.is_spatially_partitioned())
+        {
             let new = propagate_along_dims(s, &pd.indices, &pd.operand, rank);
             for i in 0..ops.len() {
-                changed |= self.maybe_improve_sub(x, new.clone(), i, may_combine, false);
+                changed |= self.maybe_improve_element(x, new.clone(), i, may_combine, false);
             }
         }
         for (i, &u) in upd.iter().enumerate() {
-            if let Some(s) = self.leaf(u).filter(|s| s.is_spatially_partitioned()) {
+            if let Some(s) = self
+                .array_sharding(u)
+                .filter(|s| s.is_spatially_partitioned())
+            {
                 let new = propagate_along_dims(s, &pd.output, &pd.operand, rank);
-                changed |= self.maybe_improve_sub(x, new, i, may_combine, false);
+                changed |= self.maybe_improve_element(x, new, i, may_combine, false);
             }
         }
         changed
@@ -1170,19 +1062,21 @@ impl<'m> Prop<'m> {
     fn infer_scatter(&mut self, x: Node, may_combine: bool) -> bool {
         let (ops, ind, upd) = self.scatter_parts(x);
         let Some(ind) = ind else { return false };
-        let dn = self.g.instr(x).scatter_dimension_numbers();
+        let dn = self.graph.instr(x).scatter_dimension_numbers();
         let mut changed = false;
         if let Some(pd) = self.scatter_parallel(x, true) {
             changed |= self.infer_scatter_parallel(x, &pd, may_combine);
         }
         for (i, &op) in ops.iter().enumerate() {
-            if self.sp(op) {
-                if let Some(s) = self.leaf(op).cloned() {
-                    changed |= self.maybe_improve_sub(x, s, i, may_combine, false);
+            if self.is_spatially_partitioned(op) {
+                if let Some(s) = self.array_sharding(op).cloned() {
+                    changed |= self.maybe_improve_element(x, s, i, may_combine, false);
                 }
             }
         }
-        if !self.sp(ind) && !upd.iter().any(|&u| self.sp(u)) {
+        if !self.is_spatially_partitioned(ind)
+            && !upd.iter().any(|&u| self.is_spatially_partitioned(u))
+        {
             return changed;
         }
         if let Some(pd) = self.scatter_parallel(x, false) {
@@ -1191,12 +1085,12 @@ impl<'m> Prop<'m> {
         let Some(sizes) = self.scatter_slice_sizes(x) else {
             return changed;
         };
-        let op_dims = self.g.shape(ops[0]).dims().to_vec();
+        let op_dims = self.graph.shape(ops[0]).dims().to_vec();
         for (i, &u) in upd.iter().enumerate() {
-            if !self.sp(u) {
+            if !self.is_spatially_partitioned(u) {
                 continue;
             }
-            let Some(s) = self.leaf(u).cloned() else {
+            let Some(s) = self.array_sharding(u).cloned() else {
                 continue;
             };
             // A replicated or manual update gives the output its sharding as is.
@@ -1216,7 +1110,7 @@ impl<'m> Prop<'m> {
             } else {
                 s
             };
-            changed |= self.maybe_improve_sub(x, r, i, may_combine, false);
+            changed |= self.maybe_improve_element(x, r, i, may_combine, false);
         }
         changed
     }
@@ -1225,12 +1119,12 @@ impl<'m> Prop<'m> {
 
     /// `GetShardingFromUser`: the sharding `user` asks of its operand `x`.
     pub fn sharding_from_user(&self, x: Node, user: Node, level: i64) -> Option<InstrSharding> {
-        if !self.can_propagate_through(user, level) || !self.sp(user) {
+        if !self.can_propagate_through(user, level) || !self.is_spatially_partitioned(user) {
             return None;
         }
         let may_combine = may_combine_partial(level);
-        let g = &self.g;
-        let us = self.get(user)?;
+        let g = &self.graph;
+        let us = self.sharding(user)?;
         let ui = g.instr(user);
         let single_of = |s: Sharding| Some(InstrSharding::Single(s));
         match ui.opcode {
@@ -1238,7 +1132,7 @@ impl<'m> Prop<'m> {
                 let s = single(us)?;
                 single_of(broadcast_operand_sharding(
                     s,
-                    &usize_dims(ui.dimensions()),
+                    &non_negative_dims(ui.dimensions()),
                     ui.shape.rank(),
                 ))
             }
@@ -1332,7 +1226,7 @@ impl<'m> Prop<'m> {
                 let ti = ui.int_attr(AttrKey::Index).unwrap_or(0).max(0) as usize;
                 let off = InstrSharding::leaf_offset(xs, ti);
                 let base = |template: &Sharding| -> InstrSharding {
-                    match self.get(x) {
+                    match self.sharding(x) {
                         Some(InstrSharding::Tuple(v)) => InstrSharding::Tuple(v.clone()),
                         Some(InstrSharding::Single(s)) => InstrSharding::single_for(xs, s.clone()),
                         None => InstrSharding::tuple(
@@ -1412,7 +1306,7 @@ impl<'m> Prop<'m> {
                     if o == x {
                         continue;
                     }
-                    if let Some(os) = self.leaf(o) {
+                    if let Some(os) = self.array_sharding(o) {
                         if os.is_tiled() && !s.is_manual() {
                             let min = s.num_tiles() + 1;
                             merge_sharding_if_compatible(os, min, &mut s);
@@ -1428,9 +1322,10 @@ impl<'m> Prop<'m> {
                     Some(us.clone())
                 }
             }
-            Opcode::Reverse => {
-                single_of(reverse_sharding(single(us)?, &usize_dims(ui.dimensions())))
-            }
+            Opcode::Reverse => single_of(reverse_sharding(
+                single(us)?,
+                &non_negative_dims(ui.dimensions()),
+            )),
             Opcode::Outfeed => None,
             Opcode::Gather => self.gather_operand_from_user(x, user),
             Opcode::Scatter => self.scatter_operand_from_user(x, user),
@@ -1447,7 +1342,7 @@ impl<'m> Prop<'m> {
         dd: &DotDims,
         may_combine: bool,
     ) -> Sharding {
-        let g = &self.g;
+        let g = &self.graph;
         let pick = |d: &dims::DimNums, i: usize| if i == 0 { d.lhs } else { d.rhs };
         let other_idx = 1 - idx;
         let (own_nc, other_nc) = if idx == 0 {
@@ -1482,7 +1377,7 @@ impl<'m> Prop<'m> {
         let out_rank = g.shape(dot).rank();
         let op_rank = g.operand(dot, idx).map(|o| g.shape(o).rank()).unwrap_or(0);
         let mut sharding = Sharding::Replicated;
-        if let Some(ds) = self.leaf(dot) {
+        if let Some(ds) = self.array_sharding(dot) {
             let rep = partially_replicate_on_dims(ds, &out_rep);
             let mut out_to_op = vec![-1i64; out_rank];
             let mut op_to_out = vec![-1i64; op_rank];
@@ -1501,7 +1396,7 @@ impl<'m> Prop<'m> {
                 .unwrap_or(Sharding::Replicated);
         }
         if let Some(other) = g.operand(dot, other_idx) {
-            if let Some(os) = self.leaf(other) {
+            if let Some(os) = self.array_sharding(other) {
                 if os.is_spatially_partitioned() {
                     let rep = partially_replicate_on_dims(os, &other_rep);
                     let other_rank = g.shape(other).rank();
@@ -1528,8 +1423,8 @@ impl<'m> Prop<'m> {
     }
 
     fn gather_operand_from_user(&self, x: Node, user: Node) -> Option<InstrSharding> {
-        let g = &self.g;
-        let us = self.leaf(user)?;
+        let g = &self.graph;
+        let us = self.array_sharding(user)?;
         let (dn, sizes) = self.gather_dims(user)?;
         let rank = g.shape(user).rank();
         if g.operand(user, 1) == Some(x) {
@@ -1559,8 +1454,8 @@ impl<'m> Prop<'m> {
         // Parallel dims (explicit batching and iota-detected).
         let mut pd = GsDims::default();
         if !dn.operand_batching_dims.is_empty() {
-            pd.operand = usize_dims(&dn.operand_batching_dims);
-            pd.indices = usize_dims(&dn.start_indices_batching_dims);
+            pd.operand = non_negative_dims(&dn.operand_batching_dims);
+            pd.indices = non_negative_dims(&dn.start_indices_batching_dims);
             dims::fill_output_dims(&mut pd, dn.index_vector_dim, &dn.offset_dims);
         }
         if let Some(p) = self.gather_parallel(user) {
@@ -1601,9 +1496,9 @@ impl<'m> Prop<'m> {
     }
 
     fn scatter_operand_from_user(&self, x: Node, user: Node) -> Option<InstrSharding> {
-        let g = &self.g;
+        let g = &self.graph;
         let (ops, ind, upd) = self.scatter_parts(user);
-        let us = self.get(user)?;
+        let us = self.sharding(user)?;
         let ui = g.instr(user);
         if let Some(i) = ops.iter().position(|&o| o == x) {
             return if us.is_tuple() {
@@ -1625,7 +1520,7 @@ impl<'m> Prop<'m> {
         if x == ind {
             let mut shardings = Vec::new();
             for &u in &upd {
-                if let Some(s) = self.leaf(u) {
+                if let Some(s) = self.array_sharding(u) {
                     if s.is_spatially_partitioned() {
                         shardings.push(if s.is_tiled() {
                             propagate_along_dims(s, &udims, &idims, ind_rank)
@@ -1639,7 +1534,7 @@ impl<'m> Prop<'m> {
                 .map(InstrSharding::Single);
         }
         let ui_idx = upd.iter().position(|&u| u == x)?;
-        let from_indices = match self.leaf(ind) {
+        let from_indices = match self.array_sharding(ind) {
             Some(s) if s.is_tiled() => propagate_along_dims(s, &idims, &udims, upd_rank),
             Some(s) if s.is_spatially_partitioned() => s.clone(),
             _ => Sharding::Replicated,
@@ -1673,42 +1568,44 @@ impl<'m> Prop<'m> {
 
     /// `InferShardingFromUsers`: returns whether `x` changed.
     pub fn infer_from_users(&mut self, x: Node, level: i64) -> bool {
-        let opcode = self.g.opcode(x);
+        let opcode = self.graph.opcode(x);
         if level < BROADCAST_FROM_USERS_LEVEL && opcode == Opcode::Broadcast {
             return false;
         }
         if self.is_manual(x) {
             return false;
         }
-        if self.get(x).is_none_or(InstrSharding::is_tile_maximal) {
-            for k in 0..self.g.users(x).len() {
-                let u = self.g.users(x)[k];
-                if !self.has(u) || self.g.cc_kind(u) == CustomCallKind::FullToShard {
+        if self.sharding(x).is_none_or(InstrSharding::is_tile_maximal) {
+            for k in 0..self.graph.users(x).len() {
+                let u = self.graph.users(x)[k];
+                if !self.has_sharding(u)
+                    || self.graph.custom_call_kind(u) == CustomCallKind::FullToShard
+                {
                     continue;
                 }
-                if !self.g.shape(x).is_tuple() && self.is_manual(u) {
-                    self.set(x, InstrSharding::Single(Sharding::Manual));
+                if !self.graph.shape(x).is_tuple() && self.is_manual(u) {
+                    self.set_sharding(x, InstrSharding::Single(Sharding::Manual));
                     return true;
                 }
                 if let Some(s) = self.sharding_from_user(x, u, level) {
                     if s.is_manual() {
-                        self.set(x, s);
+                        self.set_sharding(x, s);
                         return true;
                     }
                 }
             }
         }
-        if !self.supports_spatial(x, false, self.allow_params) {
+        if !self.supports_spatial_partitioning(x, false, self.allow_params) {
             return false;
         }
         let may_combine = may_combine_partial(level);
         let mut improved = false;
-        for k in 0..self.g.users(x).len() {
-            let u = self.g.users(x)[k];
-            if self.g.opcode(u) == Opcode::RngBitGenerator {
-                let changed = self.get(x).is_none_or(|s| !s.is_replicated());
+        for k in 0..self.graph.users(x).len() {
+            let u = self.graph.users(x)[k];
+            if self.graph.opcode(u) == Opcode::RngBitGenerator {
+                let changed = self.sharding(x).is_none_or(|s| !s.is_replicated());
                 if changed {
-                    self.set(x, InstrSharding::Single(Sharding::Replicated));
+                    self.set_sharding(x, InstrSharding::Single(Sharding::Replicated));
                 }
                 return changed;
             }
@@ -1724,11 +1621,11 @@ impl<'m> Prop<'m> {
         if !self.can_propagate_through(x, level) || self.is_manual(x) {
             return false;
         }
-        if self.get(x).is_none_or(InstrSharding::is_tile_maximal) {
+        if self.sharding(x).is_none_or(InstrSharding::is_tile_maximal) {
             for &m in members {
                 if m != x && self.is_manual(m) {
-                    let s = self.get(m).cloned().expect("manual");
-                    self.set(x, s);
+                    let s = self.sharding(m).cloned().expect("manual");
+                    self.set_sharding(x, s);
                     return true;
                 }
             }
@@ -1739,8 +1636,8 @@ impl<'m> Prop<'m> {
             if m == x {
                 continue;
             }
-            if let Some(s) = self.get(m).cloned() {
-                if s.is_tuple() == self.g.shape(x).is_tuple() {
+            if let Some(s) = self.sharding(m).cloned() {
+                if s.is_tuple() == self.graph.shape(x).is_tuple() {
                     changed |= self.maybe_improve(x, s, may_combine, false);
                 }
             }
@@ -1760,10 +1657,4 @@ pub(crate) fn first_target_dim_to_move(
         return None;
     }
     (0..shape.len()).find(|&d| d != source && shape[d] % (s.tile_dim(source) * s.tile_dim(d)) == 0)
-}
-
-/// A tiled sharding over `dims` with iota devices (tests and helpers).
-#[allow(dead_code)]
-pub(crate) fn iota_tiled(dims: Vec<i64>) -> Sharding {
-    Sharding::tile(TileArray::iota(dims))
 }
