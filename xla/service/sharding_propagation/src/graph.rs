@@ -8,7 +8,7 @@
 //! adds or removes instructions while propagating); users lists hold each
 //! user once, in instruction order; post orders contain every instruction.
 
-use crate::level::{ALL_OPS_LEVEL, BROADCAST_FROM_USERS_LEVEL, PASS_THROUGH_LEVEL};
+use crate::opcodes::min_propagation_level;
 use rustc_hash::FxHashMap;
 use xla_hlo_ir::{AttrKey, CompId, HloInstruction, HloModule, InstrId, Opcode, Shape};
 
@@ -118,30 +118,10 @@ impl<'m> Graph<'m> {
             broadcast_user: Vec::with_capacity(total as usize),
         };
         for x in 0..total as usize {
-            let op = g.instrs[x].opcode;
-            let passthrough = is_elementwise(op)
-                || g.cc[x] == CustomCallKind::Sharding
-                || matches!(
-                    op,
-                    Opcode::Call
-                        | Opcode::Concatenate
-                        | Opcode::Copy
-                        | Opcode::DynamicSlice
-                        | Opcode::DynamicUpdateSlice
-                        | Opcode::GetTupleElement
-                        | Opcode::OptimizationBarrier
-                        | Opcode::Reshape
-                        | Opcode::Tuple
-                        | Opcode::Transpose
-                        | Opcode::While
-                );
-            g.min_level.push(if passthrough {
-                PASS_THROUGH_LEVEL
-            } else if op == Opcode::Broadcast {
-                BROADCAST_FROM_USERS_LEVEL
-            } else {
-                ALL_OPS_LEVEL
-            });
+            g.min_level.push(min_propagation_level(
+                g.instrs[x].opcode,
+                g.cc[x] == CustomCallKind::Sharding,
+            ));
             let bu = g.users[x]
                 .iter()
                 .any(|&u| g.instrs[u as usize].opcode == Opcode::Broadcast);
@@ -372,31 +352,6 @@ impl<'m> Graph<'m> {
     /// The computation `n` belongs to is called by a while, conditional or call.
     pub fn in_partitioned_callee(&self, n: Node) -> bool {
         self.partitioned_callee[n as usize]
-    }
-}
-
-/// XLA's `IsElementwise` for the opcodes propagation cares about.
-pub(crate) fn is_elementwise(op: Opcode) -> bool {
-    op.is_elementwise() || matches!(op, Opcode::Map | Opcode::Rng)
-}
-
-/// XLA's `HasSideEffect` (approximation sufficient for propagation).
-pub(crate) fn has_side_effect(i: &HloInstruction) -> bool {
-    match i.opcode {
-        Opcode::Send
-        | Opcode::SendDone
-        | Opcode::Recv
-        | Opcode::RecvDone
-        | Opcode::Infeed
-        | Opcode::Outfeed
-        | Opcode::Rng
-        | Opcode::RngGetAndUpdateState
-        | Opcode::AfterAll
-        | Opcode::AddDependency => true,
-        Opcode::CustomCall => i
-            .bool_attr(AttrKey::CustomCallHasSideEffect)
-            .unwrap_or(false),
-        _ => false,
     }
 }
 

@@ -42,6 +42,7 @@ mod driver;
 mod graph;
 mod infer;
 mod level;
+mod opcodes;
 mod options;
 mod state;
 

@@ -77,6 +77,12 @@ impl<'m> PropagationState<'m> {
             .is_some_and(InstrSharding::is_spatially_partitioned)
     }
 
+    /// The node's sharding when it is spatially partitioned.
+    pub fn partitioned_sharding(&self, node: Node) -> Option<&InstrSharding> {
+        self.sharding(node)
+            .filter(|sharding| sharding.is_spatially_partitioned())
+    }
+
     pub fn is_manual(&self, node: Node) -> bool {
         self.sharding(node).is_some_and(InstrSharding::is_manual)
     }

@@ -13,14 +13,20 @@
 //! Invariant: rules only read the graph and the current shardings, and
 //! write only the instruction they infer (`self.shardings[x]`).
 
+mod partitionable;
+mod pass_through;
+
 use crate::dims::{self, DotDims, GsDims};
 use crate::graph::CustomCallKind;
-use crate::graph::{has_side_effect, is_elementwise, Node};
+use crate::graph::Node;
 use crate::level::{
     may_combine_partial, BROADCAST_FORWARD_LEVEL, BROADCAST_FROM_USERS_LEVEL, MAX_LEVEL,
     PASS_THROUGH_LEVEL,
 };
+use crate::opcodes::{elementwise_opcodes, has_side_effect};
 use crate::state::{non_negative_dims, normalize, PropagationState};
+use partitionable::supports_spatial_partitioning;
+use pass_through::representative_operand;
 use xla_hlo_ir::{AttrKey, Opcode};
 use xla_hlo_utils::merge::{
     is_leaf_more_specific, is_more_specific, is_subtiling_or_equal, merge_sharding,
@@ -40,148 +46,6 @@ fn single(s: &InstrSharding) -> Option<&Sharding> {
 
 impl<'m> PropagationState<'m> {
     // ----- predicates -----
-
-    /// Pass-through custom calls (`IsPassthroughCustomOps`).
-    fn is_pass_through_custom_call(&self, n: Node) -> bool {
-        let Some(t) = self.graph.custom_call_target(n) else {
-            return false;
-        };
-        if matches!(t, "Sharding" | "X64Combine" | "LayoutConstraint") {
-            return true;
-        }
-        let i = self.graph.instr(n);
-        let Some(op) = self.graph.operand(n, 0) else {
-            return false;
-        };
-        if i.operands.len() != 1
-            || i.shape.is_tuple()
-            || self.graph.shape(op).is_tuple()
-            || self.graph.shape(op).rank() != i.shape.rank()
-        {
-            return false;
-        }
-        matches!(
-            t,
-            "ResizeNearest"
-                | "ResizeBilinear"
-                | "ResizeNearestGrad"
-                | "ResizeBilinearGrad"
-                | "Cholesky"
-                | "MoveToHost"
-                | "MoveToDevice"
-                | "PinToDevice"
-                | "PinToDeviceSram"
-        )
-    }
-
-    /// `SupportSpatialPartitioning`.
-    pub fn supports_spatial_partitioning(
-        &self,
-        n: Node,
-        allow_output: bool,
-        allow_params: bool,
-    ) -> bool {
-        let g = &self.graph;
-        if g.is_root(n) && !g.in_partitioned_callee(n) && !(n == g.entry_root() && allow_output) {
-            return false;
-        }
-        let op = g.opcode(n);
-        if is_elementwise(op) {
-            return true;
-        }
-        match op {
-            Opcode::Broadcast
-            | Opcode::Concatenate
-            | Opcode::Conditional
-            | Opcode::Constant
-            | Opcode::Convolution
-            | Opcode::OptimizationBarrier
-            | Opcode::Dot
-            | Opcode::DynamicSlice
-            | Opcode::DynamicUpdateSlice
-            | Opcode::Gather
-            | Opcode::GetTupleElement
-            | Opcode::Infeed
-            | Opcode::Iota
-            | Opcode::Pad
-            | Opcode::ReduceWindow
-            | Opcode::Reshape
-            | Opcode::Scatter
-            | Opcode::SelectAndScatter
-            | Opcode::Slice
-            | Opcode::Sort
-            | Opcode::Transpose
-            | Opcode::Tuple
-            | Opcode::While
-            | Opcode::Reduce
-            | Opcode::RngBitGenerator
-            | Opcode::AllReduce
-            | Opcode::CollectivePermute
-            | Opcode::ReduceScatter
-            | Opcode::Reverse => true,
-            Opcode::Parameter => allow_params || g.in_partitioned_callee(n),
-            Opcode::CustomCall => self.is_pass_through_custom_call(n),
-            _ => false,
-        }
-    }
-
-    /// `PickRepresentativeOperand`.
-    fn representative_operand(&self, n: Node) -> Option<Node> {
-        let op = self.graph.opcode(n);
-        match op {
-            Opcode::Map
-            | Opcode::Pad
-            | Opcode::Power
-            | Opcode::OptimizationBarrier
-            | Opcode::RaggedAllToAll
-            | Opcode::Reverse
-            | Opcode::Slice
-            | Opcode::ShiftLeft
-            | Opcode::ShiftRightArithmetic
-            | Opcode::ShiftRightLogical => {
-                let o = self.graph.operand(n, 0)?;
-                self.has_sharding(o).then_some(o)
-            }
-            Opcode::CustomCall => {
-                if self.is_pass_through_custom_call(n) {
-                    self.graph.operand(n, 0)
-                } else {
-                    None
-                }
-            }
-            _ if (is_elementwise(op) && op != Opcode::Rng)
-                || matches!(
-                    op,
-                    Opcode::Concatenate
-                        | Opcode::AllGather
-                        | Opcode::AllReduce
-                        | Opcode::ReduceScatter
-                        | Opcode::AllToAll
-                        | Opcode::CollectiveBroadcast
-                        | Opcode::CollectivePermute
-                        | Opcode::TopK
-                        | Opcode::Sort
-                        | Opcode::While
-                ) =>
-            {
-                let mut best: Option<Node> = None;
-                for o in self.graph.operands(n) {
-                    let Some(s) = self.sharding(o) else { continue };
-                    match best {
-                        None => best = Some(o),
-                        Some(b) => {
-                            let bs = self.sharding(b).expect("best has a sharding");
-                            if bs.is_tuple() == s.is_tuple() && is_more_specific(s, bs) {
-                                best = Some(o);
-                            }
-                        }
-                    }
-                }
-                best
-            }
-            _ => None,
-        }
-    }
 
     // ----- forward -----
 
@@ -220,7 +84,7 @@ impl<'m> PropagationState<'m> {
             }
         }
         let may_combine = may_combine_partial(level);
-        if !self.supports_spatial_partitioning(x, self.allow_output, false) {
+        if !supports_spatial_partitioning(&self.graph, x, self.allow_output, false) {
             let g = &self.graph;
             if shape.is_tuple()
                 || g.operand_count(x) == 0
@@ -289,7 +153,7 @@ impl<'m> PropagationState<'m> {
                 self.maybe_improve_array(x, new, may_combine, nru1)
             }
             Opcode::Concatenate => {
-                let Some(op) = self.representative_operand(x) else {
+                let Some(op) = representative_operand(self, x) else {
                     return false;
                 };
                 if !self.is_spatially_partitioned(op) {
@@ -428,7 +292,7 @@ impl<'m> PropagationState<'m> {
                 self.maybe_improve(x, s, may_combine, false)
             }
             Opcode::Sort => {
-                let Some(op) = self.representative_operand(x) else {
+                let Some(op) = representative_operand(self, x) else {
                     return false;
                 };
                 if !self.is_spatially_partitioned(op) {
@@ -472,48 +336,13 @@ impl<'m> PropagationState<'m> {
                 }
                 self.maybe_improve(x, s, may_combine, false)
             }
-            Opcode::CustomCall => {
-                let Some(op) = self.representative_operand(x) else {
-                    return false;
-                };
-                if !self.is_spatially_partitioned(op) {
-                    return false;
-                }
-                let s = self.sharding(op).cloned().expect("sharded");
-                self.maybe_improve(x, s, may_combine, nru1)
-            }
+            Opcode::CustomCall => pass_through::from_representative_operand(self, x, may_combine),
             _ => {
-                if is_elementwise(opcode) && may_combine {
-                    let count = self.graph.operand_count(x);
-                    let single_operand = count == 1;
-                    let mut changed = false;
-                    for k in 0..count {
-                        let Some(op) = self.graph.operand(x, k) else {
-                            continue;
-                        };
-                        if !self.is_spatially_partitioned(op) {
-                            continue;
-                        }
-                        let s = self.sharding(op).cloned().expect("sharded");
-                        if opcode == Opcode::Rng {
-                            if let Some(l) = single(&s) {
-                                let r = replicate_all_data_dims(l, Some(shape.rank()));
-                                changed |= self.maybe_improve_array(x, r, may_combine, nru1);
-                            }
-                            continue;
-                        }
-                        changed |= self.maybe_improve(x, s, may_combine, single_operand && nru1);
-                    }
-                    return changed;
+                if matches!(opcode, elementwise_opcodes!() | Opcode::Map | Opcode::Rng) {
+                    pass_through::elementwise_from_operands(self, x, may_combine)
+                } else {
+                    pass_through::from_representative_operand(self, x, may_combine)
                 }
-                let Some(op) = self.representative_operand(x) else {
-                    return false;
-                };
-                if !self.is_spatially_partitioned(op) {
-                    return false;
-                }
-                let s = self.sharding(op).cloned().expect("sharded");
-                self.maybe_improve(x, s, may_combine, nru1)
             }
         }
     }
@@ -1329,8 +1158,7 @@ impl<'m> PropagationState<'m> {
             Opcode::Outfeed => None,
             Opcode::Gather => self.gather_operand_from_user(x, user),
             Opcode::Scatter => self.scatter_operand_from_user(x, user),
-            Opcode::CustomCall => g.compatible_shapes(x, user).then(|| us.clone()),
-            _ => g.compatible_shapes(x, user).then(|| us.clone()),
+            _ => pass_through::same_shape_operand_sharding(g, x, user, us),
         }
     }
 
@@ -1595,7 +1423,7 @@ impl<'m> PropagationState<'m> {
                 }
             }
         }
-        if !self.supports_spatial_partitioning(x, false, self.allow_params) {
+        if !supports_spatial_partitioning(&self.graph, x, false, self.allow_params) {
             return false;
         }
         let may_combine = may_combine_partial(level);
