@@ -83,6 +83,12 @@ impl<'m> PropagationState<'m> {
             .filter(|sharding| sharding.is_spatially_partitioned())
     }
 
+    /// The node's array sharding when the node is spatially partitioned.
+    pub fn partitioned_array_sharding(&self, node: Node) -> Option<&Sharding> {
+        self.partitioned_sharding(node)
+            .and_then(InstrSharding::as_single)
+    }
+
     pub fn is_manual(&self, node: Node) -> bool {
         self.sharding(node).is_some_and(InstrSharding::is_manual)
     }

@@ -15,13 +15,13 @@
 
 mod partitionable;
 mod pass_through;
+mod reshaping;
 
 use crate::dims::{self, DotDims, GsDims};
 use crate::graph::CustomCallKind;
 use crate::graph::Node;
 use crate::level::{
-    may_combine_partial, BROADCAST_FORWARD_LEVEL, BROADCAST_FROM_USERS_LEVEL, MAX_LEVEL,
-    PASS_THROUGH_LEVEL,
+    may_combine_partial, BROADCAST_FROM_USERS_LEVEL, MAX_LEVEL, PASS_THROUGH_LEVEL,
 };
 use crate::opcodes::{elementwise_opcodes, has_side_effect};
 use crate::state::{non_negative_dims, normalize, PropagationState};
@@ -33,9 +33,8 @@ use xla_hlo_utils::merge::{
     merge_sharding_if_compatible, merge_sharding_leaf, return_improved,
 };
 use xla_hlo_utils::ops::{
-    broadcast_operand_sharding, broadcast_sharding, partially_replicate_all_except,
-    partially_replicate_on_dims, propagate_along_dims, propagate_through_reshape, reduce_sharding,
-    replicate_all_data_dims, reverse_sharding, transpose_sharding, transpose_with_collapsed_dims,
+    partially_replicate_all_except, partially_replicate_on_dims, propagate_along_dims,
+    reduce_sharding, replicate_all_data_dims, transpose_sharding, transpose_with_collapsed_dims,
 };
 use xla_hlo_utils::sharding::leaf_count;
 use xla_hlo_utils::{InstrSharding, Sharding};
@@ -132,26 +131,7 @@ impl<'m> PropagationState<'m> {
             }
             Opcode::Tuple => self.infer_tuple(x),
             Opcode::Reduce => self.infer_reduce(x, may_combine),
-            Opcode::Broadcast => {
-                if level < BROADCAST_FORWARD_LEVEL {
-                    return false;
-                }
-                let Some(op) = self.graph.operand(x, 0) else {
-                    return false;
-                };
-                if !self.is_spatially_partitioned(op) {
-                    return false;
-                }
-                let Some(s) = self.array_sharding(op).cloned() else {
-                    return false;
-                };
-                if s.is_replicated() {
-                    return false;
-                }
-                let new =
-                    broadcast_sharding(&s, &non_negative_dims(instr.dimensions()), shape.rank());
-                self.maybe_improve_array(x, new, may_combine, nru1)
-            }
+            Opcode::Broadcast => reshaping::broadcast_from_operand(self, x, level, may_combine),
             Opcode::Concatenate => {
                 let Some(op) = representative_operand(self, x) else {
                     return false;
@@ -179,19 +159,7 @@ impl<'m> PropagationState<'m> {
                 self.maybe_improve(x, s, may_combine, nru1)
             }
             Opcode::Convolution => self.infer_conv(x, may_combine),
-            Opcode::Transpose => {
-                let Some(op) = self.graph.operand(x, 0) else {
-                    return false;
-                };
-                if !self.is_spatially_partitioned(op) {
-                    return false;
-                }
-                let Some(s) = self.array_sharding(op) else {
-                    return false;
-                };
-                let new = transpose_sharding(s, &non_negative_dims(instr.dimensions()));
-                self.maybe_improve_array(x, new, may_combine, nru1)
-            }
+            Opcode::Transpose => reshaping::transpose_from_operand(self, x, may_combine),
             Opcode::ReduceWindow => {
                 if let Some(w) = instr.window() {
                     if w.dims
@@ -236,32 +204,8 @@ impl<'m> PropagationState<'m> {
                 };
                 self.maybe_improve(x, s, may_combine, nru1)
             }
-            Opcode::Reshape => {
-                let Some(op) = self.graph.operand(x, 0) else {
-                    return false;
-                };
-                if !self.is_spatially_partitioned(op) {
-                    return false;
-                }
-                let Some(s) = self.array_sharding(op) else {
-                    return false;
-                };
-                let new = propagate_through_reshape(self.graph.shape(op).dims(), shape.dims(), s);
-                self.maybe_improve_array(x, new, may_combine, nru1)
-            }
-            Opcode::Reverse => {
-                let Some(op) = self.graph.operand(x, 0) else {
-                    return false;
-                };
-                if !self.is_spatially_partitioned(op) {
-                    return false;
-                }
-                let Some(s) = self.array_sharding(op) else {
-                    return false;
-                };
-                let new = reverse_sharding(s, &non_negative_dims(instr.dimensions()));
-                self.maybe_improve_array(x, new, may_combine, nru1)
-            }
+            Opcode::Reshape => reshaping::reshape_from_operand(self, x, may_combine),
+            Opcode::Reverse => reshaping::reverse_from_operand(self, x, may_combine),
             Opcode::Dot => {
                 let dd = dims::dot_dims(&self.graph, x);
                 self.infer_dot(x, &dd, may_combine)
@@ -957,14 +901,7 @@ impl<'m> PropagationState<'m> {
         let ui = g.instr(user);
         let single_of = |s: Sharding| Some(InstrSharding::Single(s));
         match ui.opcode {
-            Opcode::Broadcast => {
-                let s = single(us)?;
-                single_of(broadcast_operand_sharding(
-                    s,
-                    &non_negative_dims(ui.dimensions()),
-                    ui.shape.rank(),
-                ))
-            }
+            Opcode::Broadcast => reshaping::operand_sharding_from_broadcast(g, user, us),
             Opcode::Concatenate => {
                 if level == PASS_THROUGH_LEVEL {
                     return None;
@@ -1019,23 +956,10 @@ impl<'m> PropagationState<'m> {
                     Some(us.clone())
                 }
             }
-            Opcode::Reshape => single_of(propagate_through_reshape(
-                ui.shape.dims(),
-                g.shape(x).dims(),
-                single(us)?,
-            )),
+            Opcode::Reshape => reshaping::operand_sharding_from_reshape(g, x, user, us),
             Opcode::Pad => (g.operand(user, 0) == Some(x)).then(|| us.clone()),
             Opcode::Slice => Some(us.clone()),
-            Opcode::Transpose => {
-                let d = ui.dimensions();
-                let mut rev = vec![0usize; d.len()];
-                for (i, &p) in d.iter().enumerate() {
-                    if p >= 0 && (p as usize) < rev.len() {
-                        rev[p as usize] = i;
-                    }
-                }
-                single_of(transpose_sharding(single(us)?, &rev))
-            }
+            Opcode::Transpose => reshaping::operand_sharding_from_transpose(g, user, us),
             Opcode::Tuple => {
                 let idx = g.operand_index(user, x)?;
                 let mut sub = us.sub_sharding(&ui.shape, idx)?;
@@ -1151,10 +1075,7 @@ impl<'m> PropagationState<'m> {
                     Some(us.clone())
                 }
             }
-            Opcode::Reverse => single_of(reverse_sharding(
-                single(us)?,
-                &non_negative_dims(ui.dimensions()),
-            )),
+            Opcode::Reverse => reshaping::operand_sharding_from_reverse(g, user, us),
             Opcode::Outfeed => None,
             Opcode::Gather => self.gather_operand_from_user(x, user),
             Opcode::Scatter => self.scatter_operand_from_user(x, user),
