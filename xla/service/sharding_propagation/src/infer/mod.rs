@@ -13,6 +13,7 @@
 //! Invariant: rules only read the graph and the current shardings, and
 //! write only the instruction they infer (`self.shardings[x]`).
 
+mod data_movement;
 mod partitionable;
 mod pass_through;
 mod reshaping;
@@ -133,30 +134,7 @@ impl<'m> PropagationState<'m> {
             Opcode::Reduce => self.infer_reduce(x, may_combine),
             Opcode::Broadcast => reshaping::broadcast_from_operand(self, x, level, may_combine),
             Opcode::Concatenate => {
-                let Some(op) = representative_operand(self, x) else {
-                    return false;
-                };
-                if !self.is_spatially_partitioned(op) {
-                    return false;
-                }
-                if level == PASS_THROUGH_LEVEL {
-                    let ops: Vec<Node> = self.graph.operands(x).collect();
-                    for co in ops {
-                        if !self.concat_operand_can_pass_through(co) {
-                            return false;
-                        }
-                        let s = self.array_sharding(co);
-                        for &dim in instr.dimensions() {
-                            if s.is_some_and(|s| s.tile_dim(dim as usize) > 1) {
-                                return false;
-                            }
-                        }
-                    }
-                }
-                let Some(s) = self.sharding(op).cloned() else {
-                    return false;
-                };
-                self.maybe_improve(x, s, may_combine, nru1)
+                data_movement::concatenate_from_operands(self, x, level, may_combine)
             }
             Opcode::Convolution => self.infer_conv(x, may_combine),
             Opcode::Transpose => reshaping::transpose_from_operand(self, x, may_combine),
@@ -255,16 +233,11 @@ impl<'m> PropagationState<'m> {
                 let new = InstrSharding::single_for(shape, s);
                 self.maybe_improve(x, new, may_combine, nru1)
             }
-            Opcode::DynamicSlice => self.infer_ds_from_update(x, may_combine),
+            Opcode::DynamicSlice => {
+                data_movement::dynamic_slice_from_sliced_array(self, x, may_combine)
+            }
             Opcode::DynamicUpdateSlice => {
-                let mut changed = self.infer_ds_from_update(x, may_combine);
-                if let Some(op) = self.graph.operand(x, 0) {
-                    if self.is_spatially_partitioned(op) {
-                        let s = self.sharding(op).cloned().expect("sharded");
-                        changed |= self.maybe_improve(x, s, may_combine, false);
-                    }
-                }
-                changed
+                data_movement::dynamic_update_slice_from_operands(self, x, may_combine)
             }
             Opcode::Gather => self.infer_gather(x, may_combine),
             Opcode::Scatter => self.infer_scatter(x, may_combine),
@@ -289,18 +262,6 @@ impl<'m> PropagationState<'m> {
                 }
             }
         }
-    }
-
-    fn concat_operand_can_pass_through(&self, co: Node) -> bool {
-        self.is_spatially_partitioned(co)
-            && self.array_sharding(co).is_some_and(|s| s.num_tiles() > 1)
-            && self.graph.opcode(co) == Opcode::Reshape
-            && self.graph.operand(co, 0).is_some_and(|o| {
-                matches!(
-                    self.graph.opcode(o),
-                    Opcode::Parameter | Opcode::GetTupleElement
-                )
-            })
     }
 
     fn infer_tuple(&mut self, x: Node) -> bool {
@@ -371,34 +332,6 @@ impl<'m> PropagationState<'m> {
             changed |= self.maybe_improve(x, new, may_combine, nru1);
         }
         changed
-    }
-
-    fn infer_ds_from_update(&mut self, x: Node, may_combine: bool) -> bool {
-        let idx = if self.graph.opcode(x) == Opcode::DynamicSlice {
-            0
-        } else {
-            1
-        };
-        let Some(op) = self.graph.operand(x, idx) else {
-            return false;
-        };
-        if !self.is_spatially_partitioned(op) {
-            return false;
-        }
-        let Some(s) = self.array_sharding(op).cloned() else {
-            return false;
-        };
-        if s.is_manual() {
-            return false;
-        }
-        let xd = self.graph.shape(x).dims();
-        let od = self.graph.shape(op).dims();
-        let slice_dims: Vec<usize> = (0..xd.len())
-            .filter(|&i| od.get(i) != Some(&xd[i]))
-            .collect();
-        let new = partially_replicate_on_dims(&s, &slice_dims);
-        let nru1 = self.has_single_non_root_user(x);
-        self.maybe_improve_array(x, new, may_combine, nru1)
     }
 
     /// Sharding of a dot's result from operand `i` (`from_operand`).
@@ -902,12 +835,7 @@ impl<'m> PropagationState<'m> {
         let single_of = |s: Sharding| Some(InstrSharding::Single(s));
         match ui.opcode {
             Opcode::Broadcast => reshaping::operand_sharding_from_broadcast(g, user, us),
-            Opcode::Concatenate => {
-                if level == PASS_THROUGH_LEVEL {
-                    return None;
-                }
-                Some(us.clone())
-            }
+            Opcode::Concatenate => data_movement::operand_sharding_from_concatenate(level, us),
             Opcode::Convolution => {
                 let dd = dims::conv_dims(g, user)?;
                 if !dd.conv_spatial.is_empty() {
@@ -917,32 +845,7 @@ impl<'m> PropagationState<'m> {
                 single_of(self.dot_operand_sharding(user, idx, &dd, may_combine))
             }
             Opcode::DynamicSlice | Opcode::DynamicUpdateSlice => {
-                if level == PASS_THROUGH_LEVEL {
-                    return None;
-                }
-                if us.is_replicated() {
-                    return Some(us.clone());
-                }
-                if ui.opcode == Opcode::DynamicUpdateSlice && g.operand(user, 0) == Some(x) {
-                    return Some(us.clone());
-                }
-                let operand = g.operand(
-                    user,
-                    if ui.opcode == Opcode::DynamicSlice {
-                        0
-                    } else {
-                        1
-                    },
-                )?;
-                if operand != x {
-                    return None;
-                }
-                let ud = ui.shape.dims();
-                let od = g.shape(operand).dims();
-                let slice_dims: Vec<usize> = (0..ud.len())
-                    .filter(|&i| od.get(i) != Some(&ud[i]))
-                    .collect();
-                single_of(partially_replicate_on_dims(single(us)?, &slice_dims))
+                data_movement::operand_sharding_from_dynamic_slice(g, x, user, level, us)
             }
             Opcode::ReduceWindow => {
                 let n = g.operand_count(user) / 2;
@@ -957,7 +860,7 @@ impl<'m> PropagationState<'m> {
                 }
             }
             Opcode::Reshape => reshaping::operand_sharding_from_reshape(g, x, user, us),
-            Opcode::Pad => (g.operand(user, 0) == Some(x)).then(|| us.clone()),
+            Opcode::Pad => data_movement::operand_sharding_from_pad(g, x, user, us),
             Opcode::Slice => Some(us.clone()),
             Opcode::Transpose => reshaping::operand_sharding_from_transpose(g, user, us),
             Opcode::Tuple => {
