@@ -16,6 +16,7 @@
 mod data_movement;
 mod partitionable;
 mod pass_through;
+mod reduction;
 mod reshaping;
 
 use crate::dims::{self, DotDims, GsDims};
@@ -27,7 +28,6 @@ use crate::level::{
 use crate::opcodes::{elementwise_opcodes, has_side_effect};
 use crate::state::{non_negative_dims, normalize, PropagationState};
 use partitionable::supports_spatial_partitioning;
-use pass_through::representative_operand;
 use xla_hlo_ir::{AttrKey, Opcode};
 use xla_hlo_utils::merge::{
     is_leaf_more_specific, is_more_specific, is_subtiling_or_equal, merge_sharding,
@@ -35,7 +35,7 @@ use xla_hlo_utils::merge::{
 };
 use xla_hlo_utils::ops::{
     partially_replicate_all_except, partially_replicate_on_dims, propagate_along_dims,
-    reduce_sharding, replicate_all_data_dims, transpose_sharding, transpose_with_collapsed_dims,
+    replicate_all_data_dims, transpose_sharding, transpose_with_collapsed_dims,
 };
 use xla_hlo_utils::sharding::leaf_count;
 use xla_hlo_utils::{InstrSharding, Sharding};
@@ -131,56 +131,16 @@ impl<'m> PropagationState<'m> {
                 self.maybe_improve(x, new, may_combine, nru1)
             }
             Opcode::Tuple => self.infer_tuple(x),
-            Opcode::Reduce => self.infer_reduce(x, may_combine),
+            Opcode::Reduce => reduction::reduce_from_operands(self, x, may_combine),
             Opcode::Broadcast => reshaping::broadcast_from_operand(self, x, level, may_combine),
             Opcode::Concatenate => {
                 data_movement::concatenate_from_operands(self, x, level, may_combine)
             }
             Opcode::Convolution => self.infer_conv(x, may_combine),
             Opcode::Transpose => reshaping::transpose_from_operand(self, x, may_combine),
-            Opcode::ReduceWindow => {
-                if let Some(w) = instr.window() {
-                    if w.dims
-                        .iter()
-                        .any(|d| d.lhs_dilation > 1 || d.rhs_dilation > 1)
-                    {
-                        return false;
-                    }
-                }
-                let n_inputs = self.graph.operand_count(x) / 2;
-                let mut changed = false;
-                for k in 0..n_inputs {
-                    let Some(op) = self.graph.operand(x, k) else {
-                        continue;
-                    };
-                    if !self.is_spatially_partitioned(op) {
-                        continue;
-                    }
-                    let Some(s) = self.array_sharding(op).cloned() else {
-                        continue;
-                    };
-                    let t = self.same_for_every_output(x, s);
-                    changed |= self.maybe_improve(x, t, may_combine, nru1);
-                }
-                changed
-            }
+            Opcode::ReduceWindow => reduction::reduce_window_from_operands(self, x, may_combine),
             Opcode::SelectAndScatter => {
-                let Some(op) = self.graph.operand(x, 0) else {
-                    return false;
-                };
-                if !self.is_spatially_partitioned(op) {
-                    return false;
-                }
-                if instr
-                    .window()
-                    .is_some_and(|w| w.dims.iter().any(|d| d.lhs_dilation > 1))
-                {
-                    return false;
-                }
-                let Some(s) = self.sharding(op).cloned() else {
-                    return false;
-                };
-                self.maybe_improve(x, s, may_combine, nru1)
+                reduction::select_and_scatter_from_operand(self, x, may_combine)
             }
             Opcode::Reshape => reshaping::reshape_from_operand(self, x, may_combine),
             Opcode::Reverse => reshaping::reverse_from_operand(self, x, may_combine),
@@ -213,26 +173,7 @@ impl<'m> PropagationState<'m> {
                 };
                 self.maybe_improve(x, s, may_combine, false)
             }
-            Opcode::Sort => {
-                let Some(op) = representative_operand(self, x) else {
-                    return false;
-                };
-                if !self.is_spatially_partitioned(op) {
-                    return false;
-                }
-                let Some(s) = self.array_sharding(op).cloned() else {
-                    return false;
-                };
-                let sort_dim = instr.dimensions().first().copied().unwrap_or(0).max(0) as usize;
-                if s.is_tiled()
-                    && s.tile_dim(sort_dim) != 1
-                    && first_target_dim_to_move(self.graph.shape(op).dims(), &s, sort_dim).is_none()
-                {
-                    return false;
-                }
-                let new = InstrSharding::single_for(shape, s);
-                self.maybe_improve(x, new, may_combine, nru1)
-            }
+            Opcode::Sort => reduction::sort_from_operands(self, x, may_combine),
             Opcode::DynamicSlice => {
                 data_movement::dynamic_slice_from_sliced_array(self, x, may_combine)
             }
@@ -296,42 +237,6 @@ impl<'m> PropagationState<'m> {
             return true;
         }
         false
-    }
-
-    fn infer_reduce(&mut self, x: Node, may_combine: bool) -> bool {
-        let n_inputs = self.graph.operand_count(x) / 2;
-        let dims = non_negative_dims(self.graph.instr(x).dimensions());
-        let nru1 = self.has_single_non_root_user(x);
-        let mut changed = false;
-        for k in 0..n_inputs {
-            let Some(op) = self.graph.operand(x, k) else {
-                continue;
-            };
-            if !self.is_spatially_partitioned(op) {
-                continue;
-            }
-            let Some(s) = self.array_sharding(op).cloned() else {
-                continue;
-            };
-            if s.is_manual() {
-                changed |= self.maybe_improve_element(x, s, k, may_combine, nru1);
-                continue;
-            }
-            if s.is_replicated() {
-                let r = self.same_for_every_output(x, replicate_all_data_dims(&s, None));
-                changed |= self.maybe_improve(x, r, may_combine, nru1);
-                continue;
-            }
-            let after = partially_replicate_on_dims(&s, &dims);
-            if after.is_replicated() {
-                let r = self.same_for_every_output(x, after);
-                changed |= self.maybe_improve(x, r, may_combine, nru1);
-                continue;
-            }
-            let new = self.same_for_every_output(x, reduce_sharding(&s, &dims));
-            changed |= self.maybe_improve(x, new, may_combine, nru1);
-        }
-        changed
     }
 
     /// Sharding of a dot's result from operand `i` (`from_operand`).
@@ -847,18 +752,7 @@ impl<'m> PropagationState<'m> {
             Opcode::DynamicSlice | Opcode::DynamicUpdateSlice => {
                 data_movement::operand_sharding_from_dynamic_slice(g, x, user, level, us)
             }
-            Opcode::ReduceWindow => {
-                let n = g.operand_count(user) / 2;
-                let idx = g.operand_index(user, x)?;
-                if idx >= n {
-                    return None;
-                }
-                if ui.shape.is_tuple() {
-                    us.sub_sharding(&ui.shape, idx)
-                } else {
-                    Some(us.clone())
-                }
-            }
+            Opcode::ReduceWindow => reduction::operand_sharding_from_reduce_window(g, x, user, us),
             Opcode::Reshape => reshaping::operand_sharding_from_reshape(g, x, user, us),
             Opcode::Pad => data_movement::operand_sharding_from_pad(g, x, user, us),
             Opcode::Slice => Some(us.clone()),
@@ -923,61 +817,8 @@ impl<'m> PropagationState<'m> {
                 let dd = dims::dot_dims(g, user);
                 single_of(self.dot_operand_sharding(user, idx, &dd, may_combine))
             }
-            Opcode::Reduce => {
-                let xs = g.shape(x);
-                if xs.rank() == 0 {
-                    return None;
-                }
-                let idx = g.operand_index(user, x)?;
-                let mut s = if ui.shape.is_tuple() {
-                    single(&us.sub_sharding(&ui.shape, idx)?)?.clone()
-                } else {
-                    single(us)?.clone()
-                };
-                if let Sharding::Tiled(t) = &s {
-                    let dims = ui.dimensions();
-                    let total = xs.rank() + t.subgroups().len();
-                    let mut target = vec![1i64; total];
-                    let mut next = 0usize;
-                    for (i, slot) in target.iter_mut().enumerate() {
-                        if !dims.contains(&(i as i64)) {
-                            *slot = t.tiles().dims().get(next).copied().unwrap_or(1);
-                            next += 1;
-                        }
-                    }
-                    if target.iter().product::<i64>() == t.tiles().num_elements() {
-                        let tiles = t.tiles().reshape(target);
-                        s = if s.replicate_on_last_tile_dim() {
-                            Sharding::partial_tile(tiles)
-                        } else {
-                            Sharding::subgroup(tiles, s.xla_subgroup_types())
-                        };
-                    }
-                }
-                let n = g.operand_count(user) / 2;
-                for k in 0..n {
-                    let Some(o) = g.operand(user, k) else {
-                        continue;
-                    };
-                    if o == x {
-                        continue;
-                    }
-                    if let Some(os) = self.array_sharding(o) {
-                        if os.is_tiled() && !s.is_manual() {
-                            let min = s.num_tiles() + 1;
-                            merge_sharding_if_compatible(os, min, &mut s);
-                        }
-                    }
-                }
-                single_of(s)
-            }
-            Opcode::Sort => {
-                if us.is_tuple() {
-                    us.sub_sharding(&ui.shape, g.operand_index(user, x)?)
-                } else {
-                    Some(us.clone())
-                }
-            }
+            Opcode::Reduce => reduction::operand_sharding_from_reduce(self, x, user, us),
+            Opcode::Sort => reduction::operand_sharding_from_sort(g, x, user, us),
             Opcode::Reverse => reshaping::operand_sharding_from_reverse(g, user, us),
             Opcode::Outfeed => None,
             Opcode::Gather => self.gather_operand_from_user(x, user),
@@ -1296,17 +1137,4 @@ impl<'m> PropagationState<'m> {
         }
         changed
     }
-}
-
-/// `GetFirstTargetDimToMoveShardingTiles`.
-pub(crate) fn first_target_dim_to_move(
-    shape: &[i64],
-    s: &Sharding,
-    source: usize,
-) -> Option<usize> {
-    if shape.len() < 2 || shape.get(source) == Some(&1) || !s.is_tiled() || s.tile_dim(source) == 1
-    {
-        return None;
-    }
-    (0..shape.len()).find(|&d| d != source && shape[d] % (s.tile_dim(source) * s.tile_dim(d)) == 0)
 }
