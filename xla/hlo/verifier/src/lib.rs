@@ -167,13 +167,22 @@ impl fmt::Display for VerifierReport {
 
 /// Verifies `module`, returning every error found.
 pub fn verify(module: &HloModule) -> Result<(), VerifierErrors> {
-    verify_report(module).into_result()
+    run(module, false).into_result()
 }
 
 /// Verifies `module`, returning every error found and every instruction
 /// whose shape could not be checked.
 pub fn verify_report(module: &HloModule) -> VerifierReport {
-    let mut r = Report::default();
+    run(module, true)
+}
+
+/// Runs every check; lists unchecked instructions only when `list_unchecked`
+/// (so that [`verify`] spends nothing on them).
+fn run(module: &HloModule, list_unchecked: bool) -> VerifierReport {
+    let mut r = Report {
+        list_unchecked,
+        ..Report::default()
+    };
     let status = structure::check(module, &mut r);
     for (ci, comp) in module.computations.iter().enumerate() {
         let cs = &status.comps[ci];
@@ -207,6 +216,8 @@ pub fn verify_report(module: &HloModule) -> VerifierReport {
 pub(crate) struct Report {
     pub errors: Vec<VerifierError>,
     pub unchecked: Vec<UncheckedShape>,
+    /// Whether [`At::unchecked`] records anything.
+    pub list_unchecked: bool,
 }
 
 impl Report {
@@ -243,6 +254,9 @@ impl<'a> At<'a> {
     }
     /// Lists the instruction as one whose shape could not be checked.
     pub fn unchecked(&self, r: &mut Report, reason: impl Into<String>) {
+        if !r.list_unchecked {
+            return;
+        }
         let instr = self.instr();
         r.unchecked.push(UncheckedShape {
             computation: self.comp.name.clone(),
