@@ -349,6 +349,25 @@ impl<'m> Graph<'m> {
             .then(|| i.ident_attr(AttrKey::CustomCallTarget))
             .flatten()
     }
+    /// The argument a parameter of a conditional branch or called
+    /// computation receives from its caller (`None` for while parameters
+    /// and computations no while/conditional/call partitions).
+    pub fn caller_argument(&self, parameter: Node) -> Option<Node> {
+        let comp = self.comp_of(parameter);
+        let &caller = self.caller.get(&comp)?;
+        match self.opcode(caller) {
+            Opcode::Conditional => {
+                let branches = self.instr(caller).called_computations();
+                let branch = branches.iter().position(|&c| c == comp)?;
+                self.operand(caller, branch + 1)
+            }
+            Opcode::Call => {
+                let number = self.instr(parameter).parameter_number.unwrap_or(0).max(0) as usize;
+                self.operand(caller, number)
+            }
+            _ => None,
+        }
+    }
     /// The computation `n` belongs to is called by a while, conditional or call.
     pub fn in_partitioned_callee(&self, n: Node) -> bool {
         self.partitioned_callee[n as usize]

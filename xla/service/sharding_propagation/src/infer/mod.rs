@@ -18,6 +18,7 @@ mod partitionable;
 mod pass_through;
 mod reduction;
 mod reshaping;
+mod tuples_and_control;
 
 use crate::dims::{self, DotDims, GsDims};
 use crate::graph::CustomCallKind;
@@ -30,14 +31,12 @@ use crate::state::{non_negative_dims, normalize, PropagationState};
 use partitionable::supports_spatial_partitioning;
 use xla_hlo_ir::{AttrKey, Opcode};
 use xla_hlo_utils::merge::{
-    is_leaf_more_specific, is_more_specific, is_subtiling_or_equal, merge_sharding,
-    merge_sharding_if_compatible, merge_sharding_leaf, return_improved,
+    is_subtiling_or_equal, merge_sharding_if_compatible, merge_sharding_leaf, return_improved,
 };
 use xla_hlo_utils::ops::{
     partially_replicate_all_except, partially_replicate_on_dims, propagate_along_dims,
-    replicate_all_data_dims, transpose_sharding, transpose_with_collapsed_dims,
+    transpose_sharding, transpose_with_collapsed_dims,
 };
-use xla_hlo_utils::sharding::leaf_count;
 use xla_hlo_utils::{InstrSharding, Sharding};
 
 fn single(s: &InstrSharding) -> Option<&Sharding> {
@@ -104,33 +103,11 @@ impl<'m> PropagationState<'m> {
             }
             return false;
         }
-        let nru1 = self.has_single_non_root_user(x);
-        let instr = self.graph.instr(x);
         match opcode {
             Opcode::GetTupleElement => {
-                let Some(op) = self.graph.operand(x, 0) else {
-                    return false;
-                };
-                if !self.is_spatially_partitioned(op) {
-                    return false;
-                }
-                let idx = instr.int_attr(AttrKey::Index).unwrap_or(0).max(0) as usize;
-                let Some(new) = self
-                    .sharding(op)
-                    .and_then(|s| s.sub_sharding(self.graph.shape(op), idx))
-                else {
-                    return false;
-                };
-                if new.is_manual() {
-                    let changed = self.sharding(x) != Some(&new);
-                    if changed {
-                        self.set_sharding(x, new);
-                    }
-                    return changed;
-                }
-                self.maybe_improve(x, new, may_combine, nru1)
+                tuples_and_control::get_tuple_element_from_operand(self, x, may_combine)
             }
-            Opcode::Tuple => self.infer_tuple(x),
+            Opcode::Tuple => tuples_and_control::tuple_from_operands(self, x),
             Opcode::Reduce => reduction::reduce_from_operands(self, x, may_combine),
             Opcode::Broadcast => reshaping::broadcast_from_operand(self, x, level, may_combine),
             Opcode::Concatenate => {
@@ -148,31 +125,7 @@ impl<'m> PropagationState<'m> {
                 let dd = dims::dot_dims(&self.graph, x);
                 self.infer_dot(x, &dd, may_combine)
             }
-            Opcode::Parameter => {
-                let comp = self.graph.comp_of(x);
-                let Some(&caller) = self.graph.caller.get(&comp) else {
-                    return false;
-                };
-                let operand = match self.graph.opcode(caller) {
-                    Opcode::Conditional => {
-                        let branches = self.graph.instr(caller).called_computations();
-                        branches
-                            .iter()
-                            .position(|&c| c == comp)
-                            .and_then(|b| self.graph.operand(caller, b + 1))
-                    }
-                    Opcode::Call => {
-                        let pn = instr.parameter_number.unwrap_or(0).max(0) as usize;
-                        self.graph.operand(caller, pn)
-                    }
-                    _ => None,
-                };
-                let Some(o) = operand else { return false };
-                let Some(s) = self.sharding(o).cloned() else {
-                    return false;
-                };
-                self.maybe_improve(x, s, may_combine, false)
-            }
+            Opcode::Parameter => tuples_and_control::parameter_from_argument(self, x, may_combine),
             Opcode::Sort => reduction::sort_from_operands(self, x, may_combine),
             Opcode::DynamicSlice => {
                 data_movement::dynamic_slice_from_sliced_array(self, x, may_combine)
@@ -182,18 +135,7 @@ impl<'m> PropagationState<'m> {
             }
             Opcode::Gather => self.infer_gather(x, may_combine),
             Opcode::Scatter => self.infer_scatter(x, may_combine),
-            Opcode::While => {
-                let Some(op) = self.graph.operand(x, 0) else {
-                    return false;
-                };
-                let Some(mut s) = self.sharding(op).cloned() else {
-                    return false;
-                };
-                if let Some(cur) = self.sharding(x) {
-                    merge_sharding(cur, &mut s, may_combine);
-                }
-                self.maybe_improve(x, s, may_combine, false)
-            }
+            Opcode::While => tuples_and_control::while_from_operand(self, x, may_combine),
             Opcode::CustomCall => pass_through::from_representative_operand(self, x, may_combine),
             _ => {
                 if matches!(opcode, elementwise_opcodes!() | Opcode::Map | Opcode::Rng) {
@@ -203,40 +145,6 @@ impl<'m> PropagationState<'m> {
                 }
             }
         }
-    }
-
-    fn infer_tuple(&mut self, x: Node) -> bool {
-        let ops: Vec<Node> = self.graph.operands(x).collect();
-        if !ops.iter().any(|&o| self.is_spatially_partitioned(o)) {
-            return false;
-        }
-        let shape = self.graph.shape(x);
-        let had = self.has_sharding(x);
-        let mut subs: Vec<Sharding> = match self.sharding(x) {
-            Some(InstrSharding::Tuple(v)) => v.to_vec(),
-            Some(InstrSharding::Single(s)) => vec![s.clone(); leaf_count(shape)],
-            None => vec![Sharding::Replicated; leaf_count(shape)],
-        };
-        let mut idx = 0usize;
-        for &op in &ops {
-            let op_shape = self.graph.shape(op);
-            if let Some(s) = self.sharding(op) {
-                for (k, leaf) in s.leaves().iter().enumerate() {
-                    if let Some(slot) = subs.get_mut(idx + k) {
-                        if !had || is_leaf_more_specific(leaf, slot) {
-                            *slot = leaf.clone();
-                        }
-                    }
-                }
-            }
-            idx += leaf_count(op_shape);
-        }
-        let new = InstrSharding::tuple(subs);
-        if self.sharding(x) != Some(&new) {
-            self.store_normalized(x, new);
-            return true;
-        }
-        false
     }
 
     /// Sharding of a dot's result from operand `i` (`from_operand`).
@@ -757,60 +665,9 @@ impl<'m> PropagationState<'m> {
             Opcode::Pad => data_movement::operand_sharding_from_pad(g, x, user, us),
             Opcode::Slice => Some(us.clone()),
             Opcode::Transpose => reshaping::operand_sharding_from_transpose(g, user, us),
-            Opcode::Tuple => {
-                let idx = g.operand_index(user, x)?;
-                let mut sub = us.sub_sharding(&ui.shape, idx)?;
-                for (i, o) in g.operands(user).enumerate() {
-                    if o == x && i != idx {
-                        if let Some(alt) = us.sub_sharding(&ui.shape, i) {
-                            if alt.is_tuple() == sub.is_tuple() && is_more_specific(&alt, &sub) {
-                                sub = alt;
-                            }
-                        }
-                    }
-                }
-                Some(sub)
-            }
+            Opcode::Tuple => tuples_and_control::operand_sharding_from_tuple(self, x, user, us),
             Opcode::GetTupleElement => {
-                let xs = g.shape(x);
-                let ti = ui.int_attr(AttrKey::Index).unwrap_or(0).max(0) as usize;
-                let off = InstrSharding::leaf_offset(xs, ti);
-                let base = |template: &Sharding| -> InstrSharding {
-                    match self.sharding(x) {
-                        Some(InstrSharding::Tuple(v)) => InstrSharding::Tuple(v.clone()),
-                        Some(InstrSharding::Single(s)) => InstrSharding::single_for(xs, s.clone()),
-                        None => InstrSharding::tuple(
-                            xs.leaves()
-                                .iter()
-                                .map(|l| replicate_all_data_dims(template, Some(l.rank())))
-                                .collect(),
-                        ),
-                    }
-                };
-                match us {
-                    InstrSharding::Single(s) => {
-                        let InstrSharding::Tuple(v) = base(s) else {
-                            return None;
-                        };
-                        if v.get(off) == Some(s) {
-                            return Some(InstrSharding::Tuple(v));
-                        }
-                        let mut v = v.to_vec();
-                        *v.get_mut(off)? = s.clone();
-                        Some(InstrSharding::tuple(v))
-                    }
-                    InstrSharding::Tuple(leaves) => {
-                        let first = leaves.first()?;
-                        let InstrSharding::Tuple(v) = base(first) else {
-                            return None;
-                        };
-                        let mut v = v.to_vec();
-                        for (k, l) in leaves.iter().enumerate() {
-                            *v.get_mut(off + k)? = l.clone();
-                        }
-                        Some(InstrSharding::tuple(v))
-                    }
-                }
+                tuples_and_control::operand_sharding_from_get_tuple_element(self, x, user, us)
             }
             Opcode::Dot => {
                 let idx = g.operand_index(user, x)?;
