@@ -1,8 +1,8 @@
-//! Emitting the per-device program: module-wide state (unique names,
-//! channel ids, reducer computations created on demand) and a `Builder`
-//! that appends instructions to one new computation, with helpers for every
-//! op the partitioner emits (collectives with explicit or iota replica
-//! groups, partition-id-indexed offset tables, masks, pads and slices).
+//! Emitting the per-device program: a `Builder` appends instructions to
+//! one new computation, with helpers for every op the partitioner emits
+//! (collectives with explicit or iota replica groups, partition-id-indexed
+//! offset tables, masks, pads and slices); names, channel ids and reducers
+//! come from the module's `ModCtx`.
 //!
 //! Invariants: every emitted instruction has its exact local shape (the
 //! verifier re-checks them all); names are unique across the module;
@@ -10,204 +10,17 @@
 //! all-gather, reduce-scatter) or cross-partition ids (all-to-all,
 //! collective-permute), so partition ids are device ids.
 
+use crate::context::ModCtx;
 use crate::error::{invalid, SpmdError};
-use crate::grid::{GridCache, Groups};
-use crate::partition::{ShardingCache, VS};
-use crate::reshard::PlanCache;
-use rustc_hash::{FxHashMap, FxHashSet};
+use crate::grid::Groups;
+use crate::shapes::{arr, elem, scalar_literal, with_dims};
+use rustc_hash::FxHashMap;
 use xla_hlo_ir::attrs::{PaddingDim, SliceDim};
 use xla_hlo_ir::literal::ArrayLiteral;
 use xla_hlo_ir::{
-    ArrayShape, AttrKey, AttrValue, CollectiveDeviceList, CompId, HloComputation, HloInstruction,
-    HloModule, InstrId, Literal, Opcode, PrimitiveType, Shape,
+    ArrayShape, AttrKey, AttrValue, CompId, HloComputation, HloInstruction, InstrId, Literal,
+    Opcode, PrimitiveType, Shape,
 };
-
-/// The memo tables of one module's partitioning: derived grids, reshard
-/// plans, converted shardings. Every table memoizes a pure function, keyed
-/// by value, so the cache changes no result; it lives as long as the
-/// module's `ModCtx`.
-#[derive(Default)]
-pub struct PartitionCache {
-    pub grids: GridCache,
-    pub plans: PlanCache,
-    pub shardings: ShardingCache,
-}
-
-impl PartitionCache {
-    /// The cheapest reshard plan from `src` to `tgt` for an array of `dims`
-    /// with `bytes` bytes per element (memoized).
-    pub fn plan(
-        &self,
-        src: &crate::grid::Grid,
-        tgt: &crate::grid::Grid,
-        dims: &[i64],
-        bytes: u64,
-    ) -> crate::reshard::Plan {
-        self.plans.plan(&self.grids, src, tgt, dims, bytes)
-    }
-}
-
-/// Module-wide state shared by every computation being partitioned.
-pub struct ModCtx {
-    /// Number of partitions (devices).
-    pub n: i64,
-    used_names: FxHashSet<String>,
-    reserved: FxHashSet<String>,
-    /// Next suffix to try per name stem.
-    next_suffix: FxHashMap<String, u64>,
-    next_channel: i64,
-    /// Computations created by the partitioner (reducers), appended to the
-    /// module at the end; ids start at `first_new_comp`.
-    pub new_comps: Vec<HloComputation>,
-    pub first_new_comp: usize,
-    reducers: FxHashMap<(Opcode, PrimitiveType), CompId>,
-    /// Original computations replaced by their partitioned form.
-    pub replaced: FxHashMap<CompId, HloComputation>,
-    /// Partitioned called computations by (original, parameter shardings, root sharding).
-    #[allow(clippy::type_complexity)]
-    pub partitioned: FxHashMap<(CompId, Vec<VS>, Option<VS>), (CompId, VS)>,
-    /// Instructions added or removed beyond clones of the original ones
-    /// (the pass reports a change when nonzero).
-    pub changes: usize,
-    /// Handler uses by `opcode:handler`.
-    pub handler_counts: FxHashMap<(Opcode, &'static str), usize>,
-    /// Memo tables of the module's partitioning.
-    pub cache: PartitionCache,
-}
-
-impl ModCtx {
-    pub fn new(module: &HloModule, n: i64) -> ModCtx {
-        let mut reserved = FxHashSet::default();
-        let mut next_channel = 1;
-        for c in &module.computations {
-            reserved.insert(c.name.clone());
-            for i in &c.instructions {
-                reserved.insert(i.name.clone());
-                if let Some(ch) = i.channel_id() {
-                    next_channel = next_channel.max(ch + 1);
-                }
-            }
-        }
-        ModCtx {
-            n,
-            used_names: FxHashSet::default(),
-            reserved,
-            next_suffix: FxHashMap::default(),
-            next_channel,
-            new_comps: Vec::new(),
-            first_new_comp: module.computations.len(),
-            reducers: FxHashMap::default(),
-            replaced: FxHashMap::default(),
-            partitioned: FxHashMap::default(),
-            handler_counts: Default::default(),
-            changes: 0,
-            cache: PartitionCache::default(),
-        }
-    }
-
-    /// `name` itself when no emitted instruction took it yet (original
-    /// names are kept for the clone of the original instruction).
-    pub fn orig_name(&mut self, name: &str) -> String {
-        if self.used_names.insert(name.to_string()) {
-            name.to_string()
-        } else {
-            self.fresh(name)
-        }
-    }
-
-    /// A new name `base.N` not used anywhere in the module.
-    pub fn fresh(&mut self, base: &str) -> String {
-        let stem = match base.rsplit_once('.') {
-            Some((s, tail)) if !s.is_empty() && tail.chars().all(|c| c.is_ascii_digit()) => s,
-            _ => base,
-        };
-        if !self.reserved.contains(stem) && self.used_names.insert(stem.to_string()) {
-            return stem.to_string();
-        }
-        let mut k = self.next_suffix.get(stem).copied().unwrap_or(1);
-        loop {
-            let cand = format!("{stem}.{k}");
-            k += 1;
-            if !self.reserved.contains(&cand) && self.used_names.insert(cand.clone()) {
-                self.next_suffix.insert(stem.to_string(), k);
-                return cand;
-            }
-        }
-    }
-
-    pub fn channel(&mut self) -> i64 {
-        let c = self.next_channel;
-        self.next_channel += 1;
-        c
-    }
-
-    /// A scalar `(x, y) -> op(x, y)` computation of element type `ty`.
-    pub fn reducer(&mut self, op: Opcode, ty: PrimitiveType) -> CompId {
-        if let Some(&c) = self.reducers.get(&(op, ty)) {
-            return c;
-        }
-        let name = self.fresh(&format!("{}.{}.spmd", op.name(), ty.name()));
-        let mut comp = HloComputation::new(name);
-        let s = Shape::scalar(ty);
-        let mut x = HloInstruction::new(self.fresh("x"), Opcode::Parameter, s.clone(), vec![]);
-        x.parameter_number = Some(0);
-        let mut y = HloInstruction::new(self.fresh("y"), Opcode::Parameter, s.clone(), vec![]);
-        y.parameter_number = Some(1);
-        let xi = comp.add(x);
-        let yi = comp.add(y);
-        let r = comp.add(HloInstruction::new(
-            self.fresh(op.name()),
-            op,
-            s,
-            vec![xi, yi],
-        ));
-        comp.root = r;
-        let id = CompId((self.first_new_comp + self.new_comps.len()) as u32);
-        self.new_comps.push(comp);
-        self.reducers.insert((op, ty), id);
-        id
-    }
-
-    /// Replica groups in the shortest form (iota whenever possible).
-    pub fn groups(&mut self, groups: &Groups) -> CollectiveDeviceList {
-        groups.list.clone()
-    }
-}
-
-/// Array shape helper (no layout).
-pub fn arr(ty: PrimitiveType, dims: Vec<i64>) -> Shape {
-    Shape::Array(ArrayShape::new(ty, dims))
-}
-
-/// The same shape with new dims, keeping element type and layout.
-pub fn with_dims(shape: &Shape, dims: &[i64]) -> Shape {
-    match shape {
-        Shape::Array(a) if a.dims.len() == dims.len() => Shape::Array(ArrayShape {
-            dims: dims.to_vec(),
-            ..a.clone()
-        }),
-        Shape::Array(a) => arr(a.element_type, dims.to_vec()),
-        other => other.clone(),
-    }
-}
-
-/// The element type of an array shape (errors for tuples).
-pub fn elem(shape: &Shape) -> Result<PrimitiveType, SpmdError> {
-    shape
-        .element_type()
-        .ok_or_else(|| SpmdError::Invalid(format!("expected an array shape, got {shape}")))
-}
-
-/// A scalar literal of `ty` holding `v` (integers and floats; pred: v != 0).
-pub fn scalar_literal(ty: PrimitiveType, v: f64) -> Literal {
-    let mut lit = ArrayLiteral::zeros(ArrayShape::new(ty, vec![]));
-    if ty.is_float() || ty.is_complex() {
-        lit.set_f64(0, v);
-    } else {
-        lit.set_int(0, v as i128);
-    }
-    Literal::Array(lit)
-}
 
 /// Appends instructions to one computation.
 pub struct Builder<'c> {

@@ -19,7 +19,8 @@
 use crate::error::SpmdError;
 use crate::grid::{local_dims, Grid, GridCache};
 use crate::handlers::mask_padding;
-use crate::partition::{PValue, Part, VS};
+use crate::part::Part;
+use crate::value::{PValue, VS};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode};
 
@@ -475,7 +476,7 @@ fn local_conv(
     feature_group_count: Option<i64>,
     vs: &VS,
 ) -> Result<PValue, SpmdError> {
-    let want = crate::partition::local_shape(&instr.shape, vs);
+    let want = crate::value::local_shape(&instr.shape, vs);
     let id = p.clone_instr(instr, vec![x, y], want.clone());
     let local = p.b.comp.instr_mut(id);
     local.set_attr(AttrKey::Window, AttrValue::Window(window));

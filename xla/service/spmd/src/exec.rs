@@ -11,7 +11,7 @@
 
 use crate::error::SpmdError;
 use crate::grid::{local_dims, tile_size, Grid};
-use crate::partition::{vs_from_ir, VS};
+use crate::value::{vs_from_ir, VS};
 use xla_hlo_evaluator::{evaluate, evaluate_on_devices, Array, EvalContext, Value};
 use xla_hlo_ir::attrs::SliceDim;
 use xla_hlo_ir::{HloModule, Shape};

@@ -17,7 +17,8 @@
 use crate::error::SpmdError;
 use crate::grid::{local_dims, tile_size, Grid, GridCache};
 use crate::handlers::cheapest;
-use crate::partition::{local_shape, PValue, Part, VS};
+use crate::part::Part;
+use crate::value::{local_shape, PValue, VS};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, PrimitiveType, Shape};
 
@@ -638,7 +639,7 @@ fn scatter_reduce(
     let u = p.reshard_to_grid(up, &gu)?;
     let y = p.reshard_to_grid(ix, &gi)?;
     let init =
-        p.b.constant(crate::builder::scalar_literal(ty, ident), Shape::scalar(ty));
+        p.b.constant(crate::shapes::scalar_literal(ty, ident), Shape::scalar(ty));
     let buf = p.b.splat(init, &od);
     let local = p.clone_instr(instr, vec![buf, y, u], instr.shape.clone());
     let sum = p.b.all_reduce(local, &groups, cop)?;

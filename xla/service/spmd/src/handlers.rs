@@ -14,10 +14,11 @@
 //! global shape) is correct for every side-effect-free op; handlers that
 //! cannot prove their preconditions use it.
 
-use crate::builder::with_dims;
 use crate::error::{unsupported, SpmdError};
 use crate::grid::{local_dims, tile_size, Grid, GridCache};
-use crate::partition::{local_shape, PValue, Part, VS};
+use crate::part::Part;
+use crate::shapes::with_dims;
+use crate::value::{local_shape, PValue, VS};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode, PrimitiveType, Shape};
 
@@ -186,7 +187,7 @@ fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
         let ts = tile_size(dims[dim], out.tiles(dim));
         let table = p.grids().offsets(&out, dim, ts);
         let off = p.b.table(&table);
-        let ty = crate::builder::elem(&instr.shape)?;
+        let ty = crate::shapes::elem(&instr.shape)?;
         let off = if ty == PrimitiveType::S32 {
             off
         } else {

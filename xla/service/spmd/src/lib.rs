@@ -29,6 +29,7 @@
 #![allow(clippy::needless_range_loop, clippy::type_complexity)]
 
 pub mod builder;
+pub mod context;
 pub mod dot;
 pub mod error;
 pub mod exec;
@@ -36,8 +37,12 @@ pub mod gather;
 pub mod grid;
 pub mod handlers;
 pub mod memo;
+pub mod part;
 pub mod partition;
+pub mod plan;
 pub mod reshard;
+pub mod shapes;
+pub mod value;
 pub mod window;
 
 pub use error::SpmdError;
@@ -118,8 +123,8 @@ pub fn partition_module(
 fn partition_owned(
     orig: &HloModule,
     n: i64,
-) -> Result<(Vec<xla_hlo_ir::HloComputation>, builder::ModCtx, bool), SpmdError> {
-    let mut ctx = builder::ModCtx::new(orig, n);
+) -> Result<(Vec<xla_hlo_ir::HloComputation>, context::ModCtx, bool), SpmdError> {
+    let mut ctx = context::ModCtx::new(orig, n);
     let entry = orig.entry;
     let ec = orig.comp(entry);
     let mut params = Vec::new();
@@ -128,14 +133,14 @@ fn partition_owned(
             .instructions
             .get(pid.index())
             .ok_or_else(|| SpmdError::Invalid("entry parameter table is broken".into()))?;
-        params.push(partition::vs_of(
+        params.push(value::vs_of(
             instr,
             n,
             &ctx.cache.shardings,
             &ctx.cache.grids,
         )?);
     }
-    let root_vs = partition::vs_of(ec.root_instr(), n, &ctx.cache.shardings, &ctx.cache.grids)?;
+    let root_vs = value::vs_of(ec.root_instr(), n, &ctx.cache.shardings, &ctx.cache.grids)?;
     let (mut new_entry, _) =
         partition::partition_computation(orig, &mut ctx, entry, &params, Some(&root_vs), &ec.name)?;
     // Keep the global shardings on the entry parameters and root.
@@ -196,7 +201,7 @@ fn sharding_or_header_changes(orig: &HloModule, n: i64) -> bool {
 fn finish(
     module: &mut HloModule,
     n: i64,
-    ctx: builder::ModCtx,
+    ctx: context::ModCtx,
     changed: bool,
     orig_entry: &[xla_hlo_ir::Shape],
 ) -> Result<PartitionSummary, SpmdError> {

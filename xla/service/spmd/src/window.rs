@@ -15,7 +15,8 @@
 use crate::error::SpmdError;
 use crate::grid::{tile_size, Grid, GridCache};
 use crate::handlers::cheapest;
-use crate::partition::{local_shape, PValue, Part, VS};
+use crate::part::Part;
+use crate::value::{local_shape, PValue, VS};
 use std::rc::Rc;
 use xla_hlo_ir::attrs::PaddingDim;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, Shape};
@@ -474,7 +475,7 @@ fn windowed(
 }
 
 fn with_dims_of(p: &Part<'_, '_>, x: InstrId, dims: &[i64]) -> Shape {
-    crate::builder::with_dims(p.b.shape(x), dims)
+    crate::shapes::with_dims(p.b.shape(x), dims)
 }
 
 /// Pairs sending each tile to the tile `step` further along dim `a`.
@@ -638,7 +639,7 @@ pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
             .zip(&rest)
             .map(|(&x, d)| x + d.low + d.high + (x - 1).max(0) * d.interior)
             .collect();
-        let shape = crate::builder::with_dims(&instr.shape, &nd);
+        let shape = crate::shapes::with_dims(&instr.shape, &nd);
         let id = p.clone_instr(instr, vec![x, pv], shape);
         p.b.comp
             .instr_mut(id)
@@ -1343,7 +1344,7 @@ pub fn reverse(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
         return Ok(None);
     };
     let mut shifted_cost = p.cost(&v, &src);
-    let virt_shape = crate::builder::with_dims(&instr.shape, &virt);
+    let virt_shape = crate::shapes::with_dims(&instr.shape, &virt);
     for (a, starts, len) in &shifts {
         shifted_cost += exchange_cost(p, &out, &virt_shape, *a, starts, *len);
     }

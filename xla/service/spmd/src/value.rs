@@ -1,0 +1,334 @@
+//! Shardings of values in the partitioner's working form (`VS`: a grid per
+//! array leaf, manual, tuple, or opaque for tokens), partitioned values
+//! (`PValue`), local shapes, and the conversion of IR shardings with its
+//! per-module memo (`ShardingCache`).
+//!
+//! Invariants: a `VS` has the structure of its value's shape (tuple for
+//! tuple, grid of the array's rank for arrays); converting the same IR
+//! sharding for the same shape structure gives the same value.
+
+use crate::error::SpmdError;
+use crate::grid::{local_dims, Grid, GridCache};
+use crate::memo::MemoTable;
+use crate::shapes::with_dims;
+use rustc_hash::FxHasher;
+use std::hash::{Hash, Hasher};
+use std::rc::Rc;
+use xla_hlo_ir::{HloInstruction, HloSharding, InstrId, Shape};
+use xla_hlo_utils::{InstrSharding, Sharding};
+
+/// The sharding of a value: a grid for arrays, manual arrays, tuples, and
+/// values that are never partitioned (tokens).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum VS {
+    Grid(Grid),
+    Manual,
+    Tuple(Vec<VS>),
+    Opaque,
+}
+
+impl VS {
+    pub fn grid(&self) -> Option<&Grid> {
+        match self {
+            VS::Grid(g) => Some(g),
+            _ => None,
+        }
+    }
+    /// Replicated everywhere (for every leaf of `shape`).
+    pub fn replicated(shape: &Shape, n: i64) -> VS {
+        VS::replicated_with(shape, &|rank| Grid::replicated(rank, n))
+    }
+
+    /// [`VS::replicated`] with its grids from `grids`.
+    pub fn replicated_in(shape: &Shape, n: i64, grids: &GridCache) -> VS {
+        VS::replicated_with(shape, &|rank| grids.replicated(rank, n))
+    }
+
+    fn replicated_with(shape: &Shape, grid: &dyn Fn(usize) -> Grid) -> VS {
+        match shape {
+            Shape::Tuple(e) => VS::Tuple(e.iter().map(|s| VS::replicated_with(s, grid)).collect()),
+            s if s.is_array() => VS::Grid(grid(s.rank())),
+            _ => VS::Opaque,
+        }
+    }
+
+    /// The same value with every grid interned in `grids`.
+    fn interned(self, grids: &GridCache) -> VS {
+        match self {
+            VS::Grid(g) => VS::Grid(grids.intern(g)),
+            VS::Tuple(e) => VS::Tuple(e.into_iter().map(|x| x.interned(grids)).collect()),
+            other => other,
+        }
+    }
+    pub fn is_manual(&self) -> bool {
+        match self {
+            VS::Manual => true,
+            VS::Tuple(e) => !e.is_empty() && e.iter().all(|x| x.is_manual() || *x == VS::Opaque),
+            _ => false,
+        }
+    }
+    pub fn has_manual(&self) -> bool {
+        match self {
+            VS::Manual => true,
+            VS::Tuple(e) => e.iter().any(|x| x.has_manual()),
+            _ => false,
+        }
+    }
+    /// The IR sharding of this value (tuples flattened).
+    pub fn to_ir(&self) -> HloSharding {
+        fn leaves(v: &VS, out: &mut Vec<Sharding>) {
+            match v {
+                VS::Grid(g) => out.push(g.to_sharding()),
+                VS::Manual => out.push(Sharding::Manual),
+                VS::Tuple(e) => e.iter().for_each(|x| leaves(x, out)),
+                VS::Opaque => out.push(Sharding::Replicated),
+            }
+        }
+        match self {
+            VS::Tuple(_) => {
+                let mut v = Vec::new();
+                leaves(self, &mut v);
+                InstrSharding::tuple(v).to_ir()
+            }
+            VS::Grid(g) => InstrSharding::Single(g.to_sharding()).to_ir(),
+            VS::Manual => HloSharding::manual(),
+            VS::Opaque => HloSharding::replicated(),
+        }
+    }
+}
+
+/// The local shape of a global `shape` under `vs`.
+pub fn local_shape(shape: &Shape, vs: &VS) -> Shape {
+    match (shape, vs) {
+        (Shape::Tuple(e), VS::Tuple(v)) if e.len() == v.len() => {
+            Shape::Tuple(e.iter().zip(v).map(|(s, x)| local_shape(s, x)).collect())
+        }
+        (s, VS::Grid(g)) if s.is_array() && g.rank() == s.rank() => {
+            with_dims(s, &local_dims(s.dims(), g))
+        }
+        (s, _) => s.clone(),
+    }
+}
+
+fn leaf_to_vs(s: &Sharding, shape: &Shape, n: i64) -> Result<VS, SpmdError> {
+    if !shape.is_array() {
+        return Ok(VS::Opaque);
+    }
+    match s {
+        Sharding::Manual => Ok(VS::Manual),
+        s => Ok(VS::Grid(Grid::from_sharding(s, shape.rank(), n)?)),
+    }
+}
+
+/// The sharding of an instruction (replicated when it has none), through
+/// the module's conversion cache.
+pub fn vs_of(
+    instr: &HloInstruction,
+    n: i64,
+    cache: &ShardingCache,
+    grids: &GridCache,
+) -> Result<VS, SpmdError> {
+    cache
+        .convert(grids, instr.sharding.as_ref(), &instr.shape, n)
+        .map_err(|e| match e {
+            SpmdError::Sharding { message, .. } => SpmdError::Sharding {
+                instruction: instr.name.clone(),
+                message,
+            },
+            other => other,
+        })
+}
+
+/// The sharding of a value of `shape` whose IR sharding is `s` (replicated
+/// when `None`).
+pub fn vs_from_ir(s: Option<&HloSharding>, shape: &Shape, n: i64) -> Result<VS, SpmdError> {
+    match s {
+        None => Ok(VS::replicated(shape, n)),
+        Some(s) => vs_from_ir_uncached(s, shape, n),
+    }
+}
+
+/// Memo of converted IR shardings, keyed by value: the leaf sharding
+/// kinds, whether it is a tuple, the structure of the shape (see
+/// [`skeleton`]) and the partition count. One cache lives as long as the
+/// partitioning of one module.
+#[derive(Default)]
+pub struct ShardingCache {
+    table: MemoTable<(HloSharding, Vec<i64>, i64), VS>,
+}
+
+impl ShardingCache {
+    /// [`vs_from_ir`], memoized (errors are not), its grids interned in
+    /// `grids`.
+    pub fn convert(
+        &self,
+        grids: &GridCache,
+        s: Option<&HloSharding>,
+        shape: &Shape,
+        n: i64,
+    ) -> Result<VS, SpmdError> {
+        let Some(s) = s else {
+            return Ok(VS::replicated_in(shape, n, grids));
+        };
+        let mut sk = Vec::new();
+        skeleton(shape, &mut sk);
+        let mut h = FxHasher::default();
+        for leaf in s.leaves() {
+            leaf.kind.hash(&mut h);
+        }
+        s.is_tuple().hash(&mut h);
+        sk.hash(&mut h);
+        n.hash(&mut h);
+        let hk = h.finish();
+        let same = |a: &HloSharding| {
+            a.is_tuple() == s.is_tuple()
+                && a.leaves().len() == s.leaves().len()
+                && a.leaves()
+                    .iter()
+                    .zip(s.leaves())
+                    .all(|(x, y)| x.kind == y.kind)
+        };
+        if let Some(v) = self.table.get(hk, |k| same(&k.0) && k.1 == sk && k.2 == n) {
+            return Ok(v);
+        }
+        let v = vs_from_ir_uncached(s, shape, n)?.interned(grids);
+        self.table.insert(hk, (s.clone(), sk, n), v.clone());
+        Ok(v)
+    }
+}
+
+/// The structure of a shape that its sharding conversion depends on: leaf
+/// ranks (-1 for non-arrays) with tuple sizes encoded as `-(k + 2)`.
+fn skeleton(shape: &Shape, out: &mut Vec<i64>) {
+    match shape {
+        Shape::Tuple(e) => {
+            out.push(-(e.len() as i64) - 2);
+            for x in e {
+                skeleton(x, out);
+            }
+        }
+        s if s.is_array() => out.push(s.rank() as i64),
+        _ => out.push(-1),
+    }
+}
+
+/// The grid of an iota-tiled leaf sharding with only replicated subgroups,
+/// read straight from the IR (no device list); `None` for anything else.
+fn fast_leaf(leaf: &xla_hlo_ir::SingleSharding, shape: &Shape, n: i64) -> Option<VS> {
+    use xla_hlo_ir::sharding::{ShardingKind, SubgroupType, TileAssignment};
+    if !shape.is_array() {
+        return None;
+    }
+    match &leaf.kind {
+        ShardingKind::Replicated => Some(VS::Grid(Grid::replicated(shape.rank(), n))),
+        ShardingKind::Tiled {
+            tile_assignment:
+                TileAssignment::Iota {
+                    dims,
+                    reshape_dims,
+                    perm,
+                },
+            replicate_on_last_tile_dim,
+            last_tile_dims,
+        } => {
+            if last_tile_dims
+                .iter()
+                .any(|t| *t != SubgroupType::Replicated)
+            {
+                return None;
+            }
+            let sub = last_tile_dims.len() + usize::from(*replicate_on_last_tile_dim);
+            if dims.len() != shape.rank() + sub || dims.iter().product::<i64>() != n {
+                return None;
+            }
+            let mut gd = dims[..shape.rank()].to_vec();
+            gd.push(dims[shape.rank()..].iter().product());
+            Grid::from_iota(&gd, reshape_dims, perm).map(VS::Grid)
+        }
+        _ => None,
+    }
+}
+
+fn vs_from_ir_uncached(s: &HloSharding, shape: &Shape, n: i64) -> Result<VS, SpmdError> {
+    match (s, shape) {
+        (HloSharding::Single(leaf), sh) if sh.is_array() => {
+            if let Some(v) = fast_leaf(leaf, sh, n) {
+                return Ok(v);
+            }
+        }
+        (HloSharding::Tuple(leaves), Shape::Tuple(_)) => {
+            fn build(
+                shape: &Shape,
+                leaves: &[xla_hlo_ir::SingleSharding],
+                next: &mut usize,
+                n: i64,
+            ) -> Option<VS> {
+                match shape {
+                    Shape::Tuple(e) => Some(VS::Tuple(
+                        e.iter()
+                            .map(|x| build(x, leaves, next, n))
+                            .collect::<Option<_>>()?,
+                    )),
+                    s => {
+                        let leaf = leaves.get(*next)?;
+                        *next += 1;
+                        if s.is_array() {
+                            fast_leaf(leaf, s, n)
+                        } else {
+                            Some(VS::Opaque)
+                        }
+                    }
+                }
+            }
+            let mut next = 0;
+            if let Some(v) = build(shape, leaves, &mut next, n) {
+                if next == leaves.len() {
+                    return Ok(v);
+                }
+            }
+        }
+        _ => {}
+    }
+    let is = InstrSharding::from_ir(s, shape)?;
+    let leaves = is.leaves();
+    fn build(
+        shape: &Shape,
+        leaves: &[Sharding],
+        next: &mut usize,
+        n: i64,
+    ) -> Result<VS, SpmdError> {
+        match shape {
+            Shape::Tuple(e) => Ok(VS::Tuple(
+                e.iter()
+                    .map(|x| build(x, leaves, next, n))
+                    .collect::<Result<_, _>>()?,
+            )),
+            s => {
+                let leaf = leaves.get(*next).cloned().unwrap_or(Sharding::Replicated);
+                *next += 1;
+                leaf_to_vs(&leaf, s, n)
+            }
+        }
+    }
+    let mut next = 0;
+    build(shape, leaves, &mut next, n)
+}
+
+/// A partitioned value.
+#[derive(Clone, Debug)]
+pub struct PValue {
+    /// The local instruction.
+    pub id: InstrId,
+    /// The global (unpartitioned) shape (shared).
+    pub shape: Rc<Shape>,
+    pub vs: VS,
+}
+
+/// Manual everywhere in a tuple tree (tokens stay opaque).
+pub fn target_like_manual(v: &VS) -> VS {
+    match v {
+        VS::Tuple(e) => VS::Tuple(e.iter().map(target_like_manual).collect()),
+        VS::Opaque => VS::Opaque,
+        _ => VS::Manual,
+    }
+}
