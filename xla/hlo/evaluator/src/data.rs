@@ -489,6 +489,13 @@ pub fn gather(
         src_index.push(off);
         next_index(&mut oidx, &od);
     }
+    // A collapsed slice dimension of size 0 (which XLA's shape rules allow)
+    // selects no operand element for an output that has elements.
+    if src_index.iter().any(|&i| i >= a.len()) {
+        return bad(
+            "gather: the slices read past the operand (a slice size of 0 selects no element)",
+        );
+    }
     let data = crate::map_data!(&*a.data, v => src_index.iter().map(|&i| v[i]).collect());
     Ok(Array::from_parts(a.ty, out_dims.to_vec(), data))
 }
