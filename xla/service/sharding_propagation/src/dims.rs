@@ -3,231 +3,301 @@
 //! batch, contracting, lhs/rhs non-contracting and true spatial dims), and
 //! gather/scatter (passthrough, index and parallel dims).
 //!
-//! Invariant: every dim index returned is within its operand's rank, or -1
-//! where XLA uses -1 for "no such dim".
+//! Invariant: every dim index returned is within its operand's rank, or
+//! `NO_DIM` where XLA uses -1 for "no such dim".
 
 use crate::graph::{Graph, Node};
 use xla_hlo_ir::{attrs::WindowDim, AttrKey, Opcode};
 
-/// One dimension correspondence: `(lhs, rhs, output)` dims, -1 when absent.
+/// Marks a dim an operand or the output does not have.
+pub(crate) const NO_DIM: i64 = -1;
+
+/// One dim seen from both operands and the output of a dot or
+/// convolution (XLA's `DimNums`): its index in each, `NO_DIM` when absent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct DimNums {
+pub(crate) struct DimCorrespondence {
     pub lhs: i64,
     pub rhs: i64,
     pub output: i64,
 }
 
-#[derive(Clone, Debug, Default)]
-pub(crate) struct DotDims {
-    pub batch: Vec<DimNums>,
-    pub contracting: Vec<DimNums>,
-    pub lhs_non_contracting: Vec<DimNums>,
-    pub rhs_non_contracting: Vec<DimNums>,
-    pub conv_spatial: Vec<DimNums>,
+impl DimCorrespondence {
+    /// The dim in operand `operand_index` (0: lhs, 1: rhs).
+    pub fn operand_dim(&self, operand_index: usize) -> i64 {
+        if operand_index == 0 {
+            self.lhs
+        } else {
+            self.rhs
+        }
+    }
 }
 
-fn d(lhs: i64, rhs: i64, output: i64) -> DimNums {
-    DimNums { lhs, rhs, output }
+/// A dot's or convolution's dims by role (`DotConvolutionDimsInfo`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DotDims {
+    pub batch: Vec<DimCorrespondence>,
+    pub contracting: Vec<DimCorrespondence>,
+    pub lhs_non_contracting: Vec<DimCorrespondence>,
+    pub rhs_non_contracting: Vec<DimCorrespondence>,
+    /// Convolution spatial dims that are neither batch-, contracting- nor
+    /// non-contracting-like.
+    pub conv_spatial: Vec<DimCorrespondence>,
+}
+
+impl DotDims {
+    /// The non-contracting dims of operand `operand_index` (0: lhs, 1: rhs).
+    pub fn non_contracting(&self, operand_index: usize) -> &[DimCorrespondence] {
+        if operand_index == 0 {
+            &self.lhs_non_contracting
+        } else {
+            &self.rhs_non_contracting
+        }
+    }
+}
+
+fn correspondence(lhs: i64, rhs: i64, output: i64) -> DimCorrespondence {
+    DimCorrespondence { lhs, rhs, output }
 }
 
 /// `ParseDotGeneralFromDot`.
-pub(crate) fn dot_dims(g: &Graph, dot: Node) -> DotDims {
-    let i = g.instr(dot);
-    let dn = i.dot_dimension_numbers();
-    let lhs_rank = g.operand(dot, 0).map(|o| g.shape(o).rank()).unwrap_or(0) as i64;
-    let rhs_rank = g.operand(dot, 1).map(|o| g.shape(o).rank()).unwrap_or(0) as i64;
-    let mut out = DotDims::default();
-    for (k, (&l, &r)) in dn.lhs_batch.iter().zip(&dn.rhs_batch).enumerate() {
-        out.batch.push(d(l, r, k as i64));
+pub(crate) fn dot_dims(graph: &Graph, dot: Node) -> DotDims {
+    let dim_numbers = graph.instr(dot).dot_dimension_numbers();
+    let operand_rank = |index: usize| {
+        graph
+            .operand(dot, index)
+            .map(|operand| graph.shape(operand).rank())
+            .unwrap_or(0) as i64
+    };
+    let (lhs_rank, rhs_rank) = (operand_rank(0), operand_rank(1));
+    let mut dims = DotDims::default();
+    for (k, (&lhs, &rhs)) in dim_numbers
+        .lhs_batch
+        .iter()
+        .zip(&dim_numbers.rhs_batch)
+        .enumerate()
+    {
+        dims.batch.push(correspondence(lhs, rhs, k as i64));
     }
-    for (&l, &r) in dn.lhs_contracting.iter().zip(&dn.rhs_contracting) {
-        out.contracting.push(d(l, r, -1));
+    for (&lhs, &rhs) in dim_numbers
+        .lhs_contracting
+        .iter()
+        .zip(&dim_numbers.rhs_contracting)
+    {
+        dims.contracting.push(correspondence(lhs, rhs, NO_DIM));
     }
-    let nb = dn.lhs_batch.len() as i64;
-    for l in 0..lhs_rank {
-        if !dn.lhs_batch.contains(&l) && !dn.lhs_contracting.contains(&l) {
-            let o = nb + out.lhs_non_contracting.len() as i64;
-            out.lhs_non_contracting.push(d(l, -1, o));
+    // Output dims: batch, then lhs non-contracting, then rhs non-contracting.
+    let batch_count = dim_numbers.lhs_batch.len() as i64;
+    for lhs in 0..lhs_rank {
+        if !dim_numbers.lhs_batch.contains(&lhs) && !dim_numbers.lhs_contracting.contains(&lhs) {
+            let output = batch_count + dims.lhs_non_contracting.len() as i64;
+            dims.lhs_non_contracting
+                .push(correspondence(lhs, NO_DIM, output));
         }
     }
-    let nl = out.lhs_non_contracting.len() as i64;
-    for r in 0..rhs_rank {
-        if !dn.rhs_batch.contains(&r) && !dn.rhs_contracting.contains(&r) {
-            let o = nb + nl + out.rhs_non_contracting.len() as i64;
-            out.rhs_non_contracting.push(d(-1, r, o));
+    let lhs_free_count = dims.lhs_non_contracting.len() as i64;
+    for rhs in 0..rhs_rank {
+        if !dim_numbers.rhs_batch.contains(&rhs) && !dim_numbers.rhs_contracting.contains(&rhs) {
+            let output = batch_count + lhs_free_count + dims.rhs_non_contracting.len() as i64;
+            dims.rhs_non_contracting
+                .push(correspondence(NO_DIM, rhs, output));
         }
     }
-    out
+    dims
 }
 
-fn spatial_is_parallel(wd: &WindowDim, lhs_size: i64) -> bool {
-    if lhs_size == wd.size
-        && lhs_size == wd.lhs_dilation
-        && ((1.max(lhs_size - 1) == wd.stride && wd.rhs_dilation == 1)
-            || (1.max(lhs_size - 1) == wd.rhs_dilation && wd.stride == 1))
-        && wd.padding_high == 0
-        && wd.padding_low == 0
-        && !wd.reversal
+/// A convolution spatial dim whose window covers the whole input once per
+/// output element, i.e. one that behaves as a batch dim.
+fn spatial_is_parallel(window: &WindowDim, lhs_size: i64) -> bool {
+    if lhs_size == window.size
+        && lhs_size == window.lhs_dilation
+        && ((1.max(lhs_size - 1) == window.stride && window.rhs_dilation == 1)
+            || (1.max(lhs_size - 1) == window.rhs_dilation && window.stride == 1))
+        && window.padding_high == 0
+        && window.padding_low == 0
+        && !window.reversal
     {
         return true;
     }
-    wd.size == lhs_size
-        && wd.padding_high == lhs_size - 1
-        && wd.padding_low == lhs_size - 1
-        && wd.reversal
-        && wd.rhs_dilation == 1
-        && wd.stride == lhs_size
-        && wd.lhs_dilation == lhs_size - 1
+    window.size == lhs_size
+        && window.padding_high == lhs_size - 1
+        && window.padding_low == lhs_size - 1
+        && window.reversal
+        && window.rhs_dilation == 1
+        && window.stride == lhs_size
+        && window.lhs_dilation == lhs_size - 1
 }
 
 /// `ParseConvolutionDimsInfo`.
-pub(crate) fn conv_dims(g: &Graph, conv: Node) -> Option<DotDims> {
-    let i = g.instr(conv);
-    let cd = i.conv_dimension_numbers()?;
-    let lhs = g.shape(g.operand(conv, 0)?);
-    let rhs = g.shape(g.operand(conv, 1)?);
-    let mut out = DotDims::default();
-    out.lhs_non_contracting
-        .push(d(cd.input_batch, -1, cd.output_batch));
-    out.rhs_non_contracting
-        .push(d(-1, cd.kernel_output_feature, cd.output_feature));
-    out.contracting
-        .push(d(cd.input_feature, cd.kernel_input_feature, -1));
-    let window = i.window();
-    for k in 0..cd.input_spatial.len() {
-        let l = cd.input_spatial[k];
-        let r = *cd.kernel_spatial.get(k)?;
-        let o = *cd.output_spatial.get(k)?;
-        let lhs_size = *lhs.dims().get(l as usize)?;
-        let rhs_size = *rhs.dims().get(r as usize)?;
-        let wd = window
-            .and_then(|w| w.dims.get(k))
+pub(crate) fn conv_dims(graph: &Graph, conv: Node) -> Option<DotDims> {
+    let instr = graph.instr(conv);
+    let conv_numbers = instr.conv_dimension_numbers()?;
+    let lhs = graph.shape(graph.operand(conv, 0)?);
+    let rhs = graph.shape(graph.operand(conv, 1)?);
+    let mut dims = DotDims::default();
+    dims.lhs_non_contracting.push(correspondence(
+        conv_numbers.input_batch,
+        NO_DIM,
+        conv_numbers.output_batch,
+    ));
+    dims.rhs_non_contracting.push(correspondence(
+        NO_DIM,
+        conv_numbers.kernel_output_feature,
+        conv_numbers.output_feature,
+    ));
+    dims.contracting.push(correspondence(
+        conv_numbers.input_feature,
+        conv_numbers.kernel_input_feature,
+        NO_DIM,
+    ));
+    let window = instr.window();
+    for k in 0..conv_numbers.input_spatial.len() {
+        let lhs_dim = conv_numbers.input_spatial[k];
+        let rhs_dim = *conv_numbers.kernel_spatial.get(k)?;
+        let output_dim = *conv_numbers.output_spatial.get(k)?;
+        let lhs_size = *lhs.dims().get(lhs_dim as usize)?;
+        let rhs_size = *rhs.dims().get(rhs_dim as usize)?;
+        let window_dim = window
+            .and_then(|window| window.dims.get(k))
             .copied()
             .unwrap_or_default();
-        let dn = d(l, r, o);
-        if spatial_is_parallel(&wd, lhs_size) {
-            out.batch.push(dn);
-        } else if lhs_size == wd.size
-            && wd.lhs_dilation == 1
-            && wd.rhs_dilation == 1
-            && wd.padding_high == 0
-            && wd.padding_low == 0
-            && !wd.reversal
+        let dim = correspondence(lhs_dim, rhs_dim, output_dim);
+        if spatial_is_parallel(&window_dim, lhs_size) {
+            dims.batch.push(dim);
+        } else if lhs_size == window_dim.size
+            && window_dim.lhs_dilation == 1
+            && window_dim.rhs_dilation == 1
+            && window_dim.padding_high == 0
+            && window_dim.padding_low == 0
+            && !window_dim.reversal
         {
-            out.contracting.push(dn);
-        } else if wd.stride == 1 && wd.rhs_dilation == 1 && wd.lhs_dilation == 1 {
+            dims.contracting.push(dim);
+        } else if window_dim.stride == 1
+            && window_dim.rhs_dilation == 1
+            && window_dim.lhs_dilation == 1
+        {
             if rhs_size == 1
-                && wd.size == 1
-                && wd.padding_high == 0
-                && wd.padding_low == 0
-                && !wd.reversal
+                && window_dim.size == 1
+                && window_dim.padding_high == 0
+                && window_dim.padding_low == 0
+                && !window_dim.reversal
             {
-                out.lhs_non_contracting.push(dn);
+                dims.lhs_non_contracting.push(dim);
             } else if lhs_size == 1
-                && wd.size == rhs_size
-                && wd.padding_high == rhs_size - 1
-                && wd.padding_low == rhs_size - 1
-                && wd.reversal
+                && window_dim.size == rhs_size
+                && window_dim.padding_high == rhs_size - 1
+                && window_dim.padding_low == rhs_size - 1
+                && window_dim.reversal
             {
-                out.rhs_non_contracting.push(dn);
+                dims.rhs_non_contracting.push(dim);
             } else {
-                out.conv_spatial.push(dn);
+                dims.conv_spatial.push(dim);
             }
         } else {
-            out.conv_spatial.push(dn);
+            dims.conv_spatial.push(dim);
         }
     }
-    Some(out)
+    Some(dims)
 }
 
-/// `IsConvolutionKernelSmall`.
-pub(crate) fn conv_kernel_small(g: &Graph, conv: Node) -> bool {
-    let i = g.instr(conv);
-    let (Some(cd), Some(rhs)) = (i.conv_dimension_numbers(), g.operand(conv, 1)) else {
+/// `IsConvolutionKernelSmall`: every spatial dim's kernel is smaller than
+/// its output (beyond the first two dims, small enough in total).
+pub(crate) fn conv_kernel_small(graph: &Graph, conv: Node) -> bool {
+    let instr = graph.instr(conv);
+    let (Some(conv_numbers), Some(rhs)) = (instr.conv_dimension_numbers(), graph.operand(conv, 1))
+    else {
         return false;
     };
-    let rhs = g.shape(rhs).dims();
-    let out = i.shape.dims();
-    let (mut kp, mut op) = (1i64, 1i64);
-    for k in 0..cd.input_spatial.len() {
-        let kd = cd
+    let kernel_dims = graph.shape(rhs).dims();
+    let output_dims = instr.shape.dims();
+    let (mut kernel_product, mut output_product) = (1i64, 1i64);
+    for k in 0..conv_numbers.input_spatial.len() {
+        let kernel_size = conv_numbers
             .kernel_spatial
             .get(k)
-            .and_then(|&x| rhs.get(x as usize))
+            .and_then(|&dim| kernel_dims.get(dim as usize))
             .copied()
             .unwrap_or(1);
-        let od = cd
+        let output_size = conv_numbers
             .output_spatial
             .get(k)
-            .and_then(|&x| out.get(x as usize))
+            .and_then(|&dim| output_dims.get(dim as usize))
             .copied()
             .unwrap_or(1);
-        kp *= kd;
-        op *= od;
-        if kd >= od && (k < 2 || kd > 3 || kp >= op) {
+        kernel_product *= kernel_size;
+        output_product *= output_size;
+        if kernel_size >= output_size
+            && (k < 2 || kernel_size > 3 || kernel_product >= output_product)
+        {
             return false;
         }
     }
     true
 }
 
-/// Corresponding dims of two arrays (`GatherScatterDims`).
+/// Corresponding dims of a gather's or scatter's operand, indices and
+/// output (or updates) (`GatherScatterDims`).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct GsDims {
+pub(crate) struct GatherScatterDims {
     pub operand: Vec<usize>,
     pub indices: Vec<usize>,
     pub output: Vec<usize>,
 }
 
-/// `FillOutputDimsWithIndicesDims`.
-pub(crate) fn fill_output_dims(dims: &mut GsDims, index_vector_dim: i64, offset_dims: &[i64]) {
+/// `FillOutputDimsWithIndicesDims`: the output dims the index dims land on
+/// (skipping the index vector dim and the offset dims).
+pub(crate) fn fill_output_dims(
+    dims: &mut GatherScatterDims,
+    index_vector_dim: i64,
+    offset_dims: &[i64],
+) {
     let Some(&max) = dims.indices.iter().max() else {
         return;
     };
-    let mut map = rustc_hash::FxHashMap::default();
-    let (mut idx, mut out) = (0usize, 0usize);
-    while idx <= max {
-        if idx as i64 == index_vector_dim {
-            idx += 1;
+    let mut index_to_output = rustc_hash::FxHashMap::default();
+    let (mut index_dim, mut output_dim) = (0usize, 0usize);
+    while index_dim <= max {
+        if index_dim as i64 == index_vector_dim {
+            index_dim += 1;
         }
-        while offset_dims.contains(&(out as i64)) {
-            out += 1;
+        while offset_dims.contains(&(output_dim as i64)) {
+            output_dim += 1;
         }
-        map.insert(idx, out);
-        idx += 1;
-        out += 1;
+        index_to_output.insert(index_dim, output_dim);
+        index_dim += 1;
+        output_dim += 1;
     }
     dims.output = dims
         .indices
         .iter()
-        .map(|i| map.get(i).copied().unwrap_or(0))
+        .map(|dim| index_to_output.get(dim).copied().unwrap_or(0))
         .collect();
 }
 
-/// `GetGatherConnectedDimsAcrossIndicesAndOutput`.
+/// `GetGatherConnectedDimsAcrossIndicesAndOutput`: the index dims and the
+/// output batch dims they become, in order.
 pub(crate) fn connected_index_dims(
     indices_rank: usize,
     index_vector_dim: i64,
     output_rank: usize,
     offset_dims: &[i64],
 ) -> (Vec<usize>, Vec<usize>) {
-    let (mut ind, mut out) = (Vec::new(), Vec::new());
-    let mut idx = 0usize;
-    for o in 0..output_rank {
-        if offset_dims.contains(&(o as i64)) {
+    let (mut index_dims, mut output_dims) = (Vec::new(), Vec::new());
+    let mut index_dim = 0usize;
+    for output_dim in 0..output_rank {
+        if offset_dims.contains(&(output_dim as i64)) {
             continue;
         }
-        if idx as i64 == index_vector_dim {
-            idx += 1;
+        if index_dim as i64 == index_vector_dim {
+            index_dim += 1;
         }
-        if idx >= indices_rank {
+        if index_dim >= indices_rank {
             break;
         }
-        ind.push(idx);
-        out.push(o);
-        idx += 1;
+        index_dims.push(index_dim);
+        output_dims.push(output_dim);
+        index_dim += 1;
     }
-    (ind, out)
+    (index_dims, output_dims)
 }
 
 /// `GetGatherScatterOperandPassthroughDims`: operand dims kept whole, with
@@ -239,94 +309,79 @@ pub(crate) fn passthrough_dims(
     offset_dims: &[i64],
     slice_sizes: &[i64],
 ) -> (Vec<usize>, Vec<usize>) {
-    let (mut op, mut out) = (Vec::new(), Vec::new());
+    let (mut kept_operand_dims, mut output_dims) = (Vec::new(), Vec::new());
     let mut skipped = 0usize;
-    for (i, &size) in operand_dims.iter().enumerate() {
-        if collapsed.contains(&(i as i64)) || batching.contains(&(i as i64)) {
+    for (dim, &size) in operand_dims.iter().enumerate() {
+        if collapsed.contains(&(dim as i64)) || batching.contains(&(dim as i64)) {
             skipped += 1;
             continue;
         }
-        if slice_sizes.get(i) != Some(&size) {
+        if slice_sizes.get(dim) != Some(&size) {
             continue;
         }
-        if let Some(&o) = offset_dims.get(i - skipped) {
-            op.push(i);
-            out.push(o as usize);
+        if let Some(&output_dim) = offset_dims.get(dim - skipped) {
+            kept_operand_dims.push(dim);
+            output_dims.push(output_dim as usize);
         }
     }
-    (op, out)
+    (kept_operand_dims, output_dims)
 }
 
-/// The iota dimension `n` counts along, if it is an iota: an `iota`, a
+/// How far `iota_dim` follows broadcasts and loop/branch parameters.
+const MAX_IOTA_TRACE_DEPTH: usize = 16;
+
+/// The iota dimension `node` counts along, if it is an iota: an `iota`, a
 /// broadcast of one, an s32 constant equal to its indices along a dim, or a
 /// loop/branch parameter element passed through from one
 /// (`GetDimensionForIota`).
-pub(crate) fn iota_dim(g: &Graph, n: Node) -> Option<usize> {
-    iota_dim_depth(g, n, 0)
+pub(crate) fn iota_dim(graph: &Graph, node: Node) -> Option<usize> {
+    iota_dim_at_depth(graph, node, 0)
 }
 
-fn iota_dim_depth(g: &Graph, n: Node, depth: usize) -> Option<usize> {
-    if depth > 16 {
+fn iota_dim_at_depth(graph: &Graph, node: Node, depth: usize) -> Option<usize> {
+    if depth > MAX_IOTA_TRACE_DEPTH {
         return None;
     }
-    let i = g.instr(n);
-    match i.opcode {
-        Opcode::Iota => i.int_attr(AttrKey::IotaDimension).map(|d| d as usize),
-        _ if i.shape.element_type() != Some(xla_hlo_ir::PrimitiveType::S32) => None,
-        Opcode::Constant => {
-            let xla_hlo_ir::Literal::Array(lit) = i.literal.as_deref()? else {
-                return None;
-            };
-            if lit.elided {
-                return None;
-            }
-            let dims = i.shape.dims();
-            let strides = {
-                let mut s = vec![1i64; dims.len()];
-                for d in (0..dims.len().saturating_sub(1)).rev() {
-                    s[d] = s[d + 1] * dims[d + 1];
-                }
-                s
-            };
-            let count = lit.len();
-            (0..dims.len()).find(|&d| {
-                dims[d] > 1
-                    && (0..count)
-                        .all(|e| lit.get_i128(e) == ((e as i64 / strides[d]) % dims[d]) as i128)
-            })
-        }
+    let instr = graph.instr(node);
+    match instr.opcode {
+        Opcode::Iota => instr
+            .int_attr(AttrKey::IotaDimension)
+            .map(|dim| dim as usize),
+        _ if instr.shape.element_type() != Some(xla_hlo_ir::PrimitiveType::S32) => None,
+        Opcode::Constant => iota_dim_of_constant(instr),
         Opcode::Broadcast => {
-            let od = iota_dim_depth(g, g.operand(n, 0)?, depth + 1)?;
-            i.dimensions().get(od).map(|&d| d as usize)
+            let operand_dim = iota_dim_at_depth(graph, graph.operand(node, 0)?, depth + 1)?;
+            instr.dimensions().get(operand_dim).map(|&dim| dim as usize)
         }
         Opcode::GetTupleElement => {
-            let param = g.operand(n, 0)?;
-            if g.opcode(param) != Opcode::Parameter {
+            let parameter = graph.operand(node, 0)?;
+            if graph.opcode(parameter) != Opcode::Parameter {
                 return None;
             }
-            let comp = g.comp_of(n);
-            let &caller = g.caller.get(&comp)?;
-            let index = i.int_attr(AttrKey::Index)?.max(0) as usize;
-            match g.opcode(caller) {
+            let comp = graph.comp_of(node);
+            let &caller = graph.caller.get(&comp)?;
+            let index = instr.int_attr(AttrKey::Index)?.max(0) as usize;
+            match graph.opcode(caller) {
+                // The loop passes the element through unchanged.
                 Opcode::While => {
-                    let init = g.operand(caller, 0)?;
-                    let root = g.root_of(comp);
-                    if g.opcode(init) != Opcode::Tuple
-                        || g.opcode(root) != Opcode::Tuple
-                        || g.operand(root, index) != Some(n)
+                    let init = graph.operand(caller, 0)?;
+                    let root = graph.root_of(comp);
+                    if graph.opcode(init) != Opcode::Tuple
+                        || graph.opcode(root) != Opcode::Tuple
+                        || graph.operand(root, index) != Some(node)
                     {
                         return None;
                     }
-                    iota_dim_depth(g, g.operand(init, index)?, depth + 1)
+                    iota_dim_at_depth(graph, graph.operand(init, index)?, depth + 1)
                 }
                 Opcode::Conditional => {
-                    let branches = g.instr(caller).called_computations();
-                    let b = branches.iter().position(|&c| c == comp)?;
-                    let arg = g.operand(caller, b + 1)?;
-                    if g.opcode(arg) != Opcode::Tuple {
+                    let branches = graph.instr(caller).called_computations();
+                    let branch = branches.iter().position(|&c| c == comp)?;
+                    let argument = graph.operand(caller, branch + 1)?;
+                    if graph.opcode(argument) != Opcode::Tuple {
                         return None;
                     }
-                    iota_dim_depth(g, g.operand(arg, index)?, depth + 1)
+                    iota_dim_at_depth(graph, graph.operand(argument, index)?, depth + 1)
                 }
                 _ => None,
             }
@@ -335,11 +390,46 @@ fn iota_dim_depth(g: &Graph, n: Node, depth: usize) -> Option<usize> {
     }
 }
 
+/// The dim (of size > 1) along which an s32 constant equals its index.
+fn iota_dim_of_constant(instr: &xla_hlo_ir::HloInstruction) -> Option<usize> {
+    let xla_hlo_ir::Literal::Array(literal) = instr.literal.as_deref()? else {
+        return None;
+    };
+    if literal.elided {
+        return None;
+    }
+    let dims = instr.shape.dims();
+    let strides = {
+        let mut strides = vec![1i64; dims.len()];
+        for dim in (0..dims.len().saturating_sub(1)).rev() {
+            strides[dim] = strides[dim + 1] * dims[dim + 1];
+        }
+        strides
+    };
+    let count = literal.len();
+    (0..dims.len()).find(|&dim| {
+        dims[dim] > 1
+            && (0..count).all(|element| {
+                literal.get_i128(element) == ((element as i64 / strides[dim]) % dims[dim]) as i128
+            })
+    })
+}
+
+/// The size of `dims` along the index vector dim (1 when the indices have
+/// no such dim).
+fn index_vector_size(dims: &[i64], index_vector_dim: i64) -> usize {
+    if (dims.len() as i64) > index_vector_dim {
+        dims[index_vector_dim as usize] as usize
+    } else {
+        1
+    }
+}
+
 /// `GetGatherScatterBatchParallelDims`: index dims that count with an iota
 /// along an operand dim of slice size 1.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn batch_parallel_dims(
-    g: &Graph,
+    graph: &Graph,
     operand: Node,
     indices: Node,
     slice_sizes: &[i64],
@@ -347,73 +437,65 @@ pub(crate) fn batch_parallel_dims(
     index_map: &[i64],
     indices_batching: &[i64],
     offset_dims: &[i64],
-) -> Option<GsDims> {
-    let mut parallel_in: Vec<i64> = vec![-1; index_map.len()];
-    let mut ind = indices;
-    while g.opcode(ind) == Opcode::Copy {
-        ind = g.operand(ind, 0)?;
+) -> Option<GatherScatterDims> {
+    // For each index vector component, the indices dim its iota counts
+    // along (NO_DIM when it is no iota).
+    let mut iota_dims: Vec<i64> = vec![NO_DIM; index_map.len()];
+    let mut source = indices;
+    while graph.opcode(source) == Opcode::Copy {
+        source = graph.operand(source, 0)?;
     }
-    let ind = if g.opcode(ind) == Opcode::Concatenate {
-        ind
+    let source = if graph.opcode(source) == Opcode::Concatenate {
+        source
     } else {
         indices
     };
-    let ind_instr = g.instr(ind);
-    if ind_instr.opcode == Opcode::Concatenate
-        && ind_instr.dimensions().first() == Some(&index_vector_dim)
+    let source_instr = graph.instr(source);
+    if source_instr.opcode == Opcode::Concatenate
+        && source_instr.dimensions().first() == Some(&index_vector_dim)
     {
-        let mut k = 0usize;
-        for op in g.operands(ind).collect::<Vec<_>>() {
-            let dims = g.shape(op).dims();
-            let count = if (dims.len() as i64) > index_vector_dim {
-                dims[index_vector_dim as usize] as usize
-            } else {
-                1
-            };
-            if let Some(d) = iota_dim(g, op) {
-                if d as i64 != index_vector_dim {
+        let mut component = 0usize;
+        for part in graph.operands(source).collect::<Vec<_>>() {
+            let count = index_vector_size(graph.shape(part).dims(), index_vector_dim);
+            if let Some(dim) = iota_dim(graph, part) {
+                if dim as i64 != index_vector_dim {
                     for j in 0..count {
-                        if let Some(slot) = parallel_in.get_mut(k + j) {
-                            *slot = d as i64;
+                        if let Some(slot) = iota_dims.get_mut(component + j) {
+                            *slot = dim as i64;
                         }
                     }
                 }
             }
-            k += count;
+            component += count;
         }
-    } else if let Some(d) = iota_dim(g, ind) {
-        if d as i64 != index_vector_dim {
-            let dims = g.shape(ind).dims();
-            let count = if (dims.len() as i64) > index_vector_dim {
-                dims[index_vector_dim as usize] as usize
-            } else {
-                1
-            };
-            parallel_in = vec![d as i64; count];
+    } else if let Some(dim) = iota_dim(graph, source) {
+        if dim as i64 != index_vector_dim {
+            let count = index_vector_size(graph.shape(source).dims(), index_vector_dim);
+            iota_dims = vec![dim as i64; count];
         }
     }
-    let mut out = GsDims::default();
-    let op_dims = g.shape(operand).dims();
-    let ind_dims = g.shape(ind).dims();
-    for (i, &pd) in parallel_in.iter().enumerate() {
-        if pd < 0 {
+    let mut parallel = GatherScatterDims::default();
+    let operand_dims = graph.shape(operand).dims();
+    let source_dims = graph.shape(source).dims();
+    for (component, &indices_dim) in iota_dims.iter().enumerate() {
+        if indices_dim < 0 {
             continue;
         }
-        let od = *index_map.get(i)? as usize;
-        if out.indices.contains(&(pd as usize)) {
+        let operand_dim = *index_map.get(component)? as usize;
+        if parallel.indices.contains(&(indices_dim as usize)) {
             return None;
         }
-        if slice_sizes.get(od) == Some(&1) && !indices_batching.contains(&pd) {
-            if op_dims.get(od) != ind_dims.get(pd as usize) {
+        if slice_sizes.get(operand_dim) == Some(&1) && !indices_batching.contains(&indices_dim) {
+            if operand_dims.get(operand_dim) != source_dims.get(indices_dim as usize) {
                 return None;
             }
-            out.indices.push(pd as usize);
-            out.operand.push(od);
+            parallel.indices.push(indices_dim as usize);
+            parallel.operand.push(operand_dim);
         }
     }
-    if out.indices.is_empty() {
+    if parallel.indices.is_empty() {
         return None;
     }
-    fill_output_dims(&mut out, index_vector_dim, offset_dims);
-    Some(out)
+    fill_output_dims(&mut parallel, index_vector_dim, offset_dims);
+    Some(parallel)
 }

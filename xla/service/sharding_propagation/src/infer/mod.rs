@@ -14,13 +14,14 @@
 //! write only the instruction they infer (`self.shardings[x]`).
 
 mod data_movement;
+mod dot;
 mod partitionable;
 mod pass_through;
 mod reduction;
 mod reshaping;
 mod tuples_and_control;
 
-use crate::dims::{self, DotDims, GsDims};
+use crate::dims::{self, GatherScatterDims};
 use crate::graph::CustomCallKind;
 use crate::graph::Node;
 use crate::level::{
@@ -30,13 +31,8 @@ use crate::opcodes::{elementwise_opcodes, has_side_effect};
 use crate::state::{non_negative_dims, normalize, PropagationState};
 use partitionable::supports_spatial_partitioning;
 use xla_hlo_ir::{AttrKey, Opcode};
-use xla_hlo_utils::merge::{
-    is_subtiling_or_equal, merge_sharding_if_compatible, merge_sharding_leaf, return_improved,
-};
-use xla_hlo_utils::ops::{
-    partially_replicate_all_except, partially_replicate_on_dims, propagate_along_dims,
-    transpose_sharding, transpose_with_collapsed_dims,
-};
+use xla_hlo_utils::merge::{merge_sharding_if_compatible, merge_sharding_leaf};
+use xla_hlo_utils::ops::{partially_replicate_on_dims, propagate_along_dims};
 use xla_hlo_utils::{InstrSharding, Sharding};
 
 fn single(s: &InstrSharding) -> Option<&Sharding> {
@@ -113,7 +109,9 @@ impl<'m> PropagationState<'m> {
             Opcode::Concatenate => {
                 data_movement::concatenate_from_operands(self, x, level, may_combine)
             }
-            Opcode::Convolution => self.infer_conv(x, may_combine),
+            Opcode::Convolution => {
+                dot::convolution_from_operands(self, x, may_combine, lookahead_user_sharding)
+            }
             Opcode::Transpose => reshaping::transpose_from_operand(self, x, may_combine),
             Opcode::ReduceWindow => reduction::reduce_window_from_operands(self, x, may_combine),
             Opcode::SelectAndScatter => {
@@ -122,8 +120,8 @@ impl<'m> PropagationState<'m> {
             Opcode::Reshape => reshaping::reshape_from_operand(self, x, may_combine),
             Opcode::Reverse => reshaping::reverse_from_operand(self, x, may_combine),
             Opcode::Dot => {
-                let dd = dims::dot_dims(&self.graph, x);
-                self.infer_dot(x, &dd, may_combine)
+                let dot_dims = dims::dot_dims(&self.graph, x);
+                dot::dot_from_operands(self, x, &dot_dims, may_combine, lookahead_user_sharding)
             }
             Opcode::Parameter => tuples_and_control::parameter_from_argument(self, x, may_combine),
             Opcode::Sort => reduction::sort_from_operands(self, x, may_combine),
@@ -147,223 +145,6 @@ impl<'m> PropagationState<'m> {
         }
     }
 
-    /// Sharding of a dot's result from operand `i` (`from_operand`).
-    fn dot_from_operand(&self, x: Node, dd: &DotDims, i: usize) -> Option<Sharding> {
-        let op = self.graph.operand(x, i)?;
-        let s = self.array_sharding(op)?;
-        if s.is_tile_maximal() {
-            return Some(s.clone());
-        }
-        let pick = |d: &dims::DimNums| if i == 0 { d.lhs } else { d.rhs };
-        let mut contracting: Vec<usize> = dd
-            .contracting
-            .iter()
-            .map(pick)
-            .filter(|&v| v >= 0)
-            .map(|v| v as usize)
-            .collect();
-        let other_nc = if i == 0 {
-            &dd.rhs_non_contracting
-        } else {
-            &dd.lhs_non_contracting
-        };
-        contracting.extend(
-            other_nc
-                .iter()
-                .map(pick)
-                .filter(|&v| v >= 0)
-                .map(|v| v as usize),
-        );
-        let rep = partially_replicate_on_dims(s, &contracting);
-        let out_rank = self.graph.shape(x).rank();
-        let op_rank = self.graph.shape(op).rank();
-        let mut out_to_op = vec![-1i64; out_rank];
-        let mut op_to_out = vec![-1i64; op_rank];
-        let own_nc = if i == 0 {
-            &dd.lhs_non_contracting
-        } else {
-            &dd.rhs_non_contracting
-        };
-        for d in dd.batch.iter().chain(own_nc.iter()) {
-            let od = pick(d);
-            if d.output >= 0 && (d.output as usize) < out_rank && od >= 0 && (od as usize) < op_rank
-            {
-                out_to_op[d.output as usize] = od;
-                op_to_out[od as usize] = d.output;
-            }
-        }
-        Some(
-            transpose_with_collapsed_dims(&rep, &op_to_out, &out_to_op)
-                .unwrap_or(Sharding::Replicated),
-        )
-    }
-
-    /// `InferDotShardingFromOperands`.
-    fn infer_dot(&mut self, x: Node, dd: &DotDims, may_combine: bool) -> bool {
-        let shape = self.graph.shape(x);
-        let cur = self.sharding(x).cloned();
-        let mut improved: [Option<InstrSharding>; 2] = [None, None];
-        for (i, slot) in improved.iter_mut().enumerate() {
-            let Some(op) = self.graph.operand(x, i) else {
-                continue;
-            };
-            if !self.is_spatially_partitioned(op) {
-                continue;
-            }
-            if let Some(s) = self.dot_from_operand(x, dd, i) {
-                *slot = return_improved(
-                    &InstrSharding::Single(s),
-                    cur.as_ref(),
-                    Some(shape.dims()),
-                    may_combine,
-                    false,
-                );
-            }
-        }
-        let [i0, i1] = improved;
-        let (a, b) = match (i0, i1) {
-            (None, None) => return false,
-            (Some(a), None) | (None, Some(a)) => {
-                self.set_sharding(x, a);
-                return true;
-            }
-            (Some(a), Some(b)) => (a, b),
-        };
-        let mut prio = [a, b];
-        let mut defined = false;
-        if let Some(la) = self.lookahead_user_sharding(x) {
-            if let (Some(l), Some(p0), Some(p1)) = (single(&la), single(&prio[0]), single(&prio[1]))
-            {
-                let s0 = is_subtiling_or_equal(shape.dims(), l, p0);
-                let s1 = is_subtiling_or_equal(shape.dims(), l, p1);
-                if s0 && !s1 {
-                    defined = true;
-                }
-                if !s0 && s1 {
-                    prio.swap(0, 1);
-                    defined = true;
-                }
-            }
-        }
-        if !defined {
-            let b0 = self
-                .graph
-                .operand(x, 0)
-                .map(|o| self.graph.shape(o).byte_size())
-                .unwrap_or(0);
-            let b1 = self
-                .graph
-                .operand(x, 1)
-                .map(|o| self.graph.shape(o).byte_size())
-                .unwrap_or(0);
-            if b0 < b1 {
-                prio.swap(0, 1);
-            }
-        }
-        let [first, second] = prio;
-        self.set_sharding(x, first);
-        self.maybe_improve(x, second, may_combine, false);
-        true
-    }
-
-    /// `LookaheadUserSharding`: the sharding the single-user chain below `x`
-    /// would ask of it.
-    fn lookahead_user_sharding(&mut self, x: Node) -> Option<InstrSharding> {
-        let users = self.graph.users(x);
-        if users.len() != 1 {
-            return None;
-        }
-        let mut chain = vec![x, users[0]];
-        let mut cur = users[0];
-        while !self.has_sharding(cur) {
-            let u = self.graph.users(cur);
-            if u.len() != 1 {
-                return None;
-            }
-            cur = u[0];
-            chain.push(cur);
-        }
-        let mut sharding = None;
-        let mut temp: Vec<Node> = Vec::new();
-        for i in (1..chain.len()).rev() {
-            let (user, current) = (chain[i], chain[i - 1]);
-            sharding = self.sharding_from_user(current, user, MAX_LEVEL);
-            match &sharding {
-                Some(s) if i != 1 => {
-                    self.shardings[current as usize] =
-                        Some(normalize(self.graph.shape(current), s.clone()));
-                    temp.push(current);
-                }
-                _ => break,
-            }
-        }
-        for t in temp {
-            self.shardings[t as usize] = None;
-        }
-        sharding
-    }
-
-    /// `InferConvolutionShardingFromOperands`.
-    fn infer_conv(&mut self, x: Node, may_combine: bool) -> bool {
-        let Some(dd) = dims::conv_dims(&self.graph, x) else {
-            return false;
-        };
-        let parts = |me: &Self, i: usize| -> i64 {
-            let Some(s) = me.graph.operand(x, i).and_then(|o| me.array_sharding(o)) else {
-                return 1;
-            };
-            if !s.is_tiled() {
-                return 1;
-            }
-            dd.conv_spatial
-                .iter()
-                .map(|d| s.tile_dim((if i == 0 { d.lhs } else { d.rhs }).max(0) as usize))
-                .product()
-        };
-        let instr = self.graph.instr(x);
-        let groups = instr.int_attr(AttrKey::BatchGroupCount).unwrap_or(1) == 1
-            && instr.int_attr(AttrKey::FeatureGroupCount).unwrap_or(1) == 1;
-        if dd.conv_spatial.is_empty() || (parts(self, 0) == 1 && parts(self, 1) == 1 && groups) {
-            return self.infer_dot(x, &dd, may_combine);
-        }
-        let Some(lhs) = self.graph.operand(x, 0) else {
-            return false;
-        };
-        if !self.is_spatially_partitioned(lhs) {
-            return false;
-        }
-        let Some(ls) = self.array_sharding(lhs).cloned() else {
-            return false;
-        };
-        if ls.is_tile_maximal() {
-            return self.maybe_improve_array(x, ls, may_combine, false);
-        }
-        let Some(cd) = instr.conv_dimension_numbers() else {
-            return false;
-        };
-        if dims::conv_kernel_small(&self.graph, x) {
-            if ls.tile_dim(cd.input_feature.max(0) as usize) > 1 {
-                return false;
-            }
-            let rank = instr.shape.rank();
-            let mut out_to_lhs = vec![0usize; rank];
-            let mut put = |o: i64, l: i64| {
-                if o >= 0 && (o as usize) < rank {
-                    out_to_lhs[o as usize] = l.max(0) as usize;
-                }
-            };
-            put(cd.output_batch, cd.input_batch);
-            put(cd.output_feature, cd.input_feature);
-            for (k, &o) in cd.output_spatial.iter().enumerate() {
-                put(o, cd.input_spatial.get(k).copied().unwrap_or(0));
-            }
-            let new = transpose_sharding(&ls, &out_to_lhs);
-            return self.maybe_improve_array(x, new, may_combine, false);
-        }
-        let new = partially_replicate_all_except(&ls, &[cd.input_batch.max(0) as usize]);
-        self.maybe_improve_array(x, new, may_combine, false)
-    }
-
     fn gather_dims(
         &self,
         x: Node,
@@ -374,7 +155,12 @@ impl<'m> PropagationState<'m> {
         Some((dn, sizes))
     }
 
-    fn infer_gather_parallel(&mut self, x: Node, pd: &GsDims, may_combine: bool) -> bool {
+    fn infer_gather_parallel(
+        &mut self,
+        x: Node,
+        pd: &GatherScatterDims,
+        may_combine: bool,
+    ) -> bool {
         let rank = self.graph.shape(x).rank();
         let mut changed = false;
         for (k, src) in [(0usize, &pd.operand), (1usize, &pd.indices)] {
@@ -393,7 +179,7 @@ impl<'m> PropagationState<'m> {
         changed
     }
 
-    fn gather_parallel(&self, x: Node) -> Option<GsDims> {
+    fn gather_parallel(&self, x: Node) -> Option<GatherScatterDims> {
         let (dn, sizes) = self.gather_dims(x)?;
         dims::batch_parallel_dims(
             &self.graph,
@@ -414,7 +200,7 @@ impl<'m> PropagationState<'m> {
         let rank = self.graph.shape(x).rank();
         let mut changed = false;
         if !dn.operand_batching_dims.is_empty() {
-            let mut pd = GsDims {
+            let mut pd = GatherScatterDims {
                 operand: non_negative_dims(&dn.operand_batching_dims),
                 indices: non_negative_dims(&dn.start_indices_batching_dims),
                 output: vec![],
@@ -503,7 +289,7 @@ impl<'m> PropagationState<'m> {
     }
 
     /// Scatter parallel dims (explicit batching dims, or iota-detected).
-    fn scatter_parallel(&self, x: Node, explicit: bool) -> Option<GsDims> {
+    fn scatter_parallel(&self, x: Node, explicit: bool) -> Option<GatherScatterDims> {
         let (ops, ind, upd) = self.scatter_parts(x);
         let ind = ind?;
         let dn = self.graph.instr(x).scatter_dimension_numbers();
@@ -511,7 +297,7 @@ impl<'m> PropagationState<'m> {
             if dn.input_batching_dims.is_empty() {
                 return None;
             }
-            let mut pd = GsDims {
+            let mut pd = GatherScatterDims {
                 operand: non_negative_dims(&dn.input_batching_dims),
                 indices: non_negative_dims(&dn.scatter_indices_batching_dims),
                 output: vec![],
@@ -534,7 +320,12 @@ impl<'m> PropagationState<'m> {
     }
 
     /// `InferScatterParallelShardingFromOperands`.
-    fn infer_scatter_parallel(&mut self, x: Node, pd: &GsDims, may_combine: bool) -> bool {
+    fn infer_scatter_parallel(
+        &mut self,
+        x: Node,
+        pd: &GatherScatterDims,
+        may_combine: bool,
+    ) -> bool {
         let (ops, ind, upd) = self.scatter_parts(x);
         let Some(ind) = ind else { return false };
         let shape = self.graph.shape(x);
@@ -645,17 +436,11 @@ impl<'m> PropagationState<'m> {
         let g = &self.graph;
         let us = self.sharding(user)?;
         let ui = g.instr(user);
-        let single_of = |s: Sharding| Some(InstrSharding::Single(s));
         match ui.opcode {
             Opcode::Broadcast => reshaping::operand_sharding_from_broadcast(g, user, us),
             Opcode::Concatenate => data_movement::operand_sharding_from_concatenate(level, us),
             Opcode::Convolution => {
-                let dd = dims::conv_dims(g, user)?;
-                if !dd.conv_spatial.is_empty() {
-                    return None;
-                }
-                let idx = g.operand_index(user, x)?;
-                single_of(self.dot_operand_sharding(user, idx, &dd, may_combine))
+                dot::operand_sharding_from_convolution(self, x, user, may_combine)
             }
             Opcode::DynamicSlice | Opcode::DynamicUpdateSlice => {
                 data_movement::operand_sharding_from_dynamic_slice(g, x, user, level, us)
@@ -669,11 +454,7 @@ impl<'m> PropagationState<'m> {
             Opcode::GetTupleElement => {
                 tuples_and_control::operand_sharding_from_get_tuple_element(self, x, user, us)
             }
-            Opcode::Dot => {
-                let idx = g.operand_index(user, x)?;
-                let dd = dims::dot_dims(g, user);
-                single_of(self.dot_operand_sharding(user, idx, &dd, may_combine))
-            }
+            Opcode::Dot => dot::operand_sharding_from_dot(self, x, user, may_combine),
             Opcode::Reduce => reduction::operand_sharding_from_reduce(self, x, user, us),
             Opcode::Sort => reduction::operand_sharding_from_sort(g, x, user, us),
             Opcode::Reverse => reshaping::operand_sharding_from_reverse(g, user, us),
@@ -682,94 +463,6 @@ impl<'m> PropagationState<'m> {
             Opcode::Scatter => self.scatter_operand_from_user(x, user),
             _ => pass_through::same_shape_operand_sharding(g, x, user, us),
         }
-    }
-
-    /// `InferDotOperandSharding` (considering the other operand).
-    fn dot_operand_sharding(
-        &self,
-        dot: Node,
-        idx: usize,
-        dd: &DotDims,
-        may_combine: bool,
-    ) -> Sharding {
-        let g = &self.graph;
-        let pick = |d: &dims::DimNums, i: usize| if i == 0 { d.lhs } else { d.rhs };
-        let other_idx = 1 - idx;
-        let (own_nc, other_nc) = if idx == 0 {
-            (&dd.lhs_non_contracting, &dd.rhs_non_contracting)
-        } else {
-            (&dd.rhs_non_contracting, &dd.lhs_non_contracting)
-        };
-        let mut out_rep: Vec<usize> = other_nc
-            .iter()
-            .filter(|d| d.output >= 0)
-            .map(|d| d.output as usize)
-            .collect();
-        out_rep.extend(
-            dd.contracting
-                .iter()
-                .filter(|d| d.output >= 0)
-                .map(|d| d.output as usize),
-        );
-        let mut other_rep: Vec<usize> = other_nc
-            .iter()
-            .map(|d| pick(d, other_idx))
-            .filter(|&v| v >= 0)
-            .map(|v| v as usize)
-            .collect();
-        other_rep.extend(
-            own_nc
-                .iter()
-                .map(|d| pick(d, other_idx))
-                .filter(|&v| v >= 0)
-                .map(|v| v as usize),
-        );
-        let out_rank = g.shape(dot).rank();
-        let op_rank = g.operand(dot, idx).map(|o| g.shape(o).rank()).unwrap_or(0);
-        let mut sharding = Sharding::Replicated;
-        if let Some(ds) = self.array_sharding(dot) {
-            let rep = partially_replicate_on_dims(ds, &out_rep);
-            let mut out_to_op = vec![-1i64; out_rank];
-            let mut op_to_out = vec![-1i64; op_rank];
-            for d in dd.batch.iter().chain(own_nc.iter()) {
-                let od = pick(d, idx);
-                if d.output >= 0
-                    && (d.output as usize) < out_rank
-                    && od >= 0
-                    && (od as usize) < op_rank
-                {
-                    out_to_op[d.output as usize] = od;
-                    op_to_out[od as usize] = d.output;
-                }
-            }
-            sharding = transpose_with_collapsed_dims(&rep, &out_to_op, &op_to_out)
-                .unwrap_or(Sharding::Replicated);
-        }
-        if let Some(other) = g.operand(dot, other_idx) {
-            if let Some(os) = self.array_sharding(other) {
-                if os.is_spatially_partitioned() {
-                    let rep = partially_replicate_on_dims(os, &other_rep);
-                    let other_rank = g.shape(other).rank();
-                    let mut other_to_op = vec![-1i64; other_rank];
-                    let mut op_to_other = vec![-1i64; op_rank];
-                    for d in dd.batch.iter().chain(dd.contracting.iter()) {
-                        let (o, m) = (pick(d, other_idx), pick(d, idx));
-                        if o >= 0 && (o as usize) < other_rank && m >= 0 && (m as usize) < op_rank {
-                            other_to_op[o as usize] = m;
-                            op_to_other[m as usize] = o;
-                        }
-                    }
-                    if let Some(mut from_other) =
-                        transpose_with_collapsed_dims(&rep, &other_to_op, &op_to_other)
-                    {
-                        if merge_sharding_leaf(&sharding, &mut from_other, may_combine) {
-                            sharding = from_other;
-                        }
-                    }
-                }
-            }
-        }
-        sharding
     }
 
     fn gather_operand_from_user(&self, x: Node, user: Node) -> Option<InstrSharding> {
@@ -802,7 +495,7 @@ impl<'m> PropagationState<'m> {
         }
         let op_rank = g.shape(x).rank();
         // Parallel dims (explicit batching and iota-detected).
-        let mut pd = GsDims::default();
+        let mut pd = GatherScatterDims::default();
         if !dn.operand_batching_dims.is_empty() {
             pd.operand = non_negative_dims(&dn.operand_batching_dims);
             pd.indices = non_negative_dims(&dn.start_indices_batching_dims);
@@ -994,4 +687,43 @@ impl<'m> PropagationState<'m> {
         }
         changed
     }
+}
+
+/// `LookaheadUserSharding`: the sharding the single-user chain below `node`
+/// would ask of it. Walks down single users to the first one with a
+/// sharding, then asks back up the chain, giving each unsharded link its
+/// user's answer for the time of the walk.
+fn lookahead_user_sharding(state: &mut PropagationState<'_>, node: Node) -> Option<InstrSharding> {
+    let users = state.graph.users(node);
+    if users.len() != 1 {
+        return None;
+    }
+    let mut chain = vec![node, users[0]];
+    let mut current = users[0];
+    while !state.has_sharding(current) {
+        let users = state.graph.users(current);
+        if users.len() != 1 {
+            return None;
+        }
+        current = users[0];
+        chain.push(current);
+    }
+    let mut sharding = None;
+    let mut temporary: Vec<Node> = Vec::new();
+    for link in (1..chain.len()).rev() {
+        let (user, current) = (chain[link], chain[link - 1]);
+        sharding = state.sharding_from_user(current, user, MAX_LEVEL);
+        match &sharding {
+            Some(asked) if link != 1 => {
+                state.shardings[current as usize] =
+                    Some(normalize(state.graph.shape(current), asked.clone()));
+                temporary.push(current);
+            }
+            _ => break,
+        }
+    }
+    for link in temporary {
+        state.shardings[link as usize] = None;
+    }
+    sharding
 }
