@@ -18,7 +18,7 @@
 
 use crate::error::SpmdError;
 use crate::grid::{local_dims, Grid, GridCache};
-use crate::handlers::mask_padding;
+use crate::helpers::mask_padding;
 use crate::part::Part;
 use crate::value::{PValue, VS};
 use std::rc::Rc;
@@ -166,7 +166,7 @@ pub fn einsum_plan(
                 if x % (t * g) != 0 {
                     continue;
                 }
-                let rs = scattered_grid(&c, &io, &k_tiled, od);
+                let rs = Grid::reduce_scattered(&c, &io, &k_tiled, od);
                 let Some(rs) = rs else { continue };
                 let cc = lo / g as u64 * bytes + p.cost_of(out_shape, &rs, out);
                 if cc < bp.0 {
@@ -240,36 +240,6 @@ pub fn einsum_emit(
             }))
         }
     }
-}
-
-/// The grid of a partial result laid out by `io` (partial over the tiled
-/// iteration dims `k_tiled` of `c`) after a reduce-scatter over those
-/// dims' device groups onto dim `od`: each device keeps the chunk at its
-/// rank in its group, as a new minor factor of `od`'s tiling.
-pub fn scattered_grid(c: &Grid, io: &Grid, k_tiled: &[usize], od: usize) -> Option<Grid> {
-    let g: i64 = k_tiled.iter().map(|&k| c.tiles(k)).product();
-    let dims: Vec<i64> = (0..io.rank())
-        .map(|a| {
-            if a == od {
-                io.tiles(a) * g
-            } else {
-                io.tiles(a)
-            }
-        })
-        .collect();
-    if let Some(g) = io.with_minor_from(c, k_tiled, od) {
-        return Some(g);
-    }
-    Grid::from_coords(&dims, c.num_devices(), |d, out| {
-        let mut rank = 0;
-        for &k in k_tiled {
-            rank = rank * c.tiles(k) + c.coord(d, k);
-        }
-        for (a, x) in out.iter_mut().enumerate() {
-            let ca = io.coord(d, a);
-            *x = if a == od { ca * g + rank } else { ca };
-        }
-    })
 }
 
 /// `dot`.
@@ -562,7 +532,7 @@ fn kernel_window_sharded(
         if t > 1 {
             tiled = true;
             let (_, starts, len) = window(s, t);
-            halo += crate::window::exchange_cost(p, &il, &lhs.shape, ld, &starts, len);
+            halo += crate::exchange::exchange_cost(p, &il, &lhs.shape, ld, &starts, len);
         }
     }
     let plain = einsum_plan(p, instr, e, lhs, rhs, out).map_or(u64::MAX, |a| a.cost);
@@ -581,7 +551,7 @@ fn kernel_window_sharded(
             }
             let (ks, starts, len) = window(s, t);
             let zero = p.b.zero_of(x)?;
-            x = crate::window::exchange(p, x, lg, &lhs_dims, ld, &starts, len, Some(zero))?;
+            x = crate::exchange::exchange(p, x, lg, &lhs_dims, ld, &starts, len, Some(zero))?;
             w.dims[s].size = ks;
             w.dims[s].padding_low = 0;
             w.dims[s].padding_high = 0;
@@ -644,7 +614,7 @@ fn conv_halos(
         let pad_high = dilated_len - pad_low - ((len - 1) * l + 1);
         let starts: Vec<i64> = (0..t).map(first_row).collect();
         let zero = p.b.zero_of(x)?;
-        x = crate::window::exchange(p, x, lg, lhs_dims, ld, &starts, len, Some(zero))?;
+        x = crate::exchange::exchange(p, x, lg, lhs_dims, ld, &starts, len, Some(zero))?;
         w.dims[s].padding_low = pad_low;
         w.dims[s].padding_high = pad_high;
     }

@@ -16,7 +16,7 @@
 
 use crate::error::SpmdError;
 use crate::grid::{local_dims, tile_size, Grid, GridCache};
-use crate::handlers::cheapest;
+use crate::helpers::{cheapest, to_ty};
 use crate::part::Part;
 use crate::value::{local_shape, PValue, VS};
 use std::rc::Rc;
@@ -299,25 +299,6 @@ fn shift_indices(
         }
     };
     Ok((ny, m))
-}
-
-/// A per-partition table as a scalar of type `ty`.
-pub(crate) fn to_ty(
-    p: &mut Part<'_, '_>,
-    table: &std::sync::Arc<[i64]>,
-    ty: PrimitiveType,
-) -> Result<InstrId, SpmdError> {
-    let s = p.b.table(table);
-    if ty == PrimitiveType::S32 {
-        return Ok(s);
-    }
-    Ok(p.b.add(
-        "convert",
-        Opcode::Convert,
-        Shape::scalar(ty),
-        vec![s],
-        vec![],
-    ))
 }
 
 #[allow(dead_code)]

@@ -16,6 +16,7 @@
 
 use crate::error::{unsupported, SpmdError};
 use crate::grid::{local_dims, tile_size, Grid, GridCache};
+use crate::helpers::{cheapest, grid_of, mask_padding};
 use crate::part::Part;
 use crate::shapes::with_dims;
 use crate::value::{local_shape, PValue, VS};
@@ -101,22 +102,6 @@ pub fn fallback(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Result<PValue, 
         shape: Rc::new(instr.shape.clone()),
         vs: VS::replicated_in(&instr.shape, p.n(), p.grids()),
     })
-}
-
-/// The grid of an array target, or `None` (the handler then falls back).
-fn grid_of(target: &VS) -> Option<Grid> {
-    target.grid().cloned()
-}
-
-/// Picks the candidate with the lowest cost (first wins ties).
-pub fn cheapest<T: Clone>(cands: &[(T, u64)]) -> Option<T> {
-    let mut best: Option<&(T, u64)> = None;
-    for c in cands {
-        if best.map(|b| c.1 < b.1).unwrap_or(true) {
-            best = Some(c);
-        }
-    }
-    best.map(|b| b.0.clone())
 }
 
 type Res = Result<Option<PValue>, SpmdError>;
@@ -596,7 +581,7 @@ fn reshape_retiled(
     let virt = with_dims(&instr.shape, &pout);
     let mut cost = p.cost_of(&instr.shape, &q, out);
     for (b, starts, len) in &windows {
-        cost += crate::window::exchange_cost(p, &q, &virt, *b, starts, *len);
+        cost += crate::exchange::exchange_cost(p, &q, &virt, *b, starts, *len);
     }
     if cost >= best {
         return Ok(None);
@@ -605,7 +590,7 @@ fn reshape_retiled(
     let mut x = p.clone_instr(instr, vec![v.id], local);
     let mut dims_now = pout.clone();
     for (b, starts, len) in &windows {
-        x = crate::window::exchange(p, x, &q, &dims_now, *b, starts, *len, None)?;
+        x = crate::exchange::exchange(p, x, &q, &dims_now, *b, starts, *len, None)?;
         dims_now[*b] = len * q.tiles(*b);
     }
     p.note(instr, "reshape-retile");
@@ -614,41 +599,6 @@ fn reshape_retiled(
         shape: Rc::new(instr.shape.clone()),
         vs: VS::Grid(q),
     }))
-}
-
-/// Sets the padding of the tiled, uneven `dims` of local `x` (laid out by
-/// `g` over global `shape`) to the scalar `value`.
-pub fn mask_padding(
-    p: &mut Part<'_, '_>,
-    x: xla_hlo_ir::InstrId,
-    g: &Grid,
-    shape: &[i64],
-    dims: &[usize],
-    value: xla_hlo_ir::InstrId,
-) -> Result<xla_hlo_ir::InstrId, SpmdError> {
-    let ld = p.b.dims(x);
-    let mut mask = None;
-    for &a in dims {
-        let t = g.tiles(a);
-        if t <= 1 || shape[a] % t == 0 {
-            continue;
-        }
-        let ts = tile_size(shape[a], t);
-        let table = p.grids().offsets(g, a, ts);
-        let off = p.b.table(&table);
-        let m = p.b.range_mask(&ld, a, off, None, Some(shape[a]));
-        mask = Some(match mask {
-            Some(prev) => p.b.binary(Opcode::And, prev, m),
-            None => m,
-        });
-    }
-    match mask {
-        None => Ok(x),
-        Some(m) => {
-            let vb = p.b.splat(value, &ld);
-            Ok(p.b.select(m, x, vb))
-        }
-    }
 }
 
 fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
@@ -853,7 +803,7 @@ fn reduce_scatter_choice(
         if x % (c_out.tiles(od) * g) != 0 {
             continue;
         }
-        let Some(rs) = crate::dot::scattered_grid(c, c_out, &tiled, od) else {
+        let Some(rs) = Grid::reduce_scattered(c, c_out, &tiled, od) else {
             continue;
         };
         let cost = ar_bytes / g as u64 + p.cost_of(out_shape, &rs, target);

@@ -349,6 +349,37 @@ impl Grid {
         Some(Grid::from_sym(Sym::canon(x.radix, digs)?))
     }
 
+    /// The grid of a partial result laid out by this grid (`io`; partial over the tiled
+    /// iteration dims `k_tiled` of `c`) after a reduce-scatter over those
+    /// dims' device groups onto dim `od`: each device keeps the chunk at its
+    /// rank in its group, as a new minor factor of `od`'s tiling.
+    pub fn reduce_scattered(&self, c: &Grid, k_tiled: &[usize], od: usize) -> Option<Grid> {
+        let io = self;
+        let g: i64 = k_tiled.iter().map(|&k| c.tiles(k)).product();
+        let dims: Vec<i64> = (0..io.rank())
+            .map(|a| {
+                if a == od {
+                    io.tiles(a) * g
+                } else {
+                    io.tiles(a)
+                }
+            })
+            .collect();
+        if let Some(g) = io.with_minor_from(c, k_tiled, od) {
+            return Some(g);
+        }
+        Grid::from_coords(&dims, c.num_devices(), |d, out| {
+            let mut rank = 0;
+            for &k in k_tiled {
+                rank = rank * c.tiles(k) + c.coord(d, k);
+            }
+            for (a, x) in out.iter_mut().enumerate() {
+                let ca = io.coord(d, a);
+                *x = if a == od { ca * g + rank } else { ca };
+            }
+        })
+    }
+
     /// Replicates the given data dims (their tiles merge into replication).
     pub fn replicate_dims(&self, dims: &[usize]) -> Grid {
         self.remap(&replicate_dims_map(self.rank(), dims))

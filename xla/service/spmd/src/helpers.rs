@@ -1,0 +1,82 @@
+//! Helpers the handlers share: picking the cheapest candidate layout,
+//! reading a target's grid, masking the padding of uneven tiles, and
+//! per-partition tables as scalars of an element type.
+//!
+//! Invariant: every helper emits into the computation of the `Part` it is
+//! given and leaves a value with the local shape of its layout.
+
+use crate::error::SpmdError;
+use crate::grid::{tile_size, Grid};
+use crate::part::Part;
+use crate::value::VS;
+use xla_hlo_ir::{InstrId, Opcode, PrimitiveType, Shape};
+
+/// Picks the candidate with the lowest cost (first wins ties).
+pub fn cheapest<T: Clone>(cands: &[(T, u64)]) -> Option<T> {
+    let mut best: Option<&(T, u64)> = None;
+    for c in cands {
+        if best.map(|b| c.1 < b.1).unwrap_or(true) {
+            best = Some(c);
+        }
+    }
+    best.map(|b| b.0.clone())
+}
+
+/// The grid of an array target, or `None` (the handler then falls back).
+pub fn grid_of(target: &VS) -> Option<Grid> {
+    target.grid().cloned()
+}
+
+/// Sets the padding of the tiled, uneven `dims` of local `x` (laid out by
+/// `g` over global `shape`) to the scalar `value`.
+pub fn mask_padding(
+    p: &mut Part<'_, '_>,
+    x: InstrId,
+    g: &Grid,
+    shape: &[i64],
+    dims: &[usize],
+    value: InstrId,
+) -> Result<InstrId, SpmdError> {
+    let ld = p.b.dims(x);
+    let mut mask = None;
+    for &a in dims {
+        let t = g.tiles(a);
+        if t <= 1 || shape[a] % t == 0 {
+            continue;
+        }
+        let ts = tile_size(shape[a], t);
+        let table = p.grids().offsets(g, a, ts);
+        let off = p.b.table(&table);
+        let m = p.b.range_mask(&ld, a, off, None, Some(shape[a]));
+        mask = Some(match mask {
+            Some(prev) => p.b.binary(Opcode::And, prev, m),
+            None => m,
+        });
+    }
+    match mask {
+        None => Ok(x),
+        Some(m) => {
+            let vb = p.b.splat(value, &ld);
+            Ok(p.b.select(m, x, vb))
+        }
+    }
+}
+
+/// A per-partition table as a scalar of type `ty`.
+pub fn to_ty(
+    p: &mut Part<'_, '_>,
+    table: &std::sync::Arc<[i64]>,
+    ty: PrimitiveType,
+) -> Result<InstrId, SpmdError> {
+    let s = p.b.table(table);
+    if ty == PrimitiveType::S32 {
+        return Ok(s);
+    }
+    Ok(p.b.add(
+        "convert",
+        Opcode::Convert,
+        Shape::scalar(ty),
+        vec![s],
+        vec![],
+    ))
+}
