@@ -15,29 +15,24 @@
 
 mod data_movement;
 mod dot;
+mod gather_scatter;
 mod partitionable;
 mod pass_through;
 mod reduction;
 mod reshaping;
 mod tuples_and_control;
 
-use crate::dims::{self, GatherScatterDims};
+use crate::dims;
 use crate::graph::CustomCallKind;
 use crate::graph::Node;
 use crate::level::{
     may_combine_partial, BROADCAST_FROM_USERS_LEVEL, MAX_LEVEL, PASS_THROUGH_LEVEL,
 };
 use crate::opcodes::{elementwise_opcodes, has_side_effect};
-use crate::state::{non_negative_dims, normalize, PropagationState};
+use crate::state::{normalize, PropagationState};
 use partitionable::supports_spatial_partitioning;
-use xla_hlo_ir::{AttrKey, Opcode};
-use xla_hlo_utils::merge::{merge_sharding_if_compatible, merge_sharding_leaf};
-use xla_hlo_utils::ops::{partially_replicate_on_dims, propagate_along_dims};
+use xla_hlo_ir::Opcode;
 use xla_hlo_utils::{InstrSharding, Sharding};
-
-fn single(s: &InstrSharding) -> Option<&Sharding> {
-    s.as_single()
-}
 
 impl<'m> PropagationState<'m> {
     // ----- predicates -----
@@ -131,8 +126,8 @@ impl<'m> PropagationState<'m> {
             Opcode::DynamicUpdateSlice => {
                 data_movement::dynamic_update_slice_from_operands(self, x, may_combine)
             }
-            Opcode::Gather => self.infer_gather(x, may_combine),
-            Opcode::Scatter => self.infer_scatter(x, may_combine),
+            Opcode::Gather => gather_scatter::gather_from_operands(self, x, may_combine),
+            Opcode::Scatter => gather_scatter::scatter_from_operands(self, x, may_combine),
             Opcode::While => tuples_and_control::while_from_operand(self, x, may_combine),
             Opcode::CustomCall => pass_through::from_representative_operand(self, x, may_combine),
             _ => {
@@ -143,286 +138,6 @@ impl<'m> PropagationState<'m> {
                 }
             }
         }
-    }
-
-    fn gather_dims(
-        &self,
-        x: Node,
-    ) -> Option<(xla_hlo_ir::attrs::GatherDimensionNumbers, Vec<i64>)> {
-        let i = self.graph.instr(x);
-        let dn = i.gather_dimension_numbers();
-        let sizes = i.ints_attr(AttrKey::SliceSizes)?.to_vec();
-        Some((dn, sizes))
-    }
-
-    fn infer_gather_parallel(
-        &mut self,
-        x: Node,
-        pd: &GatherScatterDims,
-        may_combine: bool,
-    ) -> bool {
-        let rank = self.graph.shape(x).rank();
-        let mut changed = false;
-        for (k, src) in [(0usize, &pd.operand), (1usize, &pd.indices)] {
-            let Some(op) = self.graph.operand(x, k) else {
-                continue;
-            };
-            if !self.is_spatially_partitioned(op) {
-                continue;
-            }
-            let Some(s) = self.array_sharding(op) else {
-                continue;
-            };
-            let new = propagate_along_dims(s, src, &pd.output, rank);
-            changed |= self.maybe_improve_array(x, new, may_combine, false);
-        }
-        changed
-    }
-
-    fn gather_parallel(&self, x: Node) -> Option<GatherScatterDims> {
-        let (dn, sizes) = self.gather_dims(x)?;
-        dims::batch_parallel_dims(
-            &self.graph,
-            self.graph.operand(x, 0)?,
-            self.graph.operand(x, 1)?,
-            &sizes,
-            dn.index_vector_dim,
-            &dn.start_index_map,
-            &dn.start_indices_batching_dims,
-            &dn.offset_dims,
-        )
-    }
-
-    fn infer_gather(&mut self, x: Node, may_combine: bool) -> bool {
-        let Some((dn, sizes)) = self.gather_dims(x) else {
-            return false;
-        };
-        let rank = self.graph.shape(x).rank();
-        let mut changed = false;
-        if !dn.operand_batching_dims.is_empty() {
-            let mut pd = GatherScatterDims {
-                operand: non_negative_dims(&dn.operand_batching_dims),
-                indices: non_negative_dims(&dn.start_indices_batching_dims),
-                output: vec![],
-            };
-            dims::fill_output_dims(&mut pd, dn.index_vector_dim, &dn.offset_dims);
-            changed |= self.infer_gather_parallel(x, &pd, may_combine);
-        }
-        if let Some(ind) = self.graph.operand(x, 1) {
-            if self.is_spatially_partitioned(ind) {
-                if let Some(s) = self.array_sharding(ind) {
-                    let new = if s.is_tiled() {
-                        let (idims, odims) = dims::connected_index_dims(
-                            self.graph.shape(ind).rank(),
-                            dn.index_vector_dim,
-                            rank,
-                            &dn.offset_dims,
-                        );
-                        propagate_along_dims(s, &idims, &odims, rank)
-                    } else {
-                        s.clone()
-                    };
-                    changed |= self.maybe_improve_array(x, new, may_combine, false);
-                }
-            }
-        }
-        let parallel = self.gather_parallel(x);
-        if let Some(pd) = &parallel {
-            changed |= self.infer_gather_parallel(x, pd, may_combine);
-        }
-        if let Some(op) = self.graph.operand(x, 0) {
-            if self.is_spatially_partitioned(op) {
-                let s = self.array_sharding(op).cloned();
-                if let Some(s) = s {
-                    let pdims = parallel
-                        .as_ref()
-                        .map(|p| p.operand.clone())
-                        .unwrap_or_default();
-                    let filtered = partially_replicate_on_dims(&s, &pdims);
-                    if filtered.is_tiled() {
-                        let (od, outd) = dims::passthrough_dims(
-                            self.graph.shape(op).dims(),
-                            &dn.collapsed_slice_dims,
-                            &dn.operand_batching_dims,
-                            &dn.offset_dims,
-                            &sizes,
-                        );
-                        let r = propagate_along_dims(&filtered, &od, &outd, rank);
-                        if !r.is_tile_maximal() {
-                            changed |= self.maybe_improve_array(x, r, may_combine, false);
-                        }
-                    }
-                }
-            }
-        }
-        changed
-    }
-
-    /// Operands, indices and updates of a scatter.
-    fn scatter_parts(&self, x: Node) -> (Vec<Node>, Option<Node>, Vec<Node>) {
-        let ops: Vec<Node> = self.graph.operands(x).collect();
-        let n = ops.len().saturating_sub(1) / 2;
-        if ops.len() < 3 {
-            return (vec![], None, vec![]);
-        }
-        (ops[..n].to_vec(), Some(ops[n]), ops[n + 1..].to_vec())
-    }
-
-    fn scatter_slice_sizes(&self, x: Node) -> Option<Vec<i64>> {
-        let (ops, _, upd) = self.scatter_parts(x);
-        let dn = self.graph.instr(x).scatter_dimension_numbers();
-        let od = self.graph.shape(*ops.first()?).dims();
-        let ud = self.graph.shape(*upd.first()?).dims();
-        let mut sizes = vec![1i64; od.len()];
-        let mut k = 0;
-        for (i, s) in sizes.iter_mut().enumerate() {
-            if dn.inserted_window_dims.contains(&(i as i64))
-                || dn.input_batching_dims.contains(&(i as i64))
-            {
-                continue;
-            }
-            let w = *dn.update_window_dims.get(k)?;
-            *s = *ud.get(w as usize)?;
-            k += 1;
-        }
-        Some(sizes)
-    }
-
-    /// Scatter parallel dims (explicit batching dims, or iota-detected).
-    fn scatter_parallel(&self, x: Node, explicit: bool) -> Option<GatherScatterDims> {
-        let (ops, ind, upd) = self.scatter_parts(x);
-        let ind = ind?;
-        let dn = self.graph.instr(x).scatter_dimension_numbers();
-        if explicit {
-            if dn.input_batching_dims.is_empty() {
-                return None;
-            }
-            let mut pd = GatherScatterDims {
-                operand: non_negative_dims(&dn.input_batching_dims),
-                indices: non_negative_dims(&dn.scatter_indices_batching_dims),
-                output: vec![],
-            };
-            dims::fill_output_dims(&mut pd, dn.index_vector_dim, &dn.update_window_dims);
-            return Some(pd);
-        }
-        let sizes = self.scatter_slice_sizes(x)?;
-        let _ = upd;
-        dims::batch_parallel_dims(
-            &self.graph,
-            *ops.first()?,
-            ind,
-            &sizes,
-            dn.index_vector_dim,
-            &dn.scatter_dims_to_operand_dims,
-            &dn.scatter_indices_batching_dims,
-            &dn.update_window_dims,
-        )
-    }
-
-    /// `InferScatterParallelShardingFromOperands`.
-    fn infer_scatter_parallel(
-        &mut self,
-        x: Node,
-        pd: &GatherScatterDims,
-        may_combine: bool,
-    ) -> bool {
-        let (ops, ind, upd) = self.scatter_parts(x);
-        let Some(ind) = ind else { return false };
-        let shape = self.graph.shape(x);
-        let rank = if shape.is_tuple() {
-            shape
-                .tuple_elements()
-                .first()
-                .map(|e| e.rank())
-                .unwrap_or(0)
-        } else {
-            shape.rank()
-        };
-        let mut changed = false;
-        for (i, &op) in ops.iter().enumerate() {
-            if let Some(s) = self
-                .array_sharding(op)
-                .filter(|s| s.is_spatially_partitioned())
-            {
-                let new = propagate_along_dims(s, &pd.operand, &pd.operand, rank);
-                changed |= self.maybe_improve_element(x, new, i, may_combine, false);
-            }
-        }
-        if let Some(s) = self
-            .array_sharding(ind)
-            .filter(|s| s.is_spatially_partitioned())
-        {
-            let new = propagate_along_dims(s, &pd.indices, &pd.operand, rank);
-            for i in 0..ops.len() {
-                changed |= self.maybe_improve_element(x, new.clone(), i, may_combine, false);
-            }
-        }
-        for (i, &u) in upd.iter().enumerate() {
-            if let Some(s) = self
-                .array_sharding(u)
-                .filter(|s| s.is_spatially_partitioned())
-            {
-                let new = propagate_along_dims(s, &pd.output, &pd.operand, rank);
-                changed |= self.maybe_improve_element(x, new, i, may_combine, false);
-            }
-        }
-        changed
-    }
-
-    fn infer_scatter(&mut self, x: Node, may_combine: bool) -> bool {
-        let (ops, ind, upd) = self.scatter_parts(x);
-        let Some(ind) = ind else { return false };
-        let dn = self.graph.instr(x).scatter_dimension_numbers();
-        let mut changed = false;
-        if let Some(pd) = self.scatter_parallel(x, true) {
-            changed |= self.infer_scatter_parallel(x, &pd, may_combine);
-        }
-        for (i, &op) in ops.iter().enumerate() {
-            if self.is_spatially_partitioned(op) {
-                if let Some(s) = self.array_sharding(op).cloned() {
-                    changed |= self.maybe_improve_element(x, s, i, may_combine, false);
-                }
-            }
-        }
-        if !self.is_spatially_partitioned(ind)
-            && !upd.iter().any(|&u| self.is_spatially_partitioned(u))
-        {
-            return changed;
-        }
-        if let Some(pd) = self.scatter_parallel(x, false) {
-            changed |= self.infer_scatter_parallel(x, &pd, may_combine);
-        }
-        let Some(sizes) = self.scatter_slice_sizes(x) else {
-            return changed;
-        };
-        let op_dims = self.graph.shape(ops[0]).dims().to_vec();
-        for (i, &u) in upd.iter().enumerate() {
-            if !self.is_spatially_partitioned(u) {
-                continue;
-            }
-            let Some(s) = self.array_sharding(u).cloned() else {
-                continue;
-            };
-            // A replicated or manual update gives the output its sharding as is.
-            let r = if s.is_tiled() {
-                let (od, ud) = dims::passthrough_dims(
-                    &op_dims,
-                    &dn.inserted_window_dims,
-                    &dn.input_batching_dims,
-                    &dn.update_window_dims,
-                    &sizes,
-                );
-                let r = propagate_along_dims(&s, &ud, &od, op_dims.len());
-                if r.is_tile_maximal() {
-                    continue;
-                }
-                r
-            } else {
-                s
-            };
-            changed |= self.maybe_improve_element(x, r, i, may_combine, false);
-        }
-        changed
     }
 
     // ----- backward -----
@@ -459,154 +174,10 @@ impl<'m> PropagationState<'m> {
             Opcode::Sort => reduction::operand_sharding_from_sort(g, x, user, us),
             Opcode::Reverse => reshaping::operand_sharding_from_reverse(g, user, us),
             Opcode::Outfeed => None,
-            Opcode::Gather => self.gather_operand_from_user(x, user),
-            Opcode::Scatter => self.scatter_operand_from_user(x, user),
+            Opcode::Gather => gather_scatter::operand_sharding_from_gather(self, x, user, us),
+            Opcode::Scatter => gather_scatter::operand_sharding_from_scatter(self, x, user, us),
             _ => pass_through::same_shape_operand_sharding(g, x, user, us),
         }
-    }
-
-    fn gather_operand_from_user(&self, x: Node, user: Node) -> Option<InstrSharding> {
-        let g = &self.graph;
-        let us = self.array_sharding(user)?;
-        let (dn, sizes) = self.gather_dims(user)?;
-        let rank = g.shape(user).rank();
-        if g.operand(user, 1) == Some(x) {
-            if !us.is_tiled() {
-                return Some(InstrSharding::Single(us.clone()));
-            }
-            let (idims, odims) = dims::connected_index_dims(
-                g.shape(x).rank(),
-                dn.index_vector_dim,
-                rank,
-                &dn.offset_dims,
-            );
-            return Some(InstrSharding::Single(propagate_along_dims(
-                us,
-                &odims,
-                &idims,
-                g.shape(x).rank(),
-            )));
-        }
-        if g.operand(user, 0) != Some(x) {
-            return None;
-        }
-        if !us.is_tiled() {
-            return Some(InstrSharding::Single(us.clone()));
-        }
-        let op_rank = g.shape(x).rank();
-        // Parallel dims (explicit batching and iota-detected).
-        let mut pd = GatherScatterDims::default();
-        if !dn.operand_batching_dims.is_empty() {
-            pd.operand = non_negative_dims(&dn.operand_batching_dims);
-            pd.indices = non_negative_dims(&dn.start_indices_batching_dims);
-            dims::fill_output_dims(&mut pd, dn.index_vector_dim, &dn.offset_dims);
-        }
-        if let Some(p) = self.gather_parallel(user) {
-            pd.operand.extend(p.operand);
-            pd.indices.extend(p.indices);
-            pd.output.extend(p.output);
-        }
-        let parallel = (!pd.operand.is_empty())
-            .then(|| propagate_along_dims(us, &pd.output, &pd.operand, op_rank));
-        let (od, outd) = dims::passthrough_dims(
-            g.shape(x).dims(),
-            &dn.collapsed_slice_dims,
-            &dn.operand_batching_dims,
-            &dn.offset_dims,
-            &sizes,
-        );
-        let passthrough = {
-            let r = propagate_along_dims(us, &outd, &od, op_rank);
-            (!r.is_tile_maximal()).then_some(r)
-        };
-        let out = match (parallel, passthrough) {
-            (p, None) => p,
-            (None, q) => q,
-            (Some(p), Some(mut q)) => {
-                if merge_sharding_leaf(&p, &mut q, true) {
-                    Some(q)
-                } else {
-                    let mut p2 = p.clone();
-                    if merge_sharding_leaf(&q, &mut p2, true) {
-                        Some(p2)
-                    } else {
-                        Some(p)
-                    }
-                }
-            }
-        };
-        out.map(InstrSharding::Single)
-    }
-
-    fn scatter_operand_from_user(&self, x: Node, user: Node) -> Option<InstrSharding> {
-        let g = &self.graph;
-        let (ops, ind, upd) = self.scatter_parts(user);
-        let us = self.sharding(user)?;
-        let ui = g.instr(user);
-        if let Some(i) = ops.iter().position(|&o| o == x) {
-            return if us.is_tuple() {
-                us.sub_sharding(&ui.shape, i)
-            } else {
-                Some(us.clone())
-            };
-        }
-        let dn = ui.scatter_dimension_numbers();
-        let ind = ind?;
-        let upd_rank = g.shape(*upd.first()?).rank();
-        let ind_rank = g.shape(ind).rank();
-        let (idims, udims) = dims::connected_index_dims(
-            ind_rank,
-            dn.index_vector_dim,
-            upd_rank,
-            &dn.update_window_dims,
-        );
-        if x == ind {
-            let mut shardings = Vec::new();
-            for &u in &upd {
-                if let Some(s) = self.array_sharding(u) {
-                    if s.is_spatially_partitioned() {
-                        shardings.push(if s.is_tiled() {
-                            propagate_along_dims(s, &udims, &idims, ind_rank)
-                        } else {
-                            s.clone()
-                        });
-                    }
-                }
-            }
-            return xla_hlo_utils::merge::find_common_sharding(&shardings, None)
-                .map(InstrSharding::Single);
-        }
-        let ui_idx = upd.iter().position(|&u| u == x)?;
-        let from_indices = match self.array_sharding(ind) {
-            Some(s) if s.is_tiled() => propagate_along_dims(s, &idims, &udims, upd_rank),
-            Some(s) if s.is_spatially_partitioned() => s.clone(),
-            _ => Sharding::Replicated,
-        };
-        let out_s = if us.is_tuple() {
-            us.sub_sharding(&ui.shape, ui_idx)?
-        } else {
-            us.clone()
-        };
-        if let (Some(os), Some(sizes)) = (single(&out_s), self.scatter_slice_sizes(user)) {
-            if os.is_tiled() {
-                let (od, ud) = dims::passthrough_dims(
-                    g.shape(ops[0]).dims(),
-                    &dn.inserted_window_dims,
-                    &dn.input_batching_dims,
-                    &dn.update_window_dims,
-                    &sizes,
-                );
-                let mut from_output = propagate_along_dims(os, &od, &ud, upd_rank);
-                if !from_output.is_tile_maximal() {
-                    if from_indices.is_tiled() {
-                        let min = from_output.num_tiles() + 1;
-                        merge_sharding_if_compatible(&from_indices, min, &mut from_output);
-                    }
-                    return Some(InstrSharding::Single(from_output));
-                }
-            }
-        }
-        (!from_indices.is_tile_maximal()).then_some(InstrSharding::Single(from_indices))
     }
 
     /// `InferShardingFromUsers`: returns whether `x` changed.
