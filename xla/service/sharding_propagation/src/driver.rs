@@ -10,6 +10,7 @@
 //! finished; the result does not depend on hash iteration order.
 
 use crate::graph::{Graph, Node};
+use crate::infer::forward_rule_reads_beyond_operands;
 use crate::level::{may_combine_partial, BROADCAST_FORWARD_LEVEL, PASS_THROUGH_LEVEL};
 use crate::options::ShardingPropagationOptions;
 use crate::state::{normalize, PropagationState};
@@ -719,10 +720,7 @@ fn bwd_class(p: &PropagationState, x: Node, level: i64) -> u8 {
 /// caller's operand) are always re-run.
 fn fwd_fresh(p: &PropagationState, x: Node, memo: u64) -> bool {
     memo != 0
-        && !matches!(
-            p.graph.opcode(x),
-            Opcode::Dot | Opcode::Convolution | Opcode::Parameter
-        )
+        && !forward_rule_reads_beyond_operands(p.graph.opcode(x))
         && p.last_written[x as usize] < memo
         && p.graph
             .operands(x)

@@ -1,17 +1,24 @@
-//! The per-opcode propagation rules: what an instruction's sharding can be
-//! given its operands' (forward) or one user's (backward), and the rule for
-//! accepting a candidate (`maybe_improve`: only strictly better or
-//! compatible refinements, see `xla_hlo_utils::merge::return_improved`).
+//! The per-opcode propagation rules and their dispatch: what an
+//! instruction's sharding can be given its operands' (forward,
+//! `infer_from_operands`), what one user asks of an operand
+//! (`sharding_from_user`) and what all users together give it (backward,
+//! `infer_from_users`), and what its shard group gives it
+//! (`infer_from_group`). These follow XLA's `InferShardingFromOperands`,
+//! `GetShardingFromUser`, `InferShardingFromUsers` and
+//! `InferShardingFromShardGroup`, including the aggressiveness levels
+//! (`crate::level`).
 //!
-//! These follow XLA's `InferShardingFromOperands`, `GetShardingFromUser`
-//! and `InferShardingFromUsers`, including the aggressiveness levels:
-//! level 0 only passes through elementwise ops, copies, reshapes,
-//! transposes, tuples, GTEs, whiles, calls, dynamic slices and
-//! concatenates; level 1 adds every other op; level 2 lets broadcasts take
-//! shardings from their users; level 3 lets them push forward.
+//! The rules live in one module per op family, each with its forward and
+//! backward rules; this module holds the exhaustive `match`es on `Opcode`
+//! that pick them, and the manual-region handling that comes before them.
+//! The families use only the propagation state, the dims bookkeeping,
+//! `partitionable` and `pass_through`'s representative operand, never this
+//! module: the dot rule's look-ahead through users, which needs the
+//! backward dispatch, is handed to it as a function.
 //!
 //! Invariant: rules only read the graph and the current shardings, and
-//! write only the instruction they infer (`self.shardings[x]`).
+//! write only the instruction they infer (the look-ahead's temporary
+//! shardings are removed before it returns).
 
 mod data_movement;
 mod dot;
@@ -23,236 +30,371 @@ mod reshaping;
 mod tuples_and_control;
 
 use crate::dims;
-use crate::graph::CustomCallKind;
-use crate::graph::Node;
+use crate::graph::{CustomCallKind, Node};
 use crate::level::{
     may_combine_partial, BROADCAST_FROM_USERS_LEVEL, MAX_LEVEL, PASS_THROUGH_LEVEL,
 };
-use crate::opcodes::{elementwise_opcodes, has_side_effect};
+use crate::opcodes::{elementwise_opcodes, has_side_effect, opcodes_without_rules};
 use crate::state::{normalize, PropagationState};
 use partitionable::supports_spatial_partitioning;
 use xla_hlo_ir::Opcode;
 use xla_hlo_utils::{InstrSharding, Sharding};
 
-impl<'m> PropagationState<'m> {
-    // ----- predicates -----
+/// Whether the forward rule of `opcode` reads shardings other than its
+/// operands' and its own: the dot and convolution look-ahead reads users,
+/// a parameter its caller's argument. The fix point never trusts its
+/// "nothing changed since" memo for these.
+pub(crate) fn forward_rule_reads_beyond_operands(opcode: Opcode) -> bool {
+    matches!(
+        opcode,
+        Opcode::Dot | Opcode::Convolution | Opcode::Parameter
+    )
+}
 
-    // ----- forward -----
-
-    /// `InferShardingFromOperands`: returns whether `x` changed.
-    pub fn infer_from_operands(&mut self, x: Node, level: i64) -> bool {
-        if !self.can_propagate_through(x, level) {
+impl PropagationState<'_> {
+    /// `InferShardingFromOperands`: returns whether `node` changed.
+    pub fn infer_from_operands(&mut self, node: Node, level: i64) -> bool {
+        if !self.can_propagate_through(node, level) || self.is_manual(node) {
             return false;
         }
-        if self.is_manual(x) {
-            return false;
-        }
-        let g = &self.graph;
-        let opcode = g.opcode(x);
-        let shape = g.shape(x);
-        let tile_maximal_or_none = self.sharding(x).is_none_or(InstrSharding::is_tile_maximal);
-        if tile_maximal_or_none
-            && (!shape.is_tuple()
-                || matches!(opcode, Opcode::Reduce | Opcode::Sort | Opcode::ReduceWindow)
-                || (opcode == Opcode::CustomCall && shape.is_tuple()))
-        {
-            for k in 0..g.operand_count(x) {
-                let Some(op) = g.operand(x, k) else { continue };
-                if !self.is_manual(op) {
-                    continue;
-                }
-                if self.graph.custom_call_kind(x) == CustomCallKind::ShardToFull {
-                    return false;
-                }
-                if level == PASS_THROUGH_LEVEL
-                    && matches!(opcode, Opcode::Concatenate | Opcode::DynamicSlice)
-                {
-                    return false;
-                }
-                self.set_sharding(x, InstrSharding::Single(Sharding::Manual));
-                return true;
-            }
+        if let Some(changed) = self.manual_from_operands(node, level) {
+            return changed;
         }
         let may_combine = may_combine_partial(level);
-        if !supports_spatial_partitioning(&self.graph, x, self.allow_output, false) {
-            let g = &self.graph;
-            if shape.is_tuple()
-                || g.operand_count(x) == 0
-                || g.is_root(x)
-                || has_side_effect(g.instr(x))
-            {
-                return false;
-            }
-            for k in 0..g.operand_count(x) {
-                let Some(op) = g.operand(x, k) else { continue };
-                if let Some(s) = self.sharding(op) {
-                    if s.is_tile_maximal() && !s.leaves().iter().any(Sharding::is_maximal_device) {
-                        let s = s.clone();
-                        return self.maybe_improve(x, s, may_combine, false);
-                    }
-                }
-            }
+        if !supports_spatial_partitioning(&self.graph, node, self.allow_output, false) {
+            return self.replicated_from_operands(node, may_combine);
+        }
+        self.forward_rule(node, level, may_combine)
+    }
+
+    /// An instruction fed by a manual operand becomes manual (the result
+    /// when this decides; `None` when it does not apply). Tuples only for
+    /// the variadic reduce, sort, reduce-window and custom-calls;
+    /// `SPMDShardToFullShape` leaves the manual region, and at
+    /// `PASS_THROUGH_LEVEL` concatenates and dynamic slices wait.
+    fn manual_from_operands(&mut self, node: Node, level: i64) -> Option<bool> {
+        let graph = &self.graph;
+        let opcode = graph.opcode(node);
+        let shape = graph.shape(node);
+        let tile_maximal_or_none = self
+            .sharding(node)
+            .is_none_or(InstrSharding::is_tile_maximal);
+        let may_turn_manual = !shape.is_tuple()
+            || matches!(
+                opcode,
+                Opcode::Reduce | Opcode::Sort | Opcode::ReduceWindow | Opcode::CustomCall
+            );
+        if !tile_maximal_or_none || !may_turn_manual {
+            return None;
+        }
+        let has_manual_operand = (0..graph.operand_count(node)).any(|k| {
+            graph
+                .operand(node, k)
+                .is_some_and(|operand| self.is_manual(operand))
+        });
+        if !has_manual_operand {
+            return None;
+        }
+        if graph.custom_call_kind(node) == CustomCallKind::ShardToFull {
+            return Some(false);
+        }
+        if level == PASS_THROUGH_LEVEL
+            && matches!(opcode, Opcode::Concatenate | Opcode::DynamicSlice)
+        {
+            return Some(false);
+        }
+        self.set_sharding(node, InstrSharding::Single(Sharding::Manual));
+        Some(true)
+    }
+
+    /// An array instruction that takes no tiled sharding takes its first
+    /// operand sharding that is replicated (not on one device), unless it
+    /// is a root, has a side effect or has no operands.
+    fn replicated_from_operands(&mut self, node: Node, may_combine: bool) -> bool {
+        let graph = &self.graph;
+        if graph.shape(node).is_tuple()
+            || graph.operand_count(node) == 0
+            || graph.is_root(node)
+            || has_side_effect(graph.instr(node))
+        {
             return false;
         }
-        match opcode {
-            Opcode::GetTupleElement => {
-                tuples_and_control::get_tuple_element_from_operand(self, x, may_combine)
-            }
-            Opcode::Tuple => tuples_and_control::tuple_from_operands(self, x),
-            Opcode::Reduce => reduction::reduce_from_operands(self, x, may_combine),
-            Opcode::Broadcast => reshaping::broadcast_from_operand(self, x, level, may_combine),
-            Opcode::Concatenate => {
-                data_movement::concatenate_from_operands(self, x, level, may_combine)
-            }
-            Opcode::Convolution => {
-                dot::convolution_from_operands(self, x, may_combine, lookahead_user_sharding)
-            }
-            Opcode::Transpose => reshaping::transpose_from_operand(self, x, may_combine),
-            Opcode::ReduceWindow => reduction::reduce_window_from_operands(self, x, may_combine),
-            Opcode::SelectAndScatter => {
-                reduction::select_and_scatter_from_operand(self, x, may_combine)
-            }
-            Opcode::Reshape => reshaping::reshape_from_operand(self, x, may_combine),
-            Opcode::Reverse => reshaping::reverse_from_operand(self, x, may_combine),
-            Opcode::Dot => {
-                let dot_dims = dims::dot_dims(&self.graph, x);
-                dot::dot_from_operands(self, x, &dot_dims, may_combine, lookahead_user_sharding)
-            }
-            Opcode::Parameter => tuples_and_control::parameter_from_argument(self, x, may_combine),
-            Opcode::Sort => reduction::sort_from_operands(self, x, may_combine),
-            Opcode::DynamicSlice => {
-                data_movement::dynamic_slice_from_sliced_array(self, x, may_combine)
-            }
-            Opcode::DynamicUpdateSlice => {
-                data_movement::dynamic_update_slice_from_operands(self, x, may_combine)
-            }
-            Opcode::Gather => gather_scatter::gather_from_operands(self, x, may_combine),
-            Opcode::Scatter => gather_scatter::scatter_from_operands(self, x, may_combine),
-            Opcode::While => tuples_and_control::while_from_operand(self, x, may_combine),
-            Opcode::CustomCall => pass_through::from_representative_operand(self, x, may_combine),
-            _ => {
-                if matches!(opcode, elementwise_opcodes!() | Opcode::Map | Opcode::Rng) {
-                    pass_through::elementwise_from_operands(self, x, may_combine)
-                } else {
-                    pass_through::from_representative_operand(self, x, may_combine)
+        for k in 0..graph.operand_count(node) {
+            let Some(operand) = graph.operand(node, k) else {
+                continue;
+            };
+            if let Some(sharding) = self.sharding(operand) {
+                if sharding.is_tile_maximal()
+                    && !sharding.leaves().iter().any(Sharding::is_maximal_device)
+                {
+                    let sharding = sharding.clone();
+                    return self.maybe_improve(node, sharding, may_combine, false);
                 }
             }
+        }
+        false
+    }
+
+    /// The forward rule of `node`'s opcode.
+    fn forward_rule(&mut self, node: Node, level: i64, may_combine: bool) -> bool {
+        match self.graph.opcode(node) {
+            elementwise_opcodes!() | Opcode::Map | Opcode::Rng => {
+                pass_through::elementwise_from_operands(self, node, may_combine)
+            }
+            Opcode::AllGather
+            | Opcode::AllReduce
+            | Opcode::AllToAll
+            | Opcode::Call
+            | Opcode::CollectiveBroadcast
+            | Opcode::CollectivePermute
+            | Opcode::Conditional
+            | Opcode::Constant
+            | Opcode::CustomCall
+            | Opcode::Infeed
+            | Opcode::Iota
+            | Opcode::OptimizationBarrier
+            | Opcode::Outfeed
+            | Opcode::Pad
+            | Opcode::RaggedAllToAll
+            | Opcode::ReduceScatter
+            | Opcode::RngBitGenerator
+            | Opcode::Slice
+            | Opcode::TopK => pass_through::from_representative_operand(self, node, may_combine),
+            Opcode::Broadcast => reshaping::broadcast_from_operand(self, node, level, may_combine),
+            Opcode::Reshape => reshaping::reshape_from_operand(self, node, may_combine),
+            Opcode::Reverse => reshaping::reverse_from_operand(self, node, may_combine),
+            Opcode::Transpose => reshaping::transpose_from_operand(self, node, may_combine),
+            Opcode::Concatenate => {
+                data_movement::concatenate_from_operands(self, node, level, may_combine)
+            }
+            Opcode::DynamicSlice => {
+                data_movement::dynamic_slice_from_sliced_array(self, node, may_combine)
+            }
+            Opcode::DynamicUpdateSlice => {
+                data_movement::dynamic_update_slice_from_operands(self, node, may_combine)
+            }
+            Opcode::Dot => {
+                let dot_dims = dims::dot_dims(&self.graph, node);
+                dot::dot_from_operands(self, node, &dot_dims, may_combine, lookahead_user_sharding)
+            }
+            Opcode::Convolution => {
+                dot::convolution_from_operands(self, node, may_combine, lookahead_user_sharding)
+            }
+            Opcode::Reduce => reduction::reduce_from_operands(self, node, may_combine),
+            Opcode::ReduceWindow => reduction::reduce_window_from_operands(self, node, may_combine),
+            Opcode::SelectAndScatter => {
+                reduction::select_and_scatter_from_operand(self, node, may_combine)
+            }
+            Opcode::Sort => reduction::sort_from_operands(self, node, may_combine),
+            Opcode::Gather => gather_scatter::gather_from_operands(self, node, may_combine),
+            Opcode::Scatter => gather_scatter::scatter_from_operands(self, node, may_combine),
+            Opcode::GetTupleElement => {
+                tuples_and_control::get_tuple_element_from_operand(self, node, may_combine)
+            }
+            Opcode::Tuple => tuples_and_control::tuple_from_operands(self, node),
+            Opcode::While => tuples_and_control::while_from_operand(self, node, may_combine),
+            Opcode::Parameter => {
+                tuples_and_control::parameter_from_argument(self, node, may_combine)
+            }
+            opcodes_without_rules!() => false,
         }
     }
 
-    // ----- backward -----
-
-    /// `GetShardingFromUser`: the sharding `user` asks of its operand `x`.
-    pub fn sharding_from_user(&self, x: Node, user: Node, level: i64) -> Option<InstrSharding> {
+    /// `GetShardingFromUser`: the sharding `user` asks of its operand
+    /// `operand`.
+    pub fn sharding_from_user(
+        &self,
+        operand: Node,
+        user: Node,
+        level: i64,
+    ) -> Option<InstrSharding> {
         if !self.can_propagate_through(user, level) || !self.is_spatially_partitioned(user) {
             return None;
         }
         let may_combine = may_combine_partial(level);
-        let g = &self.graph;
-        let us = self.sharding(user)?;
-        let ui = g.instr(user);
-        match ui.opcode {
-            Opcode::Broadcast => reshaping::operand_sharding_from_broadcast(g, user, us),
-            Opcode::Concatenate => data_movement::operand_sharding_from_concatenate(level, us),
-            Opcode::Convolution => {
-                dot::operand_sharding_from_convolution(self, x, user, may_combine)
+        let graph = &self.graph;
+        let user_sharding = self.sharding(user)?;
+        match graph.opcode(user) {
+            Opcode::Broadcast => {
+                reshaping::operand_sharding_from_broadcast(graph, user, user_sharding)
+            }
+            Opcode::Reshape => {
+                reshaping::operand_sharding_from_reshape(graph, operand, user, user_sharding)
+            }
+            Opcode::Reverse => reshaping::operand_sharding_from_reverse(graph, user, user_sharding),
+            Opcode::Transpose => {
+                reshaping::operand_sharding_from_transpose(graph, user, user_sharding)
+            }
+            Opcode::Concatenate => {
+                data_movement::operand_sharding_from_concatenate(level, user_sharding)
             }
             Opcode::DynamicSlice | Opcode::DynamicUpdateSlice => {
-                data_movement::operand_sharding_from_dynamic_slice(g, x, user, level, us)
+                data_movement::operand_sharding_from_dynamic_slice(
+                    graph,
+                    operand,
+                    user,
+                    level,
+                    user_sharding,
+                )
             }
-            Opcode::ReduceWindow => reduction::operand_sharding_from_reduce_window(g, x, user, us),
-            Opcode::Reshape => reshaping::operand_sharding_from_reshape(g, x, user, us),
-            Opcode::Pad => data_movement::operand_sharding_from_pad(g, x, user, us),
-            Opcode::Slice => Some(us.clone()),
-            Opcode::Transpose => reshaping::operand_sharding_from_transpose(g, user, us),
-            Opcode::Tuple => tuples_and_control::operand_sharding_from_tuple(self, x, user, us),
-            Opcode::GetTupleElement => {
-                tuples_and_control::operand_sharding_from_get_tuple_element(self, x, user, us)
+            Opcode::Pad => {
+                data_movement::operand_sharding_from_pad(graph, operand, user, user_sharding)
             }
-            Opcode::Dot => dot::operand_sharding_from_dot(self, x, user, may_combine),
-            Opcode::Reduce => reduction::operand_sharding_from_reduce(self, x, user, us),
-            Opcode::Sort => reduction::operand_sharding_from_sort(g, x, user, us),
-            Opcode::Reverse => reshaping::operand_sharding_from_reverse(g, user, us),
+            Opcode::Slice => Some(user_sharding.clone()),
+            Opcode::Dot => dot::operand_sharding_from_dot(self, operand, user, may_combine),
+            Opcode::Convolution => {
+                dot::operand_sharding_from_convolution(self, operand, user, may_combine)
+            }
+            Opcode::Reduce => {
+                reduction::operand_sharding_from_reduce(self, operand, user, user_sharding)
+            }
+            Opcode::ReduceWindow => {
+                reduction::operand_sharding_from_reduce_window(graph, operand, user, user_sharding)
+            }
+            Opcode::Sort => {
+                reduction::operand_sharding_from_sort(graph, operand, user, user_sharding)
+            }
+            Opcode::Gather => {
+                gather_scatter::operand_sharding_from_gather(self, operand, user, user_sharding)
+            }
+            Opcode::Scatter => {
+                gather_scatter::operand_sharding_from_scatter(self, operand, user, user_sharding)
+            }
+            Opcode::Tuple => {
+                tuples_and_control::operand_sharding_from_tuple(self, operand, user, user_sharding)
+            }
+            Opcode::GetTupleElement => tuples_and_control::operand_sharding_from_get_tuple_element(
+                self,
+                operand,
+                user,
+                user_sharding,
+            ),
             Opcode::Outfeed => None,
-            Opcode::Gather => gather_scatter::operand_sharding_from_gather(self, x, user, us),
-            Opcode::Scatter => gather_scatter::operand_sharding_from_scatter(self, x, user, us),
-            _ => pass_through::same_shape_operand_sharding(g, x, user, us),
+            elementwise_opcodes!()
+            | Opcode::Map
+            | Opcode::Rng
+            | Opcode::AllGather
+            | Opcode::AllReduce
+            | Opcode::AllToAll
+            | Opcode::Call
+            | Opcode::CollectiveBroadcast
+            | Opcode::CollectivePermute
+            | Opcode::Conditional
+            | Opcode::Constant
+            | Opcode::CustomCall
+            | Opcode::Infeed
+            | Opcode::Iota
+            | Opcode::OptimizationBarrier
+            | Opcode::Parameter
+            | Opcode::RaggedAllToAll
+            | Opcode::ReduceScatter
+            | Opcode::RngBitGenerator
+            | Opcode::SelectAndScatter
+            | Opcode::TopK
+            | Opcode::While
+            | opcodes_without_rules!() => {
+                pass_through::same_shape_operand_sharding(graph, operand, user, user_sharding)
+            }
         }
     }
 
-    /// `InferShardingFromUsers`: returns whether `x` changed.
-    pub fn infer_from_users(&mut self, x: Node, level: i64) -> bool {
-        let opcode = self.graph.opcode(x);
-        if level < BROADCAST_FROM_USERS_LEVEL && opcode == Opcode::Broadcast {
+    /// `InferShardingFromUsers`: returns whether `node` changed.
+    pub fn infer_from_users(&mut self, node: Node, level: i64) -> bool {
+        if level < BROADCAST_FROM_USERS_LEVEL && self.graph.opcode(node) == Opcode::Broadcast {
             return false;
         }
-        if self.is_manual(x) {
+        if self.is_manual(node) {
             return false;
         }
-        if self.sharding(x).is_none_or(InstrSharding::is_tile_maximal) {
-            for k in 0..self.graph.users(x).len() {
-                let u = self.graph.users(x)[k];
-                if !self.has_sharding(u)
-                    || self.graph.custom_call_kind(u) == CustomCallKind::FullToShard
-                {
-                    continue;
-                }
-                if !self.graph.shape(x).is_tuple() && self.is_manual(u) {
-                    self.set_sharding(x, InstrSharding::Single(Sharding::Manual));
-                    return true;
-                }
-                if let Some(s) = self.sharding_from_user(x, u, level) {
-                    if s.is_manual() {
-                        self.set_sharding(x, s);
-                        return true;
-                    }
-                }
-            }
+        if let Some(changed) = self.manual_from_users(node, level) {
+            return changed;
         }
-        if !supports_spatial_partitioning(&self.graph, x, false, self.allow_params) {
+        if !supports_spatial_partitioning(&self.graph, node, false, self.allow_params) {
             return false;
         }
         let may_combine = may_combine_partial(level);
         let mut improved = false;
-        for k in 0..self.graph.users(x).len() {
-            let u = self.graph.users(x)[k];
-            if self.graph.opcode(u) == Opcode::RngBitGenerator {
-                let changed = self.sharding(x).is_none_or(|s| !s.is_replicated());
+        for k in 0..self.graph.users(node).len() {
+            let user = self.graph.users(node)[k];
+            // XLA keeps an rng-bit-generator's state replicated.
+            if self.graph.opcode(user) == Opcode::RngBitGenerator {
+                let changed = self
+                    .sharding(node)
+                    .is_none_or(|sharding| !sharding.is_replicated());
                 if changed {
-                    self.set_sharding(x, InstrSharding::Single(Sharding::Replicated));
+                    self.set_sharding(node, InstrSharding::Single(Sharding::Replicated));
                 }
                 return changed;
             }
-            if let Some(s) = self.sharding_from_user(x, u, level) {
-                improved |= self.maybe_improve(x, s, may_combine, false);
+            if let Some(sharding) = self.sharding_from_user(node, user, level) {
+                improved |= self.maybe_improve(node, sharding, may_combine, false);
             }
         }
         improved
     }
 
-    /// Applies a shard group's members to `x` (`InferShardingFromShardGroup`).
-    pub fn infer_from_group(&mut self, x: Node, level: i64, members: &[Node]) -> bool {
-        if !self.can_propagate_through(x, level) || self.is_manual(x) {
+    /// A tile-maximal or unsharded instruction with a manual user (other
+    /// than `SPMDFullToShardShape`, which enters the manual region) becomes
+    /// manual (`Some(true)`); `None` when no user makes it so.
+    fn manual_from_users(&mut self, node: Node, level: i64) -> Option<bool> {
+        if !self
+            .sharding(node)
+            .is_none_or(InstrSharding::is_tile_maximal)
+        {
+            return None;
+        }
+        for k in 0..self.graph.users(node).len() {
+            let user = self.graph.users(node)[k];
+            if !self.has_sharding(user)
+                || self.graph.custom_call_kind(user) == CustomCallKind::FullToShard
+            {
+                continue;
+            }
+            if !self.graph.shape(node).is_tuple() && self.is_manual(user) {
+                self.set_sharding(node, InstrSharding::Single(Sharding::Manual));
+                return Some(true);
+            }
+            if let Some(sharding) = self.sharding_from_user(node, user, level) {
+                if sharding.is_manual() {
+                    self.set_sharding(node, sharding);
+                    return Some(true);
+                }
+            }
+        }
+        None
+    }
+
+    /// Applies a shard group's members to `node`
+    /// (`InferShardingFromShardGroup`): a manual member wins outright,
+    /// otherwise each member of the same kind (tuple or array) is offered.
+    pub fn infer_from_group(&mut self, node: Node, level: i64, members: &[Node]) -> bool {
+        if !self.can_propagate_through(node, level) || self.is_manual(node) {
             return false;
         }
-        if self.sharding(x).is_none_or(InstrSharding::is_tile_maximal) {
-            for &m in members {
-                if m != x && self.is_manual(m) {
-                    let s = self.sharding(m).cloned().expect("manual");
-                    self.set_sharding(x, s);
+        if self
+            .sharding(node)
+            .is_none_or(InstrSharding::is_tile_maximal)
+        {
+            for &member in members {
+                if member == node {
+                    continue;
+                }
+                if let Some(manual) = self.sharding(member).filter(|s| s.is_manual()).cloned() {
+                    self.set_sharding(node, manual);
                     return true;
                 }
             }
         }
         let may_combine = may_combine_partial(level);
+        let is_tuple = self.graph.shape(node).is_tuple();
         let mut changed = false;
-        for &m in members {
-            if m == x {
+        for &member in members {
+            if member == node {
                 continue;
             }
-            if let Some(s) = self.sharding(m).cloned() {
-                if s.is_tuple() == self.graph.shape(x).is_tuple() {
-                    changed |= self.maybe_improve(x, s, may_combine, false);
+            if let Some(sharding) = self.sharding(member).cloned() {
+                if sharding.is_tuple() == is_tuple {
+                    changed |= self.maybe_improve(node, sharding, may_combine, false);
                 }
             }
         }
