@@ -166,7 +166,7 @@ pub fn einsum_plan(
                 if x % (t * g) != 0 {
                     continue;
                 }
-                let rs = Grid::reduce_scattered(&c, &io, &k_tiled, od);
+                let rs = io.reduce_scattered(&c, &k_tiled, od);
                 let Some(rs) = rs else { continue };
                 let cc = lo / g as u64 * bytes + p.cost_of(out_shape, &rs, out);
                 if cc < bp.0 {

@@ -803,7 +803,7 @@ fn reduce_scatter_choice(
         if x % (c_out.tiles(od) * g) != 0 {
             continue;
         }
-        let Some(rs) = Grid::reduce_scattered(c, c_out, &tiled, od) else {
+        let Some(rs) = c_out.reduce_scattered(c, &tiled, od) else {
             continue;
         };
         let cost = ar_bytes / g as u64 + p.cost_of(out_shape, &rs, target);

@@ -349,10 +349,11 @@ impl Grid {
         Some(Grid::from_sym(Sym::canon(x.radix, digs)?))
     }
 
-    /// The grid of a partial result laid out by this grid (`io`; partial over the tiled
-    /// iteration dims `k_tiled` of `c`) after a reduce-scatter over those
-    /// dims' device groups onto dim `od`: each device keeps the chunk at its
-    /// rank in its group, as a new minor factor of `od`'s tiling.
+    /// The grid of a partial result laid out by this grid (`io`; partial
+    /// over the tiled iteration dims `k_tiled` of `c`) after a
+    /// reduce-scatter over those dims' device groups onto dim `od`: each
+    /// device keeps the chunk at its rank in its group, as a new minor
+    /// factor of `od`'s tiling.
     pub fn reduce_scattered(&self, c: &Grid, k_tiled: &[usize], od: usize) -> Option<Grid> {
         let io = self;
         let g: i64 = k_tiled.iter().map(|&k| c.tiles(k)).product();
