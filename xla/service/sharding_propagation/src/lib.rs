@@ -3,7 +3,7 @@
 //! give every instruction that partitioning needs a sharding, the way XLA's
 //! GSPMD `ShardingPropagation` pass does.
 //!
-//! Algorithm (XLA's, see `driver`): `Sharding` custom-calls become copies
+//! Algorithm (XLA's; see `driver`, `prepare` and `fixpoint`): `Sharding` custom-calls become copies
 //! carrying their sharding (their operand inherits it when unsharded);
 //! while/conditional/call boundaries share shardings; then, for
 //! aggressiveness levels 0 to 3 (and once more at 3), each computation is
@@ -36,14 +36,18 @@
 //! its own output changes nothing; `run` returns `true` exactly when the
 //! module changed; malformed shardings are reported as errors, never panics.
 
+mod boundary;
 mod completion;
 mod dims;
 mod driver;
+mod fixpoint;
 mod graph;
 mod infer;
 mod level;
 mod opcodes;
 mod options;
+mod prepare;
+mod shard_groups;
 mod state;
 
 use xla_hlo_ir::HloModule;
