@@ -7,8 +7,9 @@
 //! Invariants: only unsharded instructions change; tokens are skipped;
 //! `run` returns `true` exactly when some instruction got a sharding.
 
+use crate::opcodes::partitioned_callees;
 use xla_hlo_ir::sharding::{ShardingKind, SingleSharding};
-use xla_hlo_ir::{AttrKey, HloModule, HloSharding, Opcode, Shape};
+use xla_hlo_ir::{HloModule, HloSharding, Shape};
 use xla_hlo_pass::{Pass, PassError};
 
 /// The `complete-shardings` pass.
@@ -28,36 +29,28 @@ impl Pass for ShardingCompletion {
         "complete-shardings"
     }
     fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
-        let n = module.computations.len();
-        let mut partitioned = vec![false; n];
-        if module.entry.index() < n {
+        let comp_count = module.computations.len();
+        let mut partitioned = vec![false; comp_count];
+        if module.entry.index() < comp_count {
             partitioned[module.entry.index()] = true;
         }
-        for c in &module.computations {
-            for i in &c.instructions {
-                let callees = match i.opcode {
-                    Opcode::While => [AttrKey::Body, AttrKey::Condition]
-                        .iter()
-                        .filter_map(|&k| i.computation_attr(k))
-                        .collect(),
-                    Opcode::Conditional | Opcode::Call => i.called_computations(),
-                    _ => vec![],
-                };
-                for cc in callees {
-                    if cc.index() < n {
-                        partitioned[cc.index()] = true;
+        for comp in &module.computations {
+            for instr in &comp.instructions {
+                for callee in partitioned_callees(instr) {
+                    if callee.index() < comp_count {
+                        partitioned[callee.index()] = true;
                     }
                 }
             }
         }
         let mut changed = false;
-        for (ci, c) in module.computations.iter_mut().enumerate() {
-            if !partitioned[ci] {
+        for (comp_index, comp) in module.computations.iter_mut().enumerate() {
+            if !partitioned[comp_index] {
                 continue;
             }
-            for i in &mut c.instructions {
-                if i.sharding.is_none() && !i.shape.is_token() {
-                    i.sharding = Some(replicated_for(&i.shape));
+            for instr in &mut comp.instructions {
+                if instr.sharding.is_none() && !instr.shape.is_token() {
+                    instr.sharding = Some(replicated_for(&instr.shape));
                     changed = true;
                 }
             }

@@ -2,13 +2,14 @@
 //! global index (`Node`), with side tables for users, each computation's
 //! post order (XLA's `MakeInstructionPostOrder`), which instruction calls
 //! each partitioned computation (while bodies and conditions, conditional
-//! branches, called computations), and opcode predicates.
+//! branches, called computations), shape classes and the level each node
+//! propagates from.
 //!
 //! Invariants: built once per run and read-only afterwards (the pass never
 //! adds or removes instructions while propagating); users lists hold each
 //! user once, in instruction order; post orders contain every instruction.
 
-use crate::opcodes::min_propagation_level;
+use crate::opcodes::{min_propagation_level, partitioned_callees};
 use rustc_hash::FxHashMap;
 use xla_hlo_ir::{AttrKey, CompId, HloInstruction, HloModule, InstrId, Opcode, Shape};
 
@@ -30,7 +31,7 @@ pub(crate) struct Graph<'m> {
     /// Every node's instruction.
     instrs: Vec<&'m HloInstruction>,
     /// Custom-call kind of every node.
-    cc: Vec<CustomCallKind>,
+    custom_call_kinds: Vec<CustomCallKind>,
     /// Parameters of the computations each node calls.
     callee_params: Vec<Vec<Node>>,
     /// Whether the node's computation is called by a while/conditional/call.
@@ -56,52 +57,109 @@ pub(crate) enum CustomCallKind {
     Other,
 }
 
+/// Depth-first search marks for the post order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Visit {
+    New,
+    /// On the stack, its operands being visited.
+    Open,
+    Done,
+}
+
+fn custom_call_kind_of(instr: &HloInstruction) -> CustomCallKind {
+    match (instr.opcode, instr.ident_attr(AttrKey::CustomCallTarget)) {
+        (Opcode::CustomCall, Some("Sharding")) => CustomCallKind::Sharding,
+        (Opcode::CustomCall, Some("SPMDFullToShardShape")) => CustomCallKind::FullToShard,
+        (Opcode::CustomCall, Some("SPMDShardToFullShape")) => CustomCallKind::ShardToFull,
+        (Opcode::CustomCall, _) => CustomCallKind::Other,
+        _ => CustomCallKind::None,
+    }
+}
+
+/// The users of every node, in instruction order, each once.
+fn users_of_every_node(module: &HloModule, offsets: &[u32], node_count: usize) -> Vec<Vec<Node>> {
+    let mut users = vec![Vec::new(); node_count];
+    for (comp_index, comp) in module.computations.iter().enumerate() {
+        let offset = offsets[comp_index];
+        for (i, instr) in comp.instructions.iter().enumerate() {
+            let user = offset + i as u32;
+            for &operand in &instr.operands {
+                if operand.index() >= comp.instructions.len() {
+                    continue;
+                }
+                let list: &mut Vec<Node> = &mut users[(offset + operand.0) as usize];
+                // Users are visited in order, so a repeat is the last entry.
+                if list.last() != Some(&user) {
+                    list.push(user);
+                }
+            }
+        }
+    }
+    users
+}
+
+/// Interned shape classes: equal ids for shapes with the same dims and
+/// tuple structure.
+fn shape_classes(instrs: &[&HloInstruction]) -> Vec<u32> {
+    let mut classes: FxHashMap<Vec<i64>, u32> = FxHashMap::default();
+    let mut key = Vec::new();
+    let mut ids = Vec::with_capacity(instrs.len());
+    for instr in instrs {
+        key.clear();
+        shape_key(&instr.shape, &mut key);
+        let id = match classes.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = classes.len() as u32;
+                classes.insert(key.clone(), id);
+                id
+            }
+        };
+        ids.push(id);
+    }
+    ids
+}
+
 impl<'m> Graph<'m> {
     pub fn new(module: &'m HloModule) -> Graph<'m> {
         let mut offsets = Vec::with_capacity(module.computations.len());
         let mut comp_of = Vec::new();
-        let mut total = 0u32;
-        for (ci, c) in module.computations.iter().enumerate() {
-            offsets.push(total);
-            total += c.instructions.len() as u32;
-            comp_of.extend(std::iter::repeat_n(CompId(ci as u32), c.instructions.len()));
+        let mut node_count = 0u32;
+        for (comp_index, comp) in module.computations.iter().enumerate() {
+            offsets.push(node_count);
+            node_count += comp.instructions.len() as u32;
+            comp_of.extend(std::iter::repeat_n(
+                CompId(comp_index as u32),
+                comp.instructions.len(),
+            ));
         }
-        let mut users = vec![Vec::new(); total as usize];
-        for (ci, c) in module.computations.iter().enumerate() {
-            let off = offsets[ci];
-            for (i, instr) in c.instructions.iter().enumerate() {
-                let me = off + i as u32;
-                for &op in &instr.operands {
-                    if op.index() >= c.instructions.len() {
-                        continue;
-                    }
-                    let list: &mut Vec<Node> = &mut users[(off + op.0) as usize];
-                    // Users are visited in order, so a repeat is the last entry.
-                    if list.last() != Some(&me) {
-                        list.push(me);
-                    }
-                }
-            }
-        }
-        let mut instrs = Vec::with_capacity(total as usize);
-        let mut cc = Vec::with_capacity(total as usize);
-        for c in &module.computations {
-            for i in &c.instructions {
-                instrs.push(i);
-                cc.push(match (i.opcode, i.ident_attr(AttrKey::CustomCallTarget)) {
-                    (Opcode::CustomCall, Some("Sharding")) => CustomCallKind::Sharding,
-                    (Opcode::CustomCall, Some("SPMDFullToShardShape")) => {
-                        CustomCallKind::FullToShard
-                    }
-                    (Opcode::CustomCall, Some("SPMDShardToFullShape")) => {
-                        CustomCallKind::ShardToFull
-                    }
-                    (Opcode::CustomCall, _) => CustomCallKind::Other,
-                    _ => CustomCallKind::None,
-                });
-            }
-        }
-        let mut g = Graph {
+        let node_count = node_count as usize;
+        let users = users_of_every_node(module, &offsets, node_count);
+        let instrs: Vec<&'m HloInstruction> = module
+            .computations
+            .iter()
+            .flat_map(|comp| comp.instructions.iter())
+            .collect();
+        let custom_call_kinds: Vec<CustomCallKind> = instrs
+            .iter()
+            .map(|instr| custom_call_kind_of(instr))
+            .collect();
+        let min_level = instrs
+            .iter()
+            .zip(&custom_call_kinds)
+            .map(|(instr, &kind)| {
+                min_propagation_level(instr.opcode, kind == CustomCallKind::Sharding)
+            })
+            .collect();
+        let broadcast_user = users
+            .iter()
+            .map(|list| {
+                list.iter()
+                    .any(|&user| instrs[user as usize].opcode == Opcode::Broadcast)
+            })
+            .collect();
+        let shape_class = shape_classes(&instrs);
+        let mut graph = Graph {
             module,
             offsets,
             comp_of,
@@ -109,72 +167,48 @@ impl<'m> Graph<'m> {
             post_orders: Vec::new(),
             caller: FxHashMap::default(),
             instrs,
-            cc,
-            callee_params: vec![Vec::new(); total as usize],
-            partitioned_callee: vec![false; total as usize],
-            roots: Vec::with_capacity(total as usize),
-            shape_class: Vec::with_capacity(total as usize),
-            min_level: Vec::with_capacity(total as usize),
-            broadcast_user: Vec::with_capacity(total as usize),
+            custom_call_kinds,
+            callee_params: vec![Vec::new(); node_count],
+            partitioned_callee: vec![false; node_count],
+            roots: Vec::with_capacity(node_count),
+            shape_class,
+            min_level,
+            broadcast_user,
         };
-        for x in 0..total as usize {
-            g.min_level.push(min_propagation_level(
-                g.instrs[x].opcode,
-                g.cc[x] == CustomCallKind::Sharding,
-            ));
-            let bu = g.users[x]
-                .iter()
-                .any(|&u| g.instrs[u as usize].opcode == Opcode::Broadcast);
-            g.broadcast_user.push(bu);
-        }
-        let mut classes: FxHashMap<Vec<i64>, u32> = FxHashMap::default();
-        let mut key = Vec::new();
-        for x in 0..total as usize {
-            key.clear();
-            shape_key(&g.instrs[x].shape, &mut key);
-            let id = match classes.get(&key) {
-                Some(&id) => id,
-                None => {
-                    let id = classes.len() as u32;
-                    classes.insert(key.clone(), id);
-                    id
-                }
-            };
-            g.shape_class.push(id);
-        }
-        g.post_orders = (0..module.computations.len())
-            .map(|c| g.post_order(CompId(c as u32)))
+        graph.post_orders = (0..module.computations.len())
+            .map(|comp| graph.post_order(CompId(comp as u32)))
             .collect();
-        for ci in 0..module.computations.len() {
-            let comp = &module.computations[ci];
+        graph.find_callers();
+        graph.find_roots_and_callee_params();
+        graph
+    }
+
+    /// Maps each partitioned callee to the instruction calling it (the
+    /// last one, if several do).
+    fn find_callers(&mut self) {
+        for (comp_index, comp) in self.module.computations.iter().enumerate() {
             for (i, instr) in comp.instructions.iter().enumerate() {
-                let node = g.offsets[ci] + i as u32;
-                match instr.opcode {
-                    Opcode::While => {
-                        for key in [AttrKey::Body, AttrKey::Condition] {
-                            if let Some(c) = instr.computation_attr(key) {
-                                g.caller.insert(c, node);
-                            }
-                        }
-                    }
-                    Opcode::Conditional | Opcode::Call => {
-                        for c in instr.called_computations() {
-                            g.caller.insert(c, node);
-                        }
-                    }
-                    _ => {}
+                let node = self.offsets[comp_index] + i as u32;
+                for callee in partitioned_callees(instr) {
+                    self.caller.insert(callee, node);
                 }
             }
         }
-        for x in 0..total {
-            let c = g.comp_of[x as usize];
-            g.partitioned_callee[x as usize] = g.caller.contains_key(&c);
-            let root = g.offsets[c.index()] + module.comp(c).root.0;
-            g.roots.push(root);
-            let instr = g.instrs[x as usize];
-            let calls_any = instr.attrs.iter().any(|a| {
+    }
+
+    /// Each node's computation root, whether its computation is a
+    /// partitioned callee, and the parameters of the computations it calls.
+    fn find_roots_and_callee_params(&mut self) {
+        let module = self.module;
+        for node in 0..self.num_nodes() {
+            let comp = self.comp_of[node];
+            self.partitioned_callee[node] = self.caller.contains_key(&comp);
+            let root = self.offsets[comp.index()] + module.comp(comp).root.0;
+            self.roots.push(root);
+            let instr = self.instrs[node];
+            let calls_any = instr.attrs.iter().any(|attr| {
                 matches!(
-                    a.value,
+                    attr.value,
                     xla_hlo_ir::AttrValue::Computation(_) | xla_hlo_ir::AttrValue::Computations(_)
                 )
             });
@@ -184,169 +218,177 @@ impl<'m> Graph<'m> {
             let called = instr.called_computations();
             if !called.is_empty() {
                 let mut params = Vec::new();
-                for cc in called {
-                    let comp = module.comp(cc);
+                for callee in called {
+                    let callee_comp = module.comp(callee);
                     params.extend(
-                        comp.parameters
+                        callee_comp
+                            .parameters
                             .iter()
-                            .filter(|p| p.index() < comp.instructions.len())
-                            .map(|p| g.offsets[cc.index()] + p.0),
+                            .filter(|p| p.index() < callee_comp.instructions.len())
+                            .map(|p| self.offsets[callee.index()] + p.0),
                     );
                 }
-                g.callee_params[x as usize] = params;
+                self.callee_params[node] = params;
             }
         }
-        g
     }
 
     /// XLA's post order: DFS from each instruction without users (in
     /// instruction order), operands first-to-last, control predecessors first.
-    fn post_order(&self, c: CompId) -> Vec<Node> {
-        let comp = self.module.comp(c);
-        let n = comp.instructions.len();
-        let off = self.offsets[c.index()];
-        let mut state = vec![0u8; n]; // 0 new, 1 visiting, 2 visited
-        let mut out = Vec::with_capacity(n);
+    fn post_order(&self, comp_id: CompId) -> Vec<Node> {
+        let comp = self.module.comp(comp_id);
+        let count = comp.instructions.len();
+        let offset = self.offsets[comp_id.index()];
+        let mut visit = vec![Visit::New; count];
+        let mut order = Vec::with_capacity(count);
         let mut stack: Vec<usize> = Vec::new();
-        for start in 0..n {
-            if !self.users[off as usize + start].is_empty() || state[start] == 2 {
+        for start in 0..count {
+            if !self.users[offset as usize + start].is_empty() || visit[start] == Visit::Done {
                 continue;
             }
             stack.push(start);
-            while let Some(&cur) = stack.last() {
-                match state[cur] {
-                    0 => {
-                        state[cur] = 1;
-                        let instr = &comp.instructions[cur];
-                        for op in instr.operands.iter().rev() {
-                            if op.index() < n && state[op.index()] != 2 {
-                                stack.push(op.index());
+            while let Some(&current) = stack.last() {
+                match visit[current] {
+                    Visit::New => {
+                        visit[current] = Visit::Open;
+                        let instr = &comp.instructions[current];
+                        for operand in instr.operands.iter().rev() {
+                            if operand.index() < count && visit[operand.index()] != Visit::Done {
+                                stack.push(operand.index());
                             }
                         }
-                        for p in &instr.control_predecessors {
-                            if p.index() < n && state[p.index()] != 2 {
-                                stack.push(p.index());
+                        for predecessor in &instr.control_predecessors {
+                            if predecessor.index() < count
+                                && visit[predecessor.index()] != Visit::Done
+                            {
+                                stack.push(predecessor.index());
                             }
                         }
                     }
-                    1 => {
+                    Visit::Open => {
                         stack.pop();
-                        state[cur] = 2;
-                        out.push(off + cur as u32);
+                        visit[current] = Visit::Done;
+                        order.push(offset + current as u32);
                     }
-                    _ => {
+                    Visit::Done => {
                         stack.pop();
                     }
                 }
             }
         }
         // Anything unreachable (cycles through control edges) in arena order.
-        for (i, s) in state.iter().enumerate() {
-            if *s != 2 {
-                out.push(off + i as u32);
+        for (i, mark) in visit.iter().enumerate() {
+            if *mark != Visit::Done {
+                order.push(offset + i as u32);
             }
         }
-        out
+        order
     }
 
     pub fn num_nodes(&self) -> usize {
         self.comp_of.len()
     }
-    pub fn node(&self, c: CompId, i: InstrId) -> Node {
-        self.offsets[c.index()] + i.0
+    pub fn node(&self, comp: CompId, id: InstrId) -> Node {
+        self.offsets[comp.index()] + id.0
     }
-    pub fn comp_of(&self, n: Node) -> CompId {
-        self.comp_of[n as usize]
+    pub fn comp_of(&self, node: Node) -> CompId {
+        self.comp_of[node as usize]
     }
-    pub fn local(&self, n: Node) -> InstrId {
-        InstrId(n - self.offsets[self.comp_of(n).index()])
+    pub fn local(&self, node: Node) -> InstrId {
+        InstrId(node - self.offsets[self.comp_of(node).index()])
     }
-    pub fn instr(&self, n: Node) -> &'m HloInstruction {
-        self.instrs[n as usize]
+    pub fn instr(&self, node: Node) -> &'m HloInstruction {
+        self.instrs[node as usize]
     }
     /// Same dims (and tuple structure) ignoring element types and layouts.
     pub fn compatible_shapes(&self, a: Node, b: Node) -> bool {
         self.shape_class[a as usize] == self.shape_class[b as usize]
     }
-    pub fn min_level(&self, n: Node) -> i64 {
-        self.min_level[n as usize]
+    pub fn min_level(&self, node: Node) -> i64 {
+        self.min_level[node as usize]
     }
-    pub fn has_broadcast_user(&self, n: Node) -> bool {
-        self.broadcast_user[n as usize]
+    pub fn has_broadcast_user(&self, node: Node) -> bool {
+        self.broadcast_user[node as usize]
     }
-    pub fn comp_index(&self, n: Node) -> u32 {
-        self.comp_of[n as usize].0
+    pub fn comp_index(&self, node: Node) -> u32 {
+        self.comp_of[node as usize].0
     }
-    pub fn custom_call_kind(&self, n: Node) -> CustomCallKind {
-        self.cc[n as usize]
+    pub fn custom_call_kind(&self, node: Node) -> CustomCallKind {
+        self.custom_call_kinds[node as usize]
     }
-    /// Parameters of the computations `n` calls.
-    pub fn callee_params(&self, n: Node) -> &[Node] {
-        &self.callee_params[n as usize]
+    /// Parameters of the computations `node` calls.
+    pub fn callee_params(&self, node: Node) -> &[Node] {
+        &self.callee_params[node as usize]
     }
-    pub fn shape(&self, n: Node) -> &'m Shape {
-        &self.instr(n).shape
+    pub fn shape(&self, node: Node) -> &'m Shape {
+        &self.instr(node).shape
     }
-    pub fn opcode(&self, n: Node) -> Opcode {
-        self.instr(n).opcode
+    pub fn opcode(&self, node: Node) -> Opcode {
+        self.instr(node).opcode
     }
-    pub fn operands(&self, n: Node) -> impl Iterator<Item = Node> + '_ {
-        let c = self.comp_of(n);
-        let off = self.offsets[c.index()];
-        self.instr(n).operands.iter().map(move |o| off + o.0)
-    }
-    pub fn operand(&self, n: Node, i: usize) -> Option<Node> {
-        let c = self.comp_of(n);
-        self.instr(n)
+    pub fn operands(&self, node: Node) -> impl Iterator<Item = Node> + '_ {
+        let offset = self.offsets[self.comp_of(node).index()];
+        self.instr(node)
             .operands
-            .get(i)
-            .map(|o| self.offsets[c.index()] + o.0)
+            .iter()
+            .map(move |operand| offset + operand.0)
     }
-    pub fn operand_count(&self, n: Node) -> usize {
-        self.instr(n).operands.len()
+    pub fn operand(&self, node: Node, index: usize) -> Option<Node> {
+        let offset = self.offsets[self.comp_of(node).index()];
+        self.instr(node)
+            .operands
+            .get(index)
+            .map(|operand| offset + operand.0)
     }
-    /// Index of the first operand of `user` that is `n`.
-    pub fn operand_index(&self, user: Node, n: Node) -> Option<usize> {
-        self.operands(user).position(|o| o == n)
+    pub fn operand_count(&self, node: Node) -> usize {
+        self.instr(node).operands.len()
     }
-    pub fn users(&self, n: Node) -> &[Node] {
-        &self.users[n as usize]
+    /// Index of the first operand of `user` that is `operand`.
+    pub fn operand_index(&self, user: Node, operand: Node) -> Option<usize> {
+        self.operands(user).position(|o| o == operand)
     }
-    pub fn root_of(&self, c: CompId) -> Node {
-        self.node(c, self.module.comp(c).root)
+    pub fn users(&self, node: Node) -> &[Node] {
+        &self.users[node as usize]
     }
-    pub fn is_root(&self, n: Node) -> bool {
-        self.roots[n as usize] == n
+    pub fn root_of(&self, comp: CompId) -> Node {
+        self.node(comp, self.module.comp(comp).root)
+    }
+    pub fn is_root(&self, node: Node) -> bool {
+        self.roots[node as usize] == node
     }
     pub fn entry_root(&self) -> Node {
         self.root_of(self.module.entry)
     }
-    pub fn parameter(&self, c: CompId, i: usize) -> Option<Node> {
+    pub fn parameter(&self, comp: CompId, number: usize) -> Option<Node> {
         self.module
-            .comp(c)
+            .comp(comp)
             .parameters
-            .get(i)
-            .map(|p| self.node(c, *p))
+            .get(number)
+            .map(|&parameter| self.node(comp, parameter))
     }
     /// Users that are not the computation's root.
-    pub fn non_root_users(&self, n: Node) -> usize {
-        let root = self.roots[n as usize];
-        self.users(n).iter().filter(|&&u| u != root).count()
+    pub fn non_root_users(&self, node: Node) -> usize {
+        let root = self.roots[node as usize];
+        self.users(node)
+            .iter()
+            .filter(|&&user| user != root)
+            .count()
     }
-    pub fn is_custom_call(&self, n: Node, target: &str) -> bool {
-        let i = self.instr(n);
-        i.opcode == Opcode::CustomCall && i.ident_attr(AttrKey::CustomCallTarget) == Some(target)
+    pub fn is_custom_call(&self, node: Node, target: &str) -> bool {
+        let instr = self.instr(node);
+        instr.opcode == Opcode::CustomCall
+            && instr.ident_attr(AttrKey::CustomCallTarget) == Some(target)
     }
-    pub fn is_manual_conversion(&self, n: Node) -> bool {
+    pub fn is_manual_conversion(&self, node: Node) -> bool {
         matches!(
-            self.cc[n as usize],
+            self.custom_call_kinds[node as usize],
             CustomCallKind::FullToShard | CustomCallKind::ShardToFull
         )
     }
-    pub fn custom_call_target(&self, n: Node) -> Option<&'m str> {
-        let i = self.instr(n);
-        (i.opcode == Opcode::CustomCall)
-            .then(|| i.ident_attr(AttrKey::CustomCallTarget))
+    pub fn custom_call_target(&self, node: Node) -> Option<&'m str> {
+        let instr = self.instr(node);
+        (instr.opcode == Opcode::CustomCall)
+            .then(|| instr.ident_attr(AttrKey::CustomCallTarget))
             .flatten()
     }
     /// The argument a parameter of a conditional branch or called
@@ -368,28 +410,34 @@ impl<'m> Graph<'m> {
             _ => None,
         }
     }
-    /// The computation `n` belongs to is called by a while, conditional or call.
-    pub fn in_partitioned_callee(&self, n: Node) -> bool {
-        self.partitioned_callee[n as usize]
+    /// The computation `node` belongs to is called by a while, conditional or call.
+    pub fn in_partitioned_callee(&self, node: Node) -> bool {
+        self.partitioned_callee[node as usize]
     }
 }
 
+/// Markers in a shape key, distinct from every dim size (sizes are never
+/// negative).
+const TUPLE_MARKER: i64 = -1;
+const ARRAY_MARKER: i64 = -2;
+const TOKEN_MARKER: i64 = -3;
+
 /// A key equal for shapes with the same dims and tuple structure
 /// (element types and layouts ignored; tokens distinct).
-fn shape_key(s: &Shape, out: &mut Vec<i64>) {
-    match s {
-        Shape::Tuple(e) => {
-            out.push(-1);
-            out.push(e.len() as i64);
-            for x in e {
-                shape_key(x, out);
+fn shape_key(shape: &Shape, key: &mut Vec<i64>) {
+    match shape {
+        Shape::Tuple(elements) => {
+            key.push(TUPLE_MARKER);
+            key.push(elements.len() as i64);
+            for element in elements {
+                shape_key(element, key);
             }
         }
-        _ if s.is_token() => out.push(-3),
+        _ if shape.is_token() => key.push(TOKEN_MARKER),
         _ => {
-            out.push(-2);
-            out.push(s.rank() as i64);
-            out.extend_from_slice(s.dims());
+            key.push(ARRAY_MARKER);
+            key.push(shape.rank() as i64);
+            key.extend_from_slice(shape.dims());
         }
     }
 }

@@ -12,7 +12,7 @@
 //! rules are disjoint from it and from each other.
 
 use crate::level::{ALL_OPS_LEVEL, BROADCAST_FROM_USERS_LEVEL, PASS_THROUGH_LEVEL};
-use xla_hlo_ir::{AttrKey, HloInstruction, Opcode};
+use xla_hlo_ir::{AttrKey, CompId, HloInstruction, Opcode};
 
 /// The elementwise opcodes (`Opcode::is_elementwise`: unary, binary and
 /// ternary categories). `map` and `rng`, which XLA also counts as
@@ -248,6 +248,58 @@ pub(crate) fn has_side_effect(instr: &HloInstruction) -> bool {
         | Opcode::Transpose
         | Opcode::Tuple
         | Opcode::While => false,
+    }
+}
+
+/// The computations `instr` calls that the partitioner partitions with
+/// it: a while's body and condition, a conditional's branches, a call's
+/// callee. Reducers, comparators, fusions and async bodies are not.
+pub(crate) fn partitioned_callees(instr: &HloInstruction) -> Vec<CompId> {
+    match instr.opcode {
+        Opcode::While => [AttrKey::Body, AttrKey::Condition]
+            .iter()
+            .filter_map(|&key| instr.computation_attr(key))
+            .collect(),
+        Opcode::Conditional | Opcode::Call => instr.called_computations(),
+        elementwise_opcodes!()
+        | opcodes_without_rules!()
+        | Opcode::AllGather
+        | Opcode::AllReduce
+        | Opcode::AllToAll
+        | Opcode::Broadcast
+        | Opcode::CollectiveBroadcast
+        | Opcode::CollectivePermute
+        | Opcode::Concatenate
+        | Opcode::Constant
+        | Opcode::Convolution
+        | Opcode::CustomCall
+        | Opcode::Dot
+        | Opcode::DynamicSlice
+        | Opcode::DynamicUpdateSlice
+        | Opcode::Gather
+        | Opcode::GetTupleElement
+        | Opcode::Infeed
+        | Opcode::Iota
+        | Opcode::Map
+        | Opcode::OptimizationBarrier
+        | Opcode::Outfeed
+        | Opcode::Pad
+        | Opcode::Parameter
+        | Opcode::RaggedAllToAll
+        | Opcode::Reduce
+        | Opcode::ReduceScatter
+        | Opcode::ReduceWindow
+        | Opcode::Reshape
+        | Opcode::Reverse
+        | Opcode::Rng
+        | Opcode::RngBitGenerator
+        | Opcode::Scatter
+        | Opcode::SelectAndScatter
+        | Opcode::Slice
+        | Opcode::Sort
+        | Opcode::TopK
+        | Opcode::Transpose
+        | Opcode::Tuple => vec![],
     }
 }
 
