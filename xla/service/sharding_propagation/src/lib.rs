@@ -32,6 +32,16 @@
 //! except `SPMDShardToFullShape`, which keeps its own sharding; manual
 //! shardings are never changed.
 //!
+//! Modules, each using only modules listed before it: `options`, `level`
+//! (aggressiveness levels); `opcodes` (opcode sets and per-opcode facts);
+//! `graph` (the module as one indexed graph); `dims` (dot, convolution,
+//! gather and scatter dim bookkeeping), `state` (current shardings and the
+//! improvement rule), `boundary` (shardings shared across
+//! while/conditional/call), `shard_groups`; `infer` (the rules, one
+//! submodule per op family, and their dispatch); `fixpoint` (one level's
+//! sweeps); `prepare` and `driver` (the pass from start to end);
+//! `completion` (the `complete-shardings` pass).
+//!
 //! Invariants: deterministic (no hash-order dependence); running the pass on
 //! its own output changes nothing; `run` returns `true` exactly when the
 //! module changed; malformed shardings are reported as errors, never panics.

@@ -58,14 +58,17 @@ fn matches_xla_on_corpus_and_testdata() {
         pipeline()
             .run(&mut module)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let c = compare_module_shardings(&module, &reference);
-        matched += c.matched;
-        total += c.total;
-        report.push_str(&format!("{name:<55} {:>4}/{:<4}\n", c.matched, c.total));
-        for m in &c.mismatches {
+        let comparison = compare_module_shardings(&module, &reference);
+        matched += comparison.matched;
+        total += comparison.total;
+        report.push_str(&format!(
+            "{name:<55} {:>4}/{:<4}\n",
+            comparison.matched, comparison.total
+        ));
+        for mismatch in &comparison.mismatches {
             report.push_str(&format!(
                 "    {} ({}): ours {:?}, XLA {:?}\n",
-                m.instruction, m.opcode, m.ours, m.other
+                mismatch.instruction, mismatch.opcode, mismatch.ours, mismatch.other
             ));
         }
         // Idempotent: the output is a fixed point.

@@ -39,15 +39,16 @@ fn fitting(rank: usize, rng: &mut Lcg) -> String {
     let mut dims = vec![1i64; rank];
     let mut left = 8i64;
     for _ in 0..3 {
-        let d = (rng.next() as usize) % rank;
+        let dim = (rng.next() as usize) % rank;
         if left > 1 && rng.next() % 2 == 0 {
-            dims[d] *= 2;
+            dims[dim] *= 2;
             left /= 2;
         }
     }
-    let list = |v: &[i64]| {
-        v.iter()
-            .map(|x| x.to_string())
+    let list = |values: &[i64]| {
+        values
+            .iter()
+            .map(|value| value.to_string())
             .collect::<Vec<_>>()
             .join(",")
     };
@@ -74,24 +75,20 @@ fn fitting(rank: usize, rng: &mut Lcg) -> String {
     }
 }
 
-fn mutate(m: &mut HloModule, rng: &mut Lcg) {
-    for c in 0..m.computations.len() {
-        let n = m.computations[c].instructions.len();
-        for i in 0..n {
+fn mutate(module: &mut HloModule, rng: &mut Lcg) {
+    for comp in &mut module.computations {
+        for instr in &mut comp.instructions {
             if rng.next() % 5 != 0 {
                 continue;
             }
-            let rank = m.computations[c].instructions[i].shape.rank();
-            let text = if rng.next() % 2 == 0
-                && rank > 0
-                && !m.computations[c].instructions[i].shape.is_tuple()
-            {
+            let rank = instr.shape.rank();
+            let text = if rng.next() % 2 == 0 && rank > 0 && !instr.shape.is_tuple() {
                 fitting(rank, rng)
             } else {
                 SHARDINGS[(rng.next() as usize) % SHARDINGS.len()].to_string()
             };
-            let s: HloSharding = xla_hlo_parser::parse_sharding(&text).unwrap();
-            m.computations[c].instructions[i].sharding = Some(s);
+            let sharding: HloSharding = xla_hlo_parser::parse_sharding(&text).unwrap();
+            instr.sharding = Some(sharding);
         }
     }
 }
@@ -111,18 +108,20 @@ fn random_shardings_never_panic() {
         };
         let base = xla_hlo_parser::parse_module(&text).unwrap();
         for seed in 0..40u64 {
-            let mut m = base.clone();
+            let mut module = base.clone();
             let mut rng = Lcg(seed * 7919 + k as u64);
-            mutate(&mut m, &mut rng);
+            mutate(&mut module, &mut rng);
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut pass = ShardingPropagation::default();
-                let first = pass.run(&mut m);
+                let first = pass.run(&mut module);
                 if first.is_ok() {
-                    let before = m.clone();
-                    let again = ShardingPropagation::default().run(&mut m);
+                    let before = module.clone();
+                    let again = ShardingPropagation::default().run(&mut module);
                     (
                         first.is_ok(),
-                        again.map(|c| !c && before == m).unwrap_or(true),
+                        again
+                            .map(|changed| !changed && before == module)
+                            .unwrap_or(true),
                     )
                 } else {
                     (false, true)

@@ -12,36 +12,39 @@ use xla_sharding_propagation::{
 };
 
 fn propagate(text: &str) -> HloModule {
-    let mut m = xla_hlo_parser::parse_module(text).unwrap_or_else(|e| panic!("{e}"));
+    let mut module = xla_hlo_parser::parse_module(text).unwrap_or_else(|e| panic!("{e}"));
     Pipeline::new("t")
         .add(ShardingPropagation::default())
         .with_change_check(true)
-        .run(&mut m)
+        .run(&mut module)
         .unwrap_or_else(|e| panic!("{e}"));
     // A second run is a no-op.
     let mut again = ShardingPropagation::default();
-    let before = m.clone();
-    assert!(!again.run(&mut m).unwrap(), "second run changed the module");
-    assert_eq!(before, m);
-    m
+    let before = module.clone();
+    assert!(
+        !again.run(&mut module).unwrap(),
+        "second run changed the module"
+    );
+    assert_eq!(before, module);
+    module
 }
 
 /// Asserts `name` has a sharding equivalent to `want` (or none).
-fn check(m: &HloModule, name: &str, want: Option<&str>) {
-    let (c, i) = m
+fn check(module: &HloModule, name: &str, want: Option<&str>) {
+    let (comp, id) = module
         .find_instruction(name)
         .unwrap_or_else(|| panic!("no instruction {name}"));
-    let instr = m.comp(c).instr(i);
+    let instr = module.comp(comp).instr(id);
     match (want, &instr.sharding) {
         (None, None) => {}
-        (Some(w), Some(got)) => {
-            let w = xla_hlo_parser::parse_sharding(w).unwrap();
+        (Some(wanted), Some(got)) => {
+            let wanted = xla_hlo_parser::parse_sharding(wanted).unwrap();
             assert!(
-                equivalent(got, &w, &instr.shape),
-                "{name}: got {got}, want {w}"
+                equivalent(got, &wanted, &instr.shape),
+                "{name}: got {got}, want {wanted}"
             );
         }
-        (w, got) => panic!("{name}: got {got:?}, want {w:?}"),
+        (wanted, got) => panic!("{name}: got {got:?}, want {wanted:?}"),
     }
 }
 
@@ -49,7 +52,7 @@ const HEADER: &str = "HloModule m, num_partitions=8\n\n";
 
 #[test]
 fn elementwise_forward_and_backward() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}ENTRY %e (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {{
   %p = f32[8,4] parameter(0), sharding={{devices=[8,1]<=[8]}}
   %q = f32[8,4] parameter(1)
@@ -58,30 +61,30 @@ fn elementwise_forward_and_backward() {
   ROOT %n = f32[8,4] negate(%a), sharding={{devices=[8,1]<=[8]}}
 }}"
     ));
-    check(&m, "a", Some("{devices=[8,1]<=[8]}"));
-    check(&m, "e", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "a", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "e", Some("{devices=[8,1]<=[8]}"));
     // Parameters without a sharding stay as they are (no propagation to
     // parameters unless the module allows it).
-    check(&m, "q", None);
+    check(&module, "q", None);
 }
 
 #[test]
 fn user_shardings_are_never_overwritten() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}ENTRY %e (p: f32[8,8]) -> f32[8,8] {{
   %p = f32[8,8] parameter(0), sharding={{devices=[8,1]<=[8]}}
   %a = f32[8,8] abs(%p), sharding={{devices=[1,8]<=[8]}}
   ROOT %n = f32[8,8] negate(%a), sharding={{replicated}}
 }}"
     ));
-    check(&m, "p", Some("{devices=[8,1]<=[8]}"));
-    check(&m, "a", Some("{devices=[1,8]<=[8]}"));
-    check(&m, "n", Some("{replicated}"));
+    check(&module, "p", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "a", Some("{devices=[1,8]<=[8]}"));
+    check(&module, "n", Some("{replicated}"));
 }
 
 #[test]
 fn broadcast_reshape_transpose() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}ENTRY %e (p: f32[64,8], b: f32[8]) -> f32[8,8,8] {{
   %p = f32[64,8] parameter(0), sharding={{devices=[8,1]<=[8]}}
   %b = f32[8] parameter(1), sharding={{replicated}}
@@ -93,16 +96,16 @@ fn broadcast_reshape_transpose() {
 }}"
     ));
     // [64,8] split into [8,8,8]: dim 0 keeps the 8-way tiling.
-    check(&m, "r", Some("{devices=[8,1,1]<=[8]}"));
-    check(&m, "t", Some("{devices=[1,8,1]<=[8]}"));
-    check(&m, "s", Some("{devices=[1,8,1]<=[8]}"));
+    check(&module, "r", Some("{devices=[8,1,1]<=[8]}"));
+    check(&module, "t", Some("{devices=[1,8,1]<=[8]}"));
+    check(&module, "s", Some("{devices=[1,8,1]<=[8]}"));
     // Broadcasts take their users' sharding (level 2).
-    check(&m, "bc", Some("{devices=[1,8,1]<=[8]}"));
+    check(&module, "bc", Some("{devices=[1,8,1]<=[8]}"));
 }
 
 #[test]
 fn megatron_dots() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}ENTRY %e (x: f32[16,64], w1: f32[64,256], w2: f32[256,64]) -> f32[16,64] {{
   %x = f32[16,64] parameter(0), sharding={{replicated}}
   %w1 = f32[64,256] parameter(1), sharding={{devices=[1,8]<=[8]}}
@@ -113,14 +116,14 @@ fn megatron_dots() {
   ROOT %r = f32[16,64] copy(%y), sharding={{replicated}}
 }}"
     ));
-    check(&m, "h", Some("{devices=[1,8]<=[8]}"));
-    check(&m, "t", Some("{devices=[1,8]<=[8]}"));
-    check(&m, "y", Some("{replicated}"));
+    check(&module, "h", Some("{devices=[1,8]<=[8]}"));
+    check(&module, "t", Some("{devices=[1,8]<=[8]}"));
+    check(&module, "y", Some("{replicated}"));
 }
 
 #[test]
 fn batched_dot_with_partial_replication() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}ENTRY %e (a: f32[4,16,32], b: f32[4,32,8]) -> f32[4,16,8] {{
   %a = f32[4,16,32] parameter(0), sharding={{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}}
   %b = f32[4,32,8] parameter(1), sharding={{devices=[2,1,4,1]<=[8] last_tile_dim_replicate}}
@@ -129,12 +132,12 @@ fn batched_dot_with_partial_replication() {
 }}"
     ));
     // Batch from both, output feature from b: merged into [2,1,4].
-    check(&m, "d", Some("{devices=[2,1,4]<=[8]}"));
+    check(&module, "d", Some("{devices=[2,1,4]<=[8]}"));
 }
 
 #[test]
 fn reduce_and_reduce_backward() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}%add (a: f32[], b: f32[]) -> f32[] {{
   %a = f32[] parameter(0)
   %b = f32[] parameter(1)
@@ -153,29 +156,29 @@ ENTRY %e (p: f32[16,32], q: f32[16,32]) -> f32[16] {{
 }}"
     ));
     check(
-        &m,
+        &module,
         "r",
         Some("{devices=[2,4]<=[8] last_tile_dim_replicate}"),
     );
     check(
-        &m,
+        &module,
         "s",
         Some("{devices=[2,4]<=[8] last_tile_dim_replicate}"),
     );
     // Backward through a reduce: the reduced dim is left untiled.
     check(
-        &m,
+        &module,
         "n",
         Some("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),
     );
     // Reducer bodies and scalar init values get no sharding (as in XLA).
-    check(&m, "z", None);
-    check(&m, "a", None);
+    check(&module, "z", None);
+    check(&module, "a", None);
 }
 
 #[test]
 fn concatenate_slice_pad_dynamic_slice() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}ENTRY %e (p: f32[32,8], q: f32[16,8], i: s32[]) -> f32[48,8] {{
   %p = f32[32,8] parameter(0), sharding={{devices=[8,1]<=[8]}}
   %q = f32[16,8] parameter(1), sharding={{devices=[8,1]<=[8]}}
@@ -188,15 +191,15 @@ fn concatenate_slice_pad_dynamic_slice() {
   ROOT %o = f32[48,4] copy(%ds), sharding={{devices=[8,1]<=[8]}}
 }}"
     ));
-    check(&m, "c", Some("{devices=[8,1]<=[8]}"));
-    check(&m, "pd", Some("{devices=[8,1]<=[8]}"));
-    check(&m, "sl", Some("{devices=[8,1]<=[8]}"));
-    check(&m, "ds", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "c", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "pd", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "sl", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "ds", Some("{devices=[8,1]<=[8]}"));
 }
 
 #[test]
 fn sharding_custom_calls_become_copies() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}ENTRY %e (p: f32[32,32]) -> f32[32,32] {{
   %p = f32[32,32] parameter(0), sharding={{devices=[8,1]<=[8]}}
   %a = f32[32,32] abs(%p)
@@ -207,17 +210,17 @@ fn sharding_custom_calls_become_copies() {
 }}"
     ));
     // Named as XLA names them: reverse post order gets copy, copy.1.
-    check(&m, "copy.1", Some("{devices=[1,8]<=[8]}"));
-    check(&m, "copy", Some("{replicated}"));
+    check(&module, "copy.1", Some("{devices=[1,8]<=[8]}"));
+    check(&module, "copy", Some("{replicated}"));
     // The operand of a constraint inherits it.
-    check(&m, "a", Some("{devices=[1,8]<=[8]}"));
-    check(&m, "b", Some("{replicated}"));
-    assert!(m.find_instruction("c1").is_none());
+    check(&module, "a", Some("{devices=[1,8]<=[8]}"));
+    check(&module, "b", Some("{replicated}"));
+    assert!(module.find_instruction("c1").is_none());
 }
 
 #[test]
 fn manual_regions() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}ENTRY %e (p: f32[16,64]) -> f32[16,64] {{
   %p = f32[16,64] parameter(0), sharding={{devices=[4,2]<=[8]}}
   %s = f32[4,32] custom-call(%p), custom_call_target=\"SPMDFullToShardShape\", sharding={{manual}}
@@ -227,14 +230,14 @@ fn manual_regions() {
   ROOT %r = f32[16,64] copy(%f), sharding={{devices=[4,2]<=[8]}}
 }}"
     ));
-    check(&m, "a", Some("{manual}"));
-    check(&m, "b", Some("{manual}"));
-    check(&m, "f", Some("{devices=[4,2]<=[8]}"));
+    check(&module, "a", Some("{manual}"));
+    check(&module, "b", Some("{manual}"));
+    check(&module, "f", Some("{devices=[4,2]<=[8]}"));
 }
 
 #[test]
 fn while_body_matches_the_loop() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}%body (t: (s32[], f32[16,8])) -> (s32[], f32[16,8]) {{
   %t = (s32[], f32[16,8]) parameter(0)
   %i = s32[] get-tuple-element(%t), index=0
@@ -261,15 +264,15 @@ ENTRY %e (x: f32[16,8]) -> f32[16,8] {{
 }}"
     ));
     let tuple = "{{replicated}, {devices=[8,1]<=[8]}}";
-    check(&m, "w", Some(tuple));
-    check(&m, "init", Some(tuple));
-    check(&m, "y", Some("{devices=[8,1]<=[8]}"));
-    check(&m, "lt", Some("{replicated}"));
+    check(&module, "w", Some(tuple));
+    check(&module, "init", Some(tuple));
+    check(&module, "y", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "lt", Some("{replicated}"));
 }
 
 #[test]
 fn while_root_gets_a_copy_so_the_loop_can_be_resharded() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}%body2 (t2: (s32[], f32[16,8])) -> (s32[], f32[16,8]) {{
   %t2 = (s32[], f32[16,8]) parameter(0)
   %i2 = s32[] get-tuple-element(%t2), index=0
@@ -295,16 +298,16 @@ ENTRY %e (x: f32[16,8]) -> (s32[], f32[16,8]) {{
     ));
     // The constraint in the body is the first copy; the root copy comes next
     // and keeps the output sharding, while the loop follows its body.
-    check(&m, "copy", Some("{devices=[1,8]<=[8]}"));
-    check(&m, "copy.1", Some("{{replicated}, {replicated}}"));
-    let e = m.entry_computation();
+    check(&module, "copy", Some("{devices=[1,8]<=[8]}"));
+    check(&module, "copy.1", Some("{{replicated}, {replicated}}"));
+    let e = module.entry_computation();
     assert_eq!(e.root_instr().name, "copy.1");
-    check(&m, "w", Some("{{replicated}, {replicated}}"));
+    check(&module, "w", Some("{{replicated}, {replicated}}"));
 }
 
 #[test]
 fn conditional_branches_follow_operands() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}%b0 (a: f32[8,4]) -> f32[8,4] {{
   %a = f32[8,4] parameter(0)
   ROOT %n = f32[8,4] negate(%a)
@@ -322,13 +325,13 @@ ENTRY %e (k: s32[], x: f32[8,4]) -> f32[8,4] {{
   ROOT %r = f32[8,4] copy(%c), sharding={{devices=[8,1]<=[8]}}
 }}"
     ));
-    check(&m, "c", Some("{devices=[8,1]<=[8]}"));
-    check(&m, "a", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "c", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "a", Some("{devices=[8,1]<=[8]}"));
 }
 
 #[test]
 fn gather_from_sharded_indices() {
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}ENTRY %e (t: f32[64,16], ids: s32[8,1]) -> f32[8,16] {{
   %t = f32[64,16] parameter(0), sharding={{replicated}}
   %ids = s32[8,1] parameter(1), sharding={{devices=[8,1]<=[8]}}
@@ -336,14 +339,14 @@ fn gather_from_sharded_indices() {
   ROOT %r = f32[8,16] copy(%g)
 }}"
     ));
-    check(&m, "g", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "g", Some("{devices=[8,1]<=[8]}"));
 }
 
 #[test]
 fn gather_with_iota_indices_is_parallel() {
     // take_along_axis: indices = concat(iota over dim 0, ids): the gather is
     // parallel along dim 0, so the operand's dim-0 tiling reaches the output.
-    let m = propagate(&format!(
+    let module = propagate(&format!(
         "{HEADER}ENTRY %e (x: f32[8,16], ids: s32[8,4,1]) -> f32[8,4] {{
   %x = f32[8,16] parameter(0), sharding={{devices=[8,1]<=[8]}}
   %ids = s32[8,4,1] parameter(1), sharding={{replicated}}
@@ -353,7 +356,7 @@ fn gather_with_iota_indices_is_parallel() {
   ROOT %r = f32[8,4] copy(%g)
 }}"
     ));
-    check(&m, "g", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "g", Some("{devices=[8,1]<=[8]}"));
 }
 
 #[test]
@@ -365,8 +368,8 @@ ENTRY %e (p: f32[8,4]) -> f32[8,4] {
   ROOT %n = f32[8,4] negate(%p)
 }",
     );
-    let m = propagate(&text);
-    check(&m, "n", Some("{devices=[8,1]<=[8]}"));
+    let module = propagate(&text);
+    check(&module, "n", Some("{devices=[8,1]<=[8]}"));
     // Without permission the root keeps no sharding.
     let mut m2 = xla_hlo_parser::parse_module(&text).unwrap();
     let mut pass = ShardingPropagation::new(ShardingPropagationOptions {
@@ -392,29 +395,29 @@ ENTRY %e (p: f32[8,4]) -> f32[] {{
   ROOT %r = f32[] reduce(%p, %z), dimensions={{0,1}}, to_apply=%add
 }}"
     );
-    let mut m = xla_hlo_parser::parse_module(&text).unwrap();
+    let mut module = xla_hlo_parser::parse_module(&text).unwrap();
     let report = Pipeline::new("t")
         .add(ShardingPropagation::default())
         .add(ShardingCompletion)
         .with_change_check(true)
-        .run(&mut m)
+        .run(&mut module)
         .unwrap();
     assert!(report.runs[1].changed);
-    check(&m, "z", Some("{replicated}"));
-    check(&m, "r", Some("{replicated}"));
-    check(&m, "p", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "z", Some("{replicated}"));
+    check(&module, "r", Some("{replicated}"));
+    check(&module, "p", Some("{devices=[8,1]<=[8]}"));
     // The reducer is not partitioned.
-    check(&m, "sum", None);
-    assert!(!ShardingCompletion.run(&mut m).unwrap());
+    check(&module, "sum", None);
+    assert!(!ShardingCompletion.run(&mut module).unwrap());
 }
 
 #[test]
 fn nothing_to_do_reports_unchanged() {
     let text = "HloModule m\n\nENTRY %e (p: f32[4]) -> f32[4] {\n  %p = f32[4] parameter(0)\n  ROOT %n = f32[4] negate(%p)\n}\n";
-    let mut m = xla_hlo_parser::parse_module(text).unwrap();
-    let before = m.clone();
-    assert!(!ShardingPropagation::default().run(&mut m).unwrap());
-    assert_eq!(m, before);
+    let mut module = xla_hlo_parser::parse_module(text).unwrap();
+    let before = module.clone();
+    assert!(!ShardingPropagation::default().run(&mut module).unwrap());
+    assert_eq!(module, before);
 }
 
 #[test]
@@ -422,7 +425,7 @@ fn malformed_sharding_is_an_error_not_a_panic() {
     // Device count does not match the tile dims: rejected by the pass
     // (the verifier is skipped here on purpose).
     let text = "HloModule m, num_partitions=8\n\nENTRY %e (p: f32[8]) -> f32[8] {\n  %p = f32[8] parameter(0), sharding={devices=[4]0,1,2}\n  ROOT %n = f32[8] negate(%p)\n}\n";
-    if let Ok(mut m) = xla_hlo_parser::parse_module(text) {
-        assert!(ShardingPropagation::default().run(&mut m).is_err());
+    if let Ok(mut module) = xla_hlo_parser::parse_module(text) {
+        assert!(ShardingPropagation::default().run(&mut module).is_err());
     }
 }
