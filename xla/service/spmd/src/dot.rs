@@ -18,13 +18,11 @@
 
 use crate::error::SpmdError;
 use crate::grid::{local_dims, Grid, GridCache};
-use crate::helpers::mask_padding;
+use crate::helpers::{mask_padding, HandlerResult};
 use crate::part::Part;
 use crate::value::{PValue, VS};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode};
-
-type Res = Result<Option<PValue>, SpmdError>;
 
 /// Emits the local op: `(part, lhs, lhs grid, rhs, rhs grid, result sharding)`.
 pub type EmitFn<'f> = dyn FnMut(
@@ -89,7 +87,7 @@ pub fn einsum(
     rhs: &PValue,
     out: &Grid,
     emit: &mut EmitFn<'_>,
-) -> Res {
+) -> HandlerResult {
     match einsum_plan(p, instr, e, lhs, rhs, out) {
         Some(choice) => einsum_emit(p, instr, e, lhs, rhs, choice, emit),
         None => Ok(None),
@@ -197,7 +195,7 @@ pub fn einsum_emit(
     rhs: &PValue,
     choice: Choice,
     emit: &mut EmitFn<'_>,
-) -> Res {
+) -> HandlerResult {
     let c = choice.i;
     let il = project(p.grids(), &c, &e.lhs);
     let ir = project(p.grids(), &c, &e.rhs);
@@ -243,7 +241,7 @@ pub fn einsum_emit(
 }
 
 /// `dot`.
-pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -309,7 +307,7 @@ pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
 /// `convolution`: batch, output feature and input feature dims as an
 /// einsum (grouped convolutions keep their grouped dims whole); sharded
 /// spatial dims via halo exchange.
-pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -485,7 +483,7 @@ fn kernel_window_sharded(
     lhs: &PValue,
     rhs: &PValue,
     out: &Grid,
-) -> Res {
+) -> HandlerResult {
     let u = |d: i64| d as usize;
     let ns = dn.input_spatial.len();
     if win.dims.iter().any(|w| w.lhs_dilation != 1 || w.reversal) {
@@ -637,7 +635,7 @@ fn grouped_on_features(
     lhs: &PValue,
     rhs: &PValue,
     fgc: i64,
-) -> Res {
+) -> HandlerResult {
     let u = |d: i64| d as usize;
     let of = u(dn.output_feature);
     let t = out.tiles(of);

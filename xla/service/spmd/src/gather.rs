@@ -16,13 +16,11 @@
 
 use crate::error::SpmdError;
 use crate::grid::{local_dims, tile_size, Grid, GridCache};
-use crate::helpers::{cheapest, to_ty};
+use crate::helpers::{cheapest, to_ty, HandlerResult};
 use crate::part::Part;
 use crate::value::{local_shape, PValue, VS};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, PrimitiveType, Shape};
-
-type Res = Result<Option<PValue>, SpmdError>;
 
 fn lift(grids: &GridCache, g: &Grid, map: &[Option<usize>], ni: usize) -> Grid {
     let m: Vec<Option<usize>> = (0..ni)
@@ -35,7 +33,7 @@ fn elems(d: &[i64]) -> u64 {
     d.iter().map(|&x| x.max(0) as u64).product()
 }
 
-pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -311,7 +309,7 @@ fn local_out(instr: &HloInstruction, vs: &VS) -> Shape {
 /// once the indices are shifted to the tile) and on window dims the updates
 /// cover whole: a local scatter, no communication. Indices are replicated,
 /// updates follow the operand on their window dims. Other cases fall back.
-pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -549,7 +547,7 @@ fn scatter_reduce(
     (op, ix, up): (&PValue, &PValue, &PValue),
     uwd: &[usize],
     best: u64,
-) -> Res {
+) -> HandlerResult {
     let Some(ty) = instr.shape.element_type() else {
         return Ok(None);
     };

@@ -1,8 +1,10 @@
-//! Per-opcode handlers: elementwise ops, broadcast, transpose, reshape,
-//! reduce, iota, constants, tuples, control flow (while, conditional,
-//! call), the sharding custom-calls and the generic fallback. Windowed and
-//! data-movement ops are in `window`, dot and convolution in `dot`, gather in
-//! `gather`.
+//! Handlers of the shape ops: elementwise ops, constants, iota, tuples,
+//! broadcast, transpose, reduce, the sharding custom-calls and the generic
+//! fallback. Reshape is in `reshape`, windowed ops in `window`, dynamic
+//! slices in `dynamic_slice`, sort/top-k/reverse in `reorder`, dot and
+//! convolution in `dot`, gather and scatter in `gather`, control flow with
+//! the driver (`partition::control_flow`); `partition::dispatch` sends each
+//! opcode to its handler.
 //!
 //! Each handler chooses the operand shardings to compute in among a few
 //! candidates (the output's, the operands' own, combinations) by the bytes
@@ -15,78 +17,23 @@
 //! cannot prove their preconditions use it.
 
 use crate::error::{unsupported, SpmdError};
-use crate::grid::{local_dims, tile_size, Grid, GridCache};
-use crate::helpers::{cheapest, grid_of, mask_padding};
+use crate::grid::{local_dims, tile_size, Grid};
+use crate::helpers::{cheapest, grid_of, mask_padding, HandlerResult};
 use crate::part::Part;
 use crate::shapes::with_dims;
 use crate::value::{local_shape, PValue, VS};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode, PrimitiveType, Shape};
 
-/// Dispatches `instr` to its handler.
-pub fn dispatch(
-    p: &mut Part<'_, '_>,
-    instr: &HloInstruction,
-    target: &VS,
-) -> Result<PValue, SpmdError> {
-    let op = instr.opcode;
-    let res = match op {
-        Opcode::Constant => {
-            p.note(instr, "constant");
-            let id = p.clone_instr(instr, vec![], instr.shape.clone());
-            return Ok(PValue {
-                id,
-                shape: Rc::new(instr.shape.clone()),
-                vs: VS::replicated_in(&instr.shape, p.n(), p.grids()),
-            });
-        }
-        Opcode::Iota => iota(p, instr, target),
-        Opcode::Tuple => tuple(p, instr, target),
-        Opcode::GetTupleElement => gte(p, instr),
-        Opcode::Broadcast => broadcast(p, instr, target),
-        Opcode::Transpose => transpose(p, instr, target),
-        Opcode::Reshape => reshape(p, instr, target),
-        Opcode::Reduce => reduce(p, instr, target),
-        Opcode::Dot => crate::dot::dot(p, instr, target),
-        Opcode::Convolution => crate::dot::convolution(p, instr, target),
-        Opcode::While => while_loop(p, instr, target),
-        Opcode::Conditional => conditional(p, instr, target),
-        Opcode::Call => call(p, instr, target),
-        Opcode::CustomCall => custom_call(p, instr, target),
-        Opcode::Slice => crate::window::slice(p, instr, target),
-        Opcode::Pad => crate::window::pad(p, instr, target),
-        Opcode::ReduceWindow => crate::window::reduce_window(p, instr, target),
-        Opcode::SelectAndScatter => crate::window::select_and_scatter(p, instr, target),
-        Opcode::Concatenate => crate::window::concatenate(p, instr, target),
-        Opcode::DynamicSlice => crate::window::dynamic_slice(p, instr, target),
-        Opcode::DynamicUpdateSlice => crate::window::dynamic_update_slice(p, instr, target),
-        Opcode::Sort => crate::window::sort(p, instr, target),
-        Opcode::TopK => crate::window::topk(p, instr, target),
-        Opcode::Reverse => crate::window::reverse(p, instr, target),
-        Opcode::Gather => crate::gather::gather(p, instr, target),
-        Opcode::Scatter => crate::gather::scatter(p, instr, target),
-        Opcode::OptimizationBarrier => pass_through(p, instr),
-        Opcode::BitcastConvert
-            if instr.shape.rank()
-                != instr
-                    .operands
-                    .first()
-                    .map(|&o| p.oc.instr(o).shape.rank())
-                    .unwrap_or(0) =>
-        {
-            Ok(None)
-        }
-        Opcode::Rng | Opcode::RngBitGenerator => Ok(None),
-        _ if op.is_elementwise() || op == Opcode::Map => elementwise(p, instr, target),
-        _ => Ok(None),
-    }?;
-    match res {
-        Some(v) => Ok(v),
-        None => {
-            p.note(instr, "fallback");
-            fallback(p, instr)
-        }
-    }
+/// A constant: kept whole (replicated) on every device.
+pub fn constant(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Result<PValue, SpmdError> {
+    p.note(instr, "constant");
+    let id = p.clone_instr(instr, vec![], instr.shape.clone());
+    Ok(PValue {
+        id,
+        shape: Rc::new(instr.shape.clone()),
+        vs: VS::replicated_in(&instr.shape, p.n(), p.grids()),
+    })
 }
 
 /// Replicates every operand and runs the op on the global shape.
@@ -104,9 +51,7 @@ pub fn fallback(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Result<PValue, 
     })
 }
 
-type Res = Result<Option<PValue>, SpmdError>;
-
-fn elementwise(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn elementwise(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = grid_of(target) else {
         return Ok(None);
     };
@@ -159,7 +104,7 @@ fn elementwise(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res
     Ok(Some(p.emit_local(instr, ops, &VS::Grid(c))?))
 }
 
-fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = grid_of(target) else {
         return Ok(None);
     };
@@ -195,7 +140,7 @@ fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     }))
 }
 
-fn tuple(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn tuple(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let mut ids = Vec::new();
     let mut vss = Vec::new();
     for k in 0..instr.operands.len() {
@@ -222,7 +167,7 @@ fn tuple(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     }))
 }
 
-fn gte(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Res {
+pub fn gte(p: &mut Part<'_, '_>, instr: &HloInstruction) -> HandlerResult {
     let v = p.operand(instr, 0)?;
     let k = instr.int_attr(AttrKey::Index).unwrap_or(0) as usize;
     let VS::Tuple(e) = &v.vs else {
@@ -249,7 +194,7 @@ fn gte(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Res {
     }))
 }
 
-fn pass_through(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Res {
+pub fn pass_through(p: &mut Part<'_, '_>, instr: &HloInstruction) -> HandlerResult {
     let v = p.operand(instr, 0)?;
     let shape = local_shape(&instr.shape, &v.vs);
     let id = p.clone_instr(instr, vec![v.id], shape);
@@ -261,7 +206,7 @@ fn pass_through(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Res {
     }))
 }
 
-fn broadcast(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn broadcast(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = grid_of(target) else {
         return Ok(None);
     };
@@ -297,7 +242,7 @@ fn broadcast(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     }))
 }
 
-fn transpose(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn transpose(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = grid_of(target) else {
         return Ok(None);
     };
@@ -328,280 +273,7 @@ fn transpose(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     Ok(Some(p.emit_local(instr, vec![x], &VS::Grid(rg))?))
 }
 
-fn even(dims: &[i64], g: &Grid) -> bool {
-    dims.iter()
-        .enumerate()
-        .all(|(a, &x)| g.tiles(a) == 1 || x % g.tiles(a) == 0)
-}
-
-/// The output grid a local reshape of input grid `g` produces, if exact.
-fn reshape_out(
-    grids: &GridCache,
-    in_dims: &[i64],
-    out_dims: &[i64],
-    g: &Grid,
-    n: i64,
-) -> Option<Grid> {
-    grids.reshape_grid(g, true, in_dims, out_dims, || {
-        reshape_out_uncached(in_dims, out_dims, g, n)
-    })
-}
-
-/// The operand grid whose local reshape gives `out`, if any.
-fn reshape_in(
-    grids: &GridCache,
-    in_dims: &[i64],
-    out_dims: &[i64],
-    out: &Grid,
-    n: i64,
-) -> Option<Grid> {
-    grids.reshape_grid(out, false, out_dims, in_dims, || {
-        let pg = match out.reshaped(out_dims, in_dims) {
-            Some(g) => g?,
-            None => {
-                let s =
-                    xla_hlo_utils::ops::reshape_sharding(out_dims, in_dims, &out.to_sharding())?;
-                Grid::from_sharding(&s, in_dims.len(), n).ok()?
-            }
-        };
-        (reshape_out(grids, in_dims, out_dims, &pg, n).as_ref() == Some(out)).then_some(pg)
-    })
-}
-
-/// The reshape's factor groups: the shortest runs of non-1 input dims and
-/// of non-1 output dims with equal products, in order. `None` for
-/// zero-sized dims.
-fn reshape_groups(in_dims: &[i64], out_dims: &[i64]) -> Option<Vec<(Vec<usize>, Vec<usize>)>> {
-    let ins: Vec<usize> = (0..in_dims.len()).filter(|&a| in_dims[a] != 1).collect();
-    let outs: Vec<usize> = (0..out_dims.len()).filter(|&b| out_dims[b] != 1).collect();
-    if in_dims.contains(&0) || out_dims.contains(&0) {
-        return None;
-    }
-    let (mut i, mut j) = (0, 0);
-    let mut groups = Vec::new();
-    while i < ins.len() && j < outs.len() {
-        let (gi, gj) = (i, j);
-        let (mut pi, mut po) = (in_dims[ins[i]], out_dims[outs[j]]);
-        i += 1;
-        j += 1;
-        while pi != po {
-            if pi < po {
-                pi *= *in_dims.get(*ins.get(i)?)?;
-                i += 1;
-            } else {
-                po *= *out_dims.get(*outs.get(j)?)?;
-                j += 1;
-            }
-        }
-        groups.push((ins[gi..i].to_vec(), outs[gj..j].to_vec()));
-    }
-    (i == ins.len() && j == outs.len()).then_some(groups)
-}
-
-/// For a reshape of unevenly tiled dims, the global dims with those dims
-/// (and the output dims they become) padded to whole tiles, when the local
-/// reshape of the padded shards is exact and puts padding only where the
-/// output's tiles have it. Per factor group, an uneven dim must be:
-/// - a dim of its own (the `keepdims` reshapes of softmax and layernorm,
-///   size-1 dims inserted or dropped): both sides padded alike;
-/// - split, `[s] -> [s / m, m...]`, the minor factor `m` dividing the tile;
-/// - the major dim of a merge with untiled minor dims of product `m`,
-///   `[s, m...] -> [s * m]`, where the merged dim's tile is the old tile
-///   times `m`.
-///
-/// With `retile`, a merge whose output tile differs is also accepted: its
-/// output dim is padded to the merged tile instead (`ts * m` per tile) and
-/// listed, for a window exchange to the real tiles after the reshape.
-fn padded_reshape_dims(
-    in_dims: &[i64],
-    out_dims: &[i64],
-    g: &Grid,
-    retile: Option<&mut Vec<usize>>,
-) -> Option<(Vec<i64>, Vec<i64>)> {
-    let mut retile = retile;
-    let uneven = |a: usize| g.tiles(a) > 1 && in_dims[a] % g.tiles(a) != 0;
-    if (0..in_dims.len()).any(|a| in_dims[a] == 1 && g.tiles(a) > 1) {
-        return None;
-    }
-    let (mut pin, mut pout) = (in_dims.to_vec(), out_dims.to_vec());
-    for (gin, gout) in reshape_groups(in_dims, out_dims)? {
-        if !gin.iter().any(|&a| uneven(a)) {
-            continue;
-        }
-        let (a, b) = (gin[0], gout[0]);
-        if gin[1..].iter().any(|&x| g.tiles(x) > 1) {
-            return None;
-        }
-        let t = g.tiles(a);
-        let ts = tile_size(in_dims[a], t);
-        let minor_in: i64 = gin[1..].iter().map(|&x| in_dims[x]).product();
-        let minor_out: i64 = gout[1..].iter().map(|&x| out_dims[x]).product();
-        let out_tile = match (gin.len(), gout.len()) {
-            (1, 1) => ts,
-            (1, _) if ts % minor_out == 0 => ts / minor_out,
-            (_, 1) if tile_size(out_dims[b], t) == ts * minor_in => ts * minor_in,
-            (_, 1) if retile.is_some() => {
-                retile.as_mut()?.push(b);
-                ts * minor_in
-            }
-            _ => return None,
-        };
-        pin[a] = ts * t;
-        pout[b] = out_tile * t;
-    }
-    Some((pin, pout))
-}
-
-fn reshape_out_uncached(in_dims: &[i64], out_dims: &[i64], g: &Grid, n: i64) -> Option<Grid> {
-    if !even(in_dims, g) {
-        let (pin, pout) = padded_reshape_dims(in_dims, out_dims, g, None)?;
-        return if even(&pin, g) {
-            reshape_out_uncached(&pin, &pout, g, n)
-        } else {
-            None
-        };
-    }
-    let q = match g.reshaped(in_dims, out_dims) {
-        Some(q) => q?,
-        None => {
-            let s = xla_hlo_utils::ops::reshape_sharding(in_dims, out_dims, &g.to_sharding())?;
-            Grid::from_sharding(&s, out_dims.len(), n).ok()?
-        }
-    };
-    if !even(out_dims, &q) {
-        return None;
-    }
-    // The tile counts must match the element counts of the local reshape.
-    let li: i64 = local_dims(in_dims, g).iter().product();
-    let lo: i64 = local_dims(out_dims, &q).iter().product();
-    (li == lo).then_some(q)
-}
-
-fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
-    let Some(out) = grid_of(target) else {
-        return Ok(None);
-    };
-    let v = p.operand(instr, 0)?;
-    let Some(vg) = v.vs.grid().cloned() else {
-        return Ok(None);
-    };
-    let n = p.n();
-    let in_dims = v.shape.dims().to_vec();
-    let out_dims = instr.shape.dims().to_vec();
-    let mut cands: Vec<((Grid, Grid), u64)> = Vec::new();
-    // (b) the operand resharded to what the output sharding needs.
-    if let Some(pg) = reshape_in(p.grids(), &in_dims, &out_dims, &out, n) {
-        let c = p.cost(&v, &pg);
-        cands.push(((pg, out.clone()), c));
-    }
-
-    // (a) the operand as it is.
-    if let Some(q) = reshape_out(p.grids(), &in_dims, &out_dims, &vg, n) {
-        let c = p.cost_of(&instr.shape, &q, &out);
-        cands.push(((vg.clone(), q), c));
-    }
-    // (d) a partial gather of one sharded dim (its smallest minor factor
-    // that makes the local reshape exact), then the output resharded.
-    // Only worth building when no exact candidate is already free.
-    let free = cands.iter().any(|c| c.1 == 0);
-    for a in vg.tiled_dims().into_iter().filter(|_| !free) {
-        let t = vg.tiles(a);
-        for f in (2..=t).filter(|f| t % f == 0) {
-            let Some(gg) = p.grids().gathered(&vg, &[(a, f)]) else {
-                continue;
-            };
-            if let Some(q) = reshape_out(p.grids(), &in_dims, &out_dims, &gg, n) {
-                let c = p.cost(&v, &gg) + p.cost_of(&instr.shape, &q, &out);
-                cands.push(((gg, q), c));
-                break;
-            }
-        }
-    }
-    // (c) replicated.
-    let rin = p.grids().replicated(in_dims.len(), n);
-    let rout = p.grids().replicated(out_dims.len(), n);
-    let c = p.cost(&v, &rin);
-    cands.push(((rin, rout), c));
-    let best = cands.iter().map(|c| c.1).min().unwrap_or(u64::MAX);
-    if best > 0 {
-        if let Some(r) = reshape_retiled(p, instr, &v, &vg, &out, best)? {
-            return Ok(Some(r));
-        }
-    }
-    let Some((pg, rg)) = cheapest(&cands) else {
-        return Ok(None);
-    };
-    let x = p.reshard_to_grid(&v, &pg)?;
-    let shape = local_shape(&instr.shape, &VS::Grid(rg.clone()));
-    let id = p.clone_instr(instr, vec![x], shape);
-    p.note(instr, "reshape");
-    Ok(Some(PValue {
-        id,
-        shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(rg),
-    }))
-}
-
-/// A reshape merging an unevenly tiled dim with whole minor dims whose
-/// merged tiles differ from the output's (`[6, 10]` over 4 -> `[60]`:
-/// local rows of 20 elements, output tiles of 15): the local reshape, then
-/// a window exchange from the merged tiles to the output's (a
-/// collective-permute of the misaligned part, as XLA does). Used when
-/// cheaper than `best`, the other candidates' cost.
-fn reshape_retiled(
-    p: &mut Part<'_, '_>,
-    instr: &HloInstruction,
-    v: &PValue,
-    vg: &Grid,
-    out: &Grid,
-    best: u64,
-) -> Res {
-    let in_dims = v.shape.dims().to_vec();
-    let out_dims = instr.shape.dims().to_vec();
-    let n = p.n();
-    let mut retile = Vec::new();
-    let Some((pin, pout)) = padded_reshape_dims(&in_dims, &out_dims, vg, Some(&mut retile)) else {
-        return Ok(None);
-    };
-    if retile.is_empty() || !even(&pin, vg) {
-        return Ok(None);
-    }
-    let Some(q) = reshape_out_uncached(&pin, &pout, vg, n) else {
-        return Ok(None);
-    };
-    // The exchange works on the output with the merged (virtual) sizes.
-    let windows: Vec<(usize, Vec<i64>, i64)> = retile
-        .iter()
-        .map(|&b| {
-            let t = q.tiles(b);
-            let so = tile_size(out_dims[b], t);
-            (b, (0..t).map(|i| i * so).collect(), so)
-        })
-        .collect();
-    let virt = with_dims(&instr.shape, &pout);
-    let mut cost = p.cost_of(&instr.shape, &q, out);
-    for (b, starts, len) in &windows {
-        cost += crate::exchange::exchange_cost(p, &q, &virt, *b, starts, *len);
-    }
-    if cost >= best {
-        return Ok(None);
-    }
-    let local = local_shape(&virt, &VS::Grid(q.clone()));
-    let mut x = p.clone_instr(instr, vec![v.id], local);
-    let mut dims_now = pout.clone();
-    for (b, starts, len) in &windows {
-        x = crate::exchange::exchange(p, x, &q, &dims_now, *b, starts, *len, None)?;
-        dims_now[*b] = len * q.tiles(*b);
-    }
-    p.note(instr, "reshape-retile");
-    Ok(Some(PValue {
-        id: x,
-        shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(q),
-    }))
-}
-
-fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let k = instr.operands.len() / 2;
     if k == 0 {
         return Ok(None);
@@ -814,111 +486,7 @@ fn reduce_scatter_choice(
     best
 }
 
-fn while_loop(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
-    let (Some(body), Some(cond)) = (
-        instr.computation_attr(AttrKey::Body),
-        instr.computation_attr(AttrKey::Condition),
-    ) else {
-        return Ok(None);
-    };
-    let init = p.operand(instr, 0)?;
-    let init = p.reshard(&init, target)?;
-    let (nb, _) = p.partition_sub(body, std::slice::from_ref(target), Some(target))?;
-    let (nc, _) = p.partition_sub(cond, std::slice::from_ref(target), None)?;
-    let shape = local_shape(&instr.shape, target);
-    let id = p.clone_instr(instr, vec![init.id], shape);
-    let w = p.b.comp.instr_mut(id);
-    w.set_attr(AttrKey::Body, AttrValue::Computation(nb));
-    w.set_attr(AttrKey::Condition, AttrValue::Computation(nc));
-    p.note(instr, "while");
-    Ok(Some(PValue {
-        id,
-        shape: Rc::new(instr.shape.clone()),
-        vs: target.clone(),
-    }))
-}
-
-fn conditional(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
-    let branches: Vec<(AttrKey, Option<usize>, xla_hlo_ir::CompId)> =
-        if let Some(AttrValue::Computations(cs)) = instr.attr(AttrKey::BranchComputations) {
-            cs.iter()
-                .enumerate()
-                .map(|(i, &c)| (AttrKey::BranchComputations, Some(i), c))
-                .collect()
-        } else {
-            match (
-                instr.computation_attr(AttrKey::TrueComputation),
-                instr.computation_attr(AttrKey::FalseComputation),
-            ) {
-                (Some(t), Some(f)) => vec![
-                    (AttrKey::TrueComputation, None, t),
-                    (AttrKey::FalseComputation, None, f),
-                ],
-                _ => return Ok(None),
-            }
-        };
-    let sel = p.operand(instr, 0)?;
-    let sel = p.replicate(&sel)?;
-    let mut ops = vec![sel.id];
-    let mut new_branches = Vec::new();
-    for (i, (_, _, c)) in branches.iter().enumerate() {
-        let v = p.operand(instr, i + 1)?;
-        ops.push(v.id);
-        let (nc, _) = p.partition_sub(*c, std::slice::from_ref(&v.vs), Some(target))?;
-        new_branches.push(nc);
-    }
-    let shape = local_shape(&instr.shape, target);
-    let id = p.clone_instr(instr, ops, shape);
-    let ci = p.b.comp.instr_mut(id);
-    if branches[0].0 == AttrKey::BranchComputations {
-        ci.set_attr(
-            AttrKey::BranchComputations,
-            AttrValue::Computations(new_branches),
-        );
-    } else {
-        ci.set_attr(
-            AttrKey::TrueComputation,
-            AttrValue::Computation(new_branches[0]),
-        );
-        ci.set_attr(
-            AttrKey::FalseComputation,
-            AttrValue::Computation(new_branches[1]),
-        );
-    }
-    p.note(instr, "conditional");
-    Ok(Some(PValue {
-        id,
-        shape: Rc::new(instr.shape.clone()),
-        vs: target.clone(),
-    }))
-}
-
-fn call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
-    let Some(callee) = instr.to_apply() else {
-        return Ok(None);
-    };
-    let mut ops = Vec::new();
-    let mut params = Vec::new();
-    for k in 0..instr.operands.len() {
-        let v = p.operand(instr, k)?;
-        ops.push(v.id);
-        params.push(v.vs);
-    }
-    let (nc, _) = p.partition_sub(callee, &params, Some(target))?;
-    let shape = local_shape(&instr.shape, target);
-    let id = p.clone_instr(instr, ops, shape);
-    p.b.comp
-        .instr_mut(id)
-        .set_attr(AttrKey::ToApply, AttrValue::Computation(nc));
-    p.note(instr, "call");
-    Ok(Some(PValue {
-        id,
-        shape: Rc::new(instr.shape.clone()),
-        vs: target.clone(),
-    }))
-}
-
-fn custom_call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn custom_call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let tgt = instr.ident_attr(AttrKey::CustomCallTarget).unwrap_or("");
     match tgt {
         "Sharding" => {

@@ -6,10 +6,14 @@
 //! given and leaves a value with the local shape of its layout.
 
 use crate::error::SpmdError;
-use crate::grid::{tile_size, Grid};
+use crate::grid::{tile_size, Grid, GridCache};
 use crate::part::Part;
-use crate::value::VS;
+use crate::value::{PValue, VS};
 use xla_hlo_ir::{InstrId, Opcode, PrimitiveType, Shape};
+
+/// What a handler returns: the value it computed (in the layout it chose),
+/// or `None` when it declines and the generic fallback runs instead.
+pub type HandlerResult = Result<Option<PValue>, SpmdError>;
 
 /// Picks the candidate with the lowest cost (first wins ties).
 pub fn cheapest<T: Clone>(cands: &[(T, u64)]) -> Option<T> {
@@ -79,4 +83,31 @@ pub fn to_ty(
         vec![s],
         vec![],
     ))
+}
+
+/// Grids where dim `a` is whole: `out` with `a` replicated, or with its
+/// tiling moved onto another dim `e` (as a new minor factor) when every
+/// array of `shapes` divides evenly there.
+pub fn unsharded_candidates(
+    grids: &GridCache,
+    out: &Grid,
+    a: usize,
+    shapes: &[&[i64]],
+) -> Vec<Grid> {
+    let mut c = vec![grids.replicate_dims(out, &[a])];
+    let t = out.tiles(a);
+    if t > 1 {
+        for e in 0..out.rank() {
+            if e == a {
+                continue;
+            }
+            let te = out.tiles(e) * t;
+            if shapes.iter().all(|s| s[e] % te == 0) && shapes.iter().all(|s| s[a] % t == 0) {
+                if let Some(g) = grids.all_to_all(out, a, e, t) {
+                    c.push(g);
+                }
+            }
+        }
+    }
+    c
 }

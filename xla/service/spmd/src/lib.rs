@@ -31,6 +31,7 @@
 pub mod builder;
 pub mod context;
 pub mod dot;
+pub mod dynamic_slice;
 pub mod error;
 pub mod exchange;
 pub mod exec;
@@ -42,6 +43,8 @@ pub mod memo;
 pub mod part;
 pub mod partition;
 pub mod plan;
+pub mod reorder;
+pub mod reshape;
 pub mod reshard;
 pub mod shapes;
 pub mod value;

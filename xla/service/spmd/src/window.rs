@@ -1,11 +1,7 @@
-//! Windowed and data-movement ops: slice, pad, reduce-window, concatenate,
-//! dynamic-slice, dynamic-update-slice, sort and reverse, built on one
-//! primitive, [`exchange`]: give every device the input window its output
-//! tile needs along one sharded dim, by halo exchange with its neighbours
-//! (collective-permutes of the few rows that cross a tile boundary) when the
-//! halos fit in a neighbour's tile, else by gathering that dim; then a
-//! per-device slice of the window, with out-of-range positions set to a pad
-//! value when the op needs one.
+//! Windowed ops: slice, pad, reduce-window, select-and-scatter and
+//! concatenate (with rotations, `jnp.roll`), built on the window
+//! [`exchange`]: every device gets the input window its output tile needs
+//! along each sharded dim, then computes its tile locally.
 //!
 //! Invariants: the operand is first resharded to the output's tiling, so
 //! the device holding output tile `i` holds input tile `i`; windows are
@@ -14,15 +10,13 @@
 
 use crate::error::SpmdError;
 use crate::exchange::{exchange, exchange_cost, tile_pairs};
-use crate::grid::{tile_size, Grid, GridCache};
-use crate::helpers::cheapest;
+use crate::grid::{tile_size, Grid};
+use crate::helpers::{cheapest, unsharded_candidates, HandlerResult};
 use crate::part::Part;
 use crate::value::{local_shape, PValue, VS};
 use std::rc::Rc;
 use xla_hlo_ir::attrs::PaddingDim;
-use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, Shape};
-
-type Res = Result<Option<PValue>, SpmdError>;
+use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode};
 
 /// The window each output tile of dim `a` reads when the dim has `t` tiles:
 /// per-tile starts and the uniform length (`None`: not expressible).
@@ -79,7 +73,7 @@ fn ceil_div(a: i64, b: i64) -> i64 {
     -((-a).div_euclid(b))
 }
 
-pub fn slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -141,7 +135,7 @@ fn interior_plan(d: &PaddingDim, so: i64, t: i64) -> Option<(Vec<i64>, i64, i64)
     Some((j0, phase, (so - phase + r - 1) / r))
 }
 
-pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -253,7 +247,7 @@ pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
     }))
 }
 
-pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -317,7 +311,11 @@ pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
 /// the dims that fail that replicated, whichever costs least to reach.
 /// Overlapping windows across tiles (XLA's halo exchange with scattered
 /// contributions sent back) are not handled: those fall back.
-pub fn select_and_scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn select_and_scatter(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &VS,
+) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -378,29 +376,7 @@ pub fn select_and_scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: 
     }))
 }
 
-/// Grids where dim `a` is whole: `out` with `a` replicated, or with its
-/// tiling moved onto another dim `e` (as a new minor factor) when every
-/// array of `shapes` divides evenly there.
-fn unsharded_candidates(grids: &GridCache, out: &Grid, a: usize, shapes: &[&[i64]]) -> Vec<Grid> {
-    let mut c = vec![grids.replicate_dims(out, &[a])];
-    let t = out.tiles(a);
-    if t > 1 {
-        for e in 0..out.rank() {
-            if e == a {
-                continue;
-            }
-            let te = out.tiles(e) * t;
-            if shapes.iter().all(|s| s[e] % te == 0) && shapes.iter().all(|s| s[a] % t == 0) {
-                if let Some(g) = grids.all_to_all(out, a, e, t) {
-                    c.push(g);
-                }
-            }
-        }
-    }
-    c
-}
-
-pub fn concatenate(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
+pub fn concatenate(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -483,7 +459,7 @@ fn rotate(
     a: usize,
     out: &Grid,
     vals: &[PValue],
-) -> Res {
+) -> HandlerResult {
     let t = out.tiles(a);
     let Some((xid, k)) = rotation(p, instr, a) else {
         return Ok(None);
@@ -557,7 +533,7 @@ fn rotate_uneven(
     vals: &[PValue],
     x: &PValue,
     k: i64,
-) -> Res {
+) -> HandlerResult {
     let t = out.tiles(a);
     let dims = x.shape.dims().to_vec();
     let n = dims[a];
@@ -588,357 +564,4 @@ fn rotate_uneven(
         shape: Rc::new(instr.shape.clone()),
         vs: VS::Grid(out.clone()),
     }))
-}
-
-/// Dims a dynamic slice/update actually cuts (size below the dim).
-fn cut_dims(full: &[i64], sizes: &[i64]) -> Vec<usize> {
-    (0..full.len()).filter(|&a| sizes[a] < full[a]).collect()
-}
-
-pub fn dynamic_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
-    let Some(out) = target.grid().cloned() else {
-        return Ok(None);
-    };
-    let v = p.operand(instr, 0)?;
-    let Some(vg) = v.vs.grid().cloned() else {
-        return Ok(None);
-    };
-    let dims = v.shape.dims().to_vec();
-    let sizes = instr.shape.dims().to_vec();
-    if sizes.len() != dims.len() || out.rank() != dims.len() || vg.rank() != dims.len() {
-        return Ok(None);
-    }
-    let cut = cut_dims(&dims, &sizes);
-    let cands = [
-        p.grids().replicate_dims(&out, &cut),
-        p.grids().replicate_dims(&vg, &cut),
-    ];
-    let costed: Vec<(Grid, u64)> = cands
-        .iter()
-        .map(|c| (c.clone(), p.cost(&v, c) + p.cost_of(&instr.shape, c, &out)))
-        .collect();
-    let Some(c) = cheapest(&costed) else {
-        return Ok(None);
-    };
-    let x = p.reshard_to_grid(&v, &c)?;
-    let mut ops = vec![x];
-    for a in 0..dims.len() {
-        let iv = p.operand(instr, 1 + a)?;
-        let iv = p.replicate(&iv)?.id;
-        if cut.contains(&a) {
-            ops.push(iv);
-        } else {
-            let ty = p.b.ty(iv)?;
-            ops.push(p.b.scalar(ty, 0));
-        }
-    }
-    let vs = VS::Grid(c);
-    let want = local_shape(&instr.shape, &vs);
-    let id = p.clone_instr(instr, ops, want.clone());
-    p.b.comp.instr_mut(id).set_attr(
-        AttrKey::DynamicSliceSizes,
-        AttrValue::Ints(want.dims().to_vec()),
-    );
-    p.note(instr, "dynamic-slice");
-    Ok(Some(PValue {
-        id,
-        shape: Rc::new(instr.shape.clone()),
-        vs,
-    }))
-}
-
-pub fn dynamic_update_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
-    let Some(out) = target.grid().cloned() else {
-        return Ok(None);
-    };
-    let v = p.operand(instr, 0)?;
-    let u = p.operand(instr, 1)?;
-    let Some(vg) = v.vs.grid().cloned() else {
-        return Ok(None);
-    };
-    let dims = v.shape.dims().to_vec();
-    let usz = u.shape.dims().to_vec();
-    if usz.len() != dims.len() || out.rank() != dims.len() || vg.rank() != dims.len() {
-        return Ok(None);
-    }
-    let cut = cut_dims(&dims, &usz);
-    let cands = [
-        p.grids().replicate_dims(&out, &cut),
-        p.grids().replicate_dims(&vg, &cut),
-    ];
-    let costed: Vec<(Grid, u64)> = cands
-        .iter()
-        .map(|c| {
-            (
-                c.clone(),
-                p.cost(&v, c) + p.cost(&u, c) + p.cost_of(&instr.shape, c, &out),
-            )
-        })
-        .collect();
-    let Some(c) = cheapest(&costed) else {
-        return Ok(None);
-    };
-    let best = costed.iter().map(|c| c.1).min().unwrap_or(u64::MAX);
-    if let Some(r) = dynamic_update_row(p, instr, &out, &v, &u, &cut, best)? {
-        return Ok(Some(r));
-    }
-    let x = p.reshard_to_grid(&v, &c)?;
-    let y = p.reshard_to_grid(&u, &c)?;
-    let mut ops = vec![x, y];
-    for a in 0..dims.len() {
-        let iv = p.operand(instr, 2 + a)?;
-        let iv = p.replicate(&iv)?.id;
-        if cut.contains(&a) {
-            ops.push(iv);
-        } else {
-            let ty = p.b.ty(iv)?;
-            ops.push(p.b.scalar(ty, 0));
-        }
-    }
-    p.note(instr, "dynamic-update-slice");
-    Ok(Some(p.emit_local(instr, ops, &VS::Grid(c))?))
-}
-
-/// A dynamic-update-slice writing one row (update size 1) into dims that
-/// stay tiled (a KV cache with its time dim sharded, written at a runtime
-/// position): each device updates its own tile at the position less its
-/// tile's offset, and keeps the result only when the row falls in its
-/// tile (as XLA does); no data moves. Other cut dims are whole. Used when
-/// cheaper than `best`.
-fn dynamic_update_row(
-    p: &mut Part<'_, '_>,
-    instr: &HloInstruction,
-    out: &Grid,
-    v: &PValue,
-    u: &PValue,
-    cut: &[usize],
-    best: u64,
-) -> Res {
-    let dims = v.shape.dims().to_vec();
-    let usz = u.shape.dims().to_vec();
-    let rows: Vec<usize> = cut
-        .iter()
-        .copied()
-        .filter(|&a| usz[a] == 1 && out.tiles(a) > 1)
-        .collect();
-    if rows.is_empty() {
-        return Ok(None);
-    }
-    let whole: Vec<usize> = cut.iter().copied().filter(|a| !rows.contains(a)).collect();
-    let c = p.grids().replicate_dims(out, &whole);
-    let cu = p.grids().replicate_dims(&c, &rows);
-    let cost = p.cost(v, &c) + p.cost(u, &cu) + p.cost_of(&instr.shape, &c, out);
-    if cost >= best {
-        return Ok(None);
-    }
-    let x = p.reshard_to_grid(v, &c)?;
-    let y = p.reshard_to_grid(u, &cu)?;
-    let mut ops = vec![x, y];
-    let mut inside: Option<InstrId> = None;
-    for a in 0..dims.len() {
-        let iv = p.operand(instr, 2 + a)?;
-        let iv = p.replicate(&iv)?.id;
-        let ty = p.b.ty(iv)?;
-        if rows.contains(&a) {
-            // The clamped global row, then relative to this tile.
-            let lo = p.b.scalar(ty, 0);
-            let hi = p.b.scalar(ty, dims[a] - 1);
-            let row = p.b.binary(Opcode::Maximum, iv, lo);
-            let row = p.b.binary(Opcode::Minimum, row, hi);
-            let ts = tile_size(dims[a], c.tiles(a));
-            let off = crate::helpers::to_ty(p, &p.grids().offsets(&c, a, ts), ty)?;
-            let local = p.b.binary(Opcode::Subtract, row, off);
-            let zero = p.b.scalar(ty, 0);
-            let size = p.b.scalar(ty, ts);
-            let ge = p.b.compare(local, zero, "GE");
-            let lt = p.b.compare(local, size, "LT");
-            let here = p.b.binary(Opcode::And, ge, lt);
-            inside = Some(match inside {
-                Some(prev) => p.b.binary(Opcode::And, prev, here),
-                None => here,
-            });
-            ops.push(local);
-        } else if cut.contains(&a) {
-            ops.push(iv);
-        } else {
-            ops.push(p.b.scalar(ty, 0));
-        }
-    }
-    let r = p.emit_local(instr, ops, &VS::Grid(c))?;
-    let Some(inside) = inside else {
-        return Ok(None);
-    };
-    let ld = p.b.dims(r.id);
-    let mask = p.b.splat(inside, &ld);
-    let id = p.b.select(mask, r.id, x);
-    p.note(instr, "dynamic-update-slice:row");
-    Ok(Some(PValue { id, ..r }))
-}
-
-pub fn sort(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
-    let out = match target {
-        VS::Grid(g) => g.clone(),
-        VS::Tuple(e) => match e.first().and_then(|x| x.grid()) {
-            Some(g) => g.clone(),
-            None => return Ok(None),
-        },
-        _ => return Ok(None),
-    };
-    let a = instr.dimensions().first().copied().unwrap_or(0) as usize;
-    let mut vals = Vec::new();
-    for k in 0..instr.operands.len() {
-        vals.push(p.operand(instr, k)?);
-    }
-    if vals.is_empty() || a >= out.rank() || vals.iter().any(|v| v.shape.rank() != out.rank()) {
-        return Ok(None);
-    }
-    let leaf_shape = vals[0].shape.clone();
-    let mut cands = unsharded_candidates(p.grids(), &out, a, &[leaf_shape.dims()]);
-    if let Some(g) = vals[0].vs.grid() {
-        cands.push(p.grids().replicate_dims(g, &[a]));
-    }
-    let k = vals.len() as u64;
-    let costed: Vec<(Grid, u64)> = cands
-        .into_iter()
-        .map(|c| {
-            let mut cost = p.cost_of(&leaf_shape, &c, &out) * k;
-            for v in &vals {
-                cost += p.cost(v, &c);
-            }
-            (c, cost)
-        })
-        .collect();
-    let Some(c) = cheapest(&costed) else {
-        return Ok(None);
-    };
-    let mut ops = Vec::new();
-    for v in &vals {
-        ops.push(p.reshard_to_grid(v, &c)?);
-    }
-    let vs = if instr.shape.is_tuple() {
-        VS::Tuple(vec![VS::Grid(c); vals.len()])
-    } else {
-        VS::Grid(c)
-    };
-    p.note(instr, "sort");
-    Ok(Some(p.emit_local(instr, ops, &vs)?))
-}
-
-/// `topk` (always over the last dim): computed where the last dim is whole
-/// on every device, in the cheapest of the output's sharding and the
-/// operand's, each with the last dim's sharding dropped or moved to another
-/// dim by an all-to-all; values and indices come out in that sharding.
-pub fn topk(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
-    let out = match target {
-        VS::Tuple(e) => match e.first().and_then(|x| x.grid()) {
-            Some(g) => g.clone(),
-            None => return Ok(None),
-        },
-        _ => return Ok(None),
-    };
-    let v = p.operand(instr, 0)?;
-    let dims = v.shape.dims().to_vec();
-    let rank = dims.len();
-    let Shape::Tuple(leaves) = &instr.shape else {
-        return Ok(None);
-    };
-    if rank == 0 || out.rank() != rank || leaves.len() != 2 {
-        return Ok(None);
-    }
-    let a = rank - 1;
-    let mut cands = unsharded_candidates(p.grids(), &out, a, &[&dims]);
-    if let Some(g) = v.vs.grid() {
-        if g.rank() == rank {
-            cands.extend(unsharded_candidates(p.grids(), g, a, &[&dims]));
-        }
-    }
-    let costed: Vec<(Grid, u64)> = cands
-        .into_iter()
-        .map(|c| {
-            let mut cost = p.cost(&v, &c);
-            for leaf in leaves {
-                cost += p.cost_of(leaf, &c, &out);
-            }
-            (c, cost)
-        })
-        .collect();
-    let Some(c) = cheapest(&costed) else {
-        return Ok(None);
-    };
-    let x = p.reshard_to_grid(&v, &c)?;
-    p.note(instr, "topk");
-    let vs = VS::Tuple(vec![VS::Grid(c.clone()), VS::Grid(c)]);
-    Ok(Some(p.emit_local(instr, vec![x], &vs)?))
-}
-
-pub fn reverse(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Res {
-    let Some(out) = target.grid().cloned() else {
-        return Ok(None);
-    };
-    let v = p.operand(instr, 0)?;
-    let dims = v.shape.dims().to_vec();
-    let rev: Vec<usize> = instr.dimensions().iter().map(|&d| d as usize).collect();
-    if rev.iter().any(|&a| a >= dims.len()) {
-        return Ok(None);
-    }
-    // Reversed dims flip their tile order: each device reverses the tile
-    // mirrored to it. On an uneven dim (padding `pad` at the end) that
-    // leaves every local tile `pad` rows early: a window exchange shifts
-    // it back (as XLA does). The alternative gathers the uneven dims.
-    let uneven: Vec<usize> = rev
-        .iter()
-        .copied()
-        .filter(|&a| out.tiles(a) > 1 && dims[a] % out.tiles(a) != 0)
-        .collect();
-    let flip = |g: &Grid| {
-        Grid::from_coords(
-            &(0..g.rank()).map(|a| g.tiles(a)).collect::<Vec<_>>(),
-            g.num_devices(),
-            |d, out| {
-                for (a, x) in out.iter_mut().enumerate() {
-                    let c = g.coord(d, a);
-                    *x = if rev.contains(&a) {
-                        g.tiles(a) - 1 - c
-                    } else {
-                        c
-                    };
-                }
-            },
-        )
-    };
-    // Per uneven dim: (dim, starts, tile size) of the shift, and the dims
-    // of the shifted (virtual) array the local tiles are even tiles of.
-    let mut virt = dims.clone();
-    let shifts: Vec<(usize, Vec<i64>, i64)> = uneven
-        .iter()
-        .map(|&a| {
-            let t = out.tiles(a);
-            let ts = tile_size(dims[a], t);
-            let pad = ts * t - dims[a];
-            virt[a] = ts * t;
-            (a, (0..t).map(|i| i * ts + pad).collect(), ts)
-        })
-        .collect();
-    let gathered = p.grids().replicate_dims(&out, &uneven);
-    let (Some(src), Some(src_gathered)) = (flip(&out), flip(&gathered)) else {
-        return Ok(None);
-    };
-    let mut shifted_cost = p.cost(&v, &src);
-    let virt_shape = crate::shapes::with_dims(&instr.shape, &virt);
-    for (a, starts, len) in &shifts {
-        shifted_cost += exchange_cost(p, &out, &virt_shape, *a, starts, *len);
-    }
-    let gathered_cost = p.cost(&v, &src_gathered) + p.cost_of(&instr.shape, &gathered, &out);
-    p.note(instr, "reverse");
-    if shifts.is_empty() || gathered_cost <= shifted_cost {
-        let x = p.reshard_to_grid(&v, &src_gathered)?;
-        return Ok(Some(p.emit_local(instr, vec![x], &VS::Grid(gathered))?));
-    }
-    let x = p.reshard_to_grid(&v, &src)?;
-    let r = p.emit_local(instr, vec![x], &VS::Grid(out.clone()))?;
-    let mut y = r.id;
-    for (a, starts, len) in &shifts {
-        y = exchange(p, y, &out, &virt, *a, starts, *len, None)?;
-    }
-    Ok(Some(PValue { id: y, ..r }))
 }

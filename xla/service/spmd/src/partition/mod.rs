@@ -14,6 +14,9 @@
 //! replicated, op run on the global shape, result sliced) is correct for
 //! every opcode without side effects, so handlers may decline by falling back.
 
+mod control_flow;
+mod dispatch;
+
 use crate::builder::Builder;
 use crate::context::ModCtx;
 use crate::error::SpmdError;
@@ -180,7 +183,7 @@ impl<'a, 'c> Part<'a, 'c> {
             self.note(instr, "manual");
             return self.manual(instr, target);
         }
-        let v = crate::handlers::dispatch(self, instr, &target)?;
+        let v = dispatch::dispatch(self, instr, &target)?;
         // Every handler's result ends in the instruction's own sharding.
         self.reshard(&v, &target)
     }
