@@ -2,9 +2,10 @@
 //! declines (returns `None`) and every opcode without one fall back to the
 //! generic fallback (operands replicated, the op run on the global shape).
 //!
-//! Invariant: the value returned is the handler's (in the layout it chose)
-//! or the fallback's (replicated); the driver reshards it to the
-//! instruction's own sharding.
+//! Invariants: the match lists every opcode (a new opcode does not compile
+//! until it is given a handler or a reason to fall back); the value
+//! returned is the handler's (in the layout it chose) or the fallback's
+//! (replicated); the driver reshards it to the instruction's own sharding.
 
 use super::control_flow;
 use crate::error::SpmdError;
@@ -19,8 +20,7 @@ pub fn dispatch(
     instr: &HloInstruction,
     target: &VS,
 ) -> Result<PValue, SpmdError> {
-    let op = instr.opcode;
-    let res = match op {
+    let res = match instr.opcode {
         Opcode::Constant => return handlers::constant(p, instr),
         Opcode::Iota => handlers::iota(p, instr, target),
         Opcode::Tuple => handlers::tuple(p, instr, target),
@@ -48,19 +48,142 @@ pub fn dispatch(
         Opcode::Gather => gather::gather(p, instr, target),
         Opcode::Scatter => gather::scatter(p, instr, target),
         Opcode::OptimizationBarrier => handlers::pass_through(p, instr),
-        Opcode::BitcastConvert
-            if instr.shape.rank()
-                != instr
-                    .operands
-                    .first()
-                    .map(|&o| p.oc.instr(o).shape.rank())
-                    .unwrap_or(0) =>
-        {
-            Ok(None)
+        // Elementwise ops, and map (elementwise over its operands).
+        Opcode::Abs
+        | Opcode::Acos
+        | Opcode::Acosh
+        | Opcode::Add
+        | Opcode::And
+        | Opcode::Asin
+        | Opcode::Asinh
+        | Opcode::Atan
+        | Opcode::Atan2
+        | Opcode::Atanh
+        | Opcode::Cbrt
+        | Opcode::Ceil
+        | Opcode::Clamp
+        | Opcode::Compare
+        | Opcode::Complex
+        | Opcode::Convert
+        | Opcode::Copy
+        | Opcode::Cos
+        | Opcode::Cosh
+        | Opcode::Clz
+        | Opcode::Divide
+        | Opcode::Erf
+        | Opcode::Exp
+        | Opcode::Expm1
+        | Opcode::Floor
+        | Opcode::Imag
+        | Opcode::IsFinite
+        | Opcode::Log
+        | Opcode::Log1p
+        | Opcode::Logistic
+        | Opcode::Maximum
+        | Opcode::Minimum
+        | Opcode::Mulhi
+        | Opcode::Multiply
+        | Opcode::Negate
+        | Opcode::Not
+        | Opcode::Or
+        | Opcode::PopulationCount
+        | Opcode::Power
+        | Opcode::Real
+        | Opcode::ReducePrecision
+        | Opcode::Remainder
+        | Opcode::RoundNearestAfz
+        | Opcode::RoundNearestEven
+        | Opcode::Rsqrt
+        | Opcode::Select
+        | Opcode::ShiftLeft
+        | Opcode::ShiftRightArithmetic
+        | Opcode::ShiftRightLogical
+        | Opcode::Sign
+        | Opcode::Sin
+        | Opcode::Sinh
+        | Opcode::Sqrt
+        | Opcode::StochasticConvert
+        | Opcode::Subtract
+        | Opcode::Tan
+        | Opcode::Tanh
+        | Opcode::Xor
+        | Opcode::Map => handlers::elementwise(p, instr, target),
+        // A bitcast-convert between element types of different widths
+        // changes the rank: not elementwise over the dims, computed whole.
+        Opcode::BitcastConvert => {
+            let operand_rank = instr
+                .operands
+                .first()
+                .map(|&o| p.oc.instr(o).shape.rank())
+                .unwrap_or(0);
+            if instr.shape.rank() != operand_rank {
+                Ok(None)
+            } else {
+                handlers::elementwise(p, instr, target)
+            }
         }
-        Opcode::Rng | Opcode::RngBitGenerator => Ok(None),
-        _ if op.is_elementwise() || op == Opcode::Map => handlers::elementwise(p, instr, target),
-        _ => Ok(None),
+        // Every other opcode falls back (operands replicated, the op run on
+        // the global shape).
+        //
+        // Random numbers are generated whole, so every device sees the
+        // values of the unpartitioned program.
+        Opcode::Rng | Opcode::RngBitGenerator | Opcode::RngGetAndUpdateState => Ok(None),
+        // Side effects, tokens and host transfers run as in the
+        // unpartitioned program, on replicated operands.
+        Opcode::AddDependency
+        | Opcode::AfterAll
+        | Opcode::Infeed
+        | Opcode::Outfeed
+        | Opcode::Recv
+        | Opcode::RecvDone
+        | Opcode::Send
+        | Opcode::SendDone => Ok(None),
+        // Collectives, async wrappers and device ids already in the input
+        // act on replicated operands, as in the unpartitioned program.
+        Opcode::AllGather
+        | Opcode::AllGatherDone
+        | Opcode::AllGatherStart
+        | Opcode::AllReduce
+        | Opcode::AllReduceDone
+        | Opcode::AllReduceStart
+        | Opcode::AllToAll
+        | Opcode::CollectiveBroadcast
+        | Opcode::CollectivePermute
+        | Opcode::CollectivePermuteDone
+        | Opcode::CollectivePermuteStart
+        | Opcode::CollectiveReduce
+        | Opcode::RaggedAllToAll
+        | Opcode::ReduceScatter
+        | Opcode::AsyncDone
+        | Opcode::AsyncStart
+        | Opcode::AsyncUpdate
+        | Opcode::CopyDone
+        | Opcode::CopyStart
+        | Opcode::PartitionId
+        | Opcode::ReplicaId => Ok(None),
+        // Ops without a partitioned form here are computed whole: linear
+        // algebra beyond dot and convolution, scans and fusions.
+        Opcode::BatchNormGrad
+        | Opcode::BatchNormInference
+        | Opcode::BatchNormTraining
+        | Opcode::Cholesky
+        | Opcode::Fft
+        | Opcode::RaggedDot
+        | Opcode::ScaledDot
+        | Opcode::TriangularSolve
+        | Opcode::Scan
+        | Opcode::Fusion => Ok(None),
+        // Bitcasts, domains, shuffles and dynamic shapes: their local form
+        // is not the global op applied to a tile.
+        Opcode::Bitcast
+        | Opcode::Domain
+        | Opcode::DynamicReshape
+        | Opcode::GetDimensionSize
+        | Opcode::SetDimensionSize
+        | Opcode::Shuffle => Ok(None),
+        // Parameters never reach the dispatch: the driver gives them the
+        // sharding of their call site.
+        Opcode::Parameter => Ok(None),
     }?;
     match res {
         Some(v) => Ok(v),

@@ -83,22 +83,147 @@ fn annotate(e: SpmdError, instr: &HloInstruction) -> SpmdError {
     }
 }
 
+/// Instructions the dead-code removal keeps even when nothing uses them.
 fn has_side_effect(i: &HloInstruction) -> bool {
     match i.opcode {
         Opcode::CustomCall => i.bool_attr(AttrKey::CustomCallHasSideEffect) == Some(true),
-        Opcode::While | Opcode::Conditional | Opcode::Call => true,
-        op => matches!(
-            op,
-            Opcode::Send
-                | Opcode::SendDone
-                | Opcode::Recv
-                | Opcode::RecvDone
-                | Opcode::Outfeed
-                | Opcode::Infeed
-                | Opcode::AfterAll
-                | Opcode::AddDependency
-                | Opcode::RngGetAndUpdateState
-        ),
+        // Control flow (its bodies may have side effects), communication
+        // with the host or other programs, tokens, the RNG state.
+        Opcode::While
+        | Opcode::Conditional
+        | Opcode::Call
+        | Opcode::Send
+        | Opcode::SendDone
+        | Opcode::Recv
+        | Opcode::RecvDone
+        | Opcode::Outfeed
+        | Opcode::Infeed
+        | Opcode::AfterAll
+        | Opcode::AddDependency
+        | Opcode::RngGetAndUpdateState => true,
+        Opcode::Abs
+        | Opcode::Acos
+        | Opcode::Acosh
+        | Opcode::Add
+        | Opcode::AllGather
+        | Opcode::AllGatherDone
+        | Opcode::AllGatherStart
+        | Opcode::AllReduce
+        | Opcode::AllReduceDone
+        | Opcode::AllReduceStart
+        | Opcode::AllToAll
+        | Opcode::And
+        | Opcode::Asin
+        | Opcode::Asinh
+        | Opcode::AsyncDone
+        | Opcode::AsyncStart
+        | Opcode::AsyncUpdate
+        | Opcode::Atan
+        | Opcode::Atan2
+        | Opcode::Atanh
+        | Opcode::BatchNormGrad
+        | Opcode::BatchNormInference
+        | Opcode::BatchNormTraining
+        | Opcode::Bitcast
+        | Opcode::BitcastConvert
+        | Opcode::Broadcast
+        | Opcode::Cbrt
+        | Opcode::Ceil
+        | Opcode::Cholesky
+        | Opcode::Clamp
+        | Opcode::CollectiveBroadcast
+        | Opcode::CollectivePermute
+        | Opcode::CollectivePermuteDone
+        | Opcode::CollectivePermuteStart
+        | Opcode::CollectiveReduce
+        | Opcode::Compare
+        | Opcode::Complex
+        | Opcode::Concatenate
+        | Opcode::Constant
+        | Opcode::Convert
+        | Opcode::Convolution
+        | Opcode::Copy
+        | Opcode::CopyDone
+        | Opcode::CopyStart
+        | Opcode::Cos
+        | Opcode::Cosh
+        | Opcode::Clz
+        | Opcode::Divide
+        | Opcode::Domain
+        | Opcode::Dot
+        | Opcode::DynamicReshape
+        | Opcode::DynamicSlice
+        | Opcode::DynamicUpdateSlice
+        | Opcode::Erf
+        | Opcode::Exp
+        | Opcode::Expm1
+        | Opcode::Fft
+        | Opcode::Floor
+        | Opcode::Fusion
+        | Opcode::Gather
+        | Opcode::GetDimensionSize
+        | Opcode::GetTupleElement
+        | Opcode::Imag
+        | Opcode::Iota
+        | Opcode::IsFinite
+        | Opcode::Log
+        | Opcode::Log1p
+        | Opcode::Logistic
+        | Opcode::Map
+        | Opcode::Maximum
+        | Opcode::Minimum
+        | Opcode::Mulhi
+        | Opcode::Multiply
+        | Opcode::Negate
+        | Opcode::Not
+        | Opcode::OptimizationBarrier
+        | Opcode::Or
+        | Opcode::Pad
+        | Opcode::Parameter
+        | Opcode::PartitionId
+        | Opcode::PopulationCount
+        | Opcode::Power
+        | Opcode::RaggedAllToAll
+        | Opcode::RaggedDot
+        | Opcode::Real
+        | Opcode::Reduce
+        | Opcode::ReducePrecision
+        | Opcode::ReduceScatter
+        | Opcode::ReduceWindow
+        | Opcode::Remainder
+        | Opcode::ReplicaId
+        | Opcode::Reshape
+        | Opcode::Reverse
+        | Opcode::Rng
+        | Opcode::RngBitGenerator
+        | Opcode::RoundNearestAfz
+        | Opcode::RoundNearestEven
+        | Opcode::Rsqrt
+        | Opcode::Scan
+        | Opcode::ScaledDot
+        | Opcode::Scatter
+        | Opcode::Select
+        | Opcode::SelectAndScatter
+        | Opcode::SetDimensionSize
+        | Opcode::ShiftLeft
+        | Opcode::ShiftRightArithmetic
+        | Opcode::ShiftRightLogical
+        | Opcode::Shuffle
+        | Opcode::Sign
+        | Opcode::Sin
+        | Opcode::Sinh
+        | Opcode::Slice
+        | Opcode::Sort
+        | Opcode::Sqrt
+        | Opcode::StochasticConvert
+        | Opcode::Subtract
+        | Opcode::Tan
+        | Opcode::Tanh
+        | Opcode::TopK
+        | Opcode::Transpose
+        | Opcode::TriangularSolve
+        | Opcode::Tuple
+        | Opcode::Xor => false,
     }
 }
 
@@ -226,7 +351,142 @@ impl<'a, 'c> Part<'a, 'c> {
             Opcode::While => &[AttrKey::Body, AttrKey::Condition],
             Opcode::Call => &[AttrKey::ToApply],
             Opcode::Conditional => &[AttrKey::TrueComputation, AttrKey::FalseComputation],
-            _ => &[],
+            // Every other op calls no computation, or one applied to
+            // elements (reducers, comparators, combiners, map and fusion
+            // bodies), which stays as it is.
+            Opcode::Abs
+            | Opcode::Acos
+            | Opcode::Acosh
+            | Opcode::Add
+            | Opcode::AddDependency
+            | Opcode::AfterAll
+            | Opcode::AllGather
+            | Opcode::AllGatherDone
+            | Opcode::AllGatherStart
+            | Opcode::AllReduce
+            | Opcode::AllReduceDone
+            | Opcode::AllReduceStart
+            | Opcode::AllToAll
+            | Opcode::And
+            | Opcode::Asin
+            | Opcode::Asinh
+            | Opcode::AsyncDone
+            | Opcode::AsyncStart
+            | Opcode::AsyncUpdate
+            | Opcode::Atan
+            | Opcode::Atan2
+            | Opcode::Atanh
+            | Opcode::BatchNormGrad
+            | Opcode::BatchNormInference
+            | Opcode::BatchNormTraining
+            | Opcode::Bitcast
+            | Opcode::BitcastConvert
+            | Opcode::Broadcast
+            | Opcode::Cbrt
+            | Opcode::Ceil
+            | Opcode::Cholesky
+            | Opcode::Clamp
+            | Opcode::CollectiveBroadcast
+            | Opcode::CollectivePermute
+            | Opcode::CollectivePermuteDone
+            | Opcode::CollectivePermuteStart
+            | Opcode::CollectiveReduce
+            | Opcode::Compare
+            | Opcode::Complex
+            | Opcode::Concatenate
+            | Opcode::Constant
+            | Opcode::Convert
+            | Opcode::Convolution
+            | Opcode::Copy
+            | Opcode::CopyDone
+            | Opcode::CopyStart
+            | Opcode::Cos
+            | Opcode::Cosh
+            | Opcode::Clz
+            | Opcode::CustomCall
+            | Opcode::Divide
+            | Opcode::Domain
+            | Opcode::Dot
+            | Opcode::DynamicReshape
+            | Opcode::DynamicSlice
+            | Opcode::DynamicUpdateSlice
+            | Opcode::Erf
+            | Opcode::Exp
+            | Opcode::Expm1
+            | Opcode::Fft
+            | Opcode::Floor
+            | Opcode::Fusion
+            | Opcode::Gather
+            | Opcode::GetDimensionSize
+            | Opcode::GetTupleElement
+            | Opcode::Imag
+            | Opcode::Infeed
+            | Opcode::Iota
+            | Opcode::IsFinite
+            | Opcode::Log
+            | Opcode::Log1p
+            | Opcode::Logistic
+            | Opcode::Map
+            | Opcode::Maximum
+            | Opcode::Minimum
+            | Opcode::Mulhi
+            | Opcode::Multiply
+            | Opcode::Negate
+            | Opcode::Not
+            | Opcode::OptimizationBarrier
+            | Opcode::Or
+            | Opcode::Outfeed
+            | Opcode::Pad
+            | Opcode::Parameter
+            | Opcode::PartitionId
+            | Opcode::PopulationCount
+            | Opcode::Power
+            | Opcode::RaggedAllToAll
+            | Opcode::RaggedDot
+            | Opcode::Real
+            | Opcode::Recv
+            | Opcode::RecvDone
+            | Opcode::Reduce
+            | Opcode::ReducePrecision
+            | Opcode::ReduceScatter
+            | Opcode::ReduceWindow
+            | Opcode::Remainder
+            | Opcode::ReplicaId
+            | Opcode::Reshape
+            | Opcode::Reverse
+            | Opcode::Rng
+            | Opcode::RngBitGenerator
+            | Opcode::RngGetAndUpdateState
+            | Opcode::RoundNearestAfz
+            | Opcode::RoundNearestEven
+            | Opcode::Rsqrt
+            | Opcode::Scan
+            | Opcode::ScaledDot
+            | Opcode::Scatter
+            | Opcode::Select
+            | Opcode::SelectAndScatter
+            | Opcode::Send
+            | Opcode::SendDone
+            | Opcode::SetDimensionSize
+            | Opcode::ShiftLeft
+            | Opcode::ShiftRightArithmetic
+            | Opcode::ShiftRightLogical
+            | Opcode::Shuffle
+            | Opcode::Sign
+            | Opcode::Sin
+            | Opcode::Sinh
+            | Opcode::Slice
+            | Opcode::Sort
+            | Opcode::Sqrt
+            | Opcode::StochasticConvert
+            | Opcode::Subtract
+            | Opcode::Tan
+            | Opcode::Tanh
+            | Opcode::TopK
+            | Opcode::Transpose
+            | Opcode::TriangularSolve
+            | Opcode::Tuple
+            | Opcode::Xor => &[],
         };
         let mut out = Vec::new();
         for &k in keys {
