@@ -2,7 +2,7 @@
 //! one new computation, with helpers for every op the partitioner emits
 //! (collectives with explicit or iota replica groups, partition-id-indexed
 //! offset tables, masks, pads and slices); names, channel ids and reducers
-//! come from the module's `ModCtx`.
+//! come from the module's `ModuleContext`.
 //!
 //! Invariants: every emitted instruction has its exact local shape (the
 //! verifier re-checks them all); names are unique across the module;
@@ -10,7 +10,7 @@
 //! all-gather, reduce-scatter) or cross-partition ids (all-to-all,
 //! collective-permute), so partition ids are device ids.
 
-use crate::context::ModCtx;
+use crate::context::ModuleContext;
 use crate::error::{invalid, SpmdError};
 use crate::grid::Groups;
 use crate::shapes::{arr, elem, scalar_literal, with_dims};
@@ -24,7 +24,7 @@ use xla_hlo_ir::{
 
 /// Appends instructions to one computation.
 pub struct Builder<'c> {
-    pub ctx: &'c mut ModCtx,
+    pub ctx: &'c mut ModuleContext,
     pub comp: HloComputation,
     pid: Option<InstrId>,
     tables: FxHashMap<usize, (std::sync::Arc<[i64]>, InstrId)>,
@@ -32,7 +32,7 @@ pub struct Builder<'c> {
 }
 
 impl<'c> Builder<'c> {
-    pub fn new(ctx: &'c mut ModCtx, name: &str, capacity: usize) -> Builder<'c> {
+    pub fn new(ctx: &'c mut ModuleContext, name: &str, capacity: usize) -> Builder<'c> {
         let mut comp = HloComputation::new(name);
         comp.instructions.reserve(capacity);
         Builder {

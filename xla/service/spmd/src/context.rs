@@ -1,4 +1,4 @@
-//! The per-module partitioning context (`ModCtx`): state shared by every
+//! The per-module partitioning context (`ModuleContext`): state shared by every
 //! computation being partitioned (unique names, channel ids, reducer
 //! computations created on demand, partitioned callees, handler counts) and
 //! the module's memo tables (`PartitionCache`).
@@ -11,7 +11,7 @@
 
 use crate::grid::{Grid, GridCache, Groups};
 use crate::plan::{Plan, PlanCache};
-use crate::value::{ShardingCache, VS};
+use crate::value::{ShardingCache, ValueSharding};
 use rustc_hash::{FxHashMap, FxHashSet};
 use xla_hlo_ir::{
     CollectiveDeviceList, CompId, HloComputation, HloInstruction, HloModule, Opcode, PrimitiveType,
@@ -21,7 +21,7 @@ use xla_hlo_ir::{
 /// The memo tables of one module's partitioning: derived grids, reshard
 /// plans, converted shardings. Every table memoizes a pure function, keyed
 /// by value, so the cache changes no result; it lives as long as the
-/// module's `ModCtx`.
+/// module's `ModuleContext`.
 #[derive(Default)]
 pub struct PartitionCache {
     pub grids: GridCache,
@@ -38,7 +38,7 @@ impl PartitionCache {
 }
 
 /// Module-wide state shared by every computation being partitioned.
-pub struct ModCtx {
+pub struct ModuleContext {
     /// Number of partitions (devices).
     pub n: i64,
     used_names: FxHashSet<String>,
@@ -53,9 +53,11 @@ pub struct ModCtx {
     reducers: FxHashMap<(Opcode, PrimitiveType), CompId>,
     /// Original computations replaced by their partitioned form.
     pub replaced: FxHashMap<CompId, HloComputation>,
-    /// Partitioned called computations by (original, parameter shardings, root sharding).
+    /// Partitioned called computations by (original, parameter shardings,
+    /// root sharding).
     #[allow(clippy::type_complexity)]
-    pub partitioned: FxHashMap<(CompId, Vec<VS>, Option<VS>), (CompId, VS)>,
+    pub partitioned:
+        FxHashMap<(CompId, Vec<ValueSharding>, Option<ValueSharding>), (CompId, ValueSharding)>,
     /// Instructions added or removed beyond clones of the original ones
     /// (the pass reports a change when nonzero).
     pub changes: usize,
@@ -65,8 +67,8 @@ pub struct ModCtx {
     pub cache: PartitionCache,
 }
 
-impl ModCtx {
-    pub fn new(module: &HloModule, n: i64) -> ModCtx {
+impl ModuleContext {
+    pub fn new(module: &HloModule, n: i64) -> ModuleContext {
         let mut reserved = FxHashSet::default();
         let mut next_channel = 1;
         for c in &module.computations {
@@ -78,7 +80,7 @@ impl ModCtx {
                 }
             }
         }
-        ModCtx {
+        ModuleContext {
             n,
             used_names: FxHashSet::default(),
             reserved,

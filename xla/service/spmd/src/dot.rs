@@ -11,7 +11,7 @@
 //!
 //! Convolutions use the same machinery for batch and feature dims; sharded
 //! spatial dims get their input window through a halo exchange
-//! (`window::exchange`), the kernel's spatial dims stay whole.
+//! (`exchange::exchange`), the kernel's spatial dims stay whole.
 //!
 //! Invariant: uneven contracted dims are masked to zero in both operands
 //! before the local dot, so padding never reaches a sum.
@@ -20,7 +20,7 @@ use crate::error::SpmdError;
 use crate::grid::{local_dims, Grid, GridCache};
 use crate::helpers::{mask_padding, HandlerResult};
 use crate::part::Part;
-use crate::value::{PValue, VS};
+use crate::value::{PValue, ValueSharding};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode};
 
@@ -31,7 +31,7 @@ pub type EmitFn<'f> = dyn FnMut(
         &Grid,
         xla_hlo_ir::InstrId,
         &Grid,
-        &VS,
+        &ValueSharding,
     ) -> Result<PValue, SpmdError>
     + 'f;
 
@@ -213,7 +213,7 @@ pub fn einsum_emit(
     let x = mask_padding(p, x, &il, lhs.shape.dims(), &k_lhs, zx)?;
     let zy = p.b.zero_of(y)?;
     let y = mask_padding(p, y, &ir, rhs.shape.dims(), &k_rhs, zy)?;
-    let local = emit(p, x, &il, y, &ir, &VS::Grid(io.clone()))?;
+    let local = emit(p, x, &il, y, &ir, &ValueSharding::Grid(io.clone()))?;
     let k_tiled: Vec<(usize, i64)> = e
         .contracted
         .iter()
@@ -234,14 +234,14 @@ pub fn einsum_emit(
             Ok(Some(PValue {
                 id,
                 shape: Rc::new(instr.shape.clone()),
-                vs: VS::Grid(rs),
+                vs: ValueSharding::Grid(rs),
             }))
         }
     }
 }
 
 /// `dot`.
-pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -307,7 +307,11 @@ pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Handler
 /// `convolution`: batch, output feature and input feature dims as an
 /// einsum (grouped convolutions keep their grouped dims whole); sharded
 /// spatial dims via halo exchange.
-pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn convolution(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -423,7 +427,7 @@ pub fn convolution(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
     );
     let lhs_dims = lhs.shape.dims().to_vec();
     einsum(p, instr, &e, &lhs, &rhs, &out, &mut |p, x, lg, y, _, vs| {
-        let VS::Grid(io) = vs else {
+        let ValueSharding::Grid(io) = vs else {
             return Err(SpmdError::Invalid(
                 "convolution output is not an array".into(),
             ));
@@ -442,7 +446,7 @@ fn local_conv(
     (x, y): (xla_hlo_ir::InstrId, xla_hlo_ir::InstrId),
     window: xla_hlo_ir::attrs::Window,
     feature_group_count: Option<i64>,
-    vs: &VS,
+    vs: &ValueSharding,
 ) -> Result<PValue, SpmdError> {
     let want = crate::value::local_shape(&instr.shape, vs);
     let id = p.clone_instr(instr, vec![x, y], want.clone());
@@ -681,6 +685,6 @@ fn grouped_on_features(
         &halo_dims,
     )?;
     p.note(instr, "convolution-grouped-features");
-    let vs = VS::Grid(out.clone());
+    let vs = ValueSharding::Grid(out.clone());
     Ok(Some(local_conv(p, instr, (x, y), w, Some(fgc / t), &vs)?))
 }

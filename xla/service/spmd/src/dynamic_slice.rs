@@ -10,7 +10,7 @@
 use crate::grid::{tile_size, Grid};
 use crate::helpers::{cheapest, HandlerResult};
 use crate::part::Part;
-use crate::value::{local_shape, PValue, VS};
+use crate::value::{local_shape, PValue, ValueSharding};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode};
 
@@ -19,7 +19,11 @@ fn cut_dims(full: &[i64], sizes: &[i64]) -> Vec<usize> {
     (0..full.len()).filter(|&a| sizes[a] < full[a]).collect()
 }
 
-pub fn dynamic_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn dynamic_slice(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -56,7 +60,7 @@ pub fn dynamic_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
             ops.push(p.b.scalar(ty, 0));
         }
     }
-    let vs = VS::Grid(c);
+    let vs = ValueSharding::Grid(c);
     let want = local_shape(&instr.shape, &vs);
     let id = p.clone_instr(instr, ops, want.clone());
     p.b.comp.instr_mut(id).set_attr(
@@ -74,7 +78,7 @@ pub fn dynamic_slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
 pub fn dynamic_update_slice(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,
-    target: &VS,
+    target: &ValueSharding,
 ) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
@@ -124,7 +128,7 @@ pub fn dynamic_update_slice(
         }
     }
     p.note(instr, "dynamic-update-slice");
-    Ok(Some(p.emit_local(instr, ops, &VS::Grid(c))?))
+    Ok(Some(p.emit_local(instr, ops, &ValueSharding::Grid(c))?))
 }
 
 /// A dynamic-update-slice writing one row (update size 1) into dims that
@@ -192,7 +196,7 @@ fn dynamic_update_row(
             ops.push(p.b.scalar(ty, 0));
         }
     }
-    let r = p.emit_local(instr, ops, &VS::Grid(c))?;
+    let r = p.emit_local(instr, ops, &ValueSharding::Grid(c))?;
     let Some(inside) = inside else {
         return Ok(None);
     };

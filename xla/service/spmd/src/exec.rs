@@ -11,7 +11,7 @@
 
 use crate::error::SpmdError;
 use crate::grid::{local_dims, tile_size, Grid};
-use crate::value::{vs_from_ir, VS};
+use crate::value::{sharding_from_ir, ValueSharding};
 use xla_hlo_evaluator::{evaluate, evaluate_on_devices, Array, EvalContext, Value};
 use xla_hlo_ir::attrs::SliceDim;
 use xla_hlo_ir::{HloModule, Shape};
@@ -46,15 +46,15 @@ pub fn split_array(a: &Array, g: &Grid, d: i64) -> Result<Array, SpmdError> {
 }
 
 /// Splits a global value into device `d`'s local value under `vs`.
-pub fn split_value(v: &Value, vs: &VS, d: i64) -> Result<Value, SpmdError> {
+pub fn split_value(v: &Value, vs: &ValueSharding, d: i64) -> Result<Value, SpmdError> {
     match (v, vs) {
-        (Value::Tuple(e), VS::Tuple(s)) if e.len() == s.len() => Ok(Value::Tuple(
+        (Value::Tuple(e), ValueSharding::Tuple(s)) if e.len() == s.len() => Ok(Value::Tuple(
             e.iter()
                 .zip(s)
                 .map(|(x, y)| split_value(x, y, d))
                 .collect::<Result<_, _>>()?,
         )),
-        (Value::Array(a), VS::Grid(g)) if g.rank() == a.rank() => {
+        (Value::Array(a), ValueSharding::Grid(g)) if g.rank() == a.rank() => {
             Ok(Value::Array(split_array(a, g, d)?))
         }
         (v, _) => Ok(v.clone()),
@@ -126,12 +126,12 @@ pub fn assemble_array(
 /// Assembles a global value of `shape` from every device's value under `vs`.
 pub fn assemble_value(
     locals: &[&Value],
-    vs: &VS,
+    vs: &ValueSharding,
     shape: &Shape,
     strict: bool,
 ) -> Result<Value, SpmdError> {
     match (shape, vs) {
-        (Shape::Tuple(es), VS::Tuple(s)) if es.len() == s.len() => {
+        (Shape::Tuple(es), ValueSharding::Tuple(s)) if es.len() == s.len() => {
             let mut out = Vec::new();
             for (k, (sh, v)) in es.iter().zip(s).enumerate() {
                 let parts: Vec<&Value> = locals
@@ -146,7 +146,7 @@ pub fn assemble_value(
             }
             Ok(Value::Tuple(out))
         }
-        (sh, VS::Grid(g)) if sh.is_array() => {
+        (sh, ValueSharding::Grid(g)) if sh.is_array() => {
             let arrays: Vec<&Array> = locals
                 .iter()
                 .map(|l| {
@@ -208,7 +208,7 @@ pub fn run_partitioned(
             .get(k)
             .ok_or_else(|| SpmdError::Eval(format!("missing argument {k}")))?;
         let shape = value_shape(arg);
-        param_vs.push(vs_from_ir(instr.sharding.as_ref(), &shape, n)?);
+        param_vs.push(sharding_from_ir(instr.sharding.as_ref(), &shape, n)?);
         global_shapes.push(shape);
     }
     let mut per_device = Vec::with_capacity(n as usize);
@@ -221,7 +221,7 @@ pub fn run_partitioned(
     }
     let outs = run_devices(module, &per_device, n)?;
     let root = e.root_instr();
-    let root_vs = vs_from_ir(root.sharding.as_ref(), out_shape, n)?;
+    let root_vs = sharding_from_ir(root.sharding.as_ref(), out_shape, n)?;
     let refs: Vec<&Value> = outs.iter().collect();
     assemble_value(&refs, &root_vs, out_shape, strict)
 }

@@ -18,7 +18,7 @@ use crate::error::SpmdError;
 use crate::grid::{local_dims, tile_size, Grid, GridCache};
 use crate::helpers::{cheapest, to_ty, HandlerResult};
 use crate::part::Part;
-use crate::value::{local_shape, PValue, VS};
+use crate::value::{local_shape, PValue, ValueSharding};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, PrimitiveType, Shape};
 
@@ -33,7 +33,11 @@ fn elems(d: &[i64]) -> u64 {
     d.iter().map(|&x| x.max(0) as u64).product()
 }
 
-pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn gather(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -171,7 +175,7 @@ pub fn gather(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Hand
     }
     let mut local = instr.clone();
     local.set_attr(AttrKey::SliceSizes, AttrValue::Ints(lsizes));
-    let vs = VS::Grid(go.clone());
+    let vs = ValueSharding::Grid(go.clone());
     let g = p.emit_local(&local, vec![x, y], &vs)?;
     p.note(
         instr,
@@ -300,7 +304,7 @@ fn shift_indices(
 }
 
 #[allow(dead_code)]
-fn local_out(instr: &HloInstruction, vs: &VS) -> Shape {
+fn local_out(instr: &HloInstruction, vs: &ValueSharding) -> Shape {
     local_shape(&instr.shape, vs)
 }
 
@@ -309,7 +313,11 @@ fn local_out(instr: &HloInstruction, vs: &VS) -> Shape {
 /// once the indices are shifted to the tile) and on window dims the updates
 /// cover whole: a local scatter, no communication. Indices are replicated,
 /// updates follow the operand on their window dims. Other cases fall back.
-pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn scatter(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -494,7 +502,11 @@ pub fn scatter(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Han
         };
     }
     p.note(instr, "scatter");
-    Ok(Some(p.emit_local(instr, vec![x, y, u], &VS::Grid(c))?))
+    Ok(Some(p.emit_local(
+        instr,
+        vec![x, y, u],
+        &ValueSharding::Grid(c),
+    )?))
 }
 
 /// The combiner op of a scatter whose `to_apply` is `(x, y) -> op(x, y)`
@@ -625,7 +637,7 @@ fn scatter_reduce(
     let summed = PValue {
         id: sum,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(repl),
+        vs: ValueSharding::Grid(repl),
     };
     let s = p.reshard_to_grid(&summed, out)?;
     let o = p.reshard_to_grid(op, out)?;
@@ -634,6 +646,6 @@ fn scatter_reduce(
     Ok(Some(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(out.clone()),
+        vs: ValueSharding::Grid(out.clone()),
     }))
 }

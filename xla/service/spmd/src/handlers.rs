@@ -21,7 +21,7 @@ use crate::grid::{local_dims, tile_size, Grid};
 use crate::helpers::{cheapest, grid_of, mask_padding, HandlerResult};
 use crate::part::Part;
 use crate::shapes::with_dims;
-use crate::value::{local_shape, PValue, VS};
+use crate::value::{local_shape, PValue, ValueSharding};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode, PrimitiveType, Shape};
 
@@ -32,7 +32,7 @@ pub fn constant(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Result<PValue, 
     Ok(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::replicated_in(&instr.shape, p.n(), p.grids()),
+        vs: ValueSharding::replicated_in(&instr.shape, p.n(), p.grids()),
     })
 }
 
@@ -47,11 +47,15 @@ pub fn fallback(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Result<PValue, 
     Ok(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::replicated_in(&instr.shape, p.n(), p.grids()),
+        vs: ValueSharding::replicated_in(&instr.shape, p.n(), p.grids()),
     })
 }
 
-pub fn elementwise(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn elementwise(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = grid_of(target) else {
         return Ok(None);
     };
@@ -68,7 +72,7 @@ pub fn elementwise(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
     }
     let mut cands = vec![out.clone()];
     for v in &vals {
-        if let VS::Grid(g) = &v.vs {
+        if let ValueSharding::Grid(g) = &v.vs {
             if v.shape.rank() == rank && rank > 0 && !cands.contains(g) {
                 cands.push(g.clone());
             }
@@ -101,10 +105,10 @@ pub fn elementwise(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
         ops.push(p.reshard_to_grid(v, &g)?);
     }
     p.note(instr, "elementwise");
-    Ok(Some(p.emit_local(instr, ops, &VS::Grid(c))?))
+    Ok(Some(p.emit_local(instr, ops, &ValueSharding::Grid(c))?))
 }
 
-pub fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding) -> HandlerResult {
     let Some(out) = grid_of(target) else {
         return Ok(None);
     };
@@ -136,11 +140,15 @@ pub fn iota(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Handle
     Ok(Some(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(out),
+        vs: ValueSharding::Grid(out),
     }))
 }
 
-pub fn tuple(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn tuple(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let mut ids = Vec::new();
     let mut vss = Vec::new();
     for k in 0..instr.operands.len() {
@@ -148,7 +156,7 @@ pub fn tuple(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Handl
         // Operands take the tuple's shardings now, so equal reshards of one
         // value elsewhere are shared.
         let v = match target {
-            VS::Tuple(e) if e.len() == instr.operands.len() && !v.vs.has_manual() => {
+            ValueSharding::Tuple(e) if e.len() == instr.operands.len() && !v.vs.has_manual() => {
                 p.reshard(&v, &e[k])?
             }
             _ => v,
@@ -156,7 +164,7 @@ pub fn tuple(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Handl
         ids.push(v.id);
         vss.push(v.vs);
     }
-    let vs = VS::Tuple(vss);
+    let vs = ValueSharding::Tuple(vss);
     let shape = local_shape(&instr.shape, &vs);
     let id = p.clone_instr(instr, ids, shape);
     p.note(instr, "tuple");
@@ -167,10 +175,10 @@ pub fn tuple(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Handl
     }))
 }
 
-pub fn gte(p: &mut Part<'_, '_>, instr: &HloInstruction) -> HandlerResult {
+pub fn get_tuple_element(p: &mut Part<'_, '_>, instr: &HloInstruction) -> HandlerResult {
     let v = p.operand(instr, 0)?;
     let k = instr.int_attr(AttrKey::Index).unwrap_or(0) as usize;
-    let VS::Tuple(e) = &v.vs else {
+    let ValueSharding::Tuple(e) = &v.vs else {
         return unsupported("get-tuple-element of a non-tuple value");
     };
     let vs = e
@@ -206,7 +214,11 @@ pub fn pass_through(p: &mut Part<'_, '_>, instr: &HloInstruction) -> HandlerResu
     }))
 }
 
-pub fn broadcast(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn broadcast(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = grid_of(target) else {
         return Ok(None);
     };
@@ -232,7 +244,7 @@ pub fn broadcast(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> H
     let (pg, rg) = if c2 < c1 { (vg, r2) } else { (p1, out) };
     let x = p.reshard_to_grid(&v, &pg)?;
     p.note(instr, "broadcast");
-    let vs = VS::Grid(rg);
+    let vs = ValueSharding::Grid(rg);
     let shape = local_shape(&instr.shape, &vs);
     let id = p.clone_instr(instr, vec![x], shape);
     Ok(Some(PValue {
@@ -242,7 +254,11 @@ pub fn broadcast(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> H
     }))
 }
 
-pub fn transpose(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn transpose(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = grid_of(target) else {
         return Ok(None);
     };
@@ -270,17 +286,25 @@ pub fn transpose(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> H
     let (pg, rg) = if c2 < c1 { (vg, r2) } else { (p1, out) };
     let x = p.reshard_to_grid(&v, &pg)?;
     p.note(instr, "transpose");
-    Ok(Some(p.emit_local(instr, vec![x], &VS::Grid(rg))?))
+    Ok(Some(p.emit_local(
+        instr,
+        vec![x],
+        &ValueSharding::Grid(rg),
+    )?))
 }
 
-pub fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn reduce(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let k = instr.operands.len() / 2;
     if k == 0 {
         return Ok(None);
     }
     let leaf_target = match target {
-        VS::Grid(g) => g.clone(),
-        VS::Tuple(e) => match e.first().and_then(|x| x.grid()) {
+        ValueSharding::Grid(g) => g.clone(),
+        ValueSharding::Tuple(e) => match e.first().and_then(|x| x.grid()) {
             Some(g) => g.clone(),
             None => return Ok(None),
         },
@@ -375,9 +399,9 @@ pub fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Hand
     let mut all_ops = ops.clone();
     all_ops.extend(&inits);
     let out_vs = if k == 1 {
-        VS::Grid(c_out.clone())
+        ValueSharding::Grid(c_out.clone())
     } else {
-        VS::Tuple(vec![VS::Grid(c_out.clone()); k])
+        ValueSharding::Tuple(vec![ValueSharding::Grid(c_out.clone()); k])
     };
     let local = p.emit_local(instr, all_ops, &out_vs)?;
     p.note(instr, "reduce");
@@ -410,7 +434,7 @@ pub fn reduce(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Hand
                 return Ok(Some(PValue {
                     id,
                     shape: Rc::new(instr.shape.clone()),
-                    vs: VS::Grid(rs),
+                    vs: ValueSharding::Grid(rs),
                 }));
             }
         }
@@ -486,7 +510,11 @@ fn reduce_scatter_choice(
     best
 }
 
-pub fn custom_call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn custom_call(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let tgt = instr.ident_attr(AttrKey::CustomCallTarget).unwrap_or("");
     match tgt {
         "Sharding" => {
@@ -514,7 +542,7 @@ pub fn custom_call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
             Ok(Some(PValue {
                 id,
                 shape: Rc::new(instr.shape.clone()),
-                vs: VS::Manual,
+                vs: ValueSharding::Manual,
             }))
         }
         "SPMDShardToFullShape" => {

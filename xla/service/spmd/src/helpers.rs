@@ -8,7 +8,7 @@
 use crate::error::SpmdError;
 use crate::grid::{tile_size, Grid, GridCache};
 use crate::part::Part;
-use crate::value::{PValue, VS};
+use crate::value::{PValue, ValueSharding};
 use xla_hlo_ir::{InstrId, Opcode, PrimitiveType, Shape};
 
 /// What a handler returns: the value it computed (in the layout it chose),
@@ -27,7 +27,7 @@ pub fn cheapest<T: Clone>(cands: &[(T, u64)]) -> Option<T> {
 }
 
 /// The grid of an array target, or `None` (the handler then falls back).
-pub fn grid_of(target: &VS) -> Option<Grid> {
+pub fn grid_of(target: &ValueSharding) -> Option<Grid> {
     target.grid().cloned()
 }
 

@@ -5,19 +5,57 @@
 //! reduce-scatter, all-to-all, collective-permute) that move data between
 //! shardings.
 //!
-//! Structure:
-//! - [`grid`]: `Grid`, the working form of an array sharding;
-//! - [`reshard`]: planning and emitting the cheapest reshard between grids;
-//! - [`partition`]: the driver (values, reshard cache, called computations);
-//! - [`handlers`], [`window`], [`dot`], [`gather`]: per-opcode handlers
-//!   (elementwise, broadcast, transpose, reshape, reduce, iota, tuples,
-//!   while/conditional/call, sharding and manual-region custom-calls; slice,
-//!   pad, reduce-window, concatenate, dynamic-slice/update, sort, reverse;
-//!   dot and convolution; gather and scatter), each with a generic fallback
-//!   (replicate the operands, run the op globally, slice the result);
+//! Structure, bottom to top (a module names only modules above it in this
+//! list; `tools/check_module_cycles.py` checks there is no loop):
+//! - [`error`], [`memo`] (the storage of memo tables), [`shapes`] (shape
+//!   and literal helpers);
+//! - [`grid`]: `Grid`, the working form of an array sharding, its digit
+//!   form, device groups, derived grids and their cache (`GridCache`);
+//! - [`value`]: shardings of values (`ValueSharding`), partitioned values
+//!   (`PValue`), local shapes, converting IR shardings;
+//! - [`plan`]: planning the cheapest reshard between two grids;
+//! - [`context`]: the per-module state (`ModuleContext`: names, channels,
+//!   reducers, partitioned callees) and its memo tables (`PartitionCache`);
+//! - [`builder`]: emitting instructions and collectives;
+//! - [`reshard`]: emitting a reshard plan;
+//! - [`part`]: the partitioning state of one computation (`Part`) and the
+//!   operations handlers use on it (operands, reshards, costs);
+//! - [`exchange`] (window exchanges) and [`helpers`]: what handlers share;
+//! - the handlers: [`handlers`] (elementwise, constants, iota, tuples,
+//!   broadcast, transpose, reduce, custom-calls, the generic fallback),
+//!   [`reshape`], [`window`] (slice, pad, reduce-window,
+//!   select-and-scatter, concatenate), [`dynamic_slice`], [`reorder`]
+//!   (sort, top-k, reverse), [`dot`] (dot, convolution), [`gather`]
+//!   (gather, scatter);
+//! - [`partition`]: the driver (computations in definition order, the
+//!   opcode dispatch, control flow, called computations);
 //! - [`exec`]: splitting global arrays into per-device ones, running the
 //!   partitioned module on loopback devices and assembling the outputs;
-//! - [`builder`]: emitting instructions and collectives.
+//! - this file: the `spmd-partitioning` pass.
+//!
+//! Glossary:
+//! - *tile*: the part of a global array one device holds; every tile of a
+//!   dim split `t` ways has `ceil(X / t)` elements, valid data first, so
+//!   trailing tiles may hold padding (XLA's uneven sharding).
+//! - *local* / *global*: a per-device array or shape / the unpartitioned
+//!   one.
+//! - `Grid`: a tiled sharding as a device array over `[tiles of dim 0, ..,
+//!   tiles of dim r-1, replication]`; the last dim, the *replication dim*,
+//!   lists the devices that hold the same tile.
+//! - *digit form* (`DigitForm`): a grid whose device array is a transposed
+//!   iota (XLA's `IotaTileAssignment`), kept as mixed-radix digits of the
+//!   device id instead of a device list, so grid operations cost O(rank).
+//! - `ValueSharding`: a value's sharding in working form: a grid per array,
+//!   manual, a tuple of those, or opaque (tokens, never partitioned).
+//! - `PValue`: a partitioned value: its local instruction, its global
+//!   shape, its `ValueSharding` (field `vs`).
+//! - `Part`: the state of partitioning one computation; `orig_comp` is the
+//!   original computation, `b` the builder of the new one.
+//! - *reshard*: moving a value from one layout to another (collectives and
+//!   local slices); *plan*: the steps of one reshard, with their bytes.
+//! - *handler*: the function that partitions one opcode; it returns the
+//!   value in the layout it chose, or `None` to fall back (operands
+//!   replicated, the op run on the global shape).
 //!
 //! Invariants: the partitioned module verifies; entry parameters and the
 //! root keep their (global) shardings so callers can split inputs and
@@ -128,8 +166,15 @@ pub fn partition_module(
 fn partition_owned(
     orig: &HloModule,
     n: i64,
-) -> Result<(Vec<xla_hlo_ir::HloComputation>, context::ModCtx, bool), SpmdError> {
-    let mut ctx = context::ModCtx::new(orig, n);
+) -> Result<
+    (
+        Vec<xla_hlo_ir::HloComputation>,
+        context::ModuleContext,
+        bool,
+    ),
+    SpmdError,
+> {
+    let mut ctx = context::ModuleContext::new(orig, n);
     let entry = orig.entry;
     let ec = orig.comp(entry);
     let mut params = Vec::new();
@@ -138,14 +183,14 @@ fn partition_owned(
             .instructions
             .get(pid.index())
             .ok_or_else(|| SpmdError::Invalid("entry parameter table is broken".into()))?;
-        params.push(value::vs_of(
+        params.push(value::sharding_of(
             instr,
             n,
             &ctx.cache.shardings,
             &ctx.cache.grids,
         )?);
     }
-    let root_vs = value::vs_of(ec.root_instr(), n, &ctx.cache.shardings, &ctx.cache.grids)?;
+    let root_vs = value::sharding_of(ec.root_instr(), n, &ctx.cache.shardings, &ctx.cache.grids)?;
     let (mut new_entry, _) =
         partition::partition_computation(orig, &mut ctx, entry, &params, Some(&root_vs), &ec.name)?;
     // Keep the global shardings on the entry parameters and root.
@@ -206,7 +251,7 @@ fn sharding_or_header_changes(orig: &HloModule, n: i64) -> bool {
 fn finish(
     module: &mut HloModule,
     n: i64,
-    ctx: context::ModCtx,
+    ctx: context::ModuleContext,
     changed: bool,
     orig_entry: &[xla_hlo_ir::Shape],
 ) -> Result<PartitionSummary, SpmdError> {

@@ -15,7 +15,7 @@ use crate::error::{invalid, unsupported, SpmdError};
 use crate::grid::{local_dims, Grid, GridCache};
 use crate::reshard;
 use crate::shapes::elem;
-use crate::value::{local_shape, vs_of, PValue, VS};
+use crate::value::{local_shape, sharding_of, PValue, ValueSharding};
 use rustc_hash::FxHashMap;
 use std::rc::Rc;
 use xla_hlo_ir::{
@@ -27,7 +27,7 @@ use xla_hlo_ir::{
 /// of every original instruction defined so far, and the reshard cache.
 pub struct Part<'a, 'c> {
     pub orig: &'a HloModule,
-    pub oc: &'a HloComputation,
+    pub orig_comp: &'a HloComputation,
     pub b: Builder<'c>,
     pub vals: Vec<Option<PValue>>,
     /// Reshard cache: (value, global dims, grid) -> the value laid out by
@@ -37,21 +37,22 @@ pub struct Part<'a, 'c> {
     /// The global dims are part of the key: one local buffer can hold
     /// different global arrays (a slice whose tiles are the operand's own
     /// returns the operand's local value for a smaller global shape).
-    cache: FxHashMap<(InstrId, Vec<i64>, Grid), InstrId>,
+    reshards: FxHashMap<(InstrId, Vec<i64>, Grid), InstrId>,
     /// Local value -> the first local value of the same global array (the
     /// results of reshards belong to their source's class).
     class_of: FxHashMap<InstrId, InstrId>,
 }
 
 impl<'a, 'c> Part<'a, 'c> {
-    /// The state for partitioning `oc` (of `orig`) into `b`'s computation.
-    pub fn new(orig: &'a HloModule, oc: &'a HloComputation, b: Builder<'c>) -> Part<'a, 'c> {
+    /// The state for partitioning `orig_comp` (of `orig`) into `b`'s
+    /// computation.
+    pub fn new(orig: &'a HloModule, orig_comp: &'a HloComputation, b: Builder<'c>) -> Part<'a, 'c> {
         Part {
             orig,
-            oc,
+            orig_comp,
             b,
-            vals: vec![None; oc.instructions.len()],
-            cache: FxHashMap::default(),
+            vals: vec![None; orig_comp.instructions.len()],
+            reshards: FxHashMap::default(),
             class_of: FxHashMap::default(),
         }
     }
@@ -82,24 +83,24 @@ impl<'a, 'c> Part<'a, 'c> {
     }
 
     /// The sharding the instruction should get.
-    pub fn target(&self, instr: &HloInstruction) -> Result<VS, SpmdError> {
-        vs_of(instr, self.n(), &self.b.ctx.cache.shardings, self.grids())
+    pub fn target(&self, instr: &HloInstruction) -> Result<ValueSharding, SpmdError> {
+        sharding_of(instr, self.n(), &self.b.ctx.cache.shardings, self.grids())
     }
 
     pub fn target_grid(&self, instr: &HloInstruction) -> Result<Grid, SpmdError> {
         match self.target(instr)? {
-            VS::Grid(g) => Ok(g),
+            ValueSharding::Grid(g) => Ok(g),
             other => unsupported(format!("expected an array sharding, got {other:?}")),
         }
     }
 
     /// Reshards `v` to `t`.
-    pub fn reshard(&mut self, v: &PValue, t: &VS) -> Result<PValue, SpmdError> {
+    pub fn reshard(&mut self, v: &PValue, t: &ValueSharding) -> Result<PValue, SpmdError> {
         if &v.vs == t {
             return Ok(v.clone());
         }
         match (&v.vs, t) {
-            (VS::Grid(s), VS::Grid(g)) => {
+            (ValueSharding::Grid(s), ValueSharding::Grid(g)) => {
                 let id = self.reshard_grid(v.id, s, g, &v.shape)?;
                 Ok(PValue {
                     id,
@@ -107,7 +108,7 @@ impl<'a, 'c> Part<'a, 'c> {
                     vs: t.clone(),
                 })
             }
-            (VS::Tuple(src), VS::Tuple(dst)) if src.len() == dst.len() => {
+            (ValueSharding::Tuple(src), ValueSharding::Tuple(dst)) if src.len() == dst.len() => {
                 let elems = v.shape.tuple_elements().to_vec();
                 let mut ids = Vec::new();
                 for (k, (s_vs, d_vs)) in src.iter().zip(dst).enumerate() {
@@ -129,12 +130,12 @@ impl<'a, 'c> Part<'a, 'c> {
                 })
             }
             // A replicated value is usable as is inside a manual region.
-            (VS::Grid(s), VS::Manual) if s.is_replicated() => Ok(PValue {
+            (ValueSharding::Grid(s), ValueSharding::Manual) if s.is_replicated() => Ok(PValue {
                 id: v.id,
                 shape: v.shape.clone(),
-                vs: VS::Manual,
+                vs: ValueSharding::Manual,
             }),
-            (_, VS::Opaque) | (VS::Opaque, _) => Ok(PValue {
+            (_, ValueSharding::Opaque) | (ValueSharding::Opaque, _) => Ok(PValue {
                 vs: t.clone(),
                 ..v.clone()
             }),
@@ -179,14 +180,14 @@ impl<'a, 'c> Part<'a, 'c> {
         }
         let class = self.class(x);
         let dims = shape.dims().to_vec();
-        if let Some(&hit) = self.cache.get(&(class, dims.clone(), t.clone())) {
+        if let Some(&hit) = self.reshards.get(&(class, dims.clone(), t.clone())) {
             return Ok(hit);
         }
         let bytes = elem(shape)?.byte_width().max(1) as u64;
         let plan = self.b.ctx.cache.plan(s, t, shape.dims(), bytes);
         let y = reshard::emit(&mut self.b, x, s, &plan, shape.dims())?;
-        self.cache.insert((class, dims.clone(), t.clone()), y);
-        self.cache.entry((class, dims, s.clone())).or_insert(x);
+        self.reshards.insert((class, dims.clone(), t.clone()), y);
+        self.reshards.entry((class, dims, s.clone())).or_insert(x);
         self.class_of.insert(y, class);
         Ok(y)
     }
@@ -207,9 +208,9 @@ impl<'a, 'c> Part<'a, 'c> {
     /// Bytes per device to reshard `v` to `t` (0 when cached).
     pub fn cost(&self, v: &PValue, t: &Grid) -> u64 {
         match &v.vs {
-            VS::Grid(s) => {
+            ValueSharding::Grid(s) => {
                 let key = (self.class(v.id), v.shape.dims().to_vec(), t.clone());
-                if s == t || self.cache.contains_key(&key) || self.splat_source(v.id).is_some() {
+                if s == t || self.reshards.contains_key(&key) || self.splat_source(v.id).is_some() {
                     return 0;
                 }
                 let bytes = v
@@ -236,12 +237,12 @@ impl<'a, 'c> Part<'a, 'c> {
     }
 
     pub fn reshard_to_grid(&mut self, v: &PValue, g: &Grid) -> Result<InstrId, SpmdError> {
-        Ok(self.reshard(v, &VS::Grid(g.clone()))?.id)
+        Ok(self.reshard(v, &ValueSharding::Grid(g.clone()))?.id)
     }
 
     /// Replicates every leaf.
     pub fn replicate(&mut self, v: &PValue) -> Result<PValue, SpmdError> {
-        let t = VS::replicated_in(&v.shape, self.n(), self.grids());
+        let t = ValueSharding::replicated_in(&v.shape, self.n(), self.grids());
         if v.vs.has_manual() {
             return unsupported("replicating a manual value");
         }
@@ -302,7 +303,7 @@ impl<'a, 'c> Part<'a, 'c> {
         &mut self,
         instr: &HloInstruction,
         ops: Vec<InstrId>,
-        vs: &VS,
+        vs: &ValueSharding,
     ) -> Result<PValue, SpmdError> {
         let want = local_shape(&instr.shape, vs);
         if instr.opcode.is_elementwise() {

@@ -1,6 +1,6 @@
 //! Planning the reshard of an array between any two grids: the cheapest
-//! collective sequence found among a few plan families, each costed in bytes per
-//! device (the size of every collective's result):
+//! collective sequence found among a few plan families, each costed in
+//! bytes per device (the size of every collective's result):
 //!
 //! - nothing (equal grids), or a local `dynamic-slice` when every device's
 //!   target tile lies inside its source tile (replicated -> tiled, adding

@@ -10,13 +10,13 @@ use crate::exchange::{exchange, exchange_cost};
 use crate::grid::{tile_size, Grid};
 use crate::helpers::{cheapest, unsharded_candidates, HandlerResult};
 use crate::part::Part;
-use crate::value::{PValue, VS};
+use crate::value::{PValue, ValueSharding};
 use xla_hlo_ir::{HloInstruction, Shape};
 
-pub fn sort(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn sort(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding) -> HandlerResult {
     let out = match target {
-        VS::Grid(g) => g.clone(),
-        VS::Tuple(e) => match e.first().and_then(|x| x.grid()) {
+        ValueSharding::Grid(g) => g.clone(),
+        ValueSharding::Tuple(e) => match e.first().and_then(|x| x.grid()) {
             Some(g) => g.clone(),
             None => return Ok(None),
         },
@@ -54,9 +54,9 @@ pub fn sort(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Handle
         ops.push(p.reshard_to_grid(v, &c)?);
     }
     let vs = if instr.shape.is_tuple() {
-        VS::Tuple(vec![VS::Grid(c); vals.len()])
+        ValueSharding::Tuple(vec![ValueSharding::Grid(c); vals.len()])
     } else {
-        VS::Grid(c)
+        ValueSharding::Grid(c)
     };
     p.note(instr, "sort");
     Ok(Some(p.emit_local(instr, ops, &vs)?))
@@ -66,9 +66,9 @@ pub fn sort(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Handle
 /// on every device, in the cheapest of the output's sharding and the
 /// operand's, each with the last dim's sharding dropped or moved to another
 /// dim by an all-to-all; values and indices come out in that sharding.
-pub fn topk(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn topk(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding) -> HandlerResult {
     let out = match target {
-        VS::Tuple(e) => match e.first().and_then(|x| x.grid()) {
+        ValueSharding::Tuple(e) => match e.first().and_then(|x| x.grid()) {
             Some(g) => g.clone(),
             None => return Ok(None),
         },
@@ -105,11 +105,15 @@ pub fn topk(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Handle
     };
     let x = p.reshard_to_grid(&v, &c)?;
     p.note(instr, "topk");
-    let vs = VS::Tuple(vec![VS::Grid(c.clone()), VS::Grid(c)]);
+    let vs = ValueSharding::Tuple(vec![ValueSharding::Grid(c.clone()), ValueSharding::Grid(c)]);
     Ok(Some(p.emit_local(instr, vec![x], &vs)?))
 }
 
-pub fn reverse(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn reverse(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -170,10 +174,14 @@ pub fn reverse(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Han
     p.note(instr, "reverse");
     if shifts.is_empty() || gathered_cost <= shifted_cost {
         let x = p.reshard_to_grid(&v, &src_gathered)?;
-        return Ok(Some(p.emit_local(instr, vec![x], &VS::Grid(gathered))?));
+        return Ok(Some(p.emit_local(
+            instr,
+            vec![x],
+            &ValueSharding::Grid(gathered),
+        )?));
     }
     let x = p.reshard_to_grid(&v, &src)?;
-    let r = p.emit_local(instr, vec![x], &VS::Grid(out.clone()))?;
+    let r = p.emit_local(instr, vec![x], &ValueSharding::Grid(out.clone()))?;
     let mut y = r.id;
     for (a, starts, len) in &shifts {
         y = exchange(p, y, &out, &virt, *a, starts, *len, None)?;

@@ -14,7 +14,7 @@ use crate::grid::{local_dims, tile_size, Grid, GridCache};
 use crate::helpers::{cheapest, grid_of, HandlerResult};
 use crate::part::Part;
 use crate::shapes::with_dims;
-use crate::value::{local_shape, PValue, VS};
+use crate::value::{local_shape, PValue, ValueSharding};
 use std::rc::Rc;
 use xla_hlo_ir::HloInstruction;
 
@@ -167,7 +167,11 @@ fn reshape_out_uncached(in_dims: &[i64], out_dims: &[i64], g: &Grid, n: i64) -> 
     (li == lo).then_some(q)
 }
 
-pub fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn reshape(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = grid_of(target) else {
         return Ok(None);
     };
@@ -222,13 +226,13 @@ pub fn reshape(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Han
         return Ok(None);
     };
     let x = p.reshard_to_grid(&v, &pg)?;
-    let shape = local_shape(&instr.shape, &VS::Grid(rg.clone()));
+    let shape = local_shape(&instr.shape, &ValueSharding::Grid(rg.clone()));
     let id = p.clone_instr(instr, vec![x], shape);
     p.note(instr, "reshape");
     Ok(Some(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(rg),
+        vs: ValueSharding::Grid(rg),
     }))
 }
 
@@ -276,7 +280,7 @@ fn reshape_retiled(
     if cost >= best {
         return Ok(None);
     }
-    let local = local_shape(&virt, &VS::Grid(q.clone()));
+    let local = local_shape(&virt, &ValueSharding::Grid(q.clone()));
     let mut x = p.clone_instr(instr, vec![v.id], local);
     let mut dims_now = pout.clone();
     for (b, starts, len) in &windows {
@@ -287,6 +291,6 @@ fn reshape_retiled(
     Ok(Some(PValue {
         id: x,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(q),
+        vs: ValueSharding::Grid(q),
     }))
 }

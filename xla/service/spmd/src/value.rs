@@ -1,11 +1,11 @@
-//! Shardings of values in the partitioner's working form (`VS`: a grid per
-//! array leaf, manual, tuple, or opaque for tokens), partitioned values
-//! (`PValue`), local shapes, and the conversion of IR shardings with its
-//! per-module memo (`ShardingCache`).
+//! Shardings of values in the partitioner's working form (`ValueSharding`:
+//! a grid per array leaf, manual, tuple, or opaque for tokens), partitioned
+//! values (`PValue`), local shapes, and the conversion of IR shardings with
+//! its per-module memo (`ShardingCache`).
 //!
-//! Invariants: a `VS` has the structure of its value's shape (tuple for
-//! tuple, grid of the array's rank for arrays); converting the same IR
-//! sharding for the same shape structure gives the same value.
+//! Invariants: a `ValueSharding` has the structure of its value's shape
+//! (tuple for tuple, grid of the array's rank for arrays); converting the
+//! same IR sharding for the same shape structure gives the same value.
 
 use crate::error::SpmdError;
 use crate::grid::{local_dims, Grid, GridCache};
@@ -20,114 +20,128 @@ use xla_hlo_utils::{InstrSharding, Sharding};
 /// The sharding of a value: a grid for arrays, manual arrays, tuples, and
 /// values that are never partitioned (tokens).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum VS {
+pub enum ValueSharding {
     Grid(Grid),
     Manual,
-    Tuple(Vec<VS>),
+    Tuple(Vec<ValueSharding>),
     Opaque,
 }
 
-impl VS {
+impl ValueSharding {
     pub fn grid(&self) -> Option<&Grid> {
         match self {
-            VS::Grid(g) => Some(g),
+            ValueSharding::Grid(g) => Some(g),
             _ => None,
         }
     }
     /// Replicated everywhere (for every leaf of `shape`).
-    pub fn replicated(shape: &Shape, n: i64) -> VS {
-        VS::replicated_with(shape, &|rank| Grid::replicated(rank, n))
+    pub fn replicated(shape: &Shape, n: i64) -> ValueSharding {
+        ValueSharding::replicated_with(shape, &|rank| Grid::replicated(rank, n))
     }
 
-    /// [`VS::replicated`] with its grids from `grids`.
-    pub fn replicated_in(shape: &Shape, n: i64, grids: &GridCache) -> VS {
-        VS::replicated_with(shape, &|rank| grids.replicated(rank, n))
+    /// [`ValueSharding::replicated`] with its grids from `grids`.
+    pub fn replicated_in(shape: &Shape, n: i64, grids: &GridCache) -> ValueSharding {
+        ValueSharding::replicated_with(shape, &|rank| grids.replicated(rank, n))
     }
 
-    fn replicated_with(shape: &Shape, grid: &dyn Fn(usize) -> Grid) -> VS {
+    fn replicated_with(shape: &Shape, grid: &dyn Fn(usize) -> Grid) -> ValueSharding {
         match shape {
-            Shape::Tuple(e) => VS::Tuple(e.iter().map(|s| VS::replicated_with(s, grid)).collect()),
-            s if s.is_array() => VS::Grid(grid(s.rank())),
-            _ => VS::Opaque,
+            Shape::Tuple(e) => ValueSharding::Tuple(
+                e.iter()
+                    .map(|s| ValueSharding::replicated_with(s, grid))
+                    .collect(),
+            ),
+            s if s.is_array() => ValueSharding::Grid(grid(s.rank())),
+            _ => ValueSharding::Opaque,
         }
     }
 
     /// The same value with every grid interned in `grids`.
-    fn interned(self, grids: &GridCache) -> VS {
+    fn interned(self, grids: &GridCache) -> ValueSharding {
         match self {
-            VS::Grid(g) => VS::Grid(grids.intern(g)),
-            VS::Tuple(e) => VS::Tuple(e.into_iter().map(|x| x.interned(grids)).collect()),
+            ValueSharding::Grid(g) => ValueSharding::Grid(grids.intern(g)),
+            ValueSharding::Tuple(e) => {
+                ValueSharding::Tuple(e.into_iter().map(|x| x.interned(grids)).collect())
+            }
             other => other,
         }
     }
     pub fn is_manual(&self) -> bool {
         match self {
-            VS::Manual => true,
-            VS::Tuple(e) => !e.is_empty() && e.iter().all(|x| x.is_manual() || *x == VS::Opaque),
+            ValueSharding::Manual => true,
+            ValueSharding::Tuple(e) => {
+                !e.is_empty()
+                    && e.iter()
+                        .all(|x| x.is_manual() || *x == ValueSharding::Opaque)
+            }
             _ => false,
         }
     }
     pub fn has_manual(&self) -> bool {
         match self {
-            VS::Manual => true,
-            VS::Tuple(e) => e.iter().any(|x| x.has_manual()),
+            ValueSharding::Manual => true,
+            ValueSharding::Tuple(e) => e.iter().any(|x| x.has_manual()),
             _ => false,
         }
     }
     /// The IR sharding of this value (tuples flattened).
     pub fn to_ir(&self) -> HloSharding {
-        fn leaves(v: &VS, out: &mut Vec<Sharding>) {
+        fn leaves(v: &ValueSharding, out: &mut Vec<Sharding>) {
             match v {
-                VS::Grid(g) => out.push(g.to_sharding()),
-                VS::Manual => out.push(Sharding::Manual),
-                VS::Tuple(e) => e.iter().for_each(|x| leaves(x, out)),
-                VS::Opaque => out.push(Sharding::Replicated),
+                ValueSharding::Grid(g) => out.push(g.to_sharding()),
+                ValueSharding::Manual => out.push(Sharding::Manual),
+                ValueSharding::Tuple(e) => e.iter().for_each(|x| leaves(x, out)),
+                ValueSharding::Opaque => out.push(Sharding::Replicated),
             }
         }
         match self {
-            VS::Tuple(_) => {
+            ValueSharding::Tuple(_) => {
                 let mut v = Vec::new();
                 leaves(self, &mut v);
                 InstrSharding::tuple(v).to_ir()
             }
-            VS::Grid(g) => InstrSharding::Single(g.to_sharding()).to_ir(),
-            VS::Manual => HloSharding::manual(),
-            VS::Opaque => HloSharding::replicated(),
+            ValueSharding::Grid(g) => InstrSharding::Single(g.to_sharding()).to_ir(),
+            ValueSharding::Manual => HloSharding::manual(),
+            ValueSharding::Opaque => HloSharding::replicated(),
         }
     }
 }
 
 /// The local shape of a global `shape` under `vs`.
-pub fn local_shape(shape: &Shape, vs: &VS) -> Shape {
+pub fn local_shape(shape: &Shape, vs: &ValueSharding) -> Shape {
     match (shape, vs) {
-        (Shape::Tuple(e), VS::Tuple(v)) if e.len() == v.len() => {
+        (Shape::Tuple(e), ValueSharding::Tuple(v)) if e.len() == v.len() => {
             Shape::Tuple(e.iter().zip(v).map(|(s, x)| local_shape(s, x)).collect())
         }
-        (s, VS::Grid(g)) if s.is_array() && g.rank() == s.rank() => {
+        (s, ValueSharding::Grid(g)) if s.is_array() && g.rank() == s.rank() => {
             with_dims(s, &local_dims(s.dims(), g))
         }
         (s, _) => s.clone(),
     }
 }
 
-fn leaf_to_vs(s: &Sharding, shape: &Shape, n: i64) -> Result<VS, SpmdError> {
+fn leaf_sharding(s: &Sharding, shape: &Shape, n: i64) -> Result<ValueSharding, SpmdError> {
     if !shape.is_array() {
-        return Ok(VS::Opaque);
+        return Ok(ValueSharding::Opaque);
     }
     match s {
-        Sharding::Manual => Ok(VS::Manual),
-        s => Ok(VS::Grid(Grid::from_sharding(s, shape.rank(), n)?)),
+        Sharding::Manual => Ok(ValueSharding::Manual),
+        s => Ok(ValueSharding::Grid(Grid::from_sharding(
+            s,
+            shape.rank(),
+            n,
+        )?)),
     }
 }
 
 /// The sharding of an instruction (replicated when it has none), through
 /// the module's conversion cache.
-pub fn vs_of(
+pub fn sharding_of(
     instr: &HloInstruction,
     n: i64,
     cache: &ShardingCache,
     grids: &GridCache,
-) -> Result<VS, SpmdError> {
+) -> Result<ValueSharding, SpmdError> {
     cache
         .convert(grids, instr.sharding.as_ref(), &instr.shape, n)
         .map_err(|e| match e {
@@ -141,24 +155,28 @@ pub fn vs_of(
 
 /// The sharding of a value of `shape` whose IR sharding is `s` (replicated
 /// when `None`).
-pub fn vs_from_ir(s: Option<&HloSharding>, shape: &Shape, n: i64) -> Result<VS, SpmdError> {
+pub fn sharding_from_ir(
+    s: Option<&HloSharding>,
+    shape: &Shape,
+    n: i64,
+) -> Result<ValueSharding, SpmdError> {
     match s {
-        None => Ok(VS::replicated(shape, n)),
-        Some(s) => vs_from_ir_uncached(s, shape, n),
+        None => Ok(ValueSharding::replicated(shape, n)),
+        Some(s) => convert_sharding(s, shape, n),
     }
 }
 
 /// Memo of converted IR shardings, keyed by value: the leaf sharding
 /// kinds, whether it is a tuple, the structure of the shape (see
-/// [`skeleton`]) and the partition count. One cache lives as long as the
+/// `skeleton`) and the partition count. One cache lives as long as the
 /// partitioning of one module.
 #[derive(Default)]
 pub struct ShardingCache {
-    table: MemoTable<(HloSharding, Vec<i64>, i64), VS>,
+    table: MemoTable<(HloSharding, Vec<i64>, i64), ValueSharding>,
 }
 
 impl ShardingCache {
-    /// [`vs_from_ir`], memoized (errors are not), its grids interned in
+    /// [`sharding_from_ir`], memoized (errors are not), its grids interned in
     /// `grids`.
     pub fn convert(
         &self,
@@ -166,9 +184,9 @@ impl ShardingCache {
         s: Option<&HloSharding>,
         shape: &Shape,
         n: i64,
-    ) -> Result<VS, SpmdError> {
+    ) -> Result<ValueSharding, SpmdError> {
         let Some(s) = s else {
-            return Ok(VS::replicated_in(shape, n, grids));
+            return Ok(ValueSharding::replicated_in(shape, n, grids));
         };
         let mut sk = Vec::new();
         skeleton(shape, &mut sk);
@@ -191,7 +209,7 @@ impl ShardingCache {
         if let Some(v) = self.table.get(hk, |k| same(&k.0) && k.1 == sk && k.2 == n) {
             return Ok(v);
         }
-        let v = vs_from_ir_uncached(s, shape, n)?.interned(grids);
+        let v = convert_sharding(s, shape, n)?.interned(grids);
         self.table.insert(hk, (s.clone(), sk, n), v.clone());
         Ok(v)
     }
@@ -214,13 +232,13 @@ fn skeleton(shape: &Shape, out: &mut Vec<i64>) {
 
 /// The grid of an iota-tiled leaf sharding with only replicated subgroups,
 /// read straight from the IR (no device list); `None` for anything else.
-fn fast_leaf(leaf: &xla_hlo_ir::SingleSharding, shape: &Shape, n: i64) -> Option<VS> {
+fn fast_leaf(leaf: &xla_hlo_ir::SingleSharding, shape: &Shape, n: i64) -> Option<ValueSharding> {
     use xla_hlo_ir::sharding::{ShardingKind, SubgroupType, TileAssignment};
     if !shape.is_array() {
         return None;
     }
     match &leaf.kind {
-        ShardingKind::Replicated => Some(VS::Grid(Grid::replicated(shape.rank(), n))),
+        ShardingKind::Replicated => Some(ValueSharding::Grid(Grid::replicated(shape.rank(), n))),
         ShardingKind::Tiled {
             tile_assignment:
                 TileAssignment::Iota {
@@ -243,13 +261,13 @@ fn fast_leaf(leaf: &xla_hlo_ir::SingleSharding, shape: &Shape, n: i64) -> Option
             }
             let mut gd = dims[..shape.rank()].to_vec();
             gd.push(dims[shape.rank()..].iter().product());
-            Grid::from_iota(&gd, reshape_dims, perm).map(VS::Grid)
+            Grid::from_iota(&gd, reshape_dims, perm).map(ValueSharding::Grid)
         }
         _ => None,
     }
 }
 
-fn vs_from_ir_uncached(s: &HloSharding, shape: &Shape, n: i64) -> Result<VS, SpmdError> {
+fn convert_sharding(s: &HloSharding, shape: &Shape, n: i64) -> Result<ValueSharding, SpmdError> {
     match (s, shape) {
         (HloSharding::Single(leaf), sh) if sh.is_array() => {
             if let Some(v) = fast_leaf(leaf, sh, n) {
@@ -262,9 +280,9 @@ fn vs_from_ir_uncached(s: &HloSharding, shape: &Shape, n: i64) -> Result<VS, Spm
                 leaves: &[xla_hlo_ir::SingleSharding],
                 next: &mut usize,
                 n: i64,
-            ) -> Option<VS> {
+            ) -> Option<ValueSharding> {
                 match shape {
-                    Shape::Tuple(e) => Some(VS::Tuple(
+                    Shape::Tuple(e) => Some(ValueSharding::Tuple(
                         e.iter()
                             .map(|x| build(x, leaves, next, n))
                             .collect::<Option<_>>()?,
@@ -275,7 +293,7 @@ fn vs_from_ir_uncached(s: &HloSharding, shape: &Shape, n: i64) -> Result<VS, Spm
                         if s.is_array() {
                             fast_leaf(leaf, s, n)
                         } else {
-                            Some(VS::Opaque)
+                            Some(ValueSharding::Opaque)
                         }
                     }
                 }
@@ -296,9 +314,9 @@ fn vs_from_ir_uncached(s: &HloSharding, shape: &Shape, n: i64) -> Result<VS, Spm
         leaves: &[Sharding],
         next: &mut usize,
         n: i64,
-    ) -> Result<VS, SpmdError> {
+    ) -> Result<ValueSharding, SpmdError> {
         match shape {
-            Shape::Tuple(e) => Ok(VS::Tuple(
+            Shape::Tuple(e) => Ok(ValueSharding::Tuple(
                 e.iter()
                     .map(|x| build(x, leaves, next, n))
                     .collect::<Result<_, _>>()?,
@@ -306,7 +324,7 @@ fn vs_from_ir_uncached(s: &HloSharding, shape: &Shape, n: i64) -> Result<VS, Spm
             s => {
                 let leaf = leaves.get(*next).cloned().unwrap_or(Sharding::Replicated);
                 *next += 1;
-                leaf_to_vs(&leaf, s, n)
+                leaf_sharding(&leaf, s, n)
             }
         }
     }
@@ -321,14 +339,14 @@ pub struct PValue {
     pub id: InstrId,
     /// The global (unpartitioned) shape (shared).
     pub shape: Rc<Shape>,
-    pub vs: VS,
+    pub vs: ValueSharding,
 }
 
 /// Manual everywhere in a tuple tree (tokens stay opaque).
-pub fn target_like_manual(v: &VS) -> VS {
+pub fn target_like_manual(v: &ValueSharding) -> ValueSharding {
     match v {
-        VS::Tuple(e) => VS::Tuple(e.iter().map(target_like_manual).collect()),
-        VS::Opaque => VS::Opaque,
-        _ => VS::Manual,
+        ValueSharding::Tuple(e) => ValueSharding::Tuple(e.iter().map(target_like_manual).collect()),
+        ValueSharding::Opaque => ValueSharding::Opaque,
+        _ => ValueSharding::Manual,
     }
 }

@@ -13,7 +13,7 @@ use crate::exchange::{exchange, exchange_cost, tile_pairs};
 use crate::grid::{tile_size, Grid};
 use crate::helpers::{cheapest, unsharded_candidates, HandlerResult};
 use crate::part::Part;
-use crate::value::{local_shape, PValue, VS};
+use crate::value::{local_shape, PValue, ValueSharding};
 use std::rc::Rc;
 use xla_hlo_ir::attrs::PaddingDim;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode};
@@ -73,7 +73,11 @@ fn ceil_div(a: i64, b: i64) -> i64 {
     -((-a).div_euclid(b))
 }
 
-pub fn slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn slice(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -118,7 +122,7 @@ pub fn slice(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Handl
     Ok(Some(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(c),
+        vs: ValueSharding::Grid(c),
     }))
 }
 
@@ -135,7 +139,7 @@ fn interior_plan(d: &PaddingDim, so: i64, t: i64) -> Option<(Vec<i64>, i64, i64)
     Some((j0, phase, (so - phase + r - 1) / r))
 }
 
-pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -243,11 +247,15 @@ pub fn pad(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> Handler
     Ok(Some(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(c),
+        vs: ValueSharding::Grid(c),
     }))
 }
 
-pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn reduce_window(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -284,7 +292,7 @@ pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
         w.dims[a].padding_low = 0;
         w.dims[a].padding_high = 0;
     }
-    let want = local_shape(&instr.shape, &VS::Grid(c.clone()));
+    let want = local_shape(&instr.shape, &ValueSharding::Grid(c.clone()));
     let id = p.clone_instr(instr, vec![x, init], want.clone());
     p.b.comp
         .instr_mut(id)
@@ -299,7 +307,7 @@ pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
     Ok(Some(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(c),
+        vs: ValueSharding::Grid(c),
     }))
 }
 
@@ -314,7 +322,7 @@ pub fn reduce_window(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) 
 pub fn select_and_scatter(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,
-    target: &VS,
+    target: &ValueSharding,
 ) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
@@ -366,17 +374,21 @@ pub fn select_and_scatter(
     let xl = p.reshard_to_grid(&x, &c)?;
     let sl = p.reshard_to_grid(&src, &c)?;
     let init = p.replicate(&init)?.id;
-    let want = local_shape(&instr.shape, &VS::Grid(c.clone()));
+    let want = local_shape(&instr.shape, &ValueSharding::Grid(c.clone()));
     let id = p.clone_instr(instr, vec![xl, sl, init], want);
     p.note(instr, "select-and-scatter");
     Ok(Some(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(c),
+        vs: ValueSharding::Grid(c),
     }))
 }
 
-pub fn concatenate(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn concatenate(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let Some(out) = target.grid().cloned() else {
         return Ok(None);
     };
@@ -417,7 +429,7 @@ pub fn concatenate(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
         ops.push(p.reshard_to_grid(v, &c)?);
     }
     p.note(instr, "concatenate");
-    Ok(Some(p.emit_local(instr, ops, &VS::Grid(c))?))
+    Ok(Some(p.emit_local(instr, ops, &ValueSharding::Grid(c))?))
 }
 
 /// `concatenate(slice(x)[k:n], slice(x)[0:k])` along `a` (`jnp.roll`),
@@ -426,11 +438,11 @@ fn rotation(p: &Part<'_, '_>, instr: &HloInstruction, a: usize) -> Option<(Instr
     let [first, second] = instr.operands[..] else {
         return None;
     };
-    let (s0, s1) = (p.oc.instr(first), p.oc.instr(second));
+    let (s0, s1) = (p.orig_comp.instr(first), p.orig_comp.instr(second));
     if s0.opcode != Opcode::Slice || s1.opcode != Opcode::Slice || s0.operands != s1.operands {
         return None;
     }
-    let x = p.oc.instr(*s0.operands.first()?);
+    let x = p.orig_comp.instr(*s0.operands.first()?);
     let xd = x.shape.dims();
     let (d0, d1) = (s0.slice_dims()?, s1.slice_dims()?);
     if d0.len() != xd.len() || d1.len() != xd.len() || a >= xd.len() {
@@ -517,7 +529,7 @@ fn rotate(
     Ok(Some(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(out.clone()),
+        vs: ValueSharding::Grid(out.clone()),
     }))
 }
 
@@ -562,6 +574,6 @@ fn rotate_uneven(
     Ok(Some(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
-        vs: VS::Grid(out.clone()),
+        vs: ValueSharding::Grid(out.clone()),
     }))
 }

@@ -7,7 +7,7 @@
 //! Invariant: the digit-form and device-list paths give equal grids (the
 //! tests compare them on random grids).
 
-use super::digits::Sym;
+use super::digits::DigitForm;
 use super::groups::DevGroups;
 use super::{gcd, transpose_devices, Grid};
 
@@ -16,12 +16,12 @@ impl Grid {
     /// `map[j]` (a new untiled dim when `None`); this grid's data dims that
     /// no entry names are merged into replication.
     pub fn remap(&self, map: &[Option<usize>]) -> Grid {
-        self.remap_sym(map)
+        self.remap_by_digits(map)
             .unwrap_or_else(|| self.remap_by_devices(map))
     }
 
-    pub(super) fn remap_sym(&self, map: &[Option<usize>]) -> Option<Grid> {
-        let s = self.0.sym.as_ref()?;
+    pub(super) fn remap_by_digits(&self, map: &[Option<usize>]) -> Option<Grid> {
+        let s = self.0.digits.as_ref()?;
         let r = self.rank();
         let mut used = vec![false; r + 1];
         let mut digs: Vec<Vec<usize>> = Vec::with_capacity(map.len() + 1);
@@ -42,7 +42,7 @@ impl Grid {
             }
         }
         digs.push(rest);
-        Some(Grid::from_sym(Sym::canon(s.radix.clone(), digs)?))
+        Some(Grid::from_digits(DigitForm::canon(s.radix.clone(), digs)?))
     }
 
     pub(super) fn remap_by_devices(&self, map: &[Option<usize>]) -> Grid {
@@ -65,12 +65,12 @@ impl Grid {
     /// (row-major over the factors in the order given), all other
     /// coordinates fixed; every device is in exactly one group.
     pub fn factor_groups(&self, factors: &[(usize, i64)]) -> DevGroups {
-        self.factor_groups_sym(factors)
+        self.factor_groups_by_digits(factors)
             .unwrap_or_else(|| DevGroups::from_lists(&self.factor_group_lists(factors)))
     }
 
-    pub(super) fn factor_groups_sym(&self, factors: &[(usize, i64)]) -> Option<DevGroups> {
-        let mut s = self.0.sym.clone()?;
+    pub(super) fn factor_groups_by_digits(&self, factors: &[(usize, i64)]) -> Option<DevGroups> {
+        let mut s = self.0.digits.clone()?;
         let r = self.rank();
         let nd = s.digs.len();
         let mut lists = Vec::new();
@@ -127,8 +127,8 @@ impl Grid {
     }
 
     /// Moves the minor factor `f` of each `(dim, f)` into replication.
-    pub(super) fn gathered_sym(&self, factors: &[(usize, i64)]) -> Option<Grid> {
-        let mut s = self.0.sym.clone()?;
+    pub(super) fn gathered_by_digits(&self, factors: &[(usize, i64)]) -> Option<Grid> {
+        let mut s = self.0.digits.clone()?;
         let r = self.rank();
         for &(a, f) in factors {
             if a >= r || f < 1 || self.0.dims[a] % f != 0 {
@@ -138,12 +138,12 @@ impl Grid {
                 return None;
             }
         }
-        Some(Grid::from_sym(Sym::canon(s.radix, s.digs)?))
+        Some(Grid::from_digits(DigitForm::canon(s.radix, s.digs)?))
     }
 
     /// The grid after gathering the minor factor `f` of each `(dim, f)`.
     pub fn gathered(&self, factors: &[(usize, i64)]) -> Option<Grid> {
-        self.gathered_sym(factors)
+        self.gathered_by_digits(factors)
             .or_else(|| self.gathered_by_devices(factors))
     }
 
@@ -165,10 +165,10 @@ impl Grid {
         })
     }
 
-    /// The grid after an all-to-all moving the minor factor `f` of dim `a`
-    /// to a new minor factor of dim `b`.
-    pub(super) fn all_to_all_sym(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
-        let mut s = self.0.sym.clone()?;
+    /// [`Grid::all_to_all`] on the digit form (`None` without one, or when
+    /// the factor does not split off the digits).
+    pub(super) fn all_to_all_by_digits(&self, a: usize, b: usize, f: i64) -> Option<Grid> {
+        let mut s = self.0.digits.clone()?;
         s.digs.push(Vec::new());
         let into = s.digs.len() - 1;
         if !s.take_minor(a, f, into) {
@@ -176,7 +176,7 @@ impl Grid {
         }
         let moved = s.digs.pop()?;
         s.digs[b].extend(moved);
-        Some(Grid::from_sym(Sym::canon(s.radix, s.digs)?))
+        Some(Grid::from_digits(DigitForm::canon(s.radix, s.digs)?))
     }
 
     /// The grid after an all-to-all moving the minor factor `f` of dim `a`
@@ -185,7 +185,7 @@ impl Grid {
         if a == b || f < 2 || self.0.dims[a] % f != 0 || a >= self.rank() || b >= self.rank() {
             return None;
         }
-        if let Some(g) = self.all_to_all_sym(a, b, f) {
+        if let Some(g) = self.all_to_all_by_digits(a, b, f) {
             return Some(g);
         }
         let mut dims = self.0.dims[..self.rank()].to_vec();
@@ -202,9 +202,8 @@ impl Grid {
     }
 
     /// This grid coarsened to `dims` tiles per data dim (each a divisor of
-    /// this grid's count): device `d` holds the coarse tile containing its tile.
-    /// This grid coarsened to `dims` tiles per data dim (each a divisor of
-    /// this grid's count): device `d` holds the coarse tile containing its tile.
+    /// this grid's count): device `d` holds the coarse tile containing its
+    /// tile.
     pub fn coarsened(&self, dims: &[i64]) -> Option<Grid> {
         if dims.len() != self.rank() {
             return None;
@@ -222,7 +221,7 @@ impl Grid {
             .filter(|x| *x.1 > 1)
             .map(|(a, &f)| (a, f))
             .collect();
-        if let Some(g) = self.gathered_sym(&factors) {
+        if let Some(g) = self.gathered_by_digits(&factors) {
             return Some(g);
         }
         Grid::from_coords(dims, self.num_devices(), |d, c| {
@@ -232,9 +231,9 @@ impl Grid {
         })
     }
 
-    pub(super) fn merge_sym(&self, y: &Grid, from_y: &[usize]) -> Option<Grid> {
-        let (sx, sy) = (self.0.sym.as_ref()?, y.0.sym.as_ref()?);
-        let (sx, sy) = Sym::common(sx, sy)?;
+    pub(super) fn merge_by_digits(&self, y: &Grid, from_y: &[usize]) -> Option<Grid> {
+        let (sx, sy) = (self.0.digits.as_ref()?, y.0.digits.as_ref()?);
+        let (sx, sy) = DigitForm::common(sx, sy)?;
         let r = self.rank();
         let mut digs: Vec<Vec<usize>> = (0..r)
             .map(|a| {
@@ -255,7 +254,7 @@ impl Grid {
             }
         }
         digs.push((0..used.len()).filter(|&k| !used[k]).collect());
-        Some(Grid::from_sym(Sym::canon(sx.radix, digs)?))
+        Some(Grid::from_digits(DigitForm::canon(sx.radix, digs)?))
     }
 
     /// Combines two grids over the same dims: dims in `from_y` take `y`'s
@@ -264,7 +263,7 @@ impl Grid {
         let r = self.rank();
         if y.rank() != r || y.num_devices() != self.num_devices() {
             None
-        } else if let Some(g) = self.merge_sym(y, from_y) {
+        } else if let Some(g) = self.merge_by_digits(y, from_y) {
             Some(g)
         } else {
             let dims: Vec<i64> = (0..r)
@@ -294,7 +293,7 @@ impl Grid {
     /// (`result` as `xla_hlo_utils::ops::reshape_sharding` would give it),
     /// `None` when only the device-list path can tell (it replicates dims).
     pub fn reshaped(&self, source: &[i64], target: &[i64]) -> Option<Option<Grid>> {
-        let sym = self.0.sym.as_ref()?;
+        let digits = self.0.digits.as_ref()?;
         if source.len() != self.rank() {
             return Some(None);
         }
@@ -313,21 +312,21 @@ impl Grid {
         }
         t.push(total / p);
         // The devices keep their row-major order; only the dims change.
-        let seq: Vec<usize> = sym.digs.iter().flatten().copied().collect();
-        let mut x = Sym::deal(sym.radix.clone(), seq, t)?;
+        let seq: Vec<usize> = digits.digs.iter().flatten().copied().collect();
+        let mut x = DigitForm::deal(digits.radix.clone(), seq, t)?;
         let tmp = t.len();
         if !x.digs[tmp].is_empty() {
             return None;
         }
         x.digs.pop();
-        Some(Some(Grid::from_sym(Sym::canon(x.radix, x.digs)?)))
+        Some(Some(Grid::from_digits(DigitForm::canon(x.radix, x.digs)?)))
     }
 
     /// This grid (`io`) with the coordinates of `c`'s data dims `ks` (major
     /// first) appended as a new minor factor of dim `od`: the layout of a
     /// reduce-scatter over `ks`'s device groups onto `od`.
     pub fn with_minor_from(&self, c: &Grid, ks: &[usize], od: usize) -> Option<Grid> {
-        let (x, y) = Sym::common(self.0.sym.as_ref()?, c.0.sym.as_ref()?)?;
+        let (x, y) = DigitForm::common(self.0.digits.as_ref()?, c.0.digits.as_ref()?)?;
         let r = self.rank();
         if od >= r || ks.iter().any(|&k| k >= c.rank()) {
             return None;
@@ -346,7 +345,7 @@ impl Grid {
             }
         }
         digs.push((0..used.len()).filter(|&k| !used[k]).collect());
-        Some(Grid::from_sym(Sym::canon(x.radix, digs)?))
+        Some(Grid::from_digits(DigitForm::canon(x.radix, digs)?))
     }
 
     /// The grid of a partial result laid out by this grid (`io`; partial

@@ -1,8 +1,8 @@
-//! The digit form of a device array (`Sym`): XLA's iota tile assignment
+//! The digit form of a device array (`DigitForm`): XLA's iota tile assignment
 //! read as mixed-radix device ids, each grid dim reading some digits. Grid
 //! operations on digit forms cost O(rank), not O(devices).
 //!
-//! Invariant: a `Sym` built by `canon` is canonical (no radix-1 digits,
+//! Invariant: a `DigitForm` built by `canon` is canonical (no radix-1 digits,
 //! adjacent digits of one dim merged, replication digits sorted major
 //! first), so two digit forms are equal exactly when their device arrays
 //! are.
@@ -20,24 +20,24 @@ use xla_hlo_utils::TileArray;
 /// right before minor `k`) in one dim are merged, replication digits are
 /// sorted major first (devices of a group ascending).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Sym {
+pub(crate) struct DigitForm {
     pub(super) radix: Vec<i64>,
     pub(super) base: Vec<i64>,
     pub(super) digs: Vec<Vec<usize>>,
 }
 
-impl Sym {
+impl DigitForm {
     /// Canonical form of a digit assignment (`None` unless every digit is
     /// read by exactly one list). The last list is the replication dim.
-    pub(super) fn canon(radix: Vec<i64>, digs: Vec<Vec<usize>>) -> Option<Sym> {
-        Sym::canon_with(radix, digs, true)
+    pub(super) fn canon(radix: Vec<i64>, digs: Vec<Vec<usize>>) -> Option<DigitForm> {
+        DigitForm::canon_with(radix, digs, true)
     }
 
     pub(super) fn canon_with(
         mut radix: Vec<i64>,
         mut digs: Vec<Vec<usize>>,
         sort_last: bool,
-    ) -> Option<Sym> {
+    ) -> Option<DigitForm> {
         let m = radix.len();
         let mut seen = vec![false; m];
         for l in &digs {
@@ -86,27 +86,27 @@ impl Sym {
             radix[k + 1] = 1;
             drop_digit(&mut radix, &mut digs, k + 1);
         }
-        Some(Sym::with(radix, digs))
+        Some(DigitForm::with(radix, digs))
     }
 
-    pub(super) fn with(radix: Vec<i64>, digs: Vec<Vec<usize>>) -> Sym {
+    pub(super) fn with(radix: Vec<i64>, digs: Vec<Vec<usize>>) -> DigitForm {
         let mut base = Vec::with_capacity(radix.len());
         let mut b = 1i64;
         for &r in &radix {
             base.push(b);
             b = b.saturating_mul(r);
         }
-        Sym { radix, base, digs }
+        DigitForm { radix, base, digs }
     }
 
     /// Everything on `n` devices (one replication digit).
-    pub(super) fn replicated(rank: usize, n: i64) -> Sym {
+    pub(super) fn replicated(rank: usize, n: i64) -> DigitForm {
         let mut digs = vec![Vec::new(); rank + 1];
         if n > 1 {
             digs[rank].push(0);
-            Sym::with(vec![n], digs)
+            DigitForm::with(vec![n], digs)
         } else {
-            Sym::with(vec![], digs)
+            DigitForm::with(vec![], digs)
         }
     }
 
@@ -147,7 +147,7 @@ impl Sym {
             std::mem::take(&mut self.radix),
             std::mem::take(&mut self.digs),
         );
-        *self = Sym::with(radix, digs);
+        *self = DigitForm::with(radix, digs);
         true
     }
 
@@ -254,14 +254,14 @@ impl Sym {
     }
 
     /// The digit form of `devs` over `dims`, when it has one.
-    pub(super) fn detect(dims: &[i64], devs: &[i64]) -> Option<Sym> {
+    pub(super) fn detect(dims: &[i64], devs: &[i64]) -> Option<DigitForm> {
         let n = devs.len() as i64;
         if n == 1 {
-            return Some(Sym::replicated(dims.len() - 1, 1));
+            return Some(DigitForm::replicated(dims.len() - 1, 1));
         }
         let t = TileArray::new(vec![n], devs.to_vec()).ok()?;
         let (rd, perm) = t.to_iota()?;
-        let s = Sym::from_iota(dims, &rd, &perm)?;
+        let s = DigitForm::from_iota(dims, &rd, &perm)?;
         (s.devices() == devs).then_some(s)
     }
 
@@ -269,10 +269,10 @@ impl Sym {
     /// order: each dim takes whole digits, or the major part of a digit it
     /// needs only part of (the digit is split). The digits left over form
     /// one more list at the end. `None` when a size does not line up.
-    pub(super) fn deal(radix: Vec<i64>, seq: Vec<usize>, dims: &[i64]) -> Option<Sym> {
+    pub(super) fn deal(radix: Vec<i64>, seq: Vec<usize>, dims: &[i64]) -> Option<DigitForm> {
         let mut digs = vec![Vec::new(); dims.len()];
         digs.push(seq);
-        let mut s = Sym::with(radix, digs);
+        let mut s = DigitForm::with(radix, digs);
         let rest = dims.len();
         for (a, &want) in dims.iter().enumerate() {
             let mut need = want;
@@ -301,7 +301,7 @@ impl Sym {
 
     /// The digit form of `iota(rd).transpose(perm)` laid out over `dims`
     /// (data dims then replication), when its dims line up with `dims`.
-    pub(super) fn from_iota(dims: &[i64], rd: &[i64], perm: &[i64]) -> Option<Sym> {
+    pub(super) fn from_iota(dims: &[i64], rd: &[i64], perm: &[i64]) -> Option<DigitForm> {
         let m = rd.len();
         let perm: Vec<usize> = if perm.is_empty() {
             (0..m).collect()
@@ -323,7 +323,7 @@ impl Sym {
         // Digits minor first: reshape dim j is digit m-1-j.
         let radix: Vec<i64> = (0..m).map(|k| rd[m - 1 - k]).collect();
         let seq: Vec<usize> = perm.iter().map(|&p| m - 1 - p).collect();
-        let mut s = Sym::deal(radix, seq, dims)?;
+        let mut s = DigitForm::deal(radix, seq, dims)?;
         let tmp = dims.len();
         while let Some(&k) = s.digs[tmp].first() {
             if s.radix[k] != 1 {
@@ -333,12 +333,12 @@ impl Sym {
             s.digs[dims.len() - 1].push(k);
         }
         s.digs.pop();
-        Sym::canon(s.radix, s.digs)
+        DigitForm::canon(s.radix, s.digs)
     }
 
     /// Both forms over one digit basis (`None` when their weights do not
     /// form one chain).
-    pub(super) fn common(x: &Sym, y: &Sym) -> Option<(Sym, Sym)> {
+    pub(super) fn common(x: &DigitForm, y: &DigitForm) -> Option<(DigitForm, DigitForm)> {
         let (mut x, mut y) = (x.clone(), y.clone());
         for _ in 0..4 {
             if x.radix == y.radix {
@@ -366,8 +366,8 @@ impl Sym {
         let n: i64 = self.radix.iter().product();
         // Merge digits adjacent in the sequence (major k+1 before minor k).
         let seq: Vec<usize> = rest.iter().chain(minor).copied().collect();
-        let s = Sym::canon_with(self.radix.clone(), vec![seq], false)
-            .unwrap_or_else(|| Sym::replicated(0, n));
+        let s = DigitForm::canon_with(self.radix.clone(), vec![seq], false)
+            .unwrap_or_else(|| DigitForm::replicated(0, n));
         let seq = &s.digs[0];
         let m2 = s.radix.len();
         let _ = m;

@@ -7,7 +7,7 @@
 //!
 //! Grids whose device array is a transposed iota (XLA's
 //! `IotaTileAssignment`; every sharding the partitioner derives from iota
-//! shardings) are kept in digit form (`Sym`): device ids as mixed-radix
+//! shardings) are kept in digit form (`DigitForm`): device ids as mixed-radix
 //! numbers, each grid dim reading some digits. Derived grids (gathers,
 //! all-to-alls, remaps, merges, reshapes), device groups (emitted as iota
 //! replica groups) and slice checks then cost O(rank), not O(devices); the
@@ -34,7 +34,7 @@ pub use cache::GridCache;
 pub use groups::{DevGroups, Groups};
 
 use crate::error::SpmdError;
-use digits::Sym;
+use digits::DigitForm;
 use rustc_hash::FxHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, OnceLock};
@@ -51,7 +51,7 @@ struct GridData {
     n: i64,
     /// The digit form, when the device array has one (then every grid
     /// operation is O(rank) and no device list is built unless asked for).
-    sym: Option<Sym>,
+    digits: Option<DigitForm>,
     /// Devices, row-major over `dims` (built on demand for digit forms).
     devs: OnceLock<Vec<i64>>,
     /// Device -> flat index into `devs` (explicit grids only).
@@ -84,11 +84,11 @@ impl Hash for Grid {
 
 /// Equal device arrays (same dims assumed).
 fn same_devices(a: &GridData, b: &GridData) -> bool {
-    match (&a.sym, &b.sym) {
+    match (&a.digits, &b.digits) {
         (Some(x), Some(y)) => a.hash == b.hash && x == y,
         (None, None) => a.hash == b.hash && a.devs.get() == b.devs.get(),
         (Some(x), None) | (None, Some(x)) => {
-            let e = if a.sym.is_none() { a } else { b };
+            let e = if a.digits.is_none() { a } else { b };
             e.devs.get().map(|d| &x.devices() == d).unwrap_or(false)
         }
     }
@@ -154,8 +154,8 @@ impl Grid {
             }
             *slot = i as u32;
         }
-        if let Some(s) = Sym::detect(&dims, &devs) {
-            let g = Grid::from_sym(s);
+        if let Some(s) = DigitForm::detect(&dims, &devs) {
+            let g = Grid::from_digits(s);
             let _ = g.0.devs.set(devs);
             let _ = g.0.pos.set(pos);
             return Some(g);
@@ -168,7 +168,7 @@ impl Grid {
             strides: strides(&dims),
             n,
             dims,
-            sym: None,
+            digits: None,
             devs: OnceLock::from(devs),
             pos: OnceLock::from(pos),
             sharding: OnceLock::new(),
@@ -188,7 +188,7 @@ impl Grid {
             strides: strides(g.dims()),
             n: g.num_devices(),
             dims: g.dims().to_vec(),
-            sym: None,
+            digits: None,
             devs: OnceLock::from(g.devs().to_vec()),
             pos: OnceLock::new(),
             sharding: OnceLock::new(),
@@ -200,11 +200,15 @@ impl Grid {
     /// laid out over `dims` (data dims then replication), without building
     /// the device list; `None` when the dims do not line up.
     pub fn from_iota(dims: &[i64], reshape_dims: &[i64], perm: &[i64]) -> Option<Grid> {
-        Some(Grid::from_sym(Sym::from_iota(dims, reshape_dims, perm)?))
+        Some(Grid::from_digits(DigitForm::from_iota(
+            dims,
+            reshape_dims,
+            perm,
+        )?))
     }
 
     /// The grid of a digit form.
-    fn from_sym(s: Sym) -> Grid {
+    fn from_digits(s: DigitForm) -> Grid {
         let dims = s.dims();
         let mut h = FxHasher::default();
         dims.hash(&mut h);
@@ -214,7 +218,7 @@ impl Grid {
             strides: strides(&dims),
             n: dims.iter().product(),
             dims,
-            sym: Some(s),
+            digits: Some(s),
             devs: OnceLock::new(),
             pos: OnceLock::new(),
             sharding: OnceLock::new(),
@@ -224,7 +228,7 @@ impl Grid {
 
     /// Everything on every device.
     pub fn replicated(rank: usize, n: i64) -> Grid {
-        Grid::from_sym(Sym::replicated(rank, n.max(1)))
+        Grid::from_digits(DigitForm::replicated(rank, n.max(1)))
     }
 
     /// The grid of an array sharding of `rank` dims over `n` devices
@@ -298,7 +302,7 @@ impl Grid {
     /// The devices, row-major over the grid dims (O(devices) the first time
     /// for a grid in digit form).
     pub fn devs(&self) -> &[i64] {
-        self.0.devs.get_or_init(|| match &self.0.sym {
+        self.0.devs.get_or_init(|| match &self.0.digits {
             Some(s) => s.devices(),
             None => Vec::new(),
         })
@@ -342,7 +346,7 @@ impl Grid {
     }
     /// The coordinate of device `d` along data dim `a`.
     pub fn coord(&self, d: i64, a: usize) -> i64 {
-        if let Some(s) = &self.0.sym {
+        if let Some(s) = &self.0.digits {
             return s.coord(d, a);
         }
         let p = self.pos()[d as usize] as i64;
@@ -350,7 +354,7 @@ impl Grid {
     }
     /// The device at coordinates (data dims then replica index).
     pub fn device_at(&self, coords: &[i64]) -> i64 {
-        if let Some(s) = &self.0.sym {
+        if let Some(s) = &self.0.digits {
             return s.device(coords);
         }
         let flat: i64 = coords.iter().zip(&self.0.strides).map(|(c, s)| c * s).sum();

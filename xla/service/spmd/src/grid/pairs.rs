@@ -7,7 +7,7 @@
 //! Invariant: the tables list devices `0..n` in order.
 
 use super::derive::offset_values;
-use super::digits::Sym;
+use super::digits::DigitForm;
 use super::Grid;
 use std::sync::Arc;
 
@@ -27,7 +27,7 @@ impl Grid {
     /// `other`) over all devices, sorted (without visiting every
     /// device when both grids are in digit form).
     pub fn coord_pairs(&self, other: &Grid, a: usize) -> Arc<[(i64, i64)]> {
-        self.coord_pairs_sym(other, a)
+        self.coord_pairs_by_digits(other, a)
             .unwrap_or_else(|| {
                 let mut v: Vec<(i64, i64)> = (0..self.num_devices())
                     .map(|d| (self.coord(d, a), other.coord(d, a)))
@@ -48,8 +48,8 @@ impl Grid {
         a: usize,
         mut pred: impl FnMut(i64, i64) -> bool,
     ) -> bool {
-        if let (Some(x), Some(y)) = (&self.0.sym, &other.0.sym) {
-            if let Some((x, y)) = Sym::common(x, y) {
+        if let (Some(x), Some(y)) = (&self.0.digits, &other.0.digits) {
+            if let Some((x, y)) = DigitForm::common(x, y) {
                 // Only the digits either coordinate reads, with their place
                 // values in each coordinate.
                 let (px, py) = (x.places(a), y.places(a));
@@ -86,8 +86,8 @@ impl Grid {
     /// when both are in digit form.
     pub fn pair_table(&self, other: &Grid, a: usize, f: impl Fn(i64, i64) -> i64) -> Vec<i64> {
         let n = self.num_devices();
-        if let (Some(x), Some(y)) = (&self.0.sym, &other.0.sym) {
-            if let Some((x, y)) = Sym::common(x, y) {
+        if let (Some(x), Some(y)) = (&self.0.digits, &other.0.digits) {
+            if let Some((x, y)) = DigitForm::common(x, y) {
                 // Place value of each digit in each coordinate (0 if unused).
                 let (px, py) = (x.places(a), y.places(a));
                 let m = x.radix.len();
@@ -116,8 +116,8 @@ impl Grid {
             .collect()
     }
 
-    fn coord_pairs_sym(&self, other: &Grid, a: usize) -> Option<Vec<(i64, i64)>> {
-        let (x, y) = Sym::common(self.0.sym.as_ref()?, other.0.sym.as_ref()?)?;
+    fn coord_pairs_by_digits(&self, other: &Grid, a: usize) -> Option<Vec<(i64, i64)>> {
+        let (x, y) = DigitForm::common(self.0.digits.as_ref()?, other.0.digits.as_ref()?)?;
         let mut u: Vec<usize> = x.digs[a].iter().chain(&y.digs[a]).copied().collect();
         u.sort_unstable();
         u.dedup();

@@ -104,8 +104,8 @@ fn digit_form_matches_explicit() {
         let g = Grid::new(dims.clone(), devs.clone()).unwrap();
         let e = Grid::new_explicit(dims.clone(), devs.clone());
         assert_eq!(g.devs(), e.devs());
-        assert!(g == e || g.0.sym.is_none());
-        if g.0.sym.is_some() {
+        assert!(g == e || g.0.digits.is_none());
+        if g.0.digits.is_some() {
             sym_seen += 1;
         }
         for d in 0..n {
@@ -118,16 +118,16 @@ fn digit_form_matches_explicit() {
         let f = divs[rng.next(divs.len() as u64) as usize];
         let b = rng.next(rank as u64) as usize;
         assert!(same(
-            &g.gathered_sym(&[(a, f)])
+            &g.gathered_by_digits(&[(a, f)])
                 .or_else(|| g.gathered_by_devices(&[(a, f)])),
             &e.gathered_by_devices(&[(a, f)])
         ));
-        assert!(same(&g.all_to_all(a, b, f), &e.all_to_all(a, b, f)) || g.0.sym.is_none());
+        assert!(same(&g.all_to_all(a, b, f), &e.all_to_all(a, b, f)) || g.0.digits.is_none());
         let cd: Vec<i64> = (0..rank)
             .map(|x| if x == a { g.tiles(x) / f } else { g.tiles(x) })
             .collect();
         assert!(same(&g.coarsened(&cd), &e.coarsened(&cd)));
-        if f > 1 && g.gathered_sym(&[(a, f)]).is_some() {
+        if f > 1 && g.gathered_by_digits(&[(a, f)]).is_some() {
             gathers += 1;
         }
         // Groups.
@@ -160,7 +160,7 @@ fn digit_form_matches_explicit() {
         let h = Grid::new(dims2.clone(), devs2.clone()).unwrap();
         let he = Grid::new_explicit(dims2, devs2);
         let from_y: Vec<usize> = (0..rank).filter(|_| rng.next(2) == 0).collect();
-        let m1 = g.merge_sym(&h, &from_y);
+        let m1 = g.merge_by_digits(&h, &from_y);
         if m1.is_some() {
             merges += 1;
             let dims_m: Vec<i64> = (0..rank)

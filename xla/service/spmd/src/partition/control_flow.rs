@@ -8,11 +8,15 @@
 
 use crate::helpers::HandlerResult;
 use crate::part::Part;
-use crate::value::{local_shape, PValue, VS};
+use crate::value::{local_shape, PValue, ValueSharding};
 use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction};
 
-pub fn while_loop(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn while_loop(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let (Some(body), Some(cond)) = (
         instr.computation_attr(AttrKey::Body),
         instr.computation_attr(AttrKey::Condition),
@@ -36,7 +40,11 @@ pub fn while_loop(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> 
     }))
 }
 
-pub fn conditional(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn conditional(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
     let branches: Vec<(AttrKey, Option<usize>, xla_hlo_ir::CompId)> =
         if let Some(AttrValue::Computations(cs)) = instr.attr(AttrKey::BranchComputations) {
             cs.iter()
@@ -91,7 +99,7 @@ pub fn conditional(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) ->
     }))
 }
 
-pub fn call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &VS) -> HandlerResult {
+pub fn call(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding) -> HandlerResult {
     let Some(callee) = instr.to_apply() else {
         return Ok(None);
     };

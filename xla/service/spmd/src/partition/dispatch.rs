@@ -10,7 +10,7 @@
 use super::control_flow;
 use crate::error::SpmdError;
 use crate::part::Part;
-use crate::value::{PValue, VS};
+use crate::value::{PValue, ValueSharding};
 use crate::{dot, dynamic_slice, gather, handlers, reorder, reshape, window};
 use xla_hlo_ir::{HloInstruction, Opcode};
 
@@ -18,13 +18,13 @@ use xla_hlo_ir::{HloInstruction, Opcode};
 pub fn dispatch(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,
-    target: &VS,
+    target: &ValueSharding,
 ) -> Result<PValue, SpmdError> {
     let res = match instr.opcode {
         Opcode::Constant => return handlers::constant(p, instr),
         Opcode::Iota => handlers::iota(p, instr, target),
         Opcode::Tuple => handlers::tuple(p, instr, target),
-        Opcode::GetTupleElement => handlers::gte(p, instr),
+        Opcode::GetTupleElement => handlers::get_tuple_element(p, instr),
         Opcode::Broadcast => handlers::broadcast(p, instr, target),
         Opcode::Transpose => handlers::transpose(p, instr, target),
         Opcode::Reshape => reshape::reshape(p, instr, target),
@@ -114,7 +114,7 @@ pub fn dispatch(
             let operand_rank = instr
                 .operands
                 .first()
-                .map(|&o| p.oc.instr(o).shape.rank())
+                .map(|&o| p.orig_comp.instr(o).shape.rank())
                 .unwrap_or(0);
             if instr.shape.rank() != operand_rank {
                 Ok(None)

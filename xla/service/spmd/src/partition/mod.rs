@@ -18,10 +18,10 @@ mod control_flow;
 mod dispatch;
 
 use crate::builder::Builder;
-use crate::context::ModCtx;
+use crate::context::ModuleContext;
 use crate::error::SpmdError;
 use crate::part::Part;
-use crate::value::{local_shape, target_like_manual, PValue, VS};
+use crate::value::{local_shape, target_like_manual, PValue, ValueSharding};
 use std::rc::Rc;
 use xla_hlo_ir::{
     AttrKey, AttrValue, CompId, HloComputation, HloInstruction, HloModule, InstrId, Opcode,
@@ -32,17 +32,17 @@ use xla_hlo_ir::{
 /// computation and its root sharding.
 pub fn partition_computation(
     orig: &HloModule,
-    ctx: &mut ModCtx,
+    ctx: &mut ModuleContext,
     cid: CompId,
-    params: &[VS],
-    root: Option<&VS>,
+    params: &[ValueSharding],
+    root: Option<&ValueSharding>,
     name: &str,
-) -> Result<(HloComputation, VS), SpmdError> {
-    let oc = orig.comp(cid);
-    let b = Builder::new(ctx, name, oc.instructions.len() * 2 + 16);
-    let mut p = Part::new(orig, oc, b);
-    for id in oc.ids() {
-        let instr = oc.instr(id);
+) -> Result<(HloComputation, ValueSharding), SpmdError> {
+    let orig_comp = orig.comp(cid);
+    let b = Builder::new(ctx, name, orig_comp.instructions.len() * 2 + 16);
+    let mut p = Part::new(orig, orig_comp, b);
+    for id in orig_comp.ids() {
+        let instr = orig_comp.instr(id);
         let v = if instr.opcode == Opcode::Parameter {
             let k = instr.parameter_number.unwrap_or(0) as usize;
             let vs = params
@@ -55,14 +55,14 @@ pub fn partition_computation(
         };
         p.vals[id.index()] = Some(v);
     }
-    let rv = p.val(oc.root)?;
+    let rv = p.val(orig_comp.root)?;
     let rv = match root {
         Some(t) => p.reshard(&rv, t)?,
         None => rv,
     };
     p.b.comp.root = rv.id;
     let mut comp = std::mem::replace(&mut p.b.comp, HloComputation::new(""));
-    comp.execution_thread = oc.execution_thread.clone();
+    comp.execution_thread = orig_comp.execution_thread.clone();
     let removed = dce(&mut comp);
     p.b.ctx.changes += removed;
     Ok((comp, rv.vs))
@@ -285,7 +285,11 @@ pub fn dce(comp: &mut HloComputation) -> usize {
 }
 
 impl<'a, 'c> Part<'a, 'c> {
-    fn parameter(&mut self, instr: &HloInstruction, vs: VS) -> Result<PValue, SpmdError> {
+    fn parameter(
+        &mut self,
+        instr: &HloInstruction,
+        vs: ValueSharding,
+    ) -> Result<PValue, SpmdError> {
         let mut c = instr.clone();
         c.name = self.b.ctx.orig_name(&instr.name);
         c.shape = local_shape(&instr.shape, &vs);
@@ -300,8 +304,8 @@ impl<'a, 'c> Part<'a, 'c> {
 
     /// Dispatches one instruction.
     fn handle(&mut self, id: InstrId) -> Result<PValue, SpmdError> {
-        let oc = self.oc;
-        let instr = oc.instr(id);
+        let orig_comp = self.orig_comp;
+        let instr = orig_comp.instr(id);
         let target = self.target(instr)?;
         // Manual regions: the op already works on local data.
         if target.is_manual() && !is_spmd_boundary(instr) {
@@ -313,14 +317,18 @@ impl<'a, 'c> Part<'a, 'c> {
         self.reshard(&v, &target)
     }
 
-    fn manual(&mut self, instr: &HloInstruction, target: VS) -> Result<PValue, SpmdError> {
+    fn manual(
+        &mut self,
+        instr: &HloInstruction,
+        target: ValueSharding,
+    ) -> Result<PValue, SpmdError> {
         let mut ops = Vec::new();
         for k in 0..instr.operands.len() {
             let v = self.operand(instr, k)?;
             let t = match &v.vs {
-                VS::Grid(g) if g.is_replicated() => v.vs.clone(),
-                VS::Tuple(_) => target_like_manual(&v.vs),
-                _ => VS::Manual,
+                ValueSharding::Grid(g) if g.is_replicated() => v.vs.clone(),
+                ValueSharding::Tuple(_) => target_like_manual(&v.vs),
+                _ => ValueSharding::Manual,
             };
             let v = self.reshard(&v, &t)?;
             ops.push(v.id);
@@ -492,11 +500,11 @@ impl<'a, 'c> Part<'a, 'c> {
         for &k in keys {
             if let Some(cid) = instr.computation_attr(k) {
                 let c = self.orig.comp(cid);
-                let params: Vec<VS> = c
+                let params: Vec<ValueSharding> = c
                     .parameters
                     .iter()
                     .map(|&p| {
-                        target_like_manual(&VS::replicated_in(
+                        target_like_manual(&ValueSharding::replicated_in(
                             &c.instr(p).shape,
                             self.n(),
                             self.grids(),
@@ -515,9 +523,9 @@ impl<'a, 'c> Part<'a, 'c> {
     pub fn partition_sub(
         &mut self,
         cid: CompId,
-        params: &[VS],
-        root: Option<&VS>,
-    ) -> Result<(CompId, VS), SpmdError> {
+        params: &[ValueSharding],
+        root: Option<&ValueSharding>,
+    ) -> Result<(CompId, ValueSharding), SpmdError> {
         let name = self.orig.comp(cid).name.clone();
         let key = (cid, params.to_vec(), root.cloned());
         if let Some(hit) = self.b.ctx.partitioned.get(&key) {
