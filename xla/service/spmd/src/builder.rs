@@ -44,12 +44,15 @@ impl<'c> Builder<'c> {
         }
     }
 
+    #[inline]
     pub fn n(&self) -> i64 {
         self.ctx.n
     }
+    #[inline]
     pub fn shape(&self, id: InstrId) -> &Shape {
         &self.comp.instr(id).shape
     }
+    #[inline]
     pub fn dims(&self, id: InstrId) -> Vec<i64> {
         self.comp.instr(id).shape.dims().to_vec()
     }
@@ -58,6 +61,7 @@ impl<'c> Builder<'c> {
     }
 
     /// Appends a fully built instruction.
+    #[inline]
     pub fn push(&mut self, instr: HloInstruction) -> InstrId {
         self.comp.add(instr)
     }

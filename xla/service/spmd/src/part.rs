@@ -57,16 +57,19 @@ impl<'a, 'c> Part<'a, 'c> {
         }
     }
 
+    #[inline]
     pub fn n(&self) -> i64 {
         self.b.n()
     }
 
     /// The module's memo of derived grids.
+    #[inline]
     pub fn grids(&self) -> &GridCache {
         &self.b.ctx.cache.grids
     }
 
     /// The partitioned value of an original instruction.
+    #[inline]
     pub fn val(&self, id: InstrId) -> Result<PValue, SpmdError> {
         self.vals
             .get(id.index())
@@ -74,6 +77,7 @@ impl<'a, 'c> Part<'a, 'c> {
             .ok_or_else(|| SpmdError::Invalid(format!("operand {id} used before definition")))
     }
 
+    #[inline]
     pub fn operand(&self, instr: &HloInstruction, k: usize) -> Result<PValue, SpmdError> {
         let id = *instr
             .operands
@@ -236,6 +240,7 @@ impl<'a, 'c> Part<'a, 'c> {
         self.b.ctx.cache.plan(s, t, shape.dims(), bytes).cost
     }
 
+    #[inline]
     pub fn reshard_to_grid(&mut self, v: &PValue, g: &Grid) -> Result<InstrId, SpmdError> {
         Ok(self.reshard(v, &ValueSharding::Grid(g.clone()))?.id)
     }

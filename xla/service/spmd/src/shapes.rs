@@ -7,11 +7,13 @@ use xla_hlo_ir::literal::ArrayLiteral;
 use xla_hlo_ir::{ArrayShape, Literal, PrimitiveType, Shape};
 
 /// Array shape helper (no layout).
+#[inline]
 pub fn arr(ty: PrimitiveType, dims: Vec<i64>) -> Shape {
     Shape::Array(ArrayShape::new(ty, dims))
 }
 
 /// The same shape with new dims, keeping element type and layout.
+#[inline]
 pub fn with_dims(shape: &Shape, dims: &[i64]) -> Shape {
     match shape {
         Shape::Array(a) if a.dims.len() == dims.len() => Shape::Array(ArrayShape {
@@ -24,6 +26,7 @@ pub fn with_dims(shape: &Shape, dims: &[i64]) -> Shape {
 }
 
 /// The element type of an array shape (errors for tuples).
+#[inline]
 pub fn elem(shape: &Shape) -> Result<PrimitiveType, SpmdError> {
     shape
         .element_type()

@@ -28,6 +28,7 @@ pub enum ValueSharding {
 }
 
 impl ValueSharding {
+    #[inline]
     pub fn grid(&self) -> Option<&Grid> {
         match self {
             ValueSharding::Grid(g) => Some(g),
@@ -108,6 +109,7 @@ impl ValueSharding {
 }
 
 /// The local shape of a global `shape` under `vs`.
+#[inline]
 pub fn local_shape(shape: &Shape, vs: &ValueSharding) -> Shape {
     match (shape, vs) {
         (Shape::Tuple(e), ValueSharding::Tuple(v)) if e.len() == v.len() => {
@@ -188,14 +190,12 @@ impl ShardingCache {
         let Some(s) = s else {
             return Ok(ValueSharding::replicated_in(shape, n, grids));
         };
-        let mut sk = Vec::new();
-        skeleton(shape, &mut sk);
         let mut h = FxHasher::default();
         for leaf in s.leaves() {
             leaf.kind.hash(&mut h);
         }
         s.is_tuple().hash(&mut h);
-        sk.hash(&mut h);
+        skeleton(shape, &mut |x| x.hash(&mut h));
         n.hash(&mut h);
         let hk = h.finish();
         let same = |a: &HloSharding| {
@@ -206,28 +206,44 @@ impl ShardingCache {
                     .zip(s.leaves())
                     .all(|(x, y)| x.kind == y.kind)
         };
-        if let Some(v) = self.table.get(hk, |k| same(&k.0) && k.1 == sk && k.2 == n) {
+        let matches =
+            |k: &(HloSharding, Vec<i64>, i64)| same(&k.0) && k.2 == n && skeleton_is(shape, &k.1);
+        if let Some(v) = self.table.get(hk, matches) {
             return Ok(v);
         }
         let v = convert_sharding(s, shape, n)?.interned(grids);
+        let mut sk = Vec::new();
+        skeleton(shape, &mut |x| sk.push(x));
         self.table.insert(hk, (s.clone(), sk, n), v.clone());
         Ok(v)
     }
 }
 
-/// The structure of a shape that its sharding conversion depends on: leaf
-/// ranks (-1 for non-arrays) with tuple sizes encoded as `-(k + 2)`.
-fn skeleton(shape: &Shape, out: &mut Vec<i64>) {
+/// Visits the structure of a shape that its sharding conversion depends
+/// on: leaf ranks (-1 for non-arrays) with tuple sizes encoded as
+/// `-(k + 2)`, in order.
+fn skeleton(shape: &Shape, out: &mut impl FnMut(i64)) {
     match shape {
         Shape::Tuple(e) => {
-            out.push(-(e.len() as i64) - 2);
+            out(-(e.len() as i64) - 2);
             for x in e {
                 skeleton(x, out);
             }
         }
-        s if s.is_array() => out.push(s.rank() as i64),
-        _ => out.push(-1),
+        s if s.is_array() => out(s.rank() as i64),
+        _ => out(-1),
     }
+}
+
+/// True when `sk` is the skeleton of `shape`.
+fn skeleton_is(shape: &Shape, sk: &[i64]) -> bool {
+    let mut at = 0;
+    let mut same = true;
+    skeleton(shape, &mut |x| {
+        same &= sk.get(at) == Some(&x);
+        at += 1;
+    });
+    same && at == sk.len()
 }
 
 /// The grid of an iota-tiled leaf sharding with only replicated subgroups,

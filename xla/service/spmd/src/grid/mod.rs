@@ -70,6 +70,7 @@ struct GridData {
 pub struct Grid(Arc<GridData>);
 
 impl PartialEq for Grid {
+    #[inline]
     fn eq(&self, other: &Grid) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
             || (self.0.dims == other.0.dims && same_devices(&self.0, &other.0))
@@ -77,6 +78,7 @@ impl PartialEq for Grid {
 }
 impl Eq for Grid {}
 impl Hash for Grid {
+    #[inline]
     fn hash<H: Hasher>(&self, h: &mut H) {
         h.write_u64(self.0.hash);
     }
@@ -293,9 +295,11 @@ impl Grid {
             .clone()
     }
 
+    #[inline]
     pub fn rank(&self) -> usize {
         self.0.dims.len() - 1
     }
+    #[inline]
     pub fn dims(&self) -> &[i64] {
         &self.0.dims
     }
@@ -320,18 +324,23 @@ impl Grid {
         })
     }
     /// Tile count of data dim `a`.
+    #[inline]
     pub fn tiles(&self, a: usize) -> i64 {
         self.0.dims[a]
     }
+    #[inline]
     pub fn repl(&self) -> i64 {
         *self.0.dims.last().unwrap_or(&1)
     }
+    #[inline]
     pub fn num_devices(&self) -> i64 {
         self.0.n
     }
+    #[inline]
     pub fn num_tiles(&self) -> i64 {
         self.0.dims[..self.rank()].iter().product()
     }
+    #[inline]
     pub fn is_replicated(&self) -> bool {
         self.num_tiles() == 1
     }
@@ -393,6 +402,7 @@ impl Grid {
 }
 
 /// Padded tile size of a dim of size `x` split into `t` tiles.
+#[inline]
 pub fn tile_size(x: i64, t: i64) -> i64 {
     if t <= 1 {
         x
@@ -402,6 +412,7 @@ pub fn tile_size(x: i64, t: i64) -> i64 {
 }
 
 /// Local (padded) dims of an array of `dims` under `g`.
+#[inline]
 pub fn local_dims(dims: &[i64], g: &Grid) -> Vec<i64> {
     dims.iter()
         .enumerate()
