@@ -93,6 +93,8 @@ struct Plan {
     /// For each instruction, which operand positions die at it (last use,
     /// used once by it): their buffers may be reused.
     dying: Vec<Vec<bool>>,
+    /// Bytes each instruction's result allocates (`memory::result_bytes`).
+    result_bytes: Vec<Option<u64>>,
 }
 
 /// Evaluates computations of one module.
@@ -222,7 +224,17 @@ impl<'m> Evaluator<'m> {
                             .collect()
                     })
                     .collect();
-                std::sync::Arc::new(Plan { drops, lazy, dying })
+                let result_bytes = comp
+                    .instructions
+                    .iter()
+                    .map(crate::memory::result_bytes)
+                    .collect();
+                std::sync::Arc::new(Plan {
+                    drops,
+                    lazy,
+                    dying,
+                    result_bytes,
+                })
             })
             .clone()
     }
@@ -244,7 +256,7 @@ impl<'m> Evaluator<'m> {
         let profile = self.profile.is_some();
         for (i, instr) in comp.instructions.iter().enumerate() {
             let t = profile.then(std::time::Instant::now);
-            crate::memory::check_result(instr, self.memory_limit)?;
+            crate::memory::check_result_bytes(instr, plan.result_bytes[i], self.memory_limit)?;
             let v = match self.fast_path(instr, i, &plan, &mut vals, &mut lazy) {
                 Some(v) => v,
                 None => {

@@ -48,13 +48,26 @@ fn forwards_buffers(opcode: Opcode) -> bool {
     )
 }
 
-/// Refuses `instr` when its result would take more than `limit` bytes.
-pub fn check_result(instr: &HloInstruction, limit: u64) -> Result<(), EvalError> {
-    if limit == u64::MAX || forwards_buffers(instr.opcode) {
-        return Ok(());
+/// Bytes `instr`'s result allocates: 0 for results that only forward
+/// buffers, `None` when the size overflows 64 bits.
+pub fn result_bytes(instr: &HloInstruction) -> Option<u64> {
+    if forwards_buffers(instr.opcode) {
+        Some(0)
+    } else {
+        instr.shape.checked_byte_size()
     }
-    match instr.shape.checked_byte_size() {
-        Some(bytes) if bytes <= limit => Ok(()),
+}
+
+/// Refuses `instr` when its result, of `bytes` (from [`result_bytes`]),
+/// would take more than `limit` bytes.
+pub fn check_result_bytes(
+    instr: &HloInstruction,
+    bytes: Option<u64>,
+    limit: u64,
+) -> Result<(), EvalError> {
+    match bytes {
+        _ if limit == u64::MAX => Ok(()),
+        Some(b) if b <= limit => Ok(()),
         needed => Err(EvalError::OutOfMemory {
             what: format!("instruction %{}", instr.name),
             shape: instr.shape.without_layout().to_string(),
@@ -62,6 +75,11 @@ pub fn check_result(instr: &HloInstruction, limit: u64) -> Result<(), EvalError>
             limit,
         }),
     }
+}
+
+/// Refuses `instr` when its result would take more than `limit` bytes.
+pub fn check_result(instr: &HloInstruction, limit: u64) -> Result<(), EvalError> {
+    check_result_bytes(instr, result_bytes(instr), limit)
 }
 
 /// The message of [`EvalError::OutOfMemory`].
