@@ -17,7 +17,8 @@
 //! * `names`: names used before their definition, resolved later;
 //! * `attributes`: one `key=value` attribute of an instruction;
 //! * `instruction`, `computation`, `module`: the text's structure, from one
-//!   instruction line up to the whole module.
+//!   instruction line up to the whole module;
+//! * `unique_names`: module-wide unique instruction names, as XLA makes them.
 
 mod attributes;
 mod computation;
@@ -28,6 +29,7 @@ mod names;
 mod shape;
 mod sharding;
 mod state;
+mod unique_names;
 mod values;
 
 use crate::error::ParseError;

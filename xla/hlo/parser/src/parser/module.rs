@@ -1,13 +1,15 @@
 //! The module level: the `HloModule name, key=value...` header, the
 //! stack-frame index, and the sequence of computations with its ENTRY.
 //!
-//! Invariants: computation names are unique; at the end every called
+//! Invariants: computation names are unique, and so are instruction names
+//! across the module (clashes renamed as XLA does); at the end every called
 //! computation name is resolved or an error; there is at most one ENTRY
 //! (the last computation otherwise); unknown header attributes keep their
 //! raw text and may appear once.
 
 use super::names::PendingComp;
 use super::state::Parser;
+use super::unique_names::make_instruction_names_unique;
 use crate::cursor::PResult;
 use xla_hlo_ir::attrs::AttrValue;
 use xla_hlo_ir::module::{
@@ -70,6 +72,7 @@ impl<'a> Parser<'a> {
                 _ => {}
             }
         }
+        make_instruction_names_unique(&mut computations);
         let entry = entry.unwrap_or(CompId(computations.len() as u32 - 1));
         Ok(HloModule {
             name,
