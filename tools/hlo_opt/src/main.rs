@@ -245,27 +245,8 @@ fn run(args: &Args) -> Result<()> {
 
 /// Reads, parses and (optionally) verifies a module; errors name the file.
 fn load_module(path: &Path, verify: bool) -> Result<xla_hlo_ir::HloModule> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let module = xla_hlo_parser::parse_module(&text)
-        .map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
-    if verify {
-        xla_hlo_verifier::verify(&module).map_err(|errors| {
-            let file = path.display().to_string();
-            let lines = xla_hlo_parser::locate::located_lines(
-                &file,
-                &text,
-                errors.iter().map(|e| {
-                    (
-                        e.computation.as_str(),
-                        e.instruction.as_deref(),
-                        e.to_string(),
-                    )
-                }),
-            );
-            anyhow::anyhow!("{file}: the module does not verify:\n{lines}")
-        })?;
-    }
+    let module =
+        xla_hlo_verifier::load::load_module_file(path, verify).map_err(anyhow::Error::msg)?;
     log::info!(
         "read {} ({} instructions)",
         path.display(),

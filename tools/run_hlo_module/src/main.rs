@@ -162,26 +162,7 @@ fn main() {
 /// Reads, parses and verifies a module: nothing runs on a module that does
 /// not verify (the verifier's message names the file and instruction).
 fn parse_file(path: &Path) -> Result<HloModule> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let module =
-        xla_hlo_parser::parse_module(&text).map_err(|e| anyhow!("{}:{e}", path.display()))?;
-    xla_hlo_verifier::verify(&module).map_err(|errors| {
-        let file = path.display().to_string();
-        let lines = xla_hlo_parser::locate::located_lines(
-            &file,
-            &text,
-            errors.iter().map(|e| {
-                (
-                    e.computation.as_str(),
-                    e.instruction.as_deref(),
-                    e.to_string(),
-                )
-            }),
-        );
-        anyhow!("{file}: the module does not verify:\n{lines}")
-    })?;
-    Ok(module)
+    xla_hlo_verifier::load::load_module_file(path, true).map_err(anyhow::Error::msg)
 }
 
 /// Refuses parameter `index` when its argument would not fit in what is

@@ -28,7 +28,8 @@
 //!    input/output aliasing, buffer donors).
 //!
 //! [`verify`] returns the errors; [`verify_report`] also lists the unchecked
-//! instructions.
+//! instructions; [`load::load_module_file`] reads, parses and verifies a file
+//! for the command-line tools.
 //!
 //! Invariants: `verify` never panics, whatever the module holds (ids out of
 //! range, malformed attributes, huge sizes); an `Ok(())` module satisfies
@@ -39,6 +40,7 @@ mod attrs;
 mod calls;
 mod collectives;
 mod header;
+pub mod load;
 mod shapes;
 mod sharding;
 mod structure;

@@ -108,7 +108,7 @@ fn sort_comparator_signature() {
 cmp {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
+  ROOT sum = f32[] add(a, b)
 }
 ENTRY e {
   p = f32[8] parameter(0)

@@ -71,9 +71,9 @@ fn assert_error(text: &str, instr: &str, needle: &str) {
 
 const ADD: &str = "
 add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
+  add_lhs = f32[] parameter(0)
+  add_rhs = f32[] parameter(1)
+  ROOT add_sum = f32[] add(add_lhs, add_rhs)
 }
 ";
 
