@@ -5038,8 +5038,11 @@ def dir_size(path):
     return total
 
 
-def write_index(out_root):
-    cases_dir = os.path.join(out_root, "cases")
+def write_index(out_root, cases_dir=None, generator="tools/testdata_gen/generate.py"):
+    """Write <out_root>/index.json summarising every <cases_dir>/*/case.json
+    (cases_dir defaults to <out_root>/cases; generate_shardy.py passes its own)."""
+    if cases_dir is None:
+        cases_dir = os.path.join(out_root, "cases")
     entries = []
     for name in sorted(os.listdir(cases_dir)):
         p = os.path.join(cases_dir, name, "case.json")
@@ -5060,7 +5063,7 @@ def write_index(out_root):
             "description": d["description"],
         })
     index = {
-        "generator": "tools/testdata_gen/generate.py",
+        "generator": generator,
         "jax_version": jax.__version__,
         "num_partitions": NUM_DEVICES,
         "num_cases": len(entries),
