@@ -159,6 +159,27 @@ fn main() {
     }
 }
 
+/// A module with Shardy annotations (a default JAX lowering): annotations
+/// that only constrain shardings are imported as their GSPMD forms, which
+/// the interpreter runs as copies; a manual computation (shard_map) is
+/// written in per-device shapes, so the module only runs partitioned, and
+/// `true` says so (as XLA would, it is partitioned over its devices).
+fn needs_shardy_partitioning(module: &mut HloModule, per_device_program: bool) -> Result<bool> {
+    use xla_pipelines::shardy_import;
+    if per_device_program || !shardy_import::has_shardy_annotations(module) {
+        return Ok(false);
+    }
+    if shardy_import::has_manual_computation(module) {
+        eprintln!(
+            "note: the module has Shardy manual computations (shard_map), written in per-device shapes; running it partitioned on {} devices, as with --partition",
+            module.num_partitions()
+        );
+        return Ok(true);
+    }
+    shardy_import::import(module).map_err(anyhow::Error::msg)?;
+    Ok(false)
+}
+
 /// Reads, parses and verifies a module: nothing runs on a module that does
 /// not verify (the verifier's message names the file and instruction).
 fn parse_file(path: &Path) -> Result<HloModule> {
@@ -214,7 +235,9 @@ fn run(cli: &Cli) -> Result<bool> {
     let evaluated = cli
         .time_limit
         .map(|seconds| start_watchdog(cli.file().display().to_string(), seconds));
-    let module = parse_file(cli.file())?;
+    let mut module = parse_file(cli.file())?;
+    let partition =
+        cli.partition || needs_shardy_partitioning(&mut module, cli.shardings_from.is_some())?;
     let case = match &cli.case_json {
         Some(p) => Some(load_json(p)?),
         None => None,
@@ -270,7 +293,7 @@ fn run(cli: &Cli) -> Result<bool> {
             1
         }
     });
-    let partitioned = if cli.partition {
+    let partitioned = if partition {
         Some(partition::Partitioned::new(
             &module,
             cli.devices,

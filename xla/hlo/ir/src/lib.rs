@@ -18,6 +18,7 @@ pub mod opcode;
 pub mod primitive_type;
 pub mod printer;
 pub mod replica_groups;
+pub mod sdy;
 pub mod shape;
 pub mod shape_inference;
 pub mod sharding;

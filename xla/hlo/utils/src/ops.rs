@@ -499,7 +499,11 @@ pub fn reshape_sharding(source: &[i64], target: &[i64], s: &Sharding) -> Option<
 /// Applies `f` to the sharding with its manual subgroup factored out: `f`
 /// sees local device indices; the manual dim is put back after
 /// (XLA's `GroupShardingOnDims` / `UngroupSharding` for the manual dim).
-fn with_manual_grouped(s: &Sharding, f: impl Fn(&Sharding) -> Sharding) -> Sharding {
+fn with_manual_grouped(
+    s: &Sharding,
+    out_rank: usize,
+    f: impl Fn(&Sharding) -> Sharding,
+) -> Sharding {
     let (Some(m), Sharding::Tiled(t)) = (s.manual_dim(), s) else {
         return f(s);
     };
@@ -522,14 +526,20 @@ fn with_manual_grouped(s: &Sharding, f: impl Fn(&Sharding) -> Sharding) -> Shard
     let out = f(&inner);
     let (out_tiles, out_types, out_rank) = match &out {
         Sharding::Tiled(ot) => (ot.tiles().clone(), ot.subgroups().to_vec(), ot.data_rank()),
-        Sharding::Replicated => (
-            TileArray::iota(vec![group_size as i64]),
-            vec![SubgroupType::Replicated],
-            0,
-        ),
+        Sharding::Replicated => {
+            // Replicated within each group: one tile per data dim of the
+            // result, then the group's devices as replication.
+            let mut dims = vec![1i64; out_rank];
+            dims.push(group_size as i64);
+            (
+                TileArray::iota(dims),
+                vec![SubgroupType::Replicated],
+                out_rank,
+            )
+        }
         _ => return s.clone(),
     };
-    let out_rank_dims = if out.is_replicated() { 0 } else { out_rank };
+    let out_rank_dims = out_rank;
     // Result tiles: [data..., manual, rest subgroups...].
     let mut rdims: Vec<i64> = out_tiles.dims()[..out_rank_dims].to_vec();
     rdims.push(groups as i64);
@@ -570,7 +580,9 @@ pub fn propagate_through_reshape(source: &[i64], target: &[i64], s: &Sharding) -
         return s.clone();
     }
     if s.is_manual_subgroup() {
-        return with_manual_grouped(s, |inner| propagate_through_reshape(source, target, inner));
+        return with_manual_grouped(s, target.len(), |inner| {
+            propagate_through_reshape(source, target, inner)
+        });
     }
     let Sharding::Tiled(t) = s else {
         return s.clone();

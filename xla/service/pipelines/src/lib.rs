@@ -18,6 +18,7 @@ use std::sync::Arc;
 use xla_hlo_ir::HloModule;
 use xla_hlo_pass::{Pass, PassError, PassRegistry, Pipeline};
 use xla_latency_hiding_scheduler::{CostModel, SchedulerConfig};
+pub use xla_sharding_propagation::shardy_import;
 use xla_spmd_partitioner::{PartitionSummary, SpmdOptions, SpmdPartitioner};
 
 /// Names of the passes of XLA's SPMD pipeline, in order: propagation, then
@@ -66,8 +67,13 @@ pub fn default_cost_model() -> Arc<dyn CostModel> {
 pub fn registry(options: &PipelineOptions) -> PassRegistry {
     let mut registry = PassRegistry::new();
     registry.register(
+        "shardy-import",
+        "turn Shardy annotations (xla.sdy.* attributes and custom calls of a default JAX lowering) into GSPMD forms",
+        || Box::new(xla_sharding_propagation::ShardyImport),
+    );
+    registry.register(
         "sharding-propagation",
-        "complete user shardings to every instruction (XLA's GSPMD propagation)",
+        "complete user shardings to every instruction (XLA's GSPMD propagation; imports Shardy annotations first when the module has them)",
         || Box::new(xla_sharding_propagation::ShardingPropagation::default()),
     );
     registry.register(
@@ -164,6 +170,7 @@ mod tests {
         assert_eq!(
             names,
             [
+                "shardy-import",
                 "sharding-propagation",
                 "complete-shardings",
                 "spmd-partitioning",

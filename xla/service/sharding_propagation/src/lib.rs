@@ -40,7 +40,9 @@
 //! while/conditional/call), `shard_groups`; `infer` (the rules, one
 //! submodule per op family, and their dispatch); `fixpoint` (one level's
 //! sweeps); `prepare` and `driver` (the pass from start to end);
-//! `completion` (the `complete-shardings` pass).
+//! `completion` (the `complete-shardings` pass); `shardy_import` (the
+//! `shardy-import` pass: Shardy annotations to GSPMD forms, run first by
+//! `sharding-propagation` when the module carries them).
 //!
 //! Invariants: deterministic (no hash-order dependence); running the pass on
 //! its own output changes nothing; `run` returns `true` exactly when the
@@ -58,6 +60,7 @@ mod opcodes;
 mod options;
 mod prepare;
 mod shard_groups;
+pub mod shardy_import;
 mod state;
 
 use xla_hlo_ir::HloModule;
@@ -89,14 +92,43 @@ impl Pass for ShardingPropagation {
         "sharding-propagation"
     }
     fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
+        let imported = ShardyImport.run(module)?;
         let stats =
             driver::propagate(module, &self.options).map_err(|message| PassError::Failed {
                 pass: "sharding-propagation".into(),
                 message,
             })?;
-        let changed = stats.changed;
+        let changed = stats.changed || imported;
         self.last_stats = Some(stats);
         Ok(changed)
+    }
+}
+
+/// The `shardy-import` pass: Shardy annotations (`xla.sdy.*`) to the GSPMD
+/// forms propagation reads; a module without them is unchanged.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShardyImport;
+
+impl Pass for ShardyImport {
+    fn name(&self) -> &str {
+        "shardy-import"
+    }
+    fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
+        if !shardy_import::has_shardy_annotations(module) {
+            return Ok(false);
+        }
+        let stats = shardy_import::import(module).map_err(|message| PassError::Failed {
+            pass: "shardy-import".into(),
+            message,
+        })?;
+        log::info!(
+            "shardy-import: the module carries Shardy annotations: {} shardings, {} sharding-group members, {} manual computations, {} function-result shardings imported as GSPMD forms; GSPMD propagation follows (Shardy's own propagation is not implemented)",
+            stats.shardings,
+            stats.sharding_groups,
+            stats.manual_computations,
+            stats.func_results
+        );
+        Ok(true)
     }
 }
 

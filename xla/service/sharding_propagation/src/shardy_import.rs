@@ -1,0 +1,875 @@
+//! `shardy-import`: turns the Shardy annotations of a default JAX lowering
+//! (`xla.sdy.*` frontend attributes and custom calls) into the GSPMD forms
+//! the rest of the pipeline reads, the forms JAX emitted before Shardy.
+//!
+//! What becomes what:
+//! - the module's `xla.sdy.meshes` is the mesh table the shardings name;
+//! - an instruction's `xla.sdy.sharding` becomes its `sharding={...}`
+//!   (tuple-shaped instructions get one leaf per value); a dimension that is
+//!   open and names no axis (`{?}`) is left to propagation: on a `Sharding`
+//!   custom call it becomes `unspecified_dims` (a constraint made only of
+//!   such dimensions is no constraint and is removed), on any other
+//!   instruction a sharding made only of such dimensions is dropped;
+//! - `xla.sdy.ShardingGroup(x)` (shard_alike) becomes a
+//!   `Sharding` custom call `{unknown shard_as N}` on `x` that `x`'s users
+//!   read instead;
+//! - a manual computation (shard_map): `xla.sdy.GlobalToLocalShape`, a call
+//!   to `xla.sdy.manual_computation_body*`, `xla.sdy.LocalToGlobalShape`
+//!   becomes, per value, `Sharding` (in sharding) + `SPMDFullToShardShape`
+//!   (manual over the manual axes), the body inlined, then `Sharding`
+//!   (manual) + `SPMDShardToFullShape` (out sharding);
+//! - `xla.sdy.FuncResultSharding(x)` is `x` (the root carries the result
+//!   sharding), or a `Sharding` constraint where the root has none.
+//!
+//! Propagation then runs on the GSPMD forms. Shardy's own factor-based
+//! propagation (priorities, open/closed dimensions beyond the above) is not
+//! implemented: partially open dimensions (`{"x", ?}`) are read as closed.
+//!
+//! Invariants: a module without `xla.sdy` annotations is left unchanged; on
+//! success no `xla.sdy.*` custom call or frontend attribute remains, the
+//! instructions keep definition-before-use order and module-wide unique
+//! names; every error names the computation, the instruction and the
+//! attribute with the offset inside it.
+
+use rustc_hash::FxHashMap;
+use xla_hlo_ir::attrs::{AttrKey, AttrValue, Attribute};
+use xla_hlo_ir::mesh::AxisRef;
+use xla_hlo_ir::sdy::{self, FrontendAttributes, MeshRef, SdyMesh, SdySharding};
+use xla_hlo_ir::sharding::{HloSharding, ShardGroup, ShardingKind, SingleSharding};
+use xla_hlo_ir::{CompId, HloComputation, HloInstruction, HloModule, InstrId, Opcode, Shape};
+use xla_hlo_utils::{NamedMesh, PartitionSpec};
+
+const MESHES: &str = "xla.sdy.meshes";
+const SHARDING: &str = "xla.sdy.sharding";
+const IN_SHARDINGS: &str = "xla.sdy.in_shardings";
+const OUT_SHARDINGS: &str = "xla.sdy.out_shardings";
+const MANUAL_AXES: &str = "xla.sdy.manual_axes";
+const GROUP_ID: &str = "xla.sdy.sharding_group_id";
+const GLOBAL_TO_LOCAL: &str = "xla.sdy.GlobalToLocalShape";
+const LOCAL_TO_GLOBAL: &str = "xla.sdy.LocalToGlobalShape";
+const SHARDING_GROUP: &str = "xla.sdy.ShardingGroup";
+const FUNC_RESULT: &str = "xla.sdy.FuncResultSharding";
+const MANUAL_BODY_PREFIX: &str = "xla.sdy.manual_computation_body";
+
+/// What the import did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardyImportStats {
+    pub shardings: usize,
+    pub sharding_groups: usize,
+    pub manual_computations: usize,
+    pub func_results: usize,
+}
+
+/// Whether the module carries Shardy annotations.
+pub fn has_shardy_annotations(module: &HloModule) -> bool {
+    module
+        .config
+        .frontend_attributes
+        .as_deref()
+        .is_some_and(|f| f.contains("xla.sdy."))
+        || module.computations.iter().any(|c| {
+            c.instructions.iter().any(|i| {
+                custom_call_target(i).is_some_and(|t| t.starts_with("xla.sdy."))
+                    || raw_frontend_attributes(i).is_some_and(|f| f.contains("xla.sdy."))
+            })
+        })
+}
+
+/// Whether the module has a Shardy manual computation (shard_map).
+pub fn has_manual_computation(module: &HloModule) -> bool {
+    module.computations.iter().any(|c| {
+        c.instructions
+            .iter()
+            .any(|i| custom_call_target(i) == Some(GLOBAL_TO_LOCAL))
+    })
+}
+
+fn custom_call_target(instr: &HloInstruction) -> Option<&str> {
+    if instr.opcode == Opcode::CustomCall {
+        instr.ident_attr(AttrKey::CustomCallTarget)
+    } else {
+        None
+    }
+}
+
+fn raw_frontend_attributes(instr: &HloInstruction) -> Option<&str> {
+    match instr.attr(AttrKey::FrontendAttributes) {
+        Some(AttrValue::Raw(text)) => Some(text),
+        _ => None,
+    }
+}
+
+/// An error about one instruction (or the module, with an empty name).
+fn error(comp: &str, instr: &str, message: impl std::fmt::Display) -> String {
+    if instr.is_empty() {
+        format!("shardy-import: {comp}: {message}")
+    } else {
+        format!("shardy-import: {comp}/{instr}: {message}")
+    }
+}
+
+/// The mesh table and the conversion of Shardy shardings to GSPMD ones.
+struct Meshes {
+    meshes: Vec<(String, SdyMesh)>,
+}
+
+impl Meshes {
+    fn mesh<'a>(&'a self, r: &'a MeshRef) -> Result<&'a SdyMesh, String> {
+        match r {
+            MeshRef::Inline(m) => Ok(m),
+            MeshRef::Named(n) => self
+                .meshes
+                .iter()
+                .find(|(name, _)| name == n)
+                .map(|(_, m)| m)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = self.meshes.iter().map(|(n, _)| n.as_str()).collect();
+                    format!(
+                        "mesh '@{n}' is not defined (the module's {MESHES} has [{}])",
+                        known.join(", ")
+                    )
+                }),
+        }
+    }
+
+    /// The GSPMD sharding of one value. `manual` names the axes the value is
+    /// manual over (inside a shard_map body, or the local side of one).
+    /// `None` when every dimension is open without axes (propagation decides).
+    fn single(
+        &self,
+        s: &SdySharding,
+        rank: usize,
+        manual: &[String],
+        keep_open: bool,
+    ) -> Result<Option<SingleSharding>, String> {
+        let mesh = self.mesh(&s.mesh)?;
+        if s.dims.len() != rank {
+            return Err(format!(
+                "the sharding has {} dimensions but the value has rank {rank}",
+                s.dims.len()
+            ));
+        }
+        check_axes(s, mesh)?;
+        if !keep_open
+            && manual.is_empty()
+            && !s.dims.is_empty()
+            && s.dims.iter().all(|d| d.open && d.axes.is_empty())
+            && s.replicated.is_empty()
+        {
+            return Ok(None);
+        }
+        if mesh.axes.is_empty() {
+            return Ok(Some(SingleSharding::new(
+                match mesh.device_ids.as_deref() {
+                    Some([device]) => ShardingKind::Maximal(*device),
+                    _ => ShardingKind::Replicated,
+                },
+            )));
+        }
+        let named = match &mesh.device_ids {
+            None => NamedMesh::new(mesh.axes.clone()),
+            Some(ids) => NamedMesh::with_devices(mesh.axes.clone(), ids.clone()),
+        }
+        .map_err(|e| e.to_string())?;
+        let spec = PartitionSpec {
+            dims: s
+                .dims
+                .iter()
+                .map(|d| {
+                    d.axes
+                        .iter()
+                        .filter(|a| !manual.contains(&a.name))
+                        .cloned()
+                        .collect()
+                })
+                .collect(),
+            manual: manual.iter().map(|m| AxisRef::axis(m.clone())).collect(),
+            unreduced: s.unreduced.clone(),
+        };
+        let sharding = named.sharding(&spec).map_err(|e| e.to_string())?;
+        Ok(Some(sharding.to_ir()))
+    }
+
+    /// The sharding of an instruction of `shape` from one Shardy sharding per
+    /// value (a tuple shape takes one per element).
+    fn for_shape(
+        &self,
+        shardings: &[SdySharding],
+        shape: &Shape,
+        manual: &[String],
+        keep_open: bool,
+    ) -> Result<Option<HloSharding>, String> {
+        match shape {
+            Shape::Tuple(elements) => {
+                if shardings.len() != elements.len() {
+                    return Err(format!(
+                        "{} shardings for a tuple of {} values",
+                        shardings.len(),
+                        elements.len()
+                    ));
+                }
+                let mut leaves = Vec::new();
+                let mut any = false;
+                for (s, e) in shardings.iter().zip(elements) {
+                    if matches!(e, Shape::Tuple(_)) {
+                        return Err("a sharding of a nested tuple value is not supported".into());
+                    }
+                    match self.single(s, e.rank(), manual, keep_open)? {
+                        Some(leaf) => {
+                            any = true;
+                            leaves.push(leaf);
+                        }
+                        None => leaves.push(SingleSharding::new(ShardingKind::Replicated)),
+                    }
+                }
+                Ok(any.then_some(HloSharding::Tuple(leaves)))
+            }
+            _ => {
+                if shardings.len() != 1 {
+                    return Err(format!("{} shardings for one value", shardings.len()));
+                }
+                Ok(self
+                    .single(&shardings[0], shape.rank(), manual, keep_open)?
+                    .map(HloSharding::Single))
+            }
+        }
+    }
+}
+
+/// Shardy's invariants on one sharding: axes exist, each is used once,
+/// sub-axes fit their axis.
+fn check_axes(s: &SdySharding, mesh: &SdyMesh) -> Result<(), String> {
+    let mut used: Vec<&AxisRef> = Vec::new();
+    for a in s.all_axes() {
+        let Some(size) = mesh.axis_size(&a.name) else {
+            return Err(format!("axis '{}' is not an axis of the mesh", a.name));
+        };
+        if let Some((pre, k)) = a.sub_axis {
+            if pre < 1 || k < 2 || size % (pre * k) != 0 {
+                return Err(format!(
+                    "sub-axis '{}':({pre}){k} does not fit the axis of size {size}",
+                    a.name
+                ));
+            }
+        }
+        if used.iter().any(|u| {
+            u.name == a.name
+                && match (u.sub_axis, a.sub_axis) {
+                    (Some((p1, k1)), Some((p2, k2))) => p1 < p2 * k2 && p2 < p1 * k1,
+                    _ => true,
+                }
+        }) {
+            return Err(format!("axis '{}' is used more than once", a.name));
+        }
+        used.push(a);
+    }
+    Ok(())
+}
+
+/// One instruction's Shardy attributes, parsed.
+struct InstrAnnotations {
+    attributes: FrontendAttributes,
+}
+
+impl InstrAnnotations {
+    fn read(comp: &str, instr: &HloInstruction) -> Result<Option<InstrAnnotations>, String> {
+        let Some(raw) = raw_frontend_attributes(instr) else {
+            return Ok(None);
+        };
+        if !raw.contains("xla.sdy.") {
+            return Ok(None);
+        }
+        let attributes = FrontendAttributes::parse(raw)
+            .map_err(|e| error(comp, &instr.name, format!("frontend_attributes {e}")))?;
+        Ok(Some(InstrAnnotations { attributes }))
+    }
+
+    fn value<T>(
+        &self,
+        comp: &str,
+        instr: &str,
+        key: &str,
+        parse: impl Fn(&str) -> Result<T, sdy::SdyError>,
+    ) -> Result<Option<T>, String> {
+        let Some(entry) = self.attributes.get(key) else {
+            return Ok(None);
+        };
+        parse(&entry.value).map(Some).map_err(|e| {
+            error(
+                comp,
+                instr,
+                format!("attribute {key}: {e} in \"{}\"", entry.value),
+            )
+        })
+    }
+}
+
+/// Imports every Shardy annotation of `module`.
+pub fn import(module: &mut HloModule) -> Result<ShardyImportStats, String> {
+    let mut stats = ShardyImportStats::default();
+    let meshes = read_module_meshes(module)?;
+    let manual_bodies = find_manual_bodies(module)?;
+    let mut inlined: Vec<CompId> = Vec::new();
+    for ci in 0..module.computations.len() {
+        let manual = manual_bodies
+            .iter()
+            .find(|(c, _)| c.index() == ci)
+            .map(|(_, axes)| axes.clone())
+            .unwrap_or_default();
+        let rebuilt = rebuild(
+            module,
+            CompId(ci as u32),
+            &meshes,
+            &manual,
+            &mut stats,
+            &mut inlined,
+        )?;
+        module.computations[ci] = rebuilt;
+    }
+    remove_computations(module, &inlined);
+    Ok(stats)
+}
+
+fn read_module_meshes(module: &mut HloModule) -> Result<Meshes, String> {
+    let mut meshes = Vec::new();
+    if let Some(raw) = module.config.frontend_attributes.clone() {
+        let mut attributes = FrontendAttributes::parse(&raw)
+            .map_err(|e| error("<module>", "", format!("frontend_attributes {e}")))?;
+        if let Some(entry) = attributes.get(MESHES) {
+            meshes = sdy::parse_meshes(&entry.value).map_err(|e| {
+                error(
+                    "<module>",
+                    "",
+                    format!("attribute {MESHES}: {e} in \"{}\"", entry.value),
+                )
+            })?;
+        }
+        attributes.remove_prefixed("xla.sdy.");
+        module.config.frontend_attributes =
+            (!attributes.is_empty()).then(|| attributes.to_string());
+    }
+    Ok(Meshes { meshes })
+}
+
+/// Each manual-computation body and its manual axes (read from the
+/// `GlobalToLocalShape` feeding its call).
+fn find_manual_bodies(module: &HloModule) -> Result<Vec<(CompId, Vec<String>)>, String> {
+    let mut bodies: Vec<(CompId, Vec<String>)> = Vec::new();
+    for comp in &module.computations {
+        for instr in &comp.instructions {
+            if instr.opcode != Opcode::Call {
+                continue;
+            }
+            let Some(callee) = instr.to_apply() else {
+                continue;
+            };
+            let Some(callee_comp) = module.computations.get(callee.index()) else {
+                continue;
+            };
+            if !callee_comp.name.starts_with(MANUAL_BODY_PREFIX) {
+                continue;
+            }
+            let mut source = instr.operands.first().copied();
+            while let Some(op) = source {
+                let op_instr = comp.instr(op);
+                if op_instr.opcode == Opcode::GetTupleElement {
+                    source = op_instr.operands.first().copied();
+                } else {
+                    break;
+                }
+            }
+            let mut axes = Vec::new();
+            if let Some(op) = source {
+                let op_instr = comp.instr(op);
+                if custom_call_target(op_instr) == Some(GLOBAL_TO_LOCAL) {
+                    if let Some(a) = InstrAnnotations::read(&comp.name, op_instr)? {
+                        axes = a
+                            .value(
+                                &comp.name,
+                                &op_instr.name,
+                                MANUAL_AXES,
+                                sdy::parse_manual_axes,
+                            )?
+                            .unwrap_or_default();
+                    }
+                }
+            }
+            if !bodies.iter().any(|(c, _)| *c == callee) {
+                bodies.push((callee, axes));
+            }
+        }
+    }
+    Ok(bodies)
+}
+
+/// Rebuilds one computation with every annotation imported.
+fn rebuild(
+    module: &HloModule,
+    comp_id: CompId,
+    meshes: &Meshes,
+    manual: &[String],
+    stats: &mut ShardyImportStats,
+    inlined: &mut Vec<CompId>,
+) -> Result<HloComputation, String> {
+    let old = module.comp(comp_id);
+    let name = old.name.as_str();
+    let mut out = HloComputation::new(old.name.clone());
+    out.execution_thread = old.execution_thread.clone();
+    // Old id -> new id, and for tuple-valued instructions replaced by one
+    // value per element, the elements.
+    let mut map: Vec<InstrId> = vec![InstrId(u32::MAX); old.instructions.len()];
+    let mut elements: FxHashMap<usize, Vec<InstrId>> = FxHashMap::default();
+    // Sharding-group members: old id -> group.
+    let mut groups: FxHashMap<usize, i64> = FxHashMap::default();
+    for instr in &old.instructions {
+        if custom_call_target(instr) == Some(SHARDING_GROUP) {
+            let a = InstrAnnotations::read(name, instr)?;
+            let id = match &a {
+                Some(a) => a.value(name, &instr.name, GROUP_ID, sdy::parse_group_id)?,
+                None => None,
+            }
+            .ok_or_else(|| error(name, &instr.name, format!("needs a {GROUP_ID} attribute")))?;
+            let &[operand] = instr.operands.as_slice() else {
+                return Err(error(
+                    name,
+                    &instr.name,
+                    "a ShardingGroup takes one operand",
+                ));
+            };
+            groups.insert(operand.index(), id);
+        }
+    }
+    let users = old.users();
+    for (old_index, instr) in old.instructions.iter().enumerate() {
+        let operands: Vec<InstrId> = instr.operands.iter().map(|o| map[o.index()]).collect();
+        let annotations = InstrAnnotations::read(name, instr)?;
+        let target = custom_call_target(instr);
+        let new_id = match target {
+            Some(SHARDING_GROUP) => {
+                if !users[old_index].is_empty() || old.root.index() == old_index {
+                    return Err(error(
+                        name,
+                        &instr.name,
+                        "a ShardingGroup result must be unused",
+                    ));
+                }
+                stats.sharding_groups += 1;
+                continue;
+            }
+            Some(FUNC_RESULT) => {
+                stats.func_results += 1;
+                let &[operand] = operands.as_slice() else {
+                    return Err(error(
+                        name,
+                        &instr.name,
+                        "FuncResultSharding takes one operand",
+                    ));
+                };
+                let root_is_sharded = old.root_instr().sharding.is_some();
+                if root_is_sharded {
+                    operand
+                } else {
+                    let shardings = annotations
+                        .as_ref()
+                        .map(|a| a.value(name, &instr.name, SHARDING, sdy::parse_shardings))
+                        .transpose()?
+                        .flatten()
+                        .ok_or_else(|| error(name, &instr.name, format!("needs {SHARDING}")))?;
+                    let sharding = meshes
+                        .for_shape(&shardings, &instr.shape, manual, true)
+                        .map_err(|e| error(name, &instr.name, e))?;
+                    let mut cc = sharding_custom_call(&instr.name, &instr.shape, operand, sharding);
+                    copy_other_frontend_attributes(instr, &mut cc);
+                    out.add(cc)
+                }
+            }
+            Some(GLOBAL_TO_LOCAL) | Some(LOCAL_TO_GLOBAL) => {
+                let to_local = target == Some(GLOBAL_TO_LOCAL);
+                let key = if to_local {
+                    IN_SHARDINGS
+                } else {
+                    OUT_SHARDINGS
+                };
+                let a = annotations.as_ref().ok_or_else(|| {
+                    error(name, &instr.name, format!("needs {key} and {MANUAL_AXES}"))
+                })?;
+                let shardings = a
+                    .value(name, &instr.name, key, sdy::parse_sharding_per_value)?
+                    .ok_or_else(|| error(name, &instr.name, format!("needs {key}")))?;
+                let manual_axes = a
+                    .value(name, &instr.name, MANUAL_AXES, sdy::parse_manual_axes)?
+                    .unwrap_or_default();
+                if to_local {
+                    stats.manual_computations += 1;
+                }
+                let result_shapes: Vec<Shape> = match &instr.shape {
+                    Shape::Tuple(e) => e.clone(),
+                    s => vec![s.clone()],
+                };
+                if shardings.len() != operands.len() || result_shapes.len() != operands.len() {
+                    return Err(error(
+                        name,
+                        &instr.name,
+                        format!(
+                            "{} operands, {} results and {} {key}",
+                            operands.len(),
+                            result_shapes.len(),
+                            shardings.len()
+                        ),
+                    ));
+                }
+                let mut values = Vec::new();
+                for (i, (&operand, result_shape)) in operands.iter().zip(&result_shapes).enumerate()
+                {
+                    let global_shape = if to_local {
+                        old.instr(instr.operands[i]).shape.clone()
+                    } else {
+                        result_shape.clone()
+                    };
+                    let rank = global_shape.rank();
+                    let global = meshes
+                        .single(&shardings[i], rank, &[], true)
+                        .map_err(|e| error(name, &instr.name, e))?
+                        .map(HloSharding::Single);
+                    let local = meshes
+                        .single(&shardings[i], rank, &manual_axes, true)
+                        .map_err(|e| error(name, &instr.name, e))?
+                        .map(HloSharding::Single);
+                    let suffix = if operands.len() > 1 {
+                        format!(".{i}")
+                    } else {
+                        String::new()
+                    };
+                    let (first_sharding, second_target, second_sharding) = if to_local {
+                        (global, "SPMDFullToShardShape", local)
+                    } else {
+                        (local, "SPMDShardToFullShape", global)
+                    };
+                    let operand_shape = out.instr(operand).shape.clone();
+                    let constraint = out.add(sharding_custom_call(
+                        &format!("{}{suffix}.sharding", instr.name),
+                        &operand_shape,
+                        operand,
+                        first_sharding,
+                    ));
+                    let mut reshape = HloInstruction::new(
+                        format!("{}{suffix}", instr.name),
+                        Opcode::CustomCall,
+                        result_shape.clone(),
+                        vec![constraint],
+                    );
+                    reshape.set_attr(
+                        AttrKey::CustomCallTarget,
+                        AttrValue::Str(second_target.into()),
+                    );
+                    reshape.sharding = second_sharding;
+                    values.push(out.add(reshape));
+                }
+                if matches!(instr.shape, Shape::Tuple(_)) {
+                    elements.insert(old_index, values);
+                    // Users are get-tuple-elements, mapped below; a tuple for
+                    // any other user.
+                    let mut tuple = HloInstruction::new(
+                        format!("{}.tuple", instr.name),
+                        Opcode::Tuple,
+                        instr.shape.clone(),
+                        elements[&old_index].clone(),
+                    );
+                    tuple.sharding = None;
+                    out.add(tuple)
+                } else {
+                    values[0]
+                }
+            }
+            Some(t) if t.starts_with("xla.sdy.") => {
+                return Err(error(
+                    name,
+                    &instr.name,
+                    format!("unsupported Shardy custom call \"{t}\""),
+                ));
+            }
+            _ if instr.opcode == Opcode::GetTupleElement
+                && elements.contains_key(&instr.operands[0].index()) =>
+            {
+                let index = instr.int_attr(AttrKey::Index).unwrap_or(0) as usize;
+                let parts = &elements[&instr.operands[0].index()];
+                *parts
+                    .get(index)
+                    .ok_or_else(|| error(name, &instr.name, "tuple index out of range"))?
+            }
+            _ if instr.opcode == Opcode::Call
+                && instr
+                    .to_apply()
+                    .is_some_and(|c| module.comp(c).name.starts_with(MANUAL_BODY_PREFIX)) =>
+            {
+                let callee = instr.to_apply().expect("checked above");
+                if !inlined.contains(&callee) {
+                    inlined.push(callee);
+                }
+                inline_call(module.comp(callee), &operands, &mut out)
+            }
+            Some("Sharding") if is_vacuous_constraint(annotations.as_ref()) => {
+                // Every dimension open without axes: no constraint at all.
+                stats.shardings += 1;
+                operands[0]
+            }
+            _ => {
+                let mut copy = instr.clone();
+                copy.operands = operands;
+                copy.control_predecessors = instr
+                    .control_predecessors
+                    .iter()
+                    .map(|p| map[p.index()])
+                    .collect();
+                if let Some(a) = &annotations {
+                    if let Some(shardings) =
+                        a.value(name, &instr.name, SHARDING, sdy::parse_shardings)?
+                    {
+                        let is_constraint = target == Some("Sharding");
+                        let sharding = meshes
+                            .for_shape(&shardings, &instr.shape, manual, is_constraint)
+                            .map_err(|e| {
+                                error(name, &instr.name, format!("attribute {SHARDING}: {e}"))
+                            })?;
+                        stats.shardings += 1;
+                        if is_constraint {
+                            let open: Vec<String> = match shardings.as_slice() {
+                                [s] => s
+                                    .dims
+                                    .iter()
+                                    .enumerate()
+                                    .filter(|(_, d)| d.open && d.axes.is_empty())
+                                    .map(|(i, _)| i.to_string())
+                                    .collect(),
+                                _ => Vec::new(),
+                            };
+                            if !open.is_empty() {
+                                copy.set_attr(
+                                    AttrKey::BackendConfig,
+                                    AttrValue::Raw(format!(
+                                        "\"unspecified_dims=[{}]\"",
+                                        open.join(",")
+                                    )),
+                                );
+                            }
+                        }
+                        copy.sharding = sharding;
+                    }
+                }
+                strip_shardy_attributes(&mut copy);
+                out.add(copy)
+            }
+        };
+        map[old_index] = new_id;
+        if let Some(&group) = groups.get(&old_index) {
+            let shape = out.instr(new_id).shape.clone();
+            let mut leaf = SingleSharding::new(ShardingKind::Unknown);
+            leaf.shard_group = Some(ShardGroup::As(group));
+            let member = sharding_custom_call(
+                &format!("{}.shard_as", instr.name),
+                &shape,
+                new_id,
+                Some(HloSharding::Single(leaf)),
+            );
+            map[old_index] = out.add(member);
+        }
+    }
+    out.root = map[old.root.index()];
+    Ok(out)
+}
+
+/// Whether a constraint's Shardy sharding leaves every dimension open with
+/// no axes (and names no replicated or unreduced axes).
+fn is_vacuous_constraint(annotations: Option<&InstrAnnotations>) -> bool {
+    let Some(entry) = annotations.and_then(|a| a.attributes.get(SHARDING)) else {
+        return false;
+    };
+    match sdy::parse_shardings(&entry.value).as_deref() {
+        Ok([s]) => {
+            s.dims.iter().all(|d| d.open && d.axes.is_empty())
+                && s.replicated.is_empty()
+                && s.unreduced.is_empty()
+        }
+        _ => false,
+    }
+}
+
+fn sharding_custom_call(
+    name: &str,
+    shape: &Shape,
+    operand: InstrId,
+    sharding: Option<HloSharding>,
+) -> HloInstruction {
+    let mut cc = HloInstruction::new(name, Opcode::CustomCall, shape.clone(), vec![operand]);
+    cc.set_attr(AttrKey::CustomCallTarget, AttrValue::Str("Sharding".into()));
+    cc.sharding = Some(sharding.unwrap_or_else(HloSharding::replicated));
+    cc
+}
+
+/// Copies the callee's instructions into `out`, its parameters replaced by
+/// `arguments`; returns the new id of the callee's root.
+fn inline_call(
+    callee: &HloComputation,
+    arguments: &[InstrId],
+    out: &mut HloComputation,
+) -> InstrId {
+    let mut map: Vec<InstrId> = vec![InstrId(u32::MAX); callee.instructions.len()];
+    for (i, instr) in callee.instructions.iter().enumerate() {
+        if instr.opcode == Opcode::Parameter {
+            let n = instr.parameter_number.unwrap_or(0) as usize;
+            map[i] = arguments[n.min(arguments.len().saturating_sub(1))];
+            continue;
+        }
+        let mut copy = instr.clone();
+        copy.operands = instr.operands.iter().map(|o| map[o.index()]).collect();
+        copy.control_predecessors = instr
+            .control_predecessors
+            .iter()
+            .map(|p| map[p.index()])
+            .collect();
+        map[i] = out.add(copy);
+    }
+    map[callee.root.index()]
+}
+
+fn copy_other_frontend_attributes(from: &HloInstruction, to: &mut HloInstruction) {
+    if let Some(raw) = raw_frontend_attributes(from) {
+        to.set_attr(AttrKey::FrontendAttributes, AttrValue::Raw(raw.to_string()));
+        strip_shardy_attributes(to);
+    }
+}
+
+/// Removes `xla.sdy.*` keys (and the whole attribute when nothing is left).
+fn strip_shardy_attributes(instr: &mut HloInstruction) {
+    let Some(raw) = raw_frontend_attributes(instr) else {
+        return;
+    };
+    if !raw.contains("xla.sdy.") {
+        return;
+    }
+    match FrontendAttributes::parse(raw) {
+        Ok(mut a) => {
+            a.remove_prefixed("xla.sdy.");
+            if a.is_empty() {
+                instr.remove_attr(AttrKey::FrontendAttributes);
+            } else {
+                instr.set_attr(AttrKey::FrontendAttributes, AttrValue::Raw(a.to_string()));
+            }
+        }
+        Err(_) => {
+            instr.remove_attr(AttrKey::FrontendAttributes);
+        }
+    }
+}
+
+/// Removes the inlined manual bodies (no caller is left) and renumbers the
+/// computation references.
+fn remove_computations(module: &mut HloModule, removed: &[CompId]) {
+    if removed.is_empty() {
+        return;
+    }
+    let mut new_index: Vec<Option<u32>> = Vec::with_capacity(module.computations.len());
+    let mut next = 0u32;
+    for ci in 0..module.computations.len() {
+        if removed.contains(&CompId(ci as u32)) {
+            new_index.push(None);
+        } else {
+            new_index.push(Some(next));
+            next += 1;
+        }
+    }
+    let remap = |c: &mut CompId| {
+        if let Some(Some(n)) = new_index.get(c.index()) {
+            *c = CompId(*n);
+        }
+    };
+    let mut ci = 0;
+    module.computations.retain(|_| {
+        let keep = new_index[ci].is_some();
+        ci += 1;
+        keep
+    });
+    remap(&mut module.entry);
+    for comp in &mut module.computations {
+        for instr in &mut comp.instructions {
+            for Attribute { value, .. } in &mut instr.attrs {
+                match value {
+                    AttrValue::Computation(c) => remap(c),
+                    AttrValue::Computations(cs) => cs.iter_mut().for_each(&remap),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn import_text(text: &str) -> Result<String, String> {
+        let mut m = xla_hlo_parser::parse_module(text).unwrap();
+        import(&mut m)?;
+        xla_hlo_verifier::verify(&m).map_err(|e| e.to_string())?;
+        Ok(m.to_string())
+    }
+
+    #[test]
+    fn errors_name_instruction_attribute_and_offset() {
+        let base = |sharding: &str| {
+            format!(
+                "HloModule m, num_partitions=8, frontend_attributes={{xla.sdy.meshes={{mesh = #sdy.mesh<[\"x\"=2, \"y\"=4]>}}}}\n\
+                 ENTRY e {{\n  ROOT p = f32[8,8] parameter(0), frontend_attributes={{xla.sdy.sharding=\"{sharding}\"}}\n}}\n"
+            )
+        };
+        let e = import_text(&base(r##"#sdy.sharding<@other, [{\"x\"}, {}]>"##)).unwrap_err();
+        assert!(
+            e.contains("e/p") && e.contains("'@other' is not defined"),
+            "{e}"
+        );
+        let e = import_text(&base(r##"#sdy.sharding<@mesh, [{\"x\"}, {\"x\"}]>"##)).unwrap_err();
+        assert!(e.contains("used more than once"), "{e}");
+        let e = import_text(&base(r##"#sdy.sharding<@mesh, [{\"y\":(2)4}, {}]>"##)).unwrap_err();
+        assert!(e.contains("does not fit"), "{e}");
+        let e = import_text(&base(r##"#sdy.sharding<@mesh, [{\"x\"}, {}>"##)).unwrap_err();
+        assert!(e.contains("attribute xla.sdy.sharding: at offset"), "{e}");
+    }
+
+    #[test]
+    fn shardings_groups_and_manual_computations_become_gspmd_forms() {
+        let text = r##"HloModule m, num_partitions=8, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["x"=2, "y"=4]>}}
+add {
+  l = f32[] parameter(0)
+  r = f32[] parameter(1)
+  ROOT s = f32[] add(l, r)
+}
+xla.sdy.manual_computation_body.1 {
+  bp = f32[8,16] parameter(0)
+  ROOT ar = f32[8,16] all-reduce(bp), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, use_global_device_ids=true, to_apply=add
+}
+ENTRY e {
+  a = f32[16,64] parameter(0), sharding={devices=[2,4]<=[8]}, frontend_attributes={xla.sdy.sharding="#sdy.sharding<@mesh, [{\"x\"}, {\"y\"}]>"}
+  r = f32[16,64] parameter(1)
+  g0 = () custom-call(a), custom_call_target="xla.sdy.ShardingGroup", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.sharding_group_id="0 : i64"}
+  g1 = () custom-call(r), custom_call_target="xla.sdy.ShardingGroup", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.sharding_group_id="0 : i64"}
+  sum = f32[16,64] add(a, r)
+  c = f32[16,64] custom-call(sum), custom_call_target="Sharding", sharding={replicated}, frontend_attributes={xla.sdy.sharding="#sdy.sharding_per_value<[<@mesh, [{?}, {\"y\"}]>]>"}
+  local = f32[8,16] custom-call(c), custom_call_target="xla.sdy.GlobalToLocalShape", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.in_shardings="#sdy.sharding_per_value<[<@mesh, [{\"x\"}, {\"y\"}]>]>",xla.sdy.manual_axes="#sdy<manual_axes{\"x\", \"y\"}>"}
+  body = f32[8,16] call(local), to_apply=xla.sdy.manual_computation_body.1, frontend_attributes={inlineable="false"}
+  ROOT global = f32[16,16] custom-call(body), custom_call_target="xla.sdy.LocalToGlobalShape", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.manual_axes="#sdy<manual_axes{\"x\", \"y\"}>",xla.sdy.out_shardings="#sdy.sharding_per_value<[<@mesh, [{\"x\"}, {}]>]>"}
+}
+"##;
+        let out = import_text(text).unwrap();
+        assert!(!out.contains("xla.sdy"), "{out}");
+        for expected in [
+            "sharding={unknown shard_as 0}",
+            "custom_call_target=\"SPMDFullToShardShape\", sharding={manual}",
+            "custom_call_target=\"SPMDShardToFullShape\", sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}",
+            "backend_config=\"unspecified_dims=[0]\"",
+            "all-reduce(",
+        ] {
+            assert!(out.contains(expected), "missing {expected}:\n{out}");
+        }
+        assert!(!out.contains("manual_computation_body"), "{out}");
+    }
+}
