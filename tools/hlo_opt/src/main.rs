@@ -51,14 +51,18 @@ struct Args {
     /// Write the module after each pass to DIR/NN.<pass>.hlo.
     #[arg(long, value_name = "DIR", requires = "passes")]
     dump_after_each: Option<PathBuf>,
-    /// Print one JSON object {"matched": M, "total": T, "mismatches": [...]}
-    /// comparing each instruction's sharding (after the passes) with the
-    /// instruction of the same name in OTHER. An instruction counts when
-    /// either module gives it a sharding; it matches when both do and the
+    /// Print one JSON object {"matched": M, "total": T, "mismatches": [...],
+    /// "paired_by_structure": P, "unpaired_ours": U, "unpaired_other": V}
+    /// comparing each instruction's sharding (after the passes) with its
+    /// partner in OTHER: the instruction of the same name, else (names
+    /// change between XLA's dumps) the k-th one with the same name root
+    /// (name without `.N`), opcode and shape. A pair counts when either
+    /// module gives it a sharding; it matches when both do and the
     /// shardings are equal modulo representation (iota vs explicit devices,
-    /// device order within replication groups, tuple spelling). Instructions
-    /// sharded by neither module are not counted; one present or sharded in
-    /// only one module is a mismatch ("ours" or "other" is null).
+    /// device order within replication groups, tuple spelling). Pairs
+    /// sharded by neither module are not counted; a pair sharded in only one
+    /// is a mismatch ("ours" or "other" is null); sharded instructions left
+    /// without a partner are counted apart (unpaired_*).
     #[arg(long, value_name = "OTHER.hlo", conflicts_with = "stats")]
     compare_shardings: Option<PathBuf>,
     /// Peak live bytes the latency-hiding scheduler must stay under
@@ -185,6 +189,9 @@ fn comparison_json(ours: &xla_hlo_ir::HloModule, other: &xla_hlo_ir::HloModule) 
         "matched": c.matched,
         "total": c.total,
         "mismatches": mismatches,
+        "paired_by_structure": c.paired_by_structure,
+        "unpaired_ours": c.unpaired_ours,
+        "unpaired_other": c.unpaired_other,
     })
     .to_string();
     s.push('\n');

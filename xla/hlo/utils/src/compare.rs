@@ -1,13 +1,20 @@
 //! Comparing the shardings of two versions of a module instruction by
-//! instruction (matched by name), equal modulo representation (iota vs
-//! explicit device lists, device order inside replication groups,
-//! `last_tile_dims` spelling, tuple vs single shardings on tuples).
+//! instruction, equal modulo representation (iota vs explicit device lists,
+//! device order inside replication groups, `last_tile_dims` spelling, tuple
+//! vs single shardings on tuples).
 //!
-//! Counting rule (also in `hlo-opt --help`): an instruction name counts when
-//! at least one of the two modules gives it a sharding; it matches when both
-//! do and the shardings are equivalent. Names that neither module shards
-//! (reducer bodies, scalar init values) are not counted; a name present in
-//! only one module, or sharded in only one, is a mismatch.
+//! Pairing: by name first; an instruction whose name the other module does
+//! not have is then paired by structure, because XLA renames between dumps
+//! (`x.1` becomes `x.0`): the k-th such instruction with a given name root
+//! (the name without its `.N` suffix), opcode and shape in one module pairs
+//! with the k-th such in the other. What still has no partner is counted
+//! apart (`unpaired`), not as a mismatch.
+//!
+//! Counting rule (also in `hlo-opt --help`): a pair counts when at least one
+//! of the two gives it a sharding; it matches when both do and the shardings
+//! are equivalent. Pairs that neither module shards (reducer bodies, scalar
+//! init values) are not counted; a pair sharded in only one module is a
+//! mismatch.
 
 use crate::sharding::InstrSharding;
 use rustc_hash::FxHashMap;
@@ -31,6 +38,12 @@ pub struct ShardingComparison {
     pub matched: usize,
     pub total: usize,
     pub mismatches: Vec<Mismatch>,
+    /// Pairs found by structure rather than by name.
+    pub paired_by_structure: usize,
+    /// Sharded instructions of ours, and of the other module, left without
+    /// a partner.
+    pub unpaired_ours: usize,
+    pub unpaired_other: usize,
 }
 
 /// Whether two IR shardings of instructions of `shape` mean the same.
@@ -100,13 +113,74 @@ pub fn compare_module_shardings(ours: &HloModule, other: &HloModule) -> Sharding
             other: sb.map(|s| s.to_string()),
         });
     };
+    let mut our_rest: Vec<&str> = Vec::new();
     for name in &our_order {
-        visit(name, our_map.get(name), other_map.get(name));
-    }
-    for name in &other_order {
-        if !our_map.contains_key(name) {
-            visit(name, None, other_map.get(name));
+        match other_map.get(name) {
+            Some(b) => visit(name, our_map.get(name), Some(b)),
+            None => our_rest.push(name),
         }
     }
+    let other_rest: Vec<&str> = other_order
+        .iter()
+        .copied()
+        .filter(|n| !our_map.contains_key(n))
+        .collect();
+    // Pair the rest by (name root, opcode, shape), in order of appearance.
+    let key = |e: &Entry| {
+        (
+            name_root(&e.instr.name).to_string(),
+            e.instr.opcode,
+            e.instr.shape.to_string(),
+        )
+    };
+    let mut waiting: FxHashMap<
+        (String, xla_hlo_ir::Opcode, String),
+        std::collections::VecDeque<&str>,
+    > = FxHashMap::default();
+    for name in &other_rest {
+        waiting
+            .entry(key(&other_map[name]))
+            .or_default()
+            .push_back(name);
+    }
+    let mut paired_other: rustc_hash::FxHashSet<&str> = Default::default();
+    let mut paired = 0usize;
+    let mut unpaired_ours = 0usize;
+    for name in &our_rest {
+        let a = &our_map[name];
+        match waiting.get_mut(&key(a)).and_then(|q| q.pop_front()) {
+            Some(other_name) => {
+                paired += 1;
+                paired_other.insert(other_name);
+                visit(name, Some(a), other_map.get(other_name));
+            }
+            None => {
+                if a.instr.sharding.is_some() {
+                    unpaired_ours += 1;
+                }
+            }
+        }
+    }
+    let unpaired_other = other_rest
+        .iter()
+        .filter(|n| !paired_other.contains(*n) && other_map[*n].instr.sharding.is_some())
+        .count();
+    out.paired_by_structure = paired;
+    out.unpaired_ours = unpaired_ours;
+    out.unpaired_other = unpaired_other;
     out
+}
+
+/// A name without its numeric `.N` suffix (`add.12` -> `add`).
+fn name_root(name: &str) -> &str {
+    match name.rfind('.') {
+        Some(dot)
+            if dot > 0
+                && name[dot + 1..].bytes().all(|b| b.is_ascii_digit())
+                && dot + 1 < name.len() =>
+        {
+            &name[..dot]
+        }
+        _ => name,
+    }
 }
