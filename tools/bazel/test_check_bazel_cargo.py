@@ -62,15 +62,15 @@ class CheckBazelCargo(unittest.TestCase):
         self.assert_fails("rust_library 'pass': deps have //xla/hlo/verifier:verifier, not a dependency in Cargo.toml")
 
     def test_dev_dependency_removed_from_build(self):
-        self.edit("xla/hlo/verifier/BUILD.bazel", r'^        "//xla/hlo/parser",\n', "")
+        self.edit("tools/hlo_opt/BUILD.bazel", r'^        "//xla/hlo/parser",\n', "")
         self.assert_fails(
-            "rust_test 'verifier_test': deps lack //xla/hlo/parser:parser (a Cargo dependency)",
-            "rust_test 'corpus': deps lack //xla/hlo/parser:parser (a Cargo dependency)",
+            "rust_test 'passes_test': deps lack //xla/hlo/parser:parser (a Cargo dependency)",
+            "rust_test 'cli_test': deps lack //xla/hlo/parser:parser (a Cargo dependency)",
         )
 
     def test_dev_dependency_removed_from_cargo(self):
-        self.edit("xla/hlo/verifier/Cargo.toml", r"^xla-hlo-parser\.workspace = true\n", "")
-        self.assert_fails("rust_test 'verifier_test': deps have //xla/hlo/parser:parser, not a dependency in Cargo.toml")
+        self.edit("tools/hlo_opt/Cargo.toml", r"^xla-hlo-parser\.workspace = true\n", "")
+        self.assert_fails("rust_test 'passes_test': deps have //xla/hlo/parser:parser, not a dependency in Cargo.toml")
 
     def test_third_party_label_not_in_cargo(self):
         self.edit("xla/hlo/ir/BUILD.bazel", r'^    crate_name = "xla_hlo_ir",\n', '    crate_name = "xla_hlo_ir",\n    deps = ["@crates//:log"],\n')
