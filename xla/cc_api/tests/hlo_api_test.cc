@@ -97,8 +97,9 @@ void TestErrorsAsStatus() {
 
 void TestPassesByName() {
   const std::vector<std::string> available = xla_rs::AvailablePasses();
-  CHECK((available == std::vector<std::string>{"sharding-propagation", "complete-shardings",
-                                               "spmd-partitioning", "async-collective-creator",
+  CHECK((available == std::vector<std::string>{"shardy-import", "sharding-propagation",
+                                               "complete-shardings", "spmd-partitioning",
+                                               "async-collective-creator",
                                                "latency-hiding-scheduler"}));
 
   // Propagation, then partitioning, then scheduling, through one call.
@@ -121,7 +122,7 @@ void TestPassesByName() {
   st = xla_rs::RunPasses(fresh, "sharding-propagation,collective-pipeliner");
   CHECK(!st.ok());
   CHECK(Contains(st.message(), "\"collective-pipeliner\" is not a known pass"));
-  CHECK(Contains(st.message(), "available: sharding-propagation, complete-shardings, spmd-partitioning"));
+  CHECK(Contains(st.message(), "available: shardy-import, sharding-propagation, complete-shardings, spmd-partitioning"));
   CHECK(fresh.ToString() == before);
 
   bool thrown = false;
