@@ -250,20 +250,7 @@ pub fn parse_sharding_per_value(value: &str) -> Result<Vec<SdySharding>, SdyErro
     c.expect("#sdy.sharding_per_value<")?;
     c.skip_ws();
     c.expect("[")?;
-    let mut out = Vec::new();
-    c.skip_ws();
-    if !c.eat("]") {
-        loop {
-            c.skip_ws();
-            out.push(c.sharding_body()?);
-            c.skip_ws();
-            if c.eat(",") {
-                continue;
-            }
-            c.expect("]")?;
-            break;
-        }
-    }
+    let out = c.list("]", |c| c.sharding_body())?;
     c.skip_ws();
     c.expect(">")?;
     c.finish(out)
@@ -283,20 +270,7 @@ pub fn parse_manual_axes(value: &str) -> Result<Vec<String>, SdyError> {
     let mut c = Cursor::new(value);
     c.skip_ws();
     c.expect("#sdy<manual_axes{")?;
-    let mut axes = Vec::new();
-    c.skip_ws();
-    if !c.eat("}") {
-        loop {
-            c.skip_ws();
-            axes.push(c.quoted_string()?);
-            c.skip_ws();
-            if c.eat(",") {
-                continue;
-            }
-            c.expect("}")?;
-            break;
-        }
-    }
+    let axes = c.list("}", |c| c.quoted_string())?;
     c.expect(">")?;
     c.finish(axes)
 }
@@ -484,6 +458,29 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// Comma-separated items up to `close` (already past the opening
+    /// token); an empty list is just `close`.
+    fn list<T>(
+        &mut self,
+        close: &str,
+        mut item: impl FnMut(&mut Self) -> Result<T, SdyError>,
+    ) -> Result<Vec<T>, SdyError> {
+        let mut items = Vec::new();
+        self.skip_ws();
+        if self.eat(close) {
+            return Ok(items);
+        }
+        loop {
+            self.skip_ws();
+            items.push(item(self)?);
+            self.skip_ws();
+            if !self.eat(",") {
+                self.expect(close)?;
+                return Ok(items);
+            }
+        }
+    }
+
     fn identifier(&mut self, what: &str) -> Result<String, SdyError> {
         let start = self.pos;
         while self
@@ -577,38 +574,30 @@ impl<'a> Cursor<'a> {
         self.expect("<")?;
         self.skip_ws();
         self.expect("[")?;
-        let mut axes: Vec<(String, i64)> = Vec::new();
-        self.skip_ws();
-        if !self.eat("]") {
-            loop {
-                self.skip_ws();
-                let at = self.pos;
-                let name = self.quoted_string()?;
-                self.skip_ws();
-                self.expect("=")?;
-                self.skip_ws();
-                let size = self.integer()?;
-                if size < 1 {
-                    return Err(SdyError {
-                        offset: at,
-                        message: format!("mesh axis '{name}' has size {size}; sizes are positive"),
-                    });
-                }
-                if axes.iter().any(|a| a.0 == name) {
-                    return Err(SdyError {
-                        offset: at,
-                        message: format!("mesh axis '{name}' is named twice"),
-                    });
-                }
-                axes.push((name, size));
-                self.skip_ws();
-                if self.eat(",") {
-                    continue;
-                }
-                self.expect("]")?;
-                break;
+        let axes: Vec<(String, i64, usize)> = self.list("]", |c| {
+            let at = c.pos;
+            let name = c.quoted_string()?;
+            c.skip_ws();
+            c.expect("=")?;
+            c.skip_ws();
+            let size = c.integer()?;
+            if size < 1 {
+                return Err(SdyError {
+                    offset: at,
+                    message: format!("mesh axis '{name}' has size {size}; sizes are positive"),
+                });
+            }
+            Ok((name, size, at))
+        })?;
+        for (i, (name, _, at)) in axes.iter().enumerate() {
+            if axes[..i].iter().any(|a| a.0 == *name) {
+                return Err(SdyError {
+                    offset: *at,
+                    message: format!("mesh axis '{name}' is named twice"),
+                });
             }
         }
+        let axes: Vec<(String, i64)> = axes.into_iter().map(|(n, s, _)| (n, s)).collect();
         self.skip_ws();
         let mut device_ids = None;
         if self.eat(",") {
@@ -618,21 +607,7 @@ impl<'a> Cursor<'a> {
             self.expect("=")?;
             self.skip_ws();
             self.expect("[")?;
-            let mut ids = Vec::new();
-            self.skip_ws();
-            if !self.eat("]") {
-                loop {
-                    self.skip_ws();
-                    ids.push(self.integer()?);
-                    self.skip_ws();
-                    if self.eat(",") {
-                        continue;
-                    }
-                    self.expect("]")?;
-                    break;
-                }
-            }
-            device_ids = Some(ids);
+            device_ids = Some(self.list("]", |c| c.integer())?);
             self.skip_ws();
         }
         self.expect(">")?;
@@ -654,21 +629,7 @@ impl<'a> Cursor<'a> {
 
     fn axis_list(&mut self) -> Result<Vec<AxisRef>, SdyError> {
         self.expect("{")?;
-        let mut axes = Vec::new();
-        self.skip_ws();
-        if self.eat("}") {
-            return Ok(axes);
-        }
-        loop {
-            self.skip_ws();
-            axes.push(self.axis_ref()?);
-            self.skip_ws();
-            if self.eat(",") {
-                continue;
-            }
-            self.expect("}")?;
-            return Ok(axes);
-        }
+        self.list("}", |c| c.axis_ref())
     }
 
     fn dim(&mut self) -> Result<SdyDim, SdyError> {
@@ -724,20 +685,7 @@ impl<'a> Cursor<'a> {
         self.expect(",")?;
         self.skip_ws();
         self.expect("[")?;
-        let mut dims = Vec::new();
-        self.skip_ws();
-        if !self.eat("]") {
-            loop {
-                self.skip_ws();
-                dims.push(self.dim()?);
-                self.skip_ws();
-                if self.eat(",") {
-                    continue;
-                }
-                self.expect("]")?;
-                break;
-            }
-        }
+        let dims = self.list("]", |c| c.dim())?;
         let mut replicated = Vec::new();
         let mut unreduced = Vec::new();
         loop {
