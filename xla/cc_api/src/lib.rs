@@ -206,11 +206,11 @@ mod tests {
         let e = run_passes(&mut m, "sharding-propagation,no-such-pass").unwrap_err();
         assert!(e.contains("\"no-such-pass\" is not a known pass"), "{e}");
         assert!(
-            e.contains("available: shardy-import, sharding-propagation, complete-shardings, spmd-partitioning"),
+            e.contains("available: shardy-import, sdy-propagation, sharding-propagation, complete-shardings, spmd-partitioning"),
             "{e}"
         );
         assert_eq!(module_to_text(&m), before);
-        assert_eq!(available_passes().len(), 6);
+        assert_eq!(available_passes().len(), 7);
     }
 
     #[test]

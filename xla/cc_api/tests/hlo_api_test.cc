@@ -97,7 +97,8 @@ void TestErrorsAsStatus() {
 
 void TestPassesByName() {
   const std::vector<std::string> available = xla_rs::AvailablePasses();
-  CHECK((available == std::vector<std::string>{"shardy-import", "sharding-propagation",
+  CHECK((available == std::vector<std::string>{"shardy-import", "sdy-propagation",
+                                               "sharding-propagation",
                                                "complete-shardings", "spmd-partitioning",
                                                "async-collective-creator",
                                                "latency-hiding-scheduler"}));
@@ -122,7 +123,7 @@ void TestPassesByName() {
   st = xla_rs::RunPasses(fresh, "sharding-propagation,collective-pipeliner");
   CHECK(!st.ok());
   CHECK(Contains(st.message(), "\"collective-pipeliner\" is not a known pass"));
-  CHECK(Contains(st.message(), "available: shardy-import, sharding-propagation, complete-shardings, spmd-partitioning"));
+  CHECK(Contains(st.message(), "available: shardy-import, sdy-propagation, sharding-propagation, complete-shardings, spmd-partitioning"));
   CHECK(fresh.ToString() == before);
 
   bool thrown = false;

@@ -170,6 +170,20 @@ impl FrontendAttributes {
         self.entries.iter().find(|e| e.key == key)
     }
 
+    /// Sets `key` to the quoted `value`, replacing an entry of that key.
+    pub fn set(&mut self, key: &str, value: String) {
+        let entry = FrontendAttribute {
+            key: key.to_string(),
+            value,
+            braced: false,
+            value_offset: 0,
+        };
+        match self.entries.iter_mut().find(|e| e.key == key) {
+            Some(e) => *e = entry,
+            None => self.entries.push(entry),
+        }
+    }
+
     /// Removes every entry whose key starts with `prefix`.
     pub fn remove_prefixed(&mut self, prefix: &str) {
         self.entries.retain(|e| !e.key.starts_with(prefix));

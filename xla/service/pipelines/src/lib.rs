@@ -72,8 +72,13 @@ pub fn registry(options: &PipelineOptions) -> PassRegistry {
         || Box::new(xla_sharding_propagation::ShardyImport),
     );
     registry.register(
+        "sdy-propagation",
+        "Shardy's propagation on a module with Shardy annotations, exported to GSPMD shardings (XLA's shardy-xla)",
+        || Box::new(xla_sharding_propagation::SdyPropagation),
+    );
+    registry.register(
         "sharding-propagation",
-        "complete user shardings to every instruction (XLA's GSPMD propagation; imports Shardy annotations first when the module has them)",
+        "complete user shardings to every instruction (XLA's GSPMD propagation; on a module with Shardy annotations, Shardy's propagation as sdy-propagation)",
         || Box::new(xla_sharding_propagation::ShardingPropagation::default()),
     );
     registry.register(
@@ -171,6 +176,7 @@ mod tests {
             names,
             [
                 "shardy-import",
+                "sdy-propagation",
                 "sharding-propagation",
                 "complete-shardings",
                 "spmd-partitioning",

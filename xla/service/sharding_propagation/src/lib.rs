@@ -41,8 +41,12 @@
 //! submodule per op family, and their dispatch); `fixpoint` (one level's
 //! sweeps); `prepare` and `driver` (the pass from start to end);
 //! `completion` (the `complete-shardings` pass); `shardy_import` (the
-//! `shardy-import` pass: Shardy annotations to GSPMD forms, run first by
-//! `sharding-propagation` when the module carries them).
+//! `shardy-import` pass: Shardy annotations to GSPMD forms);
+//! `sdy_propagation` (Shardy's factor-based propagation on the Shardy
+//! annotations themselves, then exported by `shardy_import`: the
+//! `sdy-propagation` pass, which `sharding-propagation` runs instead of
+//! GSPMD's when the module carries Shardy annotations, unless
+//! `ShardingPropagationOptions::shardy_propagation` is off).
 //!
 //! Invariants: deterministic (no hash-order dependence); running the pass on
 //! its own output changes nothing; `run` returns `true` exactly when the
@@ -59,6 +63,7 @@ mod level;
 mod opcodes;
 mod options;
 mod prepare;
+pub mod sdy_propagation;
 mod shard_groups;
 pub mod shardy_import;
 mod state;
@@ -92,6 +97,9 @@ impl Pass for ShardingPropagation {
         "sharding-propagation"
     }
     fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
+        if self.options.shardy_propagation && shardy_import::has_shardy_annotations(module) {
+            return SdyPropagation.run(module);
+        }
         let imported = ShardyImport.run(module)?;
         let stats =
             driver::propagate(module, &self.options).map_err(|message| PassError::Failed {
@@ -122,11 +130,52 @@ impl Pass for ShardyImport {
             message,
         })?;
         log::info!(
-            "shardy-import: the module carries Shardy annotations: {} shardings, {} sharding-group members, {} manual computations, {} function-result shardings imported as GSPMD forms; GSPMD propagation follows (Shardy's own propagation is not implemented)",
+            "shardy-import: the module carries Shardy annotations: {} shardings, {} sharding-group members, {} manual computations, {} function-result shardings imported as GSPMD forms; GSPMD propagation follows",
             stats.shardings,
             stats.sharding_groups,
             stats.manual_computations,
             stats.func_results
+        );
+        Ok(true)
+    }
+}
+
+/// The `sdy-propagation` pass: on a module with Shardy annotations,
+/// Shardy's propagation (`sdy_propagation`), then the export of its
+/// shardings to GSPMD ones (`shardy_import` after propagation), with
+/// constraints as copies, as XLA's `shardy-xla` leaves the module for the
+/// partitioner; a module without annotations is unchanged.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SdyPropagation;
+
+impl Pass for SdyPropagation {
+    fn name(&self) -> &str {
+        "sdy-propagation"
+    }
+    fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
+        if !shardy_import::has_shardy_annotations(module) {
+            return Ok(false);
+        }
+        let failed = |message| PassError::Failed {
+            pass: "sdy-propagation".into(),
+            message,
+        };
+        let stats = sdy_propagation::propagate_module(module).map_err(failed)?;
+        let imported =
+            shardy_import::import_with(module, shardy_import::ImportMode::AfterShardyPropagation)
+                .map_err(failed)?;
+        let copies = shardy_import::constraints_to_copies(module);
+        log::info!(
+            "sdy-propagation: the module carries Shardy annotations, so Shardy propagation ran (not GSPMD's): {} values, {} ops, {} sweeps, {} values sharded before and {} after; exported {} shardings, {} sharding-group members, {} manual computations; {} constraints became copies",
+            stats.values,
+            stats.ops,
+            stats.sweeps,
+            stats.sharded_before,
+            stats.sharded_after,
+            imported.shardings,
+            imported.sharding_groups,
+            imported.manual_computations,
+            copies
         );
         Ok(true)
     }

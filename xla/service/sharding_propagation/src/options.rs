@@ -16,6 +16,10 @@ pub struct ShardingPropagationOptions {
     /// Per-parameter permission to change entry parameter shardings; `None`
     /// reads `allow_spmd_sharding_propagation_to_parameters`.
     pub allow_propagation_to_parameters: Option<Vec<bool>>,
+    /// On a module with Shardy annotations, run Shardy's propagation
+    /// (`sdy-propagation`, as XLA's `shardy-xla`); otherwise import them and
+    /// run GSPMD's.
+    pub shardy_propagation: bool,
 }
 
 impl Default for ShardingPropagationOptions {
@@ -24,6 +28,7 @@ impl Default for ShardingPropagationOptions {
             replace_sharding_custom_calls: true,
             allow_propagation_to_output: None,
             allow_propagation_to_parameters: None,
+            shardy_propagation: true,
         }
     }
 }

@@ -21,9 +21,12 @@
 //! - `xla.sdy.FuncResultSharding(x)` is `x` (the root carries the result
 //!   sharding), or a `Sharding` constraint where the root has none.
 //!
-//! Propagation then runs on the GSPMD forms. Shardy's own factor-based
-//! propagation (priorities, open/closed dimensions beyond the above) is not
-//! implemented: partially open dimensions (`{"x", ?}`) are read as closed.
+//! Two modes (`ImportMode`): before GSPMD propagation (what the
+//! `shardy-import` pass does, partially open dimensions `{"x", ?}` read as
+//! closed), or as the export after Shardy's own propagation
+//! (`sdy_propagation`, run by `sdy-propagation` and by default by
+//! `sharding-propagation`), where sharding groups are already resolved and
+//! instructions of an inlined manual body get its manual sharding.
 //!
 //! Invariants: a module without `xla.sdy` annotations is left unchanged; on
 //! success no `xla.sdy.*` custom call or frontend attribute remains, the
@@ -304,23 +307,46 @@ impl InstrAnnotations {
     }
 }
 
-/// Imports every Shardy annotation of `module`.
+/// What propagation follows the import.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImportMode {
+    /// GSPMD propagation: sharding groups become `shard_as` constraints and
+    /// manual bodies are left to propagation.
+    ForGspmdPropagation,
+    /// None (Shardy propagation already ran, `sdy_propagation`): sharding
+    /// groups are dropped (resolved) and every instruction of a manual body
+    /// without a sharding gets the body's manual sharding.
+    AfterShardyPropagation,
+}
+
+/// Imports every Shardy annotation of `module` for GSPMD propagation.
 pub fn import(module: &mut HloModule) -> Result<ShardyImportStats, String> {
+    import_with(module, ImportMode::ForGspmdPropagation)
+}
+
+/// Imports every Shardy annotation of `module`.
+pub fn import_with(module: &mut HloModule, mode: ImportMode) -> Result<ShardyImportStats, String> {
     let mut stats = ShardyImportStats::default();
     let meshes = read_module_meshes(module)?;
     let manual_bodies = find_manual_bodies(module)?;
     let mut inlined: Vec<CompId> = Vec::new();
     for ci in 0..module.computations.len() {
-        let manual = manual_bodies
-            .iter()
-            .find(|(c, _)| c.index() == ci)
-            .map(|(_, axes)| axes.clone())
-            .unwrap_or_default();
+        let body = manual_bodies.iter().find(|b| b.comp.index() == ci);
+        let manual = body.map(|b| b.axes.clone()).unwrap_or_default();
+        let manual_default = match (mode, body) {
+            (ImportMode::AfterShardyPropagation, Some(b)) => b.mesh.clone(),
+            _ => None,
+        };
+        let context = RebuildContext {
+            meshes: &meshes,
+            manual: &manual,
+            manual_default_mesh: manual_default.as_ref(),
+            mode,
+        };
         let rebuilt = rebuild(
             module,
             CompId(ci as u32),
-            &meshes,
-            &manual,
+            &context,
             &mut stats,
             &mut inlined,
         )?;
@@ -328,6 +354,25 @@ pub fn import(module: &mut HloModule) -> Result<ShardyImportStats, String> {
     }
     remove_computations(module, &inlined);
     Ok(stats)
+}
+
+/// What `rebuild` needs besides the module.
+struct RebuildContext<'a> {
+    meshes: &'a Meshes,
+    /// The manual axes of the computation (a manual body), else empty.
+    manual: &'a [String],
+    /// In a manual body after Shardy propagation: the mesh whose manual
+    /// sharding instructions without one get.
+    manual_default_mesh: Option<&'a MeshRef>,
+    mode: ImportMode,
+}
+
+/// A manual-computation body: its manual axes and the mesh of its in
+/// shardings.
+struct ManualBody {
+    comp: CompId,
+    axes: Vec<String>,
+    mesh: Option<MeshRef>,
 }
 
 fn read_module_meshes(module: &mut HloModule) -> Result<Meshes, String> {
@@ -351,10 +396,10 @@ fn read_module_meshes(module: &mut HloModule) -> Result<Meshes, String> {
     Ok(Meshes { meshes })
 }
 
-/// Each manual-computation body and its manual axes (read from the
+/// Each manual-computation body, its manual axes and mesh (read from the
 /// `GlobalToLocalShape` feeding its call).
-fn find_manual_bodies(module: &HloModule) -> Result<Vec<(CompId, Vec<String>)>, String> {
-    let mut bodies: Vec<(CompId, Vec<String>)> = Vec::new();
+fn find_manual_bodies(module: &HloModule) -> Result<Vec<ManualBody>, String> {
+    let mut bodies: Vec<ManualBody> = Vec::new();
     for comp in &module.computations {
         for instr in &comp.instructions {
             if instr.opcode != Opcode::Call {
@@ -379,6 +424,7 @@ fn find_manual_bodies(module: &HloModule) -> Result<Vec<(CompId, Vec<String>)>, 
                 }
             }
             let mut axes = Vec::new();
+            let mut mesh = None;
             if let Some(op) = source {
                 let op_instr = comp.instr(op);
                 if custom_call_target(op_instr) == Some(GLOBAL_TO_LOCAL) {
@@ -391,11 +437,24 @@ fn find_manual_bodies(module: &HloModule) -> Result<Vec<(CompId, Vec<String>)>, 
                                 sdy::parse_manual_axes,
                             )?
                             .unwrap_or_default();
+                        mesh = a
+                            .value(
+                                &comp.name,
+                                &op_instr.name,
+                                IN_SHARDINGS,
+                                sdy::parse_sharding_per_value,
+                            )?
+                            .and_then(|s| s.into_iter().next())
+                            .map(|s| s.mesh);
                     }
                 }
             }
-            if !bodies.iter().any(|(c, _)| *c == callee) {
-                bodies.push((callee, axes));
+            if !bodies.iter().any(|b| b.comp == callee) {
+                bodies.push(ManualBody {
+                    comp: callee,
+                    axes,
+                    mesh,
+                });
             }
         }
     }
@@ -406,11 +465,11 @@ fn find_manual_bodies(module: &HloModule) -> Result<Vec<(CompId, Vec<String>)>, 
 fn rebuild(
     module: &HloModule,
     comp_id: CompId,
-    meshes: &Meshes,
-    manual: &[String],
+    context: &RebuildContext<'_>,
     stats: &mut ShardyImportStats,
     inlined: &mut Vec<CompId>,
 ) -> Result<HloComputation, String> {
+    let (meshes, manual) = (context.meshes, context.manual);
     let old = module.comp(comp_id);
     let name = old.name.as_str();
     let mut out = HloComputation::new(old.name.clone());
@@ -575,7 +634,14 @@ fn rebuild(
                         instr.shape.clone(),
                         elements[&old_index].clone(),
                     );
-                    tuple.sharding = None;
+                    let leaves: Option<Vec<SingleSharding>> = elements[&old_index]
+                        .iter()
+                        .map(|&v| match &out.instr(v).sharding {
+                            Some(HloSharding::Single(s)) => Some(s.clone()),
+                            _ => None,
+                        })
+                        .collect();
+                    tuple.sharding = leaves.map(HloSharding::Tuple);
                     out.add(tuple)
                 } else {
                     values[0]
@@ -661,6 +727,47 @@ fn rebuild(
             }
         };
         map[old_index] = new_id;
+        if let Some(mesh) = context.manual_default_mesh {
+            let new = out.instr(new_id);
+            if new.sharding.is_none() {
+                let shape = new.shape.clone();
+                let open: Vec<SdySharding> = leaf_ranks(&shape)
+                    .into_iter()
+                    .map(|rank| SdySharding {
+                        mesh: mesh.clone(),
+                        dims: vec![
+                            sdy::SdyDim {
+                                axes: Vec::new(),
+                                open: true,
+                                priority: None,
+                            };
+                            rank
+                        ],
+                        replicated: Vec::new(),
+                        unreduced: Vec::new(),
+                    })
+                    .collect();
+                let sharding = meshes
+                    .for_shape(&open, &shape, manual, true)
+                    .map_err(|e| error(name, &instr.name, e))?;
+                out.instr_mut(new_id).sharding = sharding;
+            }
+        }
+        if context.mode == ImportMode::AfterShardyPropagation {
+            // An element taken from a sharded tuple (an inlined manual
+            // body's root) has that element's sharding.
+            let new = out.instr(new_id);
+            if new.sharding.is_none() && new.opcode == Opcode::GetTupleElement {
+                let index = new.int_attr(AttrKey::Index).unwrap_or(0) as usize;
+                if let Some(HloSharding::Tuple(leaves)) = &out.instr(new.operands[0]).sharding {
+                    if let Some(leaf) = leaves.get(index) {
+                        let leaf = leaf.clone();
+                        out.instr_mut(new_id).sharding = Some(HloSharding::Single(leaf));
+                    }
+                }
+            }
+            continue;
+        }
         if let Some(&group) = groups.get(&old_index) {
             let shape = out.instr(new_id).shape.clone();
             let mut leaf = SingleSharding::new(ShardingKind::Unknown);
@@ -676,6 +783,14 @@ fn rebuild(
     }
     out.root = map[old.root.index()];
     Ok(out)
+}
+
+/// The rank of each value of `shape` (one per tuple element).
+fn leaf_ranks(shape: &Shape) -> Vec<usize> {
+    match shape {
+        Shape::Tuple(elements) => elements.iter().map(|e| e.rank()).collect(),
+        s => vec![s.rank()],
+    }
 }
 
 /// Whether a constraint's Shardy sharding leaves every dimension open with
@@ -801,6 +916,24 @@ fn remove_computations(module: &mut HloModule, removed: &[CompId]) {
             }
         }
     }
+}
+
+/// Turns every `Sharding` custom call into a `copy` with its sharding (as
+/// XLA's export leaves constraints); returns how many.
+pub fn constraints_to_copies(module: &mut HloModule) -> usize {
+    let mut count = 0;
+    for comp in &mut module.computations {
+        for instr in &mut comp.instructions {
+            if custom_call_target(instr) == Some("Sharding") && instr.operands.len() == 1 {
+                instr.opcode = Opcode::Copy;
+                instr.remove_attr(AttrKey::CustomCallTarget);
+                instr.remove_attr(AttrKey::BackendConfig);
+                instr.remove_attr(AttrKey::CustomCallHasSideEffect);
+                count += 1;
+            }
+        }
+    }
+    count
 }
 
 #[cfg(test)]

@@ -1,0 +1,516 @@
+//! One propagation step through one op, as Shardy's aggressive factor
+//! propagation does it: project every tensor's sharding onto the op's
+//! factors, find per factor the axes all tensors agree on (the longest
+//! common prefix; a tensor whose axes extend it lets it grow unless the
+//! direction forbids), order the factors by their source (the largest
+//! tensor already sharded that way first), and give each tensor the new
+//! axes of each factor it holds where its dimension is open, the axes are
+//! not used by another of its factors, and the size divides the factor
+//! (the minor-most factor of a dimension may be padded).
+//!
+//! Where only part of an axis fits a factor (a reshape splitting a dim
+//! sharded on `"x"=4` into 2 x 4), the axis is split into sub-axes
+//! (`"x":(1)2` and `"x":(2)2`), and consecutive sub-axes are merged back
+//! when a dimension is rebuilt.
+//!
+//! Invariants: closed dimensions never change; a tensor's axes only grow
+//! (the old axes stay a prefix); no axis is used twice in one tensor.
+
+use super::rules::Rule;
+use xla_hlo_ir::mesh::AxisRef;
+use xla_hlo_ir::sdy::{SdyDim, SdyMesh, SdySharding};
+
+/// Which way along a factor propagation may go (bit flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Direction(u8);
+
+impl Direction {
+    pub const NONE: Direction = Direction(0);
+    pub const FORWARD: Direction = Direction(1);
+    pub const BACKWARD: Direction = Direction(2);
+    pub const BOTH: Direction = Direction(3);
+
+    pub fn union(self, other: Direction) -> Direction {
+        Direction(self.0 | other.0)
+    }
+    pub fn intersection(self, other: Direction) -> Direction {
+        Direction(self.0 & other.0)
+    }
+}
+
+/// One tensor's sharding along one factor.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct FactorSharding {
+    axes: Vec<AxisRef>,
+    closed: bool,
+    /// Axes of the dimension that do not fit this (or an earlier) factor.
+    overflow: Vec<AxisRef>,
+    minor_most: bool,
+}
+
+/// One tensor seen through the op's factors.
+#[derive(Clone, Debug)]
+struct TensorFactors {
+    /// Indexed by factor; `None` where the tensor does not hold the factor.
+    factors: Vec<Option<FactorSharding>>,
+    replicated: Vec<AxisRef>,
+    unreduced: Vec<AxisRef>,
+    /// Whether the tensor's sharding may be a source (constants are only
+    /// targets, as after Shardy's constant splitting).
+    is_source: bool,
+}
+
+/// The op's tensors (operands, then results) in which each may be updated.
+pub(crate) struct StepInput<'a> {
+    pub rule: &'a Rule,
+    pub mesh: &'a SdyMesh,
+    pub operands: Vec<Option<&'a SdySharding>>,
+    pub results: Vec<Option<&'a SdySharding>>,
+    pub operand_is_source: Vec<bool>,
+    pub result_is_source: Vec<bool>,
+    pub is_elementwise: bool,
+}
+
+fn axis_size(mesh: &SdyMesh, axis: &AxisRef) -> i64 {
+    sub_range(mesh, axis).1
+}
+
+/// `(pre-size, size)` of an axis or sub-axis.
+fn sub_range(mesh: &SdyMesh, axis: &AxisRef) -> (i64, i64) {
+    match axis.sub_axis {
+        Some(range) => range,
+        None => (1, mesh.axis_size(&axis.name).unwrap_or(1)),
+    }
+}
+
+/// The (sub-)axis of `name` covering `pre .. pre * size` (the whole axis
+/// when it covers it all).
+fn make_axis(mesh: &SdyMesh, name: &str, pre: i64, size: i64) -> AxisRef {
+    let full = mesh.axis_size(name).unwrap_or(1);
+    AxisRef {
+        name: name.to_string(),
+        sub_axis: (pre != 1 || size != full).then_some((pre, size)),
+    }
+}
+
+/// Splits `axis` into its major part of `size` and the rest.
+fn split_axis(mesh: &SdyMesh, axis: &AxisRef, size: i64) -> (AxisRef, AxisRef) {
+    let (pre, k) = sub_range(mesh, axis);
+    (
+        make_axis(mesh, &axis.name, pre, size),
+        make_axis(mesh, &axis.name, pre * size, k / size),
+    )
+}
+
+fn overlaps(mesh: &SdyMesh, a: &AxisRef, b: &AxisRef) -> bool {
+    if a.name != b.name {
+        return false;
+    }
+    let ((p1, k1), (p2, k2)) = (sub_range(mesh, a), sub_range(mesh, b));
+    p1 < p2 * k2 && p2 < p1 * k1
+}
+
+/// Merges consecutive sub-axes of one axis (`"x":(1)2, "x":(2)2` is `"x"`).
+fn merge_sub_axes(mesh: &SdyMesh, axes: Vec<AxisRef>) -> Vec<AxisRef> {
+    let mut out: Vec<AxisRef> = Vec::with_capacity(axes.len());
+    for a in axes {
+        if let Some(last) = out.last_mut() {
+            let ((p1, k1), (p2, k2)) = (sub_range(mesh, last), sub_range(mesh, &a));
+            if last.name == a.name && p2 == p1 * k1 {
+                *last = make_axis(mesh, &a.name, p1, k1 * k2);
+                continue;
+            }
+        }
+        out.push(a);
+    }
+    out
+}
+
+fn project(
+    mapping: &[Vec<usize>],
+    sharding: Option<&SdySharding>,
+    rule: &Rule,
+    mesh: &SdyMesh,
+    is_source: bool,
+) -> TensorFactors {
+    let mut factors: Vec<Option<FactorSharding>> = vec![None; rule.factors.len()];
+    for (d, dim_factors) in mapping.iter().enumerate() {
+        let dim = sharding.and_then(|s| s.dims.get(d));
+        let closed = dim.is_some_and(|d| !d.open);
+        let axes: &[AxisRef] = dim.map(|d| d.axes.as_slice()).unwrap_or(&[]);
+        for (k, &f) in dim_factors.iter().enumerate() {
+            factors[f] = Some(FactorSharding {
+                axes: Vec::new(),
+                closed,
+                overflow: Vec::new(),
+                minor_most: k + 1 == dim_factors.len(),
+            });
+        }
+        let mut k = 0usize;
+        let mut remaining = dim_factors
+            .first()
+            .map(|&f| rule.factors[f].size)
+            .unwrap_or(1);
+        let mut pending: std::collections::VecDeque<AxisRef> = axes.iter().cloned().collect();
+        while let Some(axis) = pending.pop_front() {
+            let size = axis_size(mesh, &axis);
+            while k + 1 < dim_factors.len() && remaining == 1 {
+                k += 1;
+                remaining = rule.factors[dim_factors[k]].size;
+            }
+            let Some(&f) = dim_factors.get(k) else {
+                break;
+            };
+            let slot = factors[f].as_mut().expect("set above");
+            let g = gcd(remaining, size);
+            if remaining % size == 0 {
+                slot.axes.push(axis);
+                remaining /= size;
+            } else if k + 1 == dim_factors.len() {
+                slot.axes.push(axis);
+                remaining = 1;
+            } else if g > 1 {
+                let (major, minor) = split_axis(mesh, &axis, g);
+                slot.axes.push(major);
+                remaining = 1;
+                pending.push_front(minor);
+            } else {
+                slot.overflow.push(axis);
+                slot.overflow.extend(pending.drain(..));
+                break;
+            }
+        }
+    }
+    TensorFactors {
+        factors,
+        replicated: sharding.map(|s| s.replicated.clone()).unwrap_or_default(),
+        unreduced: sharding.map(|s| s.unreduced.clone()).unwrap_or_default(),
+        is_source,
+    }
+}
+
+/// The common prefix of two axis lists and whether the result may still
+/// grow (Shardy's compatible major axes, without sub-axes).
+fn compatible(old: Vec<AxisRef>, new: &[AxisRef], can_expand: bool) -> (Vec<AxisRef>, bool) {
+    let common = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+    if common < old.len().min(new.len()) {
+        return (old[..common].to_vec(), false);
+    }
+    if new.len() > old.len() && can_expand {
+        (new.to_vec(), true)
+    } else {
+        (old, can_expand)
+    }
+}
+
+fn compatible_major_axes(
+    operands: &[TensorFactors],
+    results: &[TensorFactors],
+    factor: usize,
+    direction: Direction,
+) -> Vec<AxisRef> {
+    if direction == Direction::NONE {
+        return Vec::new();
+    }
+    let (first, second) = if direction == Direction::BACKWARD {
+        (results, operands)
+    } else {
+        (operands, results)
+    };
+    let mut axes = Vec::new();
+    let mut can_expand = true;
+    let fold = |tensors: &[TensorFactors], axes: &mut Vec<AxisRef>, can_expand: &mut bool| {
+        for t in tensors.iter().filter(|t| t.is_source) {
+            if let Some(fs) = &t.factors[factor] {
+                let (a, c) = compatible(std::mem::take(axes), &fs.axes, *can_expand);
+                *axes = a;
+                *can_expand = c;
+            }
+        }
+    };
+    fold(first, &mut axes, &mut can_expand);
+    if direction != Direction::BOTH {
+        can_expand = false;
+    }
+    fold(second, &mut axes, &mut can_expand);
+    axes
+}
+
+/// Keeps the longest prefix of `axes` that `accept` takes whole; the first
+/// axis it replaces (or refuses) ends the list.
+fn truncate(
+    axes: &mut Vec<AxisRef>,
+    mesh: &SdyMesh,
+    mut accept: impl FnMut(&AxisRef, i64) -> Option<AxisRef>,
+) {
+    let mut previous = 1i64;
+    for i in 0..axes.len() {
+        match accept(&axes[i], previous) {
+            None => {
+                axes.truncate(i);
+                return;
+            }
+            Some(a) if a != axes[i] => {
+                axes[i] = a;
+                axes.truncate(i + 1);
+                return;
+            }
+            Some(a) => previous *= axis_size(mesh, &a),
+        }
+    }
+}
+
+/// `axis` if this tensor's factor can take it after `previous` (the size of
+/// the axes before it), else what of the factor's current axes it keeps.
+fn fits_within_factor(
+    axis: &AxisRef,
+    tensor: &TensorFactors,
+    fs: &FactorSharding,
+    previous: i64,
+    factor_size: i64,
+    mesh: &SdyMesh,
+) -> Option<AxisRef> {
+    if tensor
+        .replicated
+        .iter()
+        .chain(&tensor.unreduced)
+        .any(|r| overlaps(mesh, r, axis))
+    {
+        return None;
+    }
+    if fs.axes.contains(axis) {
+        return Some(axis.clone());
+    }
+    if !fs.closed && fs.overflow.is_empty() {
+        if fs.minor_most {
+            return Some(axis.clone());
+        }
+        if factor_size % previous == 0 {
+            let g = gcd(factor_size / previous, axis_size(mesh, axis));
+            if g == axis_size(mesh, axis) {
+                return Some(axis.clone());
+            }
+            if g > 1 {
+                return Some(split_axis(mesh, axis, g).0);
+            }
+        }
+    }
+    None
+}
+
+fn free_across_factors(
+    mesh: &SdyMesh,
+    axis: &AxisRef,
+    tensor: &TensorFactors,
+    factor: usize,
+) -> Option<AxisRef> {
+    let used = tensor
+        .factors
+        .iter()
+        .enumerate()
+        .filter(|(f, _)| *f != factor)
+        .filter_map(|(_, fs)| fs.as_ref())
+        .any(|fs| {
+            fs.axes
+                .iter()
+                .chain(&fs.overflow)
+                .any(|a| overlaps(mesh, a, axis))
+        });
+    (!used).then(|| axis.clone())
+}
+
+fn is_strict_prefix(prefix: &[AxisRef], axes: &[AxisRef]) -> bool {
+    prefix.len() < axes.len() && axes.starts_with(prefix)
+}
+
+/// The tensors' new shardings after one step: `(operands, results)`, each
+/// `Some` where that tensor changed.
+pub(crate) type StepOutput = (Vec<Option<SdySharding>>, Vec<Option<SdySharding>>);
+
+/// One step through the op; `direction(f)` says where factor `f` may go.
+pub(crate) fn propagate_step(
+    input: &StepInput<'_>,
+    mesh_ref: &xla_hlo_ir::sdy::MeshRef,
+    direction: impl Fn(usize) -> Direction,
+) -> StepOutput {
+    let rule = input.rule;
+    let mesh = input.mesh;
+    let mut operands: Vec<TensorFactors> = rule
+        .operands
+        .iter()
+        .zip(&input.operands)
+        .zip(&input.operand_is_source)
+        .map(|((m, s), &src)| project(m, *s, rule, mesh, src))
+        .collect();
+    let mut results: Vec<TensorFactors> = rule
+        .results
+        .iter()
+        .zip(&input.results)
+        .zip(&input.result_is_source)
+        .map(|((m, s), &src)| project(m, *s, rule, mesh, src))
+        .collect();
+    let axes_per_factor: Vec<Vec<AxisRef>> = (0..rule.factors.len())
+        .map(|f| {
+            let dir = if rule.factors[f].blocked {
+                Direction::NONE
+            } else {
+                direction(f)
+            };
+            compatible_major_axes(&operands, &results, f, dir)
+        })
+        .collect();
+    let mut unchanged: StepOutput = (vec![None; operands.len()], vec![None; results.len()]);
+    if axes_per_factor.iter().all(|a| a.is_empty()) {
+        return unchanged;
+    }
+    // The source of each factor: the largest tensor whose axes extend the
+    // agreed ones.
+    let mut source: Vec<(i64, usize)> = vec![(-1, usize::MAX); rule.factors.len()];
+    for (ti, t) in operands.iter().chain(results.iter()).enumerate() {
+        let size: i64 = t
+            .factors
+            .iter()
+            .enumerate()
+            .filter(|(_, fs)| fs.is_some())
+            .map(|(f, _)| rule.factors[f].size)
+            .product();
+        for (f, fs) in t.factors.iter().enumerate() {
+            let Some(fs) = fs else { continue };
+            if !axes_per_factor[f].is_empty()
+                && fs.axes.starts_with(&axes_per_factor[f])
+                && size > source[f].0
+            {
+                source[f] = (size, ti);
+            }
+        }
+    }
+    let total = |axes: &[AxisRef]| axes.iter().map(|a| axis_size(mesh, a)).product::<i64>();
+    let mut order: Vec<usize> = (0..rule.factors.len()).collect();
+    order.sort_by_key(|&f| {
+        let sharded = if input.is_elementwise {
+            total(&axes_per_factor[f])
+        } else {
+            0
+        };
+        (-source[f].0, -sharded, source[f].1, f)
+    });
+    let update =
+        |tensor: &mut TensorFactors, f: usize, results: Option<&[TensorFactors]>| -> bool {
+            let Some(fs) = tensor.factors[f].clone() else {
+                return false;
+            };
+            let mut new = axes_per_factor[f].clone();
+            let size = rule.factors[f].size;
+            truncate(&mut new, mesh, |a, prev| {
+                fits_within_factor(a, tensor, &fs, prev, size, mesh)
+            });
+            if !is_strict_prefix(&fs.axes, &new) {
+                return false;
+            }
+            truncate(&mut new, mesh, |a, _| {
+                free_across_factors(mesh, a, tensor, f)
+            });
+            if let Some(results) = results {
+                for r in results {
+                    if let Some(rf) = &r.factors[f] {
+                        if is_strict_prefix(&rf.axes, &new) {
+                            new = rf.axes.clone();
+                        }
+                    }
+                }
+            }
+            if !is_strict_prefix(&fs.axes, &new) {
+                return false;
+            }
+            tensor.factors[f].as_mut().expect("checked").axes = new;
+            true
+        };
+    let mut result_changed = vec![false; results.len()];
+    for (ti, t) in results.iter_mut().enumerate() {
+        for &f in &order {
+            if !axes_per_factor[f].is_empty() {
+                result_changed[ti] |= update(t, f, None);
+            }
+        }
+    }
+    let mut operand_changed = vec![false; operands.len()];
+    for (ti, t) in operands.iter_mut().enumerate() {
+        for &f in &order {
+            if !axes_per_factor[f].is_empty() {
+                let rs = input.is_elementwise.then_some(results.as_slice());
+                operand_changed[ti] |= update(t, f, rs);
+            }
+        }
+    }
+    for (ti, t) in operands.iter().enumerate() {
+        if operand_changed[ti] {
+            unchanged.0[ti] = Some(unproject(
+                &rule.operands[ti],
+                t,
+                input.operands[ti],
+                mesh,
+                mesh_ref,
+            ));
+        }
+    }
+    for (ti, t) in results.iter().enumerate() {
+        if result_changed[ti] {
+            unchanged.1[ti] = Some(unproject(
+                &rule.results[ti],
+                t,
+                input.results[ti],
+                mesh,
+                mesh_ref,
+            ));
+        }
+    }
+    unchanged
+}
+
+/// The tensor sharding of the updated factors (dims keep their open/closed
+/// state; a tensor without a sharding starts all open).
+fn unproject(
+    mapping: &[Vec<usize>],
+    tensor: &TensorFactors,
+    old: Option<&SdySharding>,
+    mesh: &SdyMesh,
+    mesh_ref: &xla_hlo_ir::sdy::MeshRef,
+) -> SdySharding {
+    let dims = mapping
+        .iter()
+        .enumerate()
+        .map(|(d, factors)| {
+            let old_dim = old.and_then(|s| s.dims.get(d));
+            let mut axes = Vec::new();
+            let mut overflow = Vec::new();
+            for &f in factors {
+                if let Some(fs) = &tensor.factors[f] {
+                    axes.extend(fs.axes.iter().cloned());
+                    overflow.extend(fs.overflow.iter().cloned());
+                }
+            }
+            axes.extend(overflow);
+            SdyDim {
+                axes: merge_sub_axes(mesh, axes),
+                open: old_dim.is_none_or(|d| d.open),
+                priority: old_dim.and_then(|d| d.priority),
+            }
+        })
+        .collect();
+    SdySharding {
+        mesh: old
+            .map(|s| s.mesh.clone())
+            .unwrap_or_else(|| mesh_ref.clone()),
+        dims,
+        replicated: old.map(|s| s.replicated.clone()).unwrap_or_default(),
+        unreduced: old.map(|s| s.unreduced.clone()).unwrap_or_default(),
+    }
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a.abs()
+    } else {
+        gcd(b, a % b)
+    }
+}

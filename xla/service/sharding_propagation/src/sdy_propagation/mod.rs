@@ -1,0 +1,825 @@
+//! `sdy-propagation`: Shardy's propagation on a module that carries Shardy
+//! annotations (`xla.sdy.sharding` frontend attributes), before they are
+//! exported to GSPMD shardings by `shardy-import`.
+//!
+//! The module is read as Shardy sees it: every array value (tuple elements
+//! are values of their own; a `tuple` and `get-tuple-element` name the same
+//! values) has a Shardy sharding or none (all dimensions open). Ops carry
+//! factor rules (`rules`); while loops, conditionals and calls are data-flow
+//! edges between their operands, parameters, roots and results; a `Sharding`
+//! custom call (with_sharding_constraint) pins its result; a shard_map pins
+//! the global side of its in and out shardings (its body is manual and is
+//! not propagated into); a `ShardingGroup` makes its members share one
+//! sharding. As Shardy's import does, a fully closed constraint is applied
+//! to its operand when the operand has no sharding, and constants are only
+//! targets.
+//!
+//! Propagation is Shardy's op-priority schedule, each stage run to a fixed
+//! point with aggressive factor propagation (`factors`): (0) element-wise,
+//! reshape, transpose and data-flow ops whose operands have one use, and
+//! dynamic slices forward; (1) the same with any number of uses;
+//! (2) pass-through factors of every op, broadcasts only backward; (3) all
+//! factors, broadcasts only backward; (4) everything. User priorities
+//! (`p0`, `p1`, ...) are not read: every sharding counts as `p0` (jax 0.10.2
+//! emits none in its lowering).
+//!
+//! The result is written back as each instruction's `xla.sdy.sharding`
+//! (closed: nothing is left for another propagation), which `shardy-import`
+//! then turns into `sharding={...}`.
+//!
+//! Invariants: a module without `xla.sdy` meshes is unchanged; closed
+//! dimensions never change; the pass is deterministic (program order).
+
+mod factors;
+mod rules;
+
+use factors::{propagate_step, Direction, StepInput};
+use rules::Rule;
+use rustc_hash::FxHashMap;
+use xla_hlo_ir::attrs::{AttrKey, AttrValue};
+use xla_hlo_ir::sdy::{self, FrontendAttributes, MeshRef, SdyDim, SdyMesh, SdySharding};
+use xla_hlo_ir::{CompId, HloInstruction, HloModule, InstrId, Opcode, Shape};
+
+const SHARDING: &str = "xla.sdy.sharding";
+const IN_SHARDINGS: &str = "xla.sdy.in_shardings";
+const OUT_SHARDINGS: &str = "xla.sdy.out_shardings";
+const GROUP_ID: &str = "xla.sdy.sharding_group_id";
+const MANUAL_BODY_PREFIX: &str = "xla.sdy.manual_computation_body";
+
+/// What the pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SdyPropagationStats {
+    pub values: usize,
+    pub ops: usize,
+    /// Values with a sharding before and after.
+    pub sharded_before: usize,
+    pub sharded_after: usize,
+    /// Sweeps over the ops, all stages together.
+    pub sweeps: usize,
+}
+
+/// How an op takes part in the op-priority schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpClass {
+    Elementwise,
+    ReshapeOrTranspose,
+    DynamicSlice,
+    Broadcast,
+    DataFlow,
+    /// A sharding group: its members always share one sharding.
+    Group,
+    Other,
+}
+
+struct Op {
+    rule: Rule,
+    operands: Vec<usize>,
+    results: Vec<usize>,
+    class: OpClass,
+    /// Whether an operand (not a scalar) has more than one use.
+    multi_use: bool,
+}
+
+/// One array value (pseudo values hold the pinned in and out shardings
+/// of a manual computation).
+struct Value {
+    dims: Vec<i64>,
+    constant: bool,
+    uses: usize,
+}
+
+struct Graph {
+    values: Vec<Value>,
+    shardings: Vec<Option<SdySharding>>,
+    ops: Vec<Op>,
+    /// Per (computation, instruction): its values, one per tuple element.
+    value_of: FxHashMap<(u32, u32), Vec<Option<usize>>>,
+}
+
+impl Graph {
+    fn new_value(&mut self, dims: Vec<i64>, constant: bool) -> usize {
+        self.values.push(Value {
+            dims,
+            constant,
+            uses: 0,
+        });
+        self.shardings.push(None);
+        self.values.len() - 1
+    }
+
+    fn values(&self, comp: CompId, id: InstrId) -> Vec<Option<usize>> {
+        self.value_of
+            .get(&(comp.0, id.0))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn edge(&mut self, sources: Vec<usize>, targets: Vec<usize>) {
+        let Some(&first) = sources.first().or(targets.first()) else {
+            return;
+        };
+        let dims = self.values[first].dims.clone();
+        let all = sources.iter().chain(&targets);
+        if all.clone().any(|&v| self.values[v].dims != dims) {
+            return;
+        }
+        let rule = identity_rule(&dims, sources.len(), targets.len());
+        self.ops.push(Op {
+            rule,
+            operands: sources,
+            results: targets,
+            class: OpClass::DataFlow,
+            multi_use: false,
+        });
+    }
+}
+
+fn identity_rule(dims: &[i64], operands: usize, results: usize) -> Rule {
+    let mapping: Vec<Vec<usize>> = (0..dims.len()).map(|d| vec![d]).collect();
+    Rule {
+        factors: dims
+            .iter()
+            .map(|&size| rules::Factor {
+                size,
+                pass_through: true,
+                blocked: false,
+            })
+            .collect(),
+        operands: vec![mapping.clone(); operands],
+        results: vec![mapping; results],
+    }
+}
+
+fn custom_call_target(instr: &HloInstruction) -> Option<&str> {
+    (instr.opcode == Opcode::CustomCall)
+        .then(|| instr.ident_attr(AttrKey::CustomCallTarget))
+        .flatten()
+}
+
+fn frontend_attributes(instr: &HloInstruction) -> Option<FrontendAttributes> {
+    match instr.attr(AttrKey::FrontendAttributes) {
+        Some(AttrValue::Raw(text)) if text.contains("xla.sdy.") => {
+            FrontendAttributes::parse(text).ok()
+        }
+        _ => None,
+    }
+}
+
+fn attribute_shardings(instr: &HloInstruction, key: &str) -> Option<Vec<SdySharding>> {
+    let attributes = frontend_attributes(instr)?;
+    sdy::parse_shardings(&attributes.get(key)?.value).ok()
+}
+
+fn leaf_dims(shape: &Shape) -> Vec<Option<Vec<i64>>> {
+    match shape {
+        Shape::Tuple(elements) => elements
+            .iter()
+            .map(|e| (!matches!(e, Shape::Tuple(_))).then(|| e.dims().to_vec()))
+            .collect(),
+        s => vec![Some(s.dims().to_vec())],
+    }
+}
+
+/// The computations propagation walks: the entry and what it reaches
+/// through while, conditional and (non-manual) call.
+fn flow_computations(module: &HloModule) -> Vec<CompId> {
+    let mut out = vec![module.entry];
+    let mut i = 0;
+    while i < out.len() {
+        let comp = module.comp(out[i]);
+        for instr in &comp.instructions {
+            let callees: Vec<CompId> = match instr.opcode {
+                Opcode::While | Opcode::Conditional => instr.called_computations(),
+                Opcode::Call => instr
+                    .to_apply()
+                    .filter(|c| !module.comp(*c).name.starts_with(MANUAL_BODY_PREFIX))
+                    .into_iter()
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for c in callees {
+                if !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+fn build_graph(module: &HloModule, flow: &[CompId]) -> Graph {
+    let mut g = Graph {
+        values: Vec::new(),
+        shardings: Vec::new(),
+        ops: Vec::new(),
+        value_of: FxHashMap::default(),
+    };
+    // Values, computation by computation (operands before users).
+    for &c in flow {
+        let comp = module.comp(c);
+        for (i, instr) in comp.instructions.iter().enumerate() {
+            let id = InstrId(i as u32);
+            let values: Vec<Option<usize>> = match instr.opcode {
+                Opcode::Tuple => instr
+                    .operands
+                    .iter()
+                    .map(|o| match g.values(c, *o).as_slice() {
+                        [single] if !matches!(comp.instr(*o).shape, Shape::Tuple(_)) => *single,
+                        _ => None,
+                    })
+                    .collect(),
+                Opcode::GetTupleElement if !matches!(instr.shape, Shape::Tuple(_)) => {
+                    let index = instr.int_attr(AttrKey::Index).unwrap_or(0) as usize;
+                    vec![g.values(c, instr.operands[0]).get(index).copied().flatten()]
+                }
+                _ => {
+                    let constant = match instr.opcode {
+                        Opcode::Constant | Opcode::Iota => true,
+                        op if op.is_elementwise()
+                            || matches!(
+                                op,
+                                Opcode::Broadcast | Opcode::Reshape | Opcode::Transpose
+                            ) =>
+                        {
+                            !instr.operands.is_empty()
+                                && instr.operands.iter().all(|o| {
+                                    g.values(c, *o)
+                                        .iter()
+                                        .all(|v| v.is_some_and(|v| g.values[v].constant))
+                                })
+                        }
+                        _ => false,
+                    };
+                    leaf_dims(&instr.shape)
+                        .into_iter()
+                        .map(|dims| dims.map(|d| g.new_value(d, constant)))
+                        .collect()
+                }
+            };
+            g.value_of.insert((c.0, id.0), values);
+        }
+    }
+    // Uses: each operand slot, and each computation's root (returned).
+    for &c in flow {
+        let comp = module.comp(c);
+        for instr in &comp.instructions {
+            if matches!(instr.opcode, Opcode::Tuple | Opcode::GetTupleElement) {
+                continue;
+            }
+            for o in &instr.operands {
+                for v in g.values(c, *o).into_iter().flatten() {
+                    g.values[v].uses += 1;
+                }
+            }
+        }
+        for v in g.values(c, comp.root).into_iter().flatten() {
+            g.values[v].uses += 1;
+        }
+    }
+    // Initial shardings.
+    for &c in flow {
+        let comp = module.comp(c);
+        for (i, instr) in comp.instructions.iter().enumerate() {
+            if matches!(instr.opcode, Opcode::Tuple | Opcode::GetTupleElement) {
+                continue;
+            }
+            let Some(shardings) = attribute_shardings(instr, SHARDING) else {
+                continue;
+            };
+            let values = g.values(c, InstrId(i as u32));
+            if shardings.len() != values.len() {
+                continue;
+            }
+            for (v, s) in values.iter().zip(shardings) {
+                if let Some(v) = *v {
+                    if s.dims.len() == g.values[v].dims.len() {
+                        g.shardings[v] = Some(s);
+                    }
+                }
+            }
+        }
+    }
+    // Ops.
+    let mut groups: Vec<(i64, Vec<usize>)> = Vec::new();
+    for &c in flow {
+        let comp = module.comp(c);
+        for (i, instr) in comp.instructions.iter().enumerate() {
+            let id = InstrId(i as u32);
+            let results: Vec<Option<usize>> = g.values(c, id);
+            let operand_values =
+                |g: &Graph, k: usize| -> Vec<Option<usize>> { g.values(c, instr.operands[k]) };
+            match (instr.opcode, custom_call_target(instr)) {
+                (Opcode::Tuple | Opcode::GetTupleElement, _) => {}
+                (Opcode::While, _) => {
+                    let (Some(body), Some(cond)) = (
+                        instr.computation_attr(AttrKey::Body),
+                        instr.computation_attr(AttrKey::Condition),
+                    ) else {
+                        continue;
+                    };
+                    let init = operand_values(&g, 0);
+                    let body_root = g.values(body, module.comp(body).root);
+                    let body_param = module
+                        .comp(body)
+                        .parameters
+                        .first()
+                        .map(|p| g.values(body, *p))
+                        .unwrap_or_default();
+                    let cond_param = module
+                        .comp(cond)
+                        .parameters
+                        .first()
+                        .map(|p| g.values(cond, *p))
+                        .unwrap_or_default();
+                    for k in 0..results.len() {
+                        let sources: Vec<usize> = [&init, &body_root]
+                            .iter()
+                            .filter_map(|l| l.get(k).copied().flatten())
+                            .collect();
+                        let targets: Vec<usize> = [&results, &body_param, &cond_param]
+                            .iter()
+                            .filter_map(|l| l.get(k).copied().flatten())
+                            .collect();
+                        g.edge(sources, targets);
+                    }
+                }
+                (Opcode::Conditional, _) => {
+                    let branches = instr.called_computations();
+                    for (b, &branch) in branches.iter().enumerate() {
+                        let bc = module.comp(branch);
+                        if let (Some(&p), Some(_)) =
+                            (bc.parameters.first(), instr.operands.get(b + 1))
+                        {
+                            let args = operand_values(&g, b + 1);
+                            let params = g.values(branch, p);
+                            for (a, p) in args.iter().zip(&params) {
+                                if let (Some(a), Some(p)) = (a, p) {
+                                    g.edge(vec![*a], vec![*p]);
+                                }
+                            }
+                        }
+                    }
+                    for (k, result) in results.iter().enumerate() {
+                        let sources: Vec<usize> = branches
+                            .iter()
+                            .filter_map(|&b| {
+                                g.values(b, module.comp(b).root).get(k).copied().flatten()
+                            })
+                            .collect();
+                        if let Some(r) = *result {
+                            g.edge(sources, vec![r]);
+                        }
+                    }
+                }
+                (Opcode::Call, _) => {
+                    let Some(callee) = instr.to_apply() else {
+                        continue;
+                    };
+                    let cc = module.comp(callee);
+                    if cc.name.starts_with(MANUAL_BODY_PREFIX) {
+                        continue;
+                    }
+                    for (k, &p) in cc.parameters.iter().enumerate() {
+                        if k >= instr.operands.len() {
+                            break;
+                        }
+                        let args = operand_values(&g, k);
+                        for (a, p) in args.iter().zip(&g.values(callee, p)) {
+                            if let (Some(a), Some(p)) = (a, p) {
+                                g.edge(vec![*a], vec![*p]);
+                            }
+                        }
+                    }
+                    for (r, s) in results.iter().zip(&g.values(callee, cc.root)) {
+                        if let (Some(r), Some(s)) = (r, s) {
+                            g.edge(vec![*s], vec![*r]);
+                        }
+                    }
+                }
+                (_, Some("xla.sdy.GlobalToLocalShape")) => {
+                    let Some(pinned) = attribute_shardings(instr, IN_SHARDINGS) else {
+                        continue;
+                    };
+                    for (k, s) in pinned.into_iter().enumerate() {
+                        if k >= instr.operands.len() {
+                            break;
+                        }
+                        if let [Some(v)] = operand_values(&g, k).as_slice() {
+                            let dims = g.values[*v].dims.clone();
+                            let p = g.new_value(dims, false);
+                            g.shardings[p] = Some(s);
+                            g.edge(vec![*v], vec![p]);
+                        }
+                    }
+                }
+                (_, Some("xla.sdy.LocalToGlobalShape")) => {
+                    let Some(pinned) = attribute_shardings(instr, OUT_SHARDINGS) else {
+                        continue;
+                    };
+                    for (r, s) in results.iter().zip(pinned) {
+                        if let Some(r) = *r {
+                            let dims = g.values[r].dims.clone();
+                            let p = g.new_value(dims, false);
+                            g.shardings[p] = Some(s);
+                            g.edge(vec![p], vec![r]);
+                        }
+                    }
+                }
+                (_, Some("xla.sdy.ShardingGroup")) => {
+                    let id = frontend_attributes(instr).and_then(|a| {
+                        a.get(GROUP_ID)
+                            .and_then(|e| sdy::parse_group_id(&e.value).ok())
+                    });
+                    if let (Some(id), [Some(v)]) = (id, operand_values(&g, 0).as_slice()) {
+                        match groups.iter_mut().find(|(g, _)| *g == id) {
+                            Some((_, members)) => members.push(*v),
+                            None => groups.push((id, vec![*v])),
+                        }
+                    }
+                }
+                _ => {
+                    let mut operand_ids = Vec::new();
+                    for k in 0..instr.operands.len() {
+                        match operand_values(&g, k).as_slice() {
+                            [Some(v)]
+                                if !matches!(
+                                    comp.instr(instr.operands[k]).shape,
+                                    Shape::Tuple(_)
+                                ) =>
+                            {
+                                operand_ids.push(*v)
+                            }
+                            _ => {
+                                operand_ids.clear();
+                                break;
+                            }
+                        }
+                    }
+                    if operand_ids.len() != instr.operands.len()
+                        || results.iter().any(|r| r.is_none())
+                    {
+                        continue;
+                    }
+                    let result_ids: Vec<usize> =
+                        results.iter().map(|r| r.expect("checked")).collect();
+                    let operand_dims: Vec<&[i64]> = operand_ids
+                        .iter()
+                        .map(|&v| g.values[v].dims.as_slice())
+                        .collect();
+                    let result_dims: Vec<&[i64]> = result_ids
+                        .iter()
+                        .map(|&v| g.values[v].dims.as_slice())
+                        .collect();
+                    let Some(rule) = rules::rule_of(instr, &operand_dims, &result_dims) else {
+                        continue;
+                    };
+                    let class = match (instr.opcode, custom_call_target(instr)) {
+                        (_, Some("xla.sdy.FuncResultSharding")) => OpClass::DataFlow,
+                        (_, Some("Sharding")) => OpClass::Elementwise,
+                        (op, _) if op.is_elementwise() => OpClass::Elementwise,
+                        (Opcode::Reshape | Opcode::Transpose, _) => OpClass::ReshapeOrTranspose,
+                        (Opcode::DynamicSlice | Opcode::DynamicUpdateSlice, _) => {
+                            OpClass::DynamicSlice
+                        }
+                        (Opcode::Broadcast, _) => OpClass::Broadcast,
+                        _ => OpClass::Other,
+                    };
+                    let multi_use = operand_ids
+                        .iter()
+                        .any(|&v| g.values[v].uses > 1 && !g.values[v].dims.is_empty());
+                    g.ops.push(Op {
+                        rule,
+                        operands: operand_ids,
+                        results: result_ids,
+                        class,
+                        multi_use,
+                    });
+                }
+            }
+        }
+    }
+    for (_, members) in groups {
+        let dims = g.values[members[0]].dims.clone();
+        if members.iter().any(|&m| g.values[m].dims != dims) {
+            continue;
+        }
+        g.ops.push(Op {
+            rule: identity_rule(&dims, members.len(), 0),
+            operands: members,
+            results: Vec::new(),
+            class: OpClass::Group,
+            multi_use: false,
+        });
+    }
+    g
+}
+
+/// Shardy's import step that puts a fully closed constraint's sharding on
+/// its operand when the operand has none and no other constraint on it
+/// disagrees (loop and call boundary values excluded).
+fn apply_constraints(module: &HloModule, flow: &[CompId], g: &mut Graph) {
+    for &c in flow {
+        let comp = module.comp(c);
+        let users = comp.users();
+        for instr in comp.instructions.iter() {
+            let constraints: Vec<(usize, SdySharding)> = match custom_call_target(instr) {
+                Some("Sharding") => attribute_shardings(instr, SHARDING)
+                    .filter(|s| s.len() == 1)
+                    .map(|mut s| vec![(0, s.remove(0))])
+                    .unwrap_or_default(),
+                Some("xla.sdy.GlobalToLocalShape") => attribute_shardings(instr, IN_SHARDINGS)
+                    .map(|s| s.into_iter().enumerate().collect())
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            for (k, s) in constraints {
+                if s.dims.iter().any(|d| d.open) {
+                    continue;
+                }
+                let Some(&operand) = instr.operands.get(k) else {
+                    continue;
+                };
+                let defining = comp.instr(operand);
+                if matches!(
+                    defining.opcode,
+                    Opcode::While | Opcode::Conditional | Opcode::Call
+                ) || (defining.opcode == Opcode::Parameter && c != module.entry)
+                {
+                    continue;
+                }
+                let [Some(v)] = g.values(c, operand)[..] else {
+                    continue;
+                };
+                if g.shardings[v].is_some() {
+                    continue;
+                }
+                let disagrees = users[operand.index()].iter().any(|&u| {
+                    let user = comp.instr(u);
+                    match custom_call_target(user) {
+                        Some("Sharding") => attribute_shardings(user, SHARDING)
+                            .is_some_and(|t| t.first() != Some(&s)),
+                        _ => false,
+                    }
+                });
+                if !disagrees {
+                    g.shardings[v] = Some(s);
+                }
+            }
+        }
+    }
+}
+
+/// The mesh every sharded tensor of the op names, if they agree.
+fn common_mesh<'a>(g: &'a Graph, op: &Op) -> Option<&'a MeshRef> {
+    let mut mesh: Option<&MeshRef> = None;
+    for &v in op.operands.iter().chain(&op.results) {
+        if let Some(s) = &g.shardings[v] {
+            match mesh {
+                None => mesh = Some(&s.mesh),
+                Some(m) if *m == s.mesh => {}
+                Some(_) => return None,
+            }
+        }
+    }
+    mesh
+}
+
+/// The op-priority schedule's direction for factor `factor` of `op` at
+/// `stage` (stages 0..=4, each including the earlier ones).
+fn direction(op: &Op, factor: usize, stage: usize) -> Direction {
+    if op.class == OpClass::Group {
+        return Direction::BOTH;
+    }
+    let by_uses = |allow_multi_use: bool| {
+        if allow_multi_use || !op.multi_use {
+            Direction::BOTH
+        } else {
+            Direction::NONE
+        }
+    };
+    let pass_through_op = |allow_multi_use: bool| match op.class {
+        OpClass::Elementwise | OpClass::ReshapeOrTranspose | OpClass::DataFlow => {
+            by_uses(allow_multi_use)
+        }
+        OpClass::DynamicSlice => by_uses(allow_multi_use).intersection(Direction::FORWARD),
+        _ => Direction::NONE,
+    };
+    let broadcast_backward = || {
+        if op.class == OpClass::Broadcast {
+            Direction::BACKWARD
+        } else {
+            Direction::BOTH
+        }
+    };
+    let mut d = Direction::NONE;
+    for s in 0..=stage {
+        d = d.union(match s {
+            0 => pass_through_op(false),
+            1 => pass_through_op(true),
+            2 if op.rule.factors[factor].pass_through => broadcast_backward(),
+            2 => Direction::NONE,
+            3 => broadcast_backward(),
+            _ => Direction::BOTH,
+        });
+    }
+    d
+}
+
+const STAGES: usize = 5;
+/// Sweeps per stage before giving up on a fixed point (each sweep that
+/// changes something adds axes, so this is never reached in practice).
+const MAX_SWEEPS_PER_STAGE: usize = 1000;
+
+fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
+    let mut sweeps = 0;
+    for stage in 0..STAGES {
+        for _ in 0..MAX_SWEEPS_PER_STAGE {
+            sweeps += 1;
+            let mut changed = false;
+            for oi in 0..g.ops.len() {
+                changed |= step(g, oi, stage, meshes);
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+    sweeps
+}
+
+fn step(g: &mut Graph, oi: usize, stage: usize, meshes: &[(String, SdyMesh)]) -> bool {
+    let op = &g.ops[oi];
+    let Some(mesh_ref) = common_mesh(g, op).cloned() else {
+        return false;
+    };
+    let mesh = match &mesh_ref {
+        MeshRef::Inline(m) => m,
+        MeshRef::Named(n) => match meshes.iter().find(|(name, _)| name == n) {
+            Some((_, m)) => m,
+            None => return false,
+        },
+    };
+    let input = StepInput {
+        rule: &op.rule,
+        mesh,
+        operands: op
+            .operands
+            .iter()
+            .map(|&v| g.shardings[v].as_ref())
+            .collect(),
+        results: op
+            .results
+            .iter()
+            .map(|&v| g.shardings[v].as_ref())
+            .collect(),
+        operand_is_source: op.operands.iter().map(|&v| !g.values[v].constant).collect(),
+        result_is_source: op.results.iter().map(|&v| !g.values[v].constant).collect(),
+        is_elementwise: op.class == OpClass::Elementwise,
+    };
+    let (new_operands, new_results) =
+        propagate_step(&input, &mesh_ref, |f| direction(op, f, stage));
+    let targets: Vec<(usize, SdySharding)> = op
+        .operands
+        .iter()
+        .zip(new_operands)
+        .chain(op.results.iter().zip(new_results))
+        .filter_map(|(&v, s)| s.map(|s| (v, s)))
+        .collect();
+    let changed = !targets.is_empty();
+    for (v, s) in targets {
+        g.shardings[v] = Some(s);
+    }
+    changed
+}
+
+/// Writes every value's sharding back as its instruction's
+/// `xla.sdy.sharding` (closed), and removes the sharding groups' custom
+/// calls' group ids (the groups are resolved).
+fn write_back(module: &mut HloModule, flow: &[CompId], g: &Graph) {
+    for &c in flow {
+        let n = module.comp(c).instructions.len();
+        for i in 0..n {
+            let id = InstrId(i as u32);
+            let values = g.values(c, id);
+            let instr = module.comp(c).instr(id);
+            let target = custom_call_target(instr).map(str::to_string);
+            if matches!(
+                target.as_deref(),
+                Some("xla.sdy.GlobalToLocalShape")
+                    | Some("xla.sdy.LocalToGlobalShape")
+                    | Some("xla.sdy.ShardingGroup")
+            ) {
+                continue;
+            }
+            let shardings: Vec<Option<&SdySharding>> = values
+                .iter()
+                .map(|v| v.and_then(|v| g.shardings[v].as_ref()))
+                .collect();
+            let meaningful = |s: &&SdySharding| {
+                !(s.dims.iter().all(|d| d.open && d.axes.is_empty())
+                    && s.replicated.is_empty()
+                    && s.unreduced.is_empty())
+                    || s.dims.is_empty()
+            };
+            let Some(mesh) = shardings
+                .iter()
+                .flatten()
+                .find(|s| meaningful(s))
+                .map(|s| s.mesh.clone())
+            else {
+                continue;
+            };
+            let leaves: Vec<SdySharding> = shardings
+                .iter()
+                .zip(&values)
+                .map(|(s, v)| {
+                    let rank = v.map(|v| g.values[v].dims.len()).unwrap_or(0);
+                    match s {
+                        Some(s) => close(s),
+                        None => SdySharding {
+                            mesh: mesh.clone(),
+                            dims: vec![
+                                SdyDim {
+                                    axes: Vec::new(),
+                                    open: true,
+                                    priority: None,
+                                };
+                                rank
+                            ],
+                            replicated: Vec::new(),
+                            unreduced: Vec::new(),
+                        },
+                    }
+                })
+                .collect();
+            let text = sdy::print_sharding_per_value(&leaves);
+            let instr = module.comp_mut(c).instr_mut(id);
+            let mut attributes = match instr.attr(AttrKey::FrontendAttributes) {
+                Some(AttrValue::Raw(raw)) => {
+                    FrontendAttributes::parse(raw).unwrap_or(FrontendAttributes {
+                        entries: Vec::new(),
+                    })
+                }
+                _ => FrontendAttributes {
+                    entries: Vec::new(),
+                },
+            };
+            attributes.set(SHARDING, text);
+            instr.set_attr(
+                AttrKey::FrontendAttributes,
+                AttrValue::Raw(attributes.to_string()),
+            );
+        }
+    }
+}
+
+/// The sharding with every dimension closed, except dimensions that are
+/// open with no axes (those say nothing).
+fn close(s: &SdySharding) -> SdySharding {
+    let mut out = s.clone();
+    for d in &mut out.dims {
+        if !d.axes.is_empty() {
+            d.open = false;
+        }
+        d.priority = None;
+    }
+    out
+}
+
+/// Runs Shardy propagation on a module with Shardy annotations; a module
+/// without `xla.sdy` shardings is left alone.
+pub fn propagate_module(module: &mut HloModule) -> Result<SdyPropagationStats, String> {
+    let meshes = match module.config.frontend_attributes.as_deref() {
+        Some(raw) => {
+            let attributes = FrontendAttributes::parse(raw)
+                .map_err(|e| format!("sdy-propagation: module frontend_attributes {e}"))?;
+            match attributes.get("xla.sdy.meshes") {
+                Some(entry) => sdy::parse_meshes(&entry.value).map_err(|e| {
+                    format!(
+                        "sdy-propagation: attribute xla.sdy.meshes: {e} in \"{}\"",
+                        entry.value
+                    )
+                })?,
+                None => Vec::new(),
+            }
+        }
+        None => Vec::new(),
+    };
+    if meshes.is_empty() {
+        return Ok(SdyPropagationStats::default());
+    }
+    let flow = flow_computations(module);
+    let mut g = build_graph(module, &flow);
+    apply_constraints(module, &flow, &mut g);
+    let sharded_before = g.shardings.iter().filter(|s| s.is_some()).count();
+    let sweeps = propagate(&mut g, &meshes);
+    write_back(module, &flow, &g);
+    Ok(SdyPropagationStats {
+        values: g.values.len(),
+        ops: g.ops.len(),
+        sharded_before,
+        sharded_after: g.shardings.iter().filter(|s| s.is_some()).count(),
+        sweeps,
+    })
+}
