@@ -188,3 +188,57 @@ fn shardy_set_propagation_agrees_with_shardy_xla() {
         "agreement fell to {matched}/{total}"
     );
 }
+
+/// A malformed `xla.sdy` attribute (unknown mesh, axis used twice, bad
+/// sub-axis, unbalanced braces) is an error naming the file, line:column,
+/// the instruction, the attribute and the offset inside it; exit 1 and no
+/// output file.
+#[test]
+fn malformed_shardy_attributes_are_located_errors() {
+    let input =
+        xla_test_paths::workspace_root().join("testdata/shardy_cases/mlp_dp_tp_2x4/input.hlo");
+    let text = std::fs::read_to_string(&input).unwrap();
+    let good = r#"[{\"a\"}, {}]"#;
+    assert!(text.contains(good));
+    let cases = [
+        (
+            "unknown_mesh",
+            text.replacen("#sdy.sharding<@mesh,", "#sdy.sharding<@nomesh,", 1),
+            "at offset 14: mesh '@nomesh' is not defined",
+        ),
+        (
+            "axis_twice",
+            text.replacen(good, r#"[{\"a\"}, {\"a\"}]"#, 1),
+            "at offset 30: axis 'a' is used more than once",
+        ),
+        (
+            "sub_axis",
+            text.replacen(good, r#"[{\"a\":(1)3}, {}]"#, 1),
+            "at offset 23: sub-axis 'a':(1)3 does not fit",
+        ),
+        (
+            "braces",
+            text.replacen(good, r#"[{\"a\"}, {}"#, 1),
+            "at offset 31: expected ']'",
+        ),
+    ];
+    let dir = temp_dir("bad_sdy");
+    for (name, bad, want) in cases {
+        let path = dir.join(format!("{name}.hlo"));
+        std::fs::write(&path, bad).unwrap();
+        let out_path = dir.join(format!("{name}.out.hlo"));
+        let out = hlo_opt()
+            .arg(&path)
+            .arg("--passes=sharding-propagation")
+            .arg("-o")
+            .arg(&out_path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert!(!out_path.exists(), "{name}: output written");
+        let location =
+            format!("{name}.hlo:4:3: main.1/x.1: frontend attribute xla.sdy.sharding: {want}");
+        assert!(err.contains(&location), "{name}: {err}");
+    }
+}

@@ -395,6 +395,63 @@ impl SdySharding {
             .chain(self.replicated.iter())
             .chain(self.unreduced.iter())
     }
+    /// Shardy's invariants against the mesh the sharding names: every axis
+    /// is an axis of `mesh`, a sub-axis `(pre)k` fits its axis, and no axis
+    /// is used twice (overlapping sub-axes count as the same). The error
+    /// names the offending axis reference and the `n`-th time (from 0) it
+    /// is written in the sharding, for locating it in the text.
+    pub fn check_axes(&self, mesh: &SdyMesh) -> Result<(), AxisError> {
+        let mut used: Vec<&AxisRef> = Vec::new();
+        for a in self.all_axes() {
+            let occurrence = used.iter().filter(|u| u.name == a.name).count();
+            let fail = |message: String| AxisError {
+                axis: a.name.clone(),
+                occurrence,
+                message,
+            };
+            let Some(size) = mesh.axis_size(&a.name) else {
+                return Err(fail(format!(
+                    "axis '{}' is not an axis of the mesh",
+                    a.name
+                )));
+            };
+            if let Some((pre, k)) = a.sub_axis {
+                if pre < 1 || k < 2 || size % (pre * k) != 0 {
+                    return Err(fail(format!(
+                        "sub-axis '{}':({pre}){k} does not fit the axis of size {size}",
+                        a.name
+                    )));
+                }
+            }
+            if used.iter().any(|u| {
+                u.name == a.name
+                    && match (u.sub_axis, a.sub_axis) {
+                        (Some((p1, k1)), Some((p2, k2))) => p1 < p2 * k2 && p2 < p1 * k1,
+                        _ => true,
+                    }
+            }) {
+                return Err(fail(format!("axis '{}' is used more than once", a.name)));
+            }
+            used.push(a);
+        }
+        Ok(())
+    }
+}
+
+/// A sharding that breaks one of Shardy's axis invariants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AxisError {
+    pub axis: String,
+    /// How many earlier references to the same axis name the sharding has.
+    pub occurrence: usize,
+    pub message: String,
+}
+
+/// The byte offset in `text` of the `occurrence`-th quoted reference to
+/// `axis` (`"axis"`), if there is one.
+pub fn axis_offset(text: &str, axis: &str, occurrence: usize) -> Option<usize> {
+    let needle = format!("\"{axis}\"");
+    text.match_indices(&needle).nth(occurrence).map(|(i, _)| i)
 }
 
 impl fmt::Display for SdySharding {

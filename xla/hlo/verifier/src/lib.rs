@@ -24,7 +24,7 @@
 //!    An instruction whose shape neither can check (a `custom-call`, an
 //!    operand with unbounded dimensions, ...) is listed as unchecked
 //!    ([`UncheckedShape`]): not an error, since XLA accepts the written shape.
-//! 5. Shardings ([`sharding`]) and the module header (entry computation layout,
+//! 5. Shardings ([`sharding`]), Shardy annotations ([`sdy`]) and the module header (entry computation layout,
 //!    input/output aliasing, buffer donors).
 //!
 //! [`verify`] returns the errors; [`verify_report`] also lists the unchecked
@@ -41,6 +41,7 @@ mod calls;
 mod collectives;
 mod header;
 pub mod load;
+mod sdy;
 mod shapes;
 mod sharding;
 mod structure;
@@ -186,6 +187,7 @@ fn run(module: &HloModule, list_unchecked: bool) -> VerifierReport {
         ..Report::default()
     };
     let status = structure::check(module, &mut r);
+    let sdy_meshes = sdy::module_meshes(module, &mut r);
     for (ci, comp) in module.computations.iter().enumerate() {
         let cs = &status.comps[ci];
         for ii in 0..comp.instructions.len() {
@@ -204,6 +206,7 @@ fn run(module: &HloModule, list_unchecked: bool) -> VerifierReport {
                 }
             }
             sharding::check(&at, &mut r);
+            sdy::check(&at, &sdy_meshes, &mut r);
         }
     }
     header::check(module, &status, &mut r);

@@ -239,34 +239,9 @@ impl Meshes {
     }
 }
 
-/// Shardy's invariants on one sharding: axes exist, each is used once,
-/// sub-axes fit their axis.
+/// Shardy's invariants on one sharding (`SdySharding::check_axes`).
 fn check_axes(s: &SdySharding, mesh: &SdyMesh) -> Result<(), String> {
-    let mut used: Vec<&AxisRef> = Vec::new();
-    for a in s.all_axes() {
-        let Some(size) = mesh.axis_size(&a.name) else {
-            return Err(format!("axis '{}' is not an axis of the mesh", a.name));
-        };
-        if let Some((pre, k)) = a.sub_axis {
-            if pre < 1 || k < 2 || size % (pre * k) != 0 {
-                return Err(format!(
-                    "sub-axis '{}':({pre}){k} does not fit the axis of size {size}",
-                    a.name
-                ));
-            }
-        }
-        if used.iter().any(|u| {
-            u.name == a.name
-                && match (u.sub_axis, a.sub_axis) {
-                    (Some((p1, k1)), Some((p2, k2))) => p1 < p2 * k2 && p2 < p1 * k1,
-                    _ => true,
-                }
-        }) {
-            return Err(format!("axis '{}' is used more than once", a.name));
-        }
-        used.push(a);
-    }
-    Ok(())
+    s.check_axes(mesh).map_err(|e| e.message)
 }
 
 /// One instruction's Shardy attributes, parsed.

@@ -787,6 +787,35 @@ fn close(s: &SdySharding) -> SdySharding {
     out
 }
 
+/// Every Shardy attribute propagation reads parses (the rest of the checks
+/// are the verifier's and `shardy-import`'s); nothing is read leniently
+/// and then overwritten.
+fn check_attributes(module: &HloModule, flow: &[CompId]) -> Result<(), String> {
+    for &c in flow {
+        let comp = module.comp(c);
+        for instr in &comp.instructions {
+            let Some(AttrValue::Raw(raw)) = instr.attr(AttrKey::FrontendAttributes) else {
+                continue;
+            };
+            if !raw.contains("xla.sdy.") {
+                continue;
+            }
+            let at = |message: String| {
+                format!("sdy-propagation: {}/{}: {message}", comp.name, instr.name)
+            };
+            let attributes = FrontendAttributes::parse(raw)
+                .map_err(|e| at(format!("frontend_attributes {e}")))?;
+            for key in [SHARDING, IN_SHARDINGS, OUT_SHARDINGS] {
+                if let Some(entry) = attributes.get(key) {
+                    sdy::parse_shardings(&entry.value)
+                        .map_err(|e| at(format!("attribute {key}: {e} in \"{}\"", entry.value)))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs Shardy propagation on a module with Shardy annotations; a module
 /// without `xla.sdy` shardings is left alone.
 pub fn propagate_module(module: &mut HloModule) -> Result<SdyPropagationStats, String> {
@@ -810,6 +839,7 @@ pub fn propagate_module(module: &mut HloModule) -> Result<SdyPropagationStats, S
         return Ok(SdyPropagationStats::default());
     }
     let flow = flow_computations(module);
+    check_attributes(module, &flow)?;
     let mut g = build_graph(module, &flow);
     apply_constraints(module, &flow, &mut g);
     let sharded_before = g.shardings.iter().filter(|s| s.is_some()).count();
