@@ -352,6 +352,24 @@ fn print_axes(axes: &[AxisRef]) -> String {
 }
 
 impl SdySharding {
+    /// A sharding on `mesh` of `rank` open dimensions with no axes (says
+    /// nothing; propagation may shard every dimension).
+    pub fn all_open(mesh: MeshRef, rank: usize) -> SdySharding {
+        SdySharding {
+            mesh,
+            dims: vec![
+                SdyDim {
+                    axes: Vec::new(),
+                    open: true,
+                    priority: None,
+                };
+                rank
+            ],
+            replicated: Vec::new(),
+            unreduced: Vec::new(),
+        }
+    }
+
     /// The `<mesh, [dims], ...>` part shared by both spellings.
     fn body(&self) -> String {
         let mesh = match &self.mesh {

@@ -87,7 +87,7 @@ pub fn has_manual_computation(module: &HloModule) -> bool {
     })
 }
 
-fn custom_call_target(instr: &HloInstruction) -> Option<&str> {
+pub(crate) fn custom_call_target(instr: &HloInstruction) -> Option<&str> {
     if instr.opcode == Opcode::CustomCall {
         instr.ident_attr(AttrKey::CustomCallTarget)
     } else {
@@ -708,19 +708,7 @@ fn rebuild(
                 let shape = new.shape.clone();
                 let open: Vec<SdySharding> = leaf_ranks(&shape)
                     .into_iter()
-                    .map(|rank| SdySharding {
-                        mesh: mesh.clone(),
-                        dims: vec![
-                            sdy::SdyDim {
-                                axes: Vec::new(),
-                                open: true,
-                                priority: None,
-                            };
-                            rank
-                        ],
-                        replicated: Vec::new(),
-                        unreduced: Vec::new(),
-                    })
+                    .map(|rank| SdySharding::all_open(mesh.clone(), rank))
                     .collect();
                 let sharding = meshes
                     .for_shape(&open, &shape, manual, true)

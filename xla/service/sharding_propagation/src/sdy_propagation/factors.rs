@@ -16,7 +16,7 @@
 //! Invariants: closed dimensions never change; a tensor's axes only grow
 //! (the old axes stay a prefix); no axis is used twice in one tensor.
 
-use super::rules::Rule;
+use super::rules::{gcd, Rule};
 use xla_hlo_ir::mesh::AxisRef;
 use xla_hlo_ir::sdy::{SdyDim, SdyMesh, SdySharding};
 
@@ -504,13 +504,5 @@ fn unproject(
         dims,
         replicated: old.map(|s| s.replicated.clone()).unwrap_or_default(),
         unreduced: old.map(|s| s.unreduced.clone()).unwrap_or_default(),
-    }
-}
-
-fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 {
-        a.abs()
-    } else {
-        gcd(b, a % b)
     }
 }

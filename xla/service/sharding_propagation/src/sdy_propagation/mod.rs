@@ -33,11 +33,12 @@
 mod factors;
 mod rules;
 
+use crate::shardy_import::custom_call_target;
 use factors::{propagate_step, Direction, StepInput};
 use rules::Rule;
 use rustc_hash::FxHashMap;
 use xla_hlo_ir::attrs::{AttrKey, AttrValue};
-use xla_hlo_ir::sdy::{self, FrontendAttributes, MeshRef, SdyDim, SdyMesh, SdySharding};
+use xla_hlo_ir::sdy::{self, FrontendAttributes, MeshRef, SdyMesh, SdySharding};
 use xla_hlo_ir::{CompId, HloInstruction, HloModule, InstrId, Opcode, Shape};
 
 const SHARDING: &str = "xla.sdy.sharding";
@@ -148,12 +149,6 @@ fn identity_rule(dims: &[i64], operands: usize, results: usize) -> Rule {
         operands: vec![mapping.clone(); operands],
         results: vec![mapping; results],
     }
-}
-
-fn custom_call_target(instr: &HloInstruction) -> Option<&str> {
-    (instr.opcode == Opcode::CustomCall)
-        .then(|| instr.ident_attr(AttrKey::CustomCallTarget))
-        .flatten()
 }
 
 fn frontend_attributes(instr: &HloInstruction) -> Option<FrontendAttributes> {
@@ -737,19 +732,7 @@ fn write_back(module: &mut HloModule, flow: &[CompId], g: &Graph) {
                     let rank = v.map(|v| g.values[v].dims.len()).unwrap_or(0);
                     match s {
                         Some(s) => close(s),
-                        None => SdySharding {
-                            mesh: mesh.clone(),
-                            dims: vec![
-                                SdyDim {
-                                    axes: Vec::new(),
-                                    open: true,
-                                    priority: None,
-                                };
-                                rank
-                            ],
-                            replicated: Vec::new(),
-                            unreduced: Vec::new(),
-                        },
+                        None => SdySharding::all_open(mesh.clone(), rank),
                     }
                 })
                 .collect();

@@ -392,7 +392,7 @@ fn reshape_factors(b: &mut Builder, input: &[i64], out: &[i64]) {
     }
 }
 
-fn gcd(a: i64, b: i64) -> i64 {
+pub(crate) fn gcd(a: i64, b: i64) -> i64 {
     if b == 0 {
         a.abs()
     } else {
