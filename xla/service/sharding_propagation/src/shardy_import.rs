@@ -305,8 +305,14 @@ pub fn import_with(module: &mut HloModule, mode: ImportMode) -> Result<ShardyImp
     let meshes = read_module_meshes(module)?;
     let manual_bodies = find_manual_bodies(module)?;
     let mut inlined: Vec<CompId> = Vec::new();
+    let reducers = manual_body_callees(module, &manual_bodies);
     for ci in 0..module.computations.len() {
-        let body = manual_bodies.iter().find(|b| b.comp.index() == ci);
+        let own_body = manual_bodies.iter().find(|b| b.comp.index() == ci);
+        let calling_body = reducers
+            .get(&ci)
+            .filter(|_| mode == ImportMode::AfterShardyPropagation)
+            .map(|&b| &manual_bodies[b]);
+        let body = own_body.or(calling_body);
         let manual = body.map(|b| b.axes.clone()).unwrap_or_default();
         let manual_default = match (mode, body) {
             (ImportMode::AfterShardyPropagation, Some(b)) => b.mesh.clone(),
@@ -316,6 +322,7 @@ pub fn import_with(module: &mut HloModule, mode: ImportMode) -> Result<ShardyImp
             meshes: &meshes,
             manual: &manual,
             manual_default_mesh: manual_default.as_ref(),
+            parameters_default_manual: own_body.is_some(),
             mode,
         };
         let rebuilt = rebuild(
@@ -339,15 +346,18 @@ struct RebuildContext<'a> {
     /// In a manual body after Shardy propagation: the mesh whose manual
     /// sharding instructions without one get.
     manual_default_mesh: Option<&'a MeshRef>,
+    /// Whether parameters get that default too (a body's do; those of a
+    /// computation the body calls, such as a reducer, do not).
+    parameters_default_manual: bool,
     mode: ImportMode,
 }
 
 /// A manual-computation body: its manual axes and the mesh of its in
 /// shardings.
-struct ManualBody {
-    comp: CompId,
-    axes: Vec<String>,
-    mesh: Option<MeshRef>,
+pub(crate) struct ManualBody {
+    pub comp: CompId,
+    pub axes: Vec<String>,
+    pub mesh: Option<MeshRef>,
 }
 
 fn read_module_meshes(module: &mut HloModule) -> Result<Meshes, String> {
@@ -373,7 +383,7 @@ fn read_module_meshes(module: &mut HloModule) -> Result<Meshes, String> {
 
 /// Each manual-computation body, its manual axes and mesh (read from the
 /// `GlobalToLocalShape` feeding its call).
-fn find_manual_bodies(module: &HloModule) -> Result<Vec<ManualBody>, String> {
+pub(crate) fn find_manual_bodies(module: &HloModule) -> Result<Vec<ManualBody>, String> {
     let mut bodies: Vec<ManualBody> = Vec::new();
     for comp in &module.computations {
         for instr in &comp.instructions {
@@ -434,6 +444,42 @@ fn find_manual_bodies(module: &HloModule) -> Result<Vec<ManualBody>, String> {
         }
     }
     Ok(bodies)
+}
+
+/// The computations that only manual bodies call (reducers, comparators,
+/// loop bodies inside a shard_map), each with the index of its body in
+/// `bodies`: after Shardy propagation their instructions are manual too.
+fn manual_body_callees(module: &HloModule, bodies: &[ManualBody]) -> FxHashMap<usize, usize> {
+    let mut owner: FxHashMap<usize, usize> = FxHashMap::default();
+    let mut stack: Vec<(CompId, usize)> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (b.comp, i))
+        .collect();
+    while let Some((comp, body)) = stack.pop() {
+        for instr in &module.comp(comp).instructions {
+            for callee in instr.called_computations() {
+                let is_body = bodies.iter().any(|b| b.comp == callee);
+                if !is_body && !owner.contains_key(&callee.index()) {
+                    owner.insert(callee.index(), body);
+                    stack.push((callee, body));
+                }
+            }
+        }
+    }
+    for (ci, comp) in module.computations.iter().enumerate() {
+        if owner.contains_key(&ci) || bodies.iter().any(|b| b.comp.index() == ci) {
+            continue;
+        }
+        for instr in &comp.instructions {
+            for callee in instr.called_computations() {
+                if !bodies.iter().any(|b| b.comp == callee) {
+                    owner.remove(&callee.index());
+                }
+            }
+        }
+    }
+    owner
 }
 
 /// Rebuilds one computation with every annotation imported.
@@ -704,7 +750,9 @@ fn rebuild(
         map[old_index] = new_id;
         if let Some(mesh) = context.manual_default_mesh {
             let new = out.instr(new_id);
-            if new.sharding.is_none() {
+            if new.sharding.is_none()
+                && (context.parameters_default_manual || new.opcode != Opcode::Parameter)
+            {
                 let shape = new.shape.clone();
                 let open: Vec<SdySharding> = leaf_ranks(&shape)
                     .into_iter()

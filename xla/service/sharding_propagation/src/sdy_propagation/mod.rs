@@ -33,7 +33,7 @@
 mod factors;
 mod rules;
 
-use crate::shardy_import::custom_call_target;
+use crate::shardy_import::{custom_call_target, find_manual_bodies, ManualBody};
 use factors::{propagate_step, Direction, StepInput};
 use rules::Rule;
 use rustc_hash::FxHashMap;
@@ -45,7 +45,9 @@ const SHARDING: &str = "xla.sdy.sharding";
 const IN_SHARDINGS: &str = "xla.sdy.in_shardings";
 const OUT_SHARDINGS: &str = "xla.sdy.out_shardings";
 const GROUP_ID: &str = "xla.sdy.sharding_group_id";
+const MANUAL_AXES: &str = "xla.sdy.manual_axes";
 const MANUAL_BODY_PREFIX: &str = "xla.sdy.manual_computation_body";
+const FUNC_RESULT: &str = "xla.sdy.FuncResultSharding";
 
 /// What the pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -95,6 +97,9 @@ struct Graph {
     ops: Vec<Op>,
     /// Per (computation, instruction): its values, one per tuple element.
     value_of: FxHashMap<(u32, u32), Vec<Option<usize>>>,
+    /// Per shard_map boundary custom call: the pseudo values holding its
+    /// in or out shardings, one per value.
+    pinned_of: FxHashMap<(u32, u32), Vec<Option<usize>>>,
 }
 
 impl Graph {
@@ -133,6 +138,109 @@ impl Graph {
             multi_use: false,
         });
     }
+}
+
+impl Graph {
+    /// The edge between the global side of a partially manual shard_map
+    /// (`global`, holding its in or out sharding) and a value of its body
+    /// (`local`): each global dim is a manual factor of `manual_sizes[d]`
+    /// (its manual axes, never propagated) then the local dim, so the free
+    /// axes move across and the manual ones stay outside. `into_body` says
+    /// which way data flows. Dims that do not divide add no edge.
+    fn manual_boundary(
+        &mut self,
+        global: usize,
+        local: usize,
+        manual_sizes: &[i64],
+        into_body: bool,
+    ) {
+        let global_dims = self.values[global].dims.clone();
+        let local_dims = self.values[local].dims.clone();
+        if global_dims.len() != local_dims.len()
+            || manual_sizes.len() != global_dims.len()
+            || (0..global_dims.len()).any(|d| local_dims[d] * manual_sizes[d] != global_dims[d])
+        {
+            return;
+        }
+        let mut factors = Vec::new();
+        let mut global_mapping = Vec::new();
+        let mut local_mapping = Vec::new();
+        for d in 0..global_dims.len() {
+            let mut held = Vec::new();
+            if manual_sizes[d] > 1 {
+                held.push(factors.len());
+                factors.push(rules::Factor {
+                    size: manual_sizes[d],
+                    pass_through: false,
+                    blocked: true,
+                });
+            }
+            held.push(factors.len());
+            local_mapping.push(vec![factors.len()]);
+            factors.push(rules::Factor {
+                size: local_dims[d],
+                pass_through: true,
+                blocked: false,
+            });
+            global_mapping.push(held);
+        }
+        let (operands, results, operand_mapping, result_mapping) = if into_body {
+            (vec![global], vec![local], global_mapping, local_mapping)
+        } else {
+            (vec![local], vec![global], local_mapping, global_mapping)
+        };
+        self.ops.push(Op {
+            rule: Rule {
+                factors,
+                operands: vec![operand_mapping],
+                results: vec![result_mapping],
+            },
+            operands,
+            results,
+            class: OpClass::DataFlow,
+            multi_use: false,
+        });
+    }
+}
+
+/// The manual axes of the shard_map boundary `instr` when its body is
+/// partially manual (propagated into), else `None`.
+fn partial_manual_axes<'a>(
+    instr: &HloInstruction,
+    partial_bodies: &'a [ManualBody],
+) -> Option<&'a [String]> {
+    let attributes = frontend_attributes(instr)?;
+    let axes = sdy::parse_manual_axes(&attributes.get(MANUAL_AXES)?.value).ok()?;
+    partial_bodies
+        .iter()
+        .find(|b| b.axes == axes)
+        .map(|b| b.axes.as_slice())
+}
+
+/// Per dim of `sharding`, the product of the sizes of its manual axes.
+fn manual_dim_sizes(
+    sharding: &SdySharding,
+    manual: &[String],
+    meshes: &[(String, SdyMesh)],
+) -> Vec<i64> {
+    let mesh = match &sharding.mesh {
+        MeshRef::Inline(m) => Some(m),
+        MeshRef::Named(n) => meshes.iter().find(|(name, _)| name == n).map(|(_, m)| m),
+    };
+    sharding
+        .dims
+        .iter()
+        .map(|d| {
+            d.axes
+                .iter()
+                .filter(|a| manual.contains(&a.name))
+                .map(|a| match a.sub_axis {
+                    Some((_, size)) => size,
+                    None => mesh.and_then(|m| m.axis_size(&a.name)).unwrap_or(1),
+                })
+                .product()
+        })
+        .collect()
 }
 
 fn identity_rule(dims: &[i64], operands: usize, results: usize) -> Rule {
@@ -177,7 +285,7 @@ fn leaf_dims(shape: &Shape) -> Vec<Option<Vec<i64>>> {
 
 /// The computations propagation walks: the entry and what it reaches
 /// through while, conditional and (non-manual) call.
-fn flow_computations(module: &HloModule) -> Vec<CompId> {
+fn flow_computations(module: &HloModule, partial_bodies: &[ManualBody]) -> Vec<CompId> {
     let mut out = vec![module.entry];
     let mut i = 0;
     while i < out.len() {
@@ -187,7 +295,10 @@ fn flow_computations(module: &HloModule) -> Vec<CompId> {
                 Opcode::While | Opcode::Conditional => instr.called_computations(),
                 Opcode::Call => instr
                     .to_apply()
-                    .filter(|c| !module.comp(*c).name.starts_with(MANUAL_BODY_PREFIX))
+                    .filter(|c| {
+                        !module.comp(*c).name.starts_with(MANUAL_BODY_PREFIX)
+                            || partial_bodies.iter().any(|b| b.comp == *c)
+                    })
                     .into_iter()
                     .collect(),
                 _ => Vec::new(),
@@ -203,12 +314,18 @@ fn flow_computations(module: &HloModule) -> Vec<CompId> {
     out
 }
 
-fn build_graph(module: &HloModule, flow: &[CompId]) -> Graph {
+fn build_graph(
+    module: &HloModule,
+    flow: &[CompId],
+    partial_bodies: &[ManualBody],
+    meshes: &[(String, SdyMesh)],
+) -> Graph {
     let mut g = Graph {
         values: Vec::new(),
         shardings: Vec::new(),
         ops: Vec::new(),
         value_of: FxHashMap::default(),
+        pinned_of: FxHashMap::default(),
     };
     // Values, computation by computation (operands before users).
     for &c in flow {
@@ -372,7 +489,9 @@ fn build_graph(module: &HloModule, flow: &[CompId]) -> Graph {
                         continue;
                     };
                     let cc = module.comp(callee);
-                    if cc.name.starts_with(MANUAL_BODY_PREFIX) {
+                    if cc.name.starts_with(MANUAL_BODY_PREFIX)
+                        && !partial_bodies.iter().any(|b| b.comp == callee)
+                    {
                         continue;
                     }
                     for (k, &p) in cc.parameters.iter().enumerate() {
@@ -396,29 +515,56 @@ fn build_graph(module: &HloModule, flow: &[CompId]) -> Graph {
                     let Some(pinned) = attribute_shardings(instr, IN_SHARDINGS) else {
                         continue;
                     };
+                    let manual = partial_manual_axes(instr, partial_bodies);
+                    let mut pseudo = Vec::new();
                     for (k, s) in pinned.into_iter().enumerate() {
                         if k >= instr.operands.len() {
                             break;
                         }
+                        let mut p_value = None;
                         if let [Some(v)] = operand_values(&g, k).as_slice() {
                             let dims = g.values[*v].dims.clone();
                             let p = g.new_value(dims, false);
+                            p_value = Some(p);
+                            let manual_sizes = manual.map(|m| manual_dim_sizes(&s, m, meshes));
                             g.shardings[p] = Some(s);
                             g.edge(vec![*v], vec![p]);
+                            if let (Some(sizes), Some(Some(local))) = (manual_sizes, results.get(k))
+                            {
+                                g.manual_boundary(p, *local, &sizes, true);
+                            }
                         }
+                        pseudo.push(p_value);
+                    }
+                    if manual.is_some() {
+                        g.pinned_of.insert((c.0, id.0), pseudo);
                     }
                 }
                 (_, Some("xla.sdy.LocalToGlobalShape")) => {
                     let Some(pinned) = attribute_shardings(instr, OUT_SHARDINGS) else {
                         continue;
                     };
-                    for (r, s) in results.iter().zip(pinned) {
+                    let manual = partial_manual_axes(instr, partial_bodies);
+                    let mut pseudo = Vec::new();
+                    for (k, (r, s)) in results.iter().zip(pinned).enumerate() {
+                        let mut p_value = None;
                         if let Some(r) = *r {
                             let dims = g.values[r].dims.clone();
                             let p = g.new_value(dims, false);
+                            p_value = Some(p);
+                            let manual_sizes = manual.map(|m| manual_dim_sizes(&s, m, meshes));
                             g.shardings[p] = Some(s);
                             g.edge(vec![p], vec![r]);
+                            if let (Some(sizes), Some(Some(local))) =
+                                (manual_sizes, operand_values(&g, 0).get(k))
+                            {
+                                g.manual_boundary(p, *local, &sizes, false);
+                            }
                         }
+                        pseudo.push(p_value);
+                    }
+                    if manual.is_some() {
+                        g.pinned_of.insert((c.0, id.0), pseudo);
                     }
                 }
                 (_, Some("xla.sdy.ShardingGroup")) => {
@@ -470,7 +616,7 @@ fn build_graph(module: &HloModule, flow: &[CompId]) -> Graph {
                         continue;
                     };
                     let class = match (instr.opcode, custom_call_target(instr)) {
-                        (_, Some("xla.sdy.FuncResultSharding")) => OpClass::DataFlow,
+                        (_, Some(FUNC_RESULT)) => OpClass::DataFlow,
                         (_, Some("Sharding")) => OpClass::Elementwise,
                         (op, _) if op.is_elementwise() => OpClass::Elementwise,
                         (Opcode::Reshape | Opcode::Transpose, _) => OpClass::ReshapeOrTranspose,
@@ -699,14 +845,19 @@ fn write_back(module: &mut HloModule, flow: &[CompId], g: &Graph) {
             let values = g.values(c, id);
             let instr = module.comp(c).instr(id);
             let target = custom_call_target(instr).map(str::to_string);
-            if matches!(
-                target.as_deref(),
-                Some("xla.sdy.GlobalToLocalShape")
-                    | Some("xla.sdy.LocalToGlobalShape")
-                    | Some("xla.sdy.ShardingGroup")
-            ) {
-                continue;
+            match target.as_deref() {
+                Some("xla.sdy.GlobalToLocalShape") => {
+                    write_pinned(module, c, id, g, IN_SHARDINGS);
+                    continue;
+                }
+                Some("xla.sdy.LocalToGlobalShape") => {
+                    write_pinned(module, c, id, g, OUT_SHARDINGS);
+                    continue;
+                }
+                Some("xla.sdy.ShardingGroup") => continue,
+                _ => {}
             }
+            let values = returned_values(module, c, id, g).unwrap_or(values);
             let shardings: Vec<Option<&SdySharding>> = values
                 .iter()
                 .map(|v| v.and_then(|v| g.shardings[v].as_ref()))
@@ -737,24 +888,95 @@ fn write_back(module: &mut HloModule, flow: &[CompId], g: &Graph) {
                 })
                 .collect();
             let text = sdy::print_sharding_per_value(&leaves);
-            let instr = module.comp_mut(c).instr_mut(id);
-            let mut attributes = match instr.attr(AttrKey::FrontendAttributes) {
-                Some(AttrValue::Raw(raw)) => {
-                    FrontendAttributes::parse(raw).unwrap_or(FrontendAttributes {
-                        entries: Vec::new(),
-                    })
-                }
-                _ => FrontendAttributes {
-                    entries: Vec::new(),
-                },
-            };
-            attributes.set(SHARDING, text);
-            instr.set_attr(
-                AttrKey::FrontendAttributes,
-                AttrValue::Raw(attributes.to_string()),
-            );
+            set_frontend_attribute(module.comp_mut(c).instr_mut(id), SHARDING, text);
         }
     }
+}
+
+/// Sets `key` among `instr`'s frontend attributes (added, or replaced).
+fn set_frontend_attribute(instr: &mut HloInstruction, key: &str, value: String) {
+    let mut attributes = match instr.attr(AttrKey::FrontendAttributes) {
+        Some(AttrValue::Raw(raw)) => FrontendAttributes::parse(raw).unwrap_or(FrontendAttributes {
+            entries: Vec::new(),
+        }),
+        _ => FrontendAttributes {
+            entries: Vec::new(),
+        },
+    };
+    attributes.set(key, value);
+    instr.set_attr(
+        AttrKey::FrontendAttributes,
+        AttrValue::Raw(attributes.to_string()),
+    );
+}
+
+/// Writes the propagated in or out shardings (`key`) of a partially manual
+/// shard_map boundary: what propagation added on its free axes.
+fn write_pinned(module: &mut HloModule, c: CompId, id: InstrId, g: &Graph, key: &str) {
+    let Some(pinned) = g.pinned_of.get(&(c.0, id.0)) else {
+        return;
+    };
+    let instr = module.comp(c).instr(id);
+    let Some(before) = attribute_shardings(instr, key) else {
+        return;
+    };
+    let leaves: Vec<SdySharding> = before
+        .iter()
+        .enumerate()
+        .map(|(k, old)| {
+            match pinned
+                .get(k)
+                .copied()
+                .flatten()
+                .and_then(|p| g.shardings[p].as_ref())
+            {
+                Some(s) => close(s),
+                None => old.clone(),
+            }
+        })
+        .collect();
+    set_frontend_attribute(
+        module.comp_mut(c).instr_mut(id),
+        key,
+        sdy::print_sharding_per_value(&leaves),
+    );
+}
+
+/// The values of a tuple that is not its computation's root, with each
+/// func-result constraint replaced by the value it constrains: XLA exports
+/// `xla.sdy.FuncResultSharding` away, so such a tuple holds the values with
+/// their own shardings (the result sharding stays on the root).
+fn returned_values(
+    module: &HloModule,
+    c: CompId,
+    id: InstrId,
+    g: &Graph,
+) -> Option<Vec<Option<usize>>> {
+    let comp = module.comp(c);
+    let instr = comp.instr(id);
+    if instr.opcode != Opcode::Tuple || comp.root == id {
+        return None;
+    }
+    let mut changed = false;
+    let values = instr
+        .operands
+        .iter()
+        .map(|&o| {
+            let operand = comp.instr(o);
+            let o = match operand.operands.as_slice() {
+                [inner] if custom_call_target(operand) == Some(FUNC_RESULT) => {
+                    changed = true;
+                    *inner
+                }
+                _ => o,
+            };
+            match g.values(c, o).as_slice() {
+                [single] if !matches!(comp.instr(o).shape, Shape::Tuple(_)) => *single,
+                _ => None,
+            }
+        })
+        .collect();
+    changed.then_some(values)
 }
 
 /// The sharding with every dimension closed, except dimensions that are
@@ -821,9 +1043,26 @@ pub fn propagate_module(module: &mut HloModule) -> Result<SdyPropagationStats, S
     if meshes.is_empty() {
         return Ok(SdyPropagationStats::default());
     }
-    let flow = flow_computations(module);
+    let partial_bodies: Vec<ManualBody> = find_manual_bodies(module)?
+        .into_iter()
+        .filter(|b| {
+            let mesh = match &b.mesh {
+                Some(MeshRef::Inline(m)) => Some(m),
+                Some(MeshRef::Named(n)) => {
+                    meshes.iter().find(|(name, _)| name == n).map(|(_, m)| m)
+                }
+                None => None,
+            };
+            mesh.is_some_and(|m| {
+                m.axes
+                    .iter()
+                    .any(|(axis, size)| *size > 1 && !b.axes.contains(axis))
+            })
+        })
+        .collect();
+    let flow = flow_computations(module, &partial_bodies);
     check_attributes(module, &flow)?;
-    let mut g = build_graph(module, &flow);
+    let mut g = build_graph(module, &flow, &partial_bodies, &meshes);
     apply_constraints(module, &flow, &mut g);
     let sharded_before = g.shardings.iter().filter(|s| s.is_some()).count();
     let sweeps = propagate(&mut g, &meshes);
