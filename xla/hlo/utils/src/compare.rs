@@ -3,11 +3,14 @@
 //! device order inside replication groups, `last_tile_dims` spelling, tuple
 //! vs single shardings on tuples).
 //!
-//! Pairing: by name first; an instruction whose name the other module does
-//! not have is then paired by structure, because XLA renames between dumps
-//! (`x.1` becomes `x.0`): the k-th such instruction with a given name root
-//! (the name without its `.N` suffix), opcode and shape in one module pairs
-//! with the k-th such in the other. What still has no partner is counted
+//! Pairing: by name first, when both have the same expression tree three
+//! levels deep (opcodes, shapes, tuple indices) and their computations the
+//! same name root (`main.4`, `main.0`); an
+//! instruction without such a namesake is then paired by structure, because
+//! XLA renames between dumps (`x.1` becomes `x.0`, and `x.1` may then name
+//! something else): the k-th such instruction with a given name root (the
+//! name without its `.N` suffix), tuple index, opcode and shape in one module pairs with
+//! the k-th such in the other. What still has no partner is counted
 //! apart (`unpaired`), not as a mismatch.
 //!
 //! Counting rule (also in `hlo-opt --help`): a pair counts when at least one
@@ -18,6 +21,7 @@
 
 use crate::sharding::InstrSharding;
 use rustc_hash::FxHashMap;
+use std::hash::{Hash, Hasher};
 use xla_hlo_ir::{HloInstruction, HloModule, HloSharding, Shape};
 
 /// One instruction whose shardings differ.
@@ -62,19 +66,46 @@ pub fn equivalent(a: &HloSharding, b: &HloSharding, shape: &Shape) -> bool {
 
 struct Entry<'a> {
     comp: &'a str,
+    comp_id: usize,
     instr: &'a HloInstruction,
+}
+
+/// A hash of the expression tree under an instruction, three levels deep:
+/// opcodes, shapes and tuple indices of its operands and theirs.
+fn operand_signature(m: &HloModule, e: &Entry) -> u64 {
+    fn walk(
+        comp: &xla_hlo_ir::HloComputation,
+        i: &HloInstruction,
+        depth: u32,
+        h: &mut impl Hasher,
+    ) {
+        i.opcode.hash(h);
+        i.shape.to_string().hash(h);
+        i.int_attr(xla_hlo_ir::AttrKey::Index).hash(h);
+        if depth > 0 {
+            i.operands.len().hash(h);
+            for o in &i.operands {
+                walk(comp, comp.instr(*o), depth - 1, h);
+            }
+        }
+    }
+    let comp = &m.computations[e.comp_id];
+    let mut h = rustc_hash::FxHasher::default();
+    walk(comp, e.instr, 3, &mut h);
+    h.finish()
 }
 
 fn index(m: &HloModule) -> (Vec<&str>, FxHashMap<&str, Entry<'_>>) {
     let mut order = Vec::new();
     let mut map = FxHashMap::default();
-    for c in &m.computations {
+    for (comp_id, c) in m.computations.iter().enumerate() {
         for i in &c.instructions {
             order.push(i.name.as_str());
             map.insert(
                 i.name.as_str(),
                 Entry {
                     comp: &c.name,
+                    comp_id,
                     instr: i,
                 },
             );
@@ -113,22 +144,34 @@ pub fn compare_module_shardings(ours: &HloModule, other: &HloModule) -> Sharding
             other: sb.map(|s| s.to_string()),
         });
     };
+    // Same name, and the same kind of instruction in a computation of the
+    // same name root: a name reused for something else is not a pair.
+    let same_kind = |a: &Entry, b: &Entry| {
+        a.instr.opcode == b.instr.opcode
+            && a.instr.shape == b.instr.shape
+            && name_root(a.comp) == name_root(b.comp)
+            && operand_signature(ours, a) == operand_signature(other, b)
+    };
     let mut our_rest: Vec<&str> = Vec::new();
     for name in &our_order {
         match other_map.get(name) {
-            Some(b) => visit(name, our_map.get(name), Some(b)),
-            None => our_rest.push(name),
+            Some(b) if same_kind(&our_map[name], b) => visit(name, our_map.get(name), Some(b)),
+            _ => our_rest.push(name),
         }
     }
     let other_rest: Vec<&str> = other_order
         .iter()
         .copied()
-        .filter(|n| !our_map.contains_key(n))
+        .filter(|n| !our_map.get(n).is_some_and(|a| same_kind(a, &other_map[n])))
         .collect();
     // Pair the rest by (name root, opcode, shape), in order of appearance.
     let key = |e: &Entry| {
         (
-            name_root(&e.instr.name).to_string(),
+            format!(
+                "{}#{:?}",
+                name_root(&e.instr.name),
+                e.instr.int_attr(xla_hlo_ir::AttrKey::Index)
+            ),
             e.instr.opcode,
             e.instr.shape.to_string(),
         )

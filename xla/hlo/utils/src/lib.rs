@@ -18,6 +18,7 @@
 
 pub mod compare;
 pub mod error;
+pub mod inline;
 pub mod layout;
 pub mod merge;
 pub mod named;

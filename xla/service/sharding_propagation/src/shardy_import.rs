@@ -35,7 +35,7 @@
 //! attribute with the offset inside it.
 
 use rustc_hash::FxHashMap;
-use xla_hlo_ir::attrs::{AttrKey, AttrValue, Attribute};
+use xla_hlo_ir::attrs::{AttrKey, AttrValue};
 use xla_hlo_ir::mesh::AxisRef;
 use xla_hlo_ir::sdy::{self, FrontendAttributes, MeshRef, SdyMesh, SdySharding};
 use xla_hlo_ir::sharding::{HloSharding, ShardGroup, ShardingKind, SingleSharding};
@@ -334,7 +334,7 @@ pub fn import_with(module: &mut HloModule, mode: ImportMode) -> Result<ShardyImp
         )?;
         module.computations[ci] = rebuilt;
     }
-    remove_computations(module, &inlined);
+    xla_hlo_utils::inline::remove_computations(module, &inlined);
     Ok(stats)
 }
 
@@ -884,47 +884,6 @@ fn strip_shardy_attributes(instr: &mut HloInstruction) {
         }
         Err(_) => {
             instr.remove_attr(AttrKey::FrontendAttributes);
-        }
-    }
-}
-
-/// Removes the inlined manual bodies (no caller is left) and renumbers the
-/// computation references.
-fn remove_computations(module: &mut HloModule, removed: &[CompId]) {
-    if removed.is_empty() {
-        return;
-    }
-    let mut new_index: Vec<Option<u32>> = Vec::with_capacity(module.computations.len());
-    let mut next = 0u32;
-    for ci in 0..module.computations.len() {
-        if removed.contains(&CompId(ci as u32)) {
-            new_index.push(None);
-        } else {
-            new_index.push(Some(next));
-            next += 1;
-        }
-    }
-    let remap = |c: &mut CompId| {
-        if let Some(Some(n)) = new_index.get(c.index()) {
-            *c = CompId(*n);
-        }
-    };
-    let mut ci = 0;
-    module.computations.retain(|_| {
-        let keep = new_index[ci].is_some();
-        ci += 1;
-        keep
-    });
-    remap(&mut module.entry);
-    for comp in &mut module.computations {
-        for instr in &mut comp.instructions {
-            for Attribute { value, .. } in &mut instr.attrs {
-                match value {
-                    AttrValue::Computation(c) => remap(c),
-                    AttrValue::Computations(cs) => cs.iter_mut().for_each(&remap),
-                    _ => {}
-                }
-            }
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::part::Part;
 use crate::shapes::with_dims;
 use crate::value::{local_shape, PValue, ValueSharding};
 use std::rc::Rc;
+use xla_hlo_ir::sharding::{ShardingKind, SubgroupType};
 use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode, PrimitiveType, Shape};
 
 /// A constant: kept whole (replicated) on every device.
@@ -49,6 +50,61 @@ pub fn fallback(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Result<PValue, 
         shape: Rc::new(instr.shape.clone()),
         vs: ValueSharding::replicated_in(&instr.shape, p.n(), p.grids()),
     })
+}
+
+/// Whether `instr`'s own sharding has a manual subgroup: it belongs to a
+/// partially manual region (the body of a shard_map manual over some axes).
+pub fn in_partial_manual_region(instr: &HloInstruction) -> bool {
+    instr.sharding.as_ref().is_some_and(|s| {
+        s.leaves().iter().any(|leaf| {
+            matches!(&leaf.kind, ShardingKind::Tiled { last_tile_dims, .. }
+                if last_tile_dims.contains(&SubgroupType::Manual))
+        })
+    })
+}
+
+/// A collective the user wrote in a partially manual region (a psum or
+/// ppermute over manual axes): operand and result laid out by the target
+/// grid, it runs on the local tiles as written when each replica group or
+/// source-target pair joins devices holding the same tile (it then combines
+/// or moves equal positions of the per-group arrays). Declines otherwise
+/// (the generic fallback replicates first).
+pub fn manual_collective(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
+    let Some(grid) = grid_of(target) else {
+        return Ok(None);
+    };
+    if !in_partial_manual_region(instr) || instr.operands.len() != 1 {
+        return Ok(None);
+    }
+    let peers: Vec<Vec<i64>> = match instr.opcode {
+        Opcode::AllReduce => match instr.replica_groups().and_then(|g| g.groups()) {
+            Some(groups) if !groups.is_empty() => groups,
+            _ => return Ok(None),
+        },
+        Opcode::CollectivePermute => match instr.attr(AttrKey::SourceTargetPairs) {
+            Some(AttrValue::IntLists(pairs)) => pairs.clone(),
+            _ => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let n = grid.num_devices();
+    let same_tile = peers.iter().all(|group| {
+        group.iter().all(|&d| (0..n).contains(&d))
+            && group
+                .windows(2)
+                .all(|w| (0..grid.rank()).all(|a| grid.coord(w[0], a) == grid.coord(w[1], a)))
+    });
+    if !same_tile {
+        return Ok(None);
+    }
+    let v = p.operand(instr, 0)?;
+    let v = p.reshard(&v, target)?;
+    p.note(instr, "manual collective on local tiles");
+    Ok(Some(p.emit_local(instr, vec![v.id], target)?))
 }
 
 pub fn elementwise(
@@ -521,6 +577,26 @@ pub fn custom_call(
             let v = p.operand(instr, 0)?;
             p.note(instr, "sharding");
             Ok(Some(p.reshard(&v, target)?))
+        }
+        "SPMDFullToShardShape" if matches!(target, ValueSharding::Grid(_)) => {
+            // Into a partially manual region: the operand's tiles are the
+            // manual groups' local tiles already (as in XLA, the export
+            // gives the operand the matching sharding).
+            let v = p.operand(instr, 0)?;
+            let want = local_shape(&instr.shape, target);
+            if p.b.dims(v.id) != want.dims() {
+                return unsupported(format!(
+                    "SPMDFullToShardShape: local shard {:?} is not the local shape {want} of the partially manual result",
+                    p.b.dims(v.id)
+                ));
+            }
+            let id = p.b.add("copy", Opcode::Copy, want, vec![v.id], vec![]);
+            p.note(instr, "full-to-shard");
+            Ok(Some(PValue {
+                id,
+                shape: Rc::new(instr.shape.clone()),
+                vs: target.clone(),
+            }))
         }
         "SPMDFullToShardShape" => {
             let v = p.operand(instr, 0)?;

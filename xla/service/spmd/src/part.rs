@@ -41,6 +41,11 @@ pub struct Part<'a, 'c> {
     /// Local value -> the first local value of the same global array (the
     /// results of reshards belong to their source's class).
     class_of: FxHashMap<InstrId, InstrId>,
+    /// Whether the instruction being partitioned is in a partially manual
+    /// region, where manual subgroups count as replication in grids: no
+    /// reshard may then move data between devices by collective-permute
+    /// (its pairs could join different manual groups).
+    pub in_partial_manual: bool,
 }
 
 impl<'a, 'c> Part<'a, 'c> {
@@ -54,6 +59,7 @@ impl<'a, 'c> Part<'a, 'c> {
             vals: vec![None; orig_comp.instructions.len()],
             reshards: FxHashMap::default(),
             class_of: FxHashMap::default(),
+            in_partial_manual: false,
         }
     }
 
@@ -189,6 +195,16 @@ impl<'a, 'c> Part<'a, 'c> {
         }
         let bytes = elem(shape)?.byte_width().max(1) as u64;
         let plan = self.b.ctx.cache.plan(s, t, shape.dims(), bytes);
+        if self.in_partial_manual
+            && plan.steps.iter().any(|step| {
+                matches!(
+                    step,
+                    crate::plan::Step::Permute { .. } | crate::plan::Step::SlicePermute { .. }
+                )
+            })
+        {
+            return unsupported("a reshard by collective-permute inside a partially manual region");
+        }
         let y = reshard::emit(&mut self.b, x, s, &plan, shape.dims())?;
         self.reshards.insert((class, dims.clone(), t.clone()), y);
         self.reshards.entry((class, dims, s.clone())).or_insert(x);

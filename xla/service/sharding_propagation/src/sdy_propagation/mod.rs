@@ -2,7 +2,8 @@
 //! annotations (`xla.sdy.sharding` frontend attributes), before they are
 //! exported to GSPMD shardings by `shardy-import`.
 //!
-//! The module is read as Shardy sees it: every array value (tuple elements
+//! Calls are inlined first (a shard_map's body excepted), as XLA's
+//! pipeline does before `shardy-xla`. The module is read as Shardy sees it: every array value (tuple elements
 //! are values of their own; a `tuple` and `get-tuple-element` name the same
 //! values) has a Shardy sharding or none (all dimensions open). Ops carry
 //! factor rules (`rules`); while loops, conditionals and calls are data-flow
@@ -645,6 +646,15 @@ fn build_graph(
         if members.iter().any(|&m| g.values[m].dims != dims) {
             continue;
         }
+        // As Shardy's sharding-group import: the first member's initial
+        // sharding (closed dims included) is every unsharded member's.
+        if let Some(initial) = members.iter().find_map(|&m| g.shardings[m].clone()) {
+            for &m in &members {
+                if g.shardings[m].is_none() && !g.values[m].constant {
+                    g.shardings[m] = Some(initial.clone());
+                }
+            }
+        }
         g.ops.push(Op {
             rule: identity_rule(&dims, members.len(), 0),
             operands: members,
@@ -772,14 +782,39 @@ const STAGES: usize = 5;
 /// changes something adds axes, so this is never reached in practice).
 const MAX_SWEEPS_PER_STAGE: usize = 1000;
 
+/// Runs the stages, each as sweeps over the ops in program order to a fixed
+/// point. A sweep steps only the ops one of whose values changed since
+/// their last step (a step is a function of its values' shardings and the
+/// stage, so the others would change nothing): the same result as stepping
+/// every op, in time proportional to the changes.
 fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
+    let mut ops_of_value: Vec<Vec<u32>> = vec![Vec::new(); g.values.len()];
+    for (oi, op) in g.ops.iter().enumerate() {
+        for &v in op.operands.iter().chain(&op.results) {
+            ops_of_value[v].push(oi as u32);
+        }
+    }
     let mut sweeps = 0;
+    let mut dirty = vec![false; g.ops.len()];
+    let mut changed_values = Vec::new();
     for stage in 0..STAGES {
+        dirty.iter_mut().for_each(|d| *d = true);
         for _ in 0..MAX_SWEEPS_PER_STAGE {
             sweeps += 1;
             let mut changed = false;
             for oi in 0..g.ops.len() {
-                changed |= step(g, oi, stage, meshes);
+                if !dirty[oi] {
+                    continue;
+                }
+                dirty[oi] = false;
+                changed_values.clear();
+                step(g, oi, stage, meshes, &mut changed_values);
+                for &v in &changed_values {
+                    changed = true;
+                    for &other in &ops_of_value[v] {
+                        dirty[other as usize] = true;
+                    }
+                }
             }
             if !changed {
                 break;
@@ -789,16 +824,23 @@ fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
     sweeps
 }
 
-fn step(g: &mut Graph, oi: usize, stage: usize, meshes: &[(String, SdyMesh)]) -> bool {
+/// Steps op `oi`, pushing the values whose sharding it changed.
+fn step(
+    g: &mut Graph,
+    oi: usize,
+    stage: usize,
+    meshes: &[(String, SdyMesh)],
+    changed: &mut Vec<usize>,
+) {
     let op = &g.ops[oi];
     let Some(mesh_ref) = common_mesh(g, op).cloned() else {
-        return false;
+        return;
     };
     let mesh = match &mesh_ref {
         MeshRef::Inline(m) => m,
         MeshRef::Named(n) => match meshes.iter().find(|(name, _)| name == n) {
             Some((_, m)) => m,
-            None => return false,
+            None => return,
         },
     };
     let input = StepInput {
@@ -827,11 +869,10 @@ fn step(g: &mut Graph, oi: usize, stage: usize, meshes: &[(String, SdyMesh)]) ->
         .chain(op.results.iter().zip(new_results))
         .filter_map(|(&v, s)| s.map(|s| (v, s)))
         .collect();
-    let changed = !targets.is_empty();
     for (v, s) in targets {
         g.shardings[v] = Some(s);
+        changed.push(v);
     }
-    changed
 }
 
 /// Writes every value's sharding back as its instruction's
@@ -1043,6 +1084,14 @@ pub fn propagate_module(module: &mut HloModule) -> Result<SdyPropagationStats, S
     if meshes.is_empty() {
         return Ok(SdyPropagationStats::default());
     }
+    // As XLA's pipeline before `shardy-xla`: every call but a shard_map's
+    // body is inlined, so each call site is propagated on its own.
+    xla_hlo_utils::inline::inline_calls(module, |m, call| {
+        call.sharding.is_none()
+            && call
+                .to_apply()
+                .is_some_and(|c| !m.comp(c).name.starts_with(MANUAL_BODY_PREFIX))
+    });
     let partial_bodies: Vec<ManualBody> = find_manual_bodies(module)?
         .into_iter()
         .filter(|b| {

@@ -260,7 +260,12 @@ impl Grid {
                 for (i, ty) in t.subgroups().iter().enumerate() {
                     let size = t.tiles().dim(rank + i);
                     match ty {
-                        SubgroupType::Replicated => repl *= size,
+                        // A manual subgroup (a partially manual shard_map)
+                        // folds into replication: each manual group is
+                        // partitioned on its own over the other devices, and
+                        // the partitioner moves nothing between groups
+                        // (see `Part::in_partial_manual`).
+                        SubgroupType::Replicated | SubgroupType::Manual => repl *= size,
                         other => {
                             return Err(SpmdError::Unsupported(format!(
                                 "{} subgroups",

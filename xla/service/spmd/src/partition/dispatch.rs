@@ -48,6 +48,9 @@ pub fn dispatch(
         Opcode::Gather => gather::gather(p, instr, target),
         Opcode::Scatter => gather::scatter(p, instr, target),
         Opcode::OptimizationBarrier => handlers::pass_through(p, instr),
+        Opcode::AllReduce | Opcode::CollectivePermute => {
+            handlers::manual_collective(p, instr, target)
+        }
         // Elementwise ops, and map (elementwise over its operands).
         Opcode::Abs
         | Opcode::Acos
@@ -143,12 +146,10 @@ pub fn dispatch(
         Opcode::AllGather
         | Opcode::AllGatherDone
         | Opcode::AllGatherStart
-        | Opcode::AllReduce
         | Opcode::AllReduceDone
         | Opcode::AllReduceStart
         | Opcode::AllToAll
         | Opcode::CollectiveBroadcast
-        | Opcode::CollectivePermute
         | Opcode::CollectivePermuteDone
         | Opcode::CollectivePermuteStart
         | Opcode::CollectiveReduce

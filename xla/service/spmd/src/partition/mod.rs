@@ -307,6 +307,7 @@ impl<'a, 'c> Part<'a, 'c> {
         let orig_comp = self.orig_comp;
         let instr = orig_comp.instr(id);
         let target = self.target(instr)?;
+        self.in_partial_manual = crate::handlers::in_partial_manual_region(instr);
         // Manual regions: the op already works on local data.
         if target.is_manual() && !is_spmd_boundary(instr) {
             self.note(instr, "manual");

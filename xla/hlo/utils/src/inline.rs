@@ -1,0 +1,215 @@
+//! Call inlining: replaces `call` instructions by copies of their callees'
+//! instructions (as XLA's call inliner does before sharding propagation),
+//! so each call site gets values, and shardings, of its own; and removal
+//! of computations nothing calls any more.
+//!
+//! Invariants: callees are inlined after their own calls are (a nested call
+//! is flattened all the way); inlined copies are named by their original's
+//! name root with the next free `.N` suffix, so names stay module-wide
+//! unique; definition-before-use order is kept; computations
+//! that are still referenced are never removed.
+
+use rustc_hash::FxHashSet;
+use xla_hlo_ir::attrs::{AttrValue, Attribute};
+use xla_hlo_ir::{CompId, HloComputation, HloInstruction, HloModule, InstrId, Opcode};
+
+/// Inlines every `call` for which `should_inline(module, call)` holds;
+/// returns how many call sites were inlined. Computations left without a
+/// caller are removed.
+pub fn inline_calls(
+    module: &mut HloModule,
+    should_inline: impl Fn(&HloModule, &HloInstruction) -> bool,
+) -> usize {
+    let mut names: FxHashSet<String> = module
+        .computations
+        .iter()
+        .flat_map(|c| c.instructions.iter().map(|i| i.name.clone()))
+        .collect();
+    let mut inlined = 0;
+    for ci in callees_first(module) {
+        let comp = module.comp(ci);
+        let wanted: Vec<bool> = comp
+            .instructions
+            .iter()
+            .map(|i| i.opcode == Opcode::Call && i.to_apply().is_some() && should_inline(module, i))
+            .collect();
+        if !wanted.contains(&true) {
+            continue;
+        }
+        let mut out = HloComputation::new(comp.name.clone());
+        out.execution_thread = comp.execution_thread.clone();
+        let mut map: Vec<InstrId> = Vec::with_capacity(comp.instructions.len());
+        for (i, instr) in comp.instructions.iter().enumerate() {
+            let operands: Vec<InstrId> = instr.operands.iter().map(|o| map[o.index()]).collect();
+            if wanted[i] {
+                let callee = module.comp(instr.to_apply().expect("checked"));
+                map.push(copy_body(callee, &operands, &mut out, &mut names));
+                inlined += 1;
+                continue;
+            }
+            let mut copy = instr.clone();
+            copy.operands = operands;
+            copy.control_predecessors = instr
+                .control_predecessors
+                .iter()
+                .map(|p| map[p.index()])
+                .collect();
+            map.push(out.add(copy));
+        }
+        out.root = map[comp.root.index()];
+        module.computations[ci.index()] = out;
+    }
+    if inlined > 0 {
+        remove_uncalled_computations(module);
+    }
+    inlined
+}
+
+/// Computation ids ordered so that every callee comes before its callers.
+fn callees_first(module: &HloModule) -> Vec<CompId> {
+    let n = module.computations.len();
+    let mut state = vec![0u8; n]; // 0 new, 1 on the stack, 2 done
+    let mut order = Vec::with_capacity(n);
+    for start in 0..n {
+        if state[start] != 0 {
+            continue;
+        }
+        let mut stack: Vec<(usize, Vec<CompId>)> = vec![(start, callees(module, start))];
+        state[start] = 1;
+        while let Some((c, rest)) = stack.last_mut() {
+            match rest.pop() {
+                Some(next) if state[next.index()] == 0 => {
+                    state[next.index()] = 1;
+                    let callees = callees(module, next.index());
+                    stack.push((next.index(), callees));
+                }
+                Some(_) => {}
+                None => {
+                    state[*c] = 2;
+                    order.push(CompId(*c as u32));
+                    stack.pop();
+                }
+            }
+        }
+    }
+    order
+}
+
+fn callees(module: &HloModule, ci: usize) -> Vec<CompId> {
+    module.computations[ci]
+        .instructions
+        .iter()
+        .flat_map(|i| i.called_computations())
+        .filter(|c| c.index() < module.computations.len())
+        .collect()
+}
+
+/// Copies `callee`'s instructions into `out` with its parameters replaced
+/// by `arguments`; returns the copy of its root.
+fn copy_body(
+    callee: &HloComputation,
+    arguments: &[InstrId],
+    out: &mut HloComputation,
+    names: &mut FxHashSet<String>,
+) -> InstrId {
+    let mut map: Vec<InstrId> = Vec::with_capacity(callee.instructions.len());
+    for instr in &callee.instructions {
+        if instr.opcode == Opcode::Parameter {
+            let n = instr.parameter_number.unwrap_or(0) as usize;
+            map.push(arguments[n.min(arguments.len().saturating_sub(1))]);
+            continue;
+        }
+        let mut copy = instr.clone();
+        copy.operands = instr.operands.iter().map(|o| map[o.index()]).collect();
+        copy.control_predecessors = instr
+            .control_predecessors
+            .iter()
+            .map(|p| map[p.index()])
+            .collect();
+        copy.name = unique_name(&instr.name, names);
+        map.push(out.add(copy));
+    }
+    map[callee.root.index()]
+}
+
+/// `root.N` (the name's root, without its `.N` suffix) with the smallest
+/// N no instruction of the module has.
+fn unique_name(name: &str, names: &mut FxHashSet<String>) -> String {
+    let root = match name.rfind('.') {
+        Some(dot)
+            if name[dot + 1..].bytes().all(|b| b.is_ascii_digit()) && dot + 1 < name.len() =>
+        {
+            &name[..dot]
+        }
+        _ => name,
+    };
+    let mut k = 1;
+    loop {
+        let candidate = format!("{root}.{k}");
+        if names.insert(candidate.clone()) {
+            return candidate;
+        }
+        k += 1;
+    }
+}
+
+/// Removes every computation neither the entry nor anything reachable from
+/// it references, renumbering the references.
+pub fn remove_uncalled_computations(module: &mut HloModule) {
+    let n = module.computations.len();
+    let mut reached = vec![false; n];
+    let mut stack = vec![module.entry.index()];
+    while let Some(c) = stack.pop() {
+        if c >= n || reached[c] {
+            continue;
+        }
+        reached[c] = true;
+        stack.extend(callees(module, c).into_iter().map(|c| c.index()));
+    }
+    let removed: Vec<CompId> = (0..n)
+        .filter(|&c| !reached[c])
+        .map(|c| CompId(c as u32))
+        .collect();
+    remove_computations(module, &removed);
+}
+
+/// Removes the computations `removed` (which nothing may still reference)
+/// and renumbers the references to the others.
+pub fn remove_computations(module: &mut HloModule, removed: &[CompId]) {
+    if removed.is_empty() {
+        return;
+    }
+    let mut new_index: Vec<Option<u32>> = Vec::with_capacity(module.computations.len());
+    let mut next = 0u32;
+    for ci in 0..module.computations.len() {
+        if removed.contains(&CompId(ci as u32)) {
+            new_index.push(None);
+        } else {
+            new_index.push(Some(next));
+            next += 1;
+        }
+    }
+    let remap = |c: &mut CompId| {
+        if let Some(Some(n)) = new_index.get(c.index()) {
+            *c = CompId(*n);
+        }
+    };
+    let mut ci = 0;
+    module.computations.retain(|_| {
+        let keep = new_index[ci].is_some();
+        ci += 1;
+        keep
+    });
+    remap(&mut module.entry);
+    for comp in &mut module.computations {
+        for instr in &mut comp.instructions {
+            for Attribute { value, .. } in &mut instr.attrs {
+                match value {
+                    AttrValue::Computation(c) => remap(c),
+                    AttrValue::Computations(cs) => cs.iter_mut().for_each(&remap),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
