@@ -5,13 +5,14 @@
 //!
 //! Pairing: by name first, when both have the same expression tree three
 //! levels deep (opcodes, shapes, tuple indices) and their computations the
-//! same name root (`main.4`, `main.0`); an
-//! instruction without such a namesake is then paired by structure, because
-//! XLA renames between dumps (`x.1` becomes `x.0`, and `x.1` may then name
-//! something else): the k-th such instruction with a given name root (the
-//! name without its `.N` suffix), tuple index, opcode and shape in one module pairs with
-//! the k-th such in the other. What still has no partner is counted
-//! apart (`unpaired`), not as a mismatch.
+//! same name root (`main.4`, `main.0`). The rest is paired by structure,
+//! because XLA renames between dumps (`x.1` becomes `x.0`, and `x.1` may
+//! then name something else): the k-th instruction with a given key in one
+//! module pairs with the k-th with that key in the other, in passes from
+//! the strictest key to the loosest (computation and name roots with the
+//! expression tree; name root with the expression tree; name root, tuple
+//! index, opcode and shape). What still has no partner is counted apart
+//! (`unpaired`), not as a mismatch.
 //!
 //! Counting rule (also in `hlo-opt --help`): a pair counts when at least one
 //! of the two gives it a sharding; it matches when both do and the shardings
@@ -164,46 +165,60 @@ pub fn compare_module_shardings(ours: &HloModule, other: &HloModule) -> Sharding
         .copied()
         .filter(|n| !our_map.get(n).is_some_and(|a| same_kind(a, &other_map[n])))
         .collect();
-    // Pair the rest by (name root, opcode, shape), in order of appearance.
-    let key = |e: &Entry| {
-        (
+    // Pair the rest by structure, in order of appearance, from the
+    // strictest key to the loosest: (computation name root, name root,
+    // expression tree), then (name root, expression tree), then (name root,
+    // tuple index, opcode, shape). Each pass takes what the earlier left.
+    let keys: [&dyn Fn(&HloModule, &Entry) -> String; 3] = [
+        &|m, e| {
             format!(
-                "{}#{:?}",
+                "{}/{}/{}",
+                name_root(e.comp),
                 name_root(&e.instr.name),
-                e.instr.int_attr(xla_hlo_ir::AttrKey::Index)
-            ),
-            e.instr.opcode,
-            e.instr.shape.to_string(),
-        )
-    };
-    let mut waiting: FxHashMap<
-        (String, xla_hlo_ir::Opcode, String),
-        std::collections::VecDeque<&str>,
-    > = FxHashMap::default();
-    for name in &other_rest {
-        waiting
-            .entry(key(&other_map[name]))
-            .or_default()
-            .push_back(name);
-    }
+                operand_signature(m, e)
+            )
+        },
+        &|m, e| format!("{}/{}", name_root(&e.instr.name), operand_signature(m, e)),
+        &|_, e| {
+            format!(
+                "{}#{:?}/{}/{}",
+                name_root(&e.instr.name),
+                e.instr.int_attr(xla_hlo_ir::AttrKey::Index),
+                e.instr.opcode.name(),
+                e.instr.shape
+            )
+        },
+    ];
     let mut paired_other: rustc_hash::FxHashSet<&str> = Default::default();
+    let mut paired_ours: rustc_hash::FxHashSet<&str> = Default::default();
     let mut paired = 0usize;
-    let mut unpaired_ours = 0usize;
-    for name in &our_rest {
-        let a = &our_map[name];
-        match waiting.get_mut(&key(a)).and_then(|q| q.pop_front()) {
-            Some(other_name) => {
+    for key in keys {
+        let mut waiting: FxHashMap<String, std::collections::VecDeque<&str>> = FxHashMap::default();
+        for name in other_rest.iter().filter(|n| !paired_other.contains(*n)) {
+            waiting
+                .entry(key(other, &other_map[name]))
+                .or_default()
+                .push_back(name);
+        }
+        let candidates: Vec<&str> = our_rest
+            .iter()
+            .copied()
+            .filter(|n| !paired_ours.contains(n))
+            .collect();
+        for name in candidates {
+            let a = &our_map[name];
+            if let Some(other_name) = waiting.get_mut(&key(ours, a)).and_then(|q| q.pop_front()) {
                 paired += 1;
+                paired_ours.insert(name);
                 paired_other.insert(other_name);
                 visit(name, Some(a), other_map.get(other_name));
             }
-            None => {
-                if a.instr.sharding.is_some() {
-                    unpaired_ours += 1;
-                }
-            }
         }
     }
+    let unpaired_ours = our_rest
+        .iter()
+        .filter(|n| !paired_ours.contains(*n) && our_map[*n].instr.sharding.is_some())
+        .count();
     let unpaired_other = other_rest
         .iter()
         .filter(|n| !paired_other.contains(*n) && other_map[*n].instr.sharding.is_some())

@@ -36,10 +36,24 @@ pub fn inline_calls(
         if !wanted.contains(&true) {
             continue;
         }
-        let mut out = HloComputation::new(comp.name.clone());
-        out.execution_thread = comp.execution_thread.clone();
+        let comp = std::mem::replace(
+            &mut module.computations[ci.index()],
+            HloComputation::new(""),
+        );
+        let inlined_sizes: usize = comp
+            .instructions
+            .iter()
+            .zip(&wanted)
+            .filter(|(_, w)| **w)
+            .filter_map(|(i, _)| i.to_apply())
+            .map(|c| module.comp(c).instructions.len())
+            .sum();
+        let mut out = HloComputation::new(comp.name);
+        out.instructions
+            .reserve(comp.instructions.len() + inlined_sizes);
+        out.execution_thread = comp.execution_thread;
         let mut map: Vec<InstrId> = Vec::with_capacity(comp.instructions.len());
-        for (i, instr) in comp.instructions.iter().enumerate() {
+        for (i, mut instr) in comp.instructions.into_iter().enumerate() {
             let operands: Vec<InstrId> = instr.operands.iter().map(|o| map[o.index()]).collect();
             if wanted[i] {
                 let callee = module.comp(instr.to_apply().expect("checked"));
@@ -47,14 +61,11 @@ pub fn inline_calls(
                 inlined += 1;
                 continue;
             }
-            let mut copy = instr.clone();
-            copy.operands = operands;
-            copy.control_predecessors = instr
-                .control_predecessors
-                .iter()
-                .map(|p| map[p.index()])
-                .collect();
-            map.push(out.add(copy));
+            instr.operands = operands;
+            for p in &mut instr.control_predecessors {
+                *p = map[p.index()];
+            }
+            map.push(out.add(instr));
         }
         out.root = map[comp.root.index()];
         module.computations[ci.index()] = out;

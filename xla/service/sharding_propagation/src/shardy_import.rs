@@ -35,6 +35,7 @@
 //! attribute with the offset inside it.
 
 use rustc_hash::FxHashMap;
+use std::cell::RefCell;
 use xla_hlo_ir::attrs::{AttrKey, AttrValue};
 use xla_hlo_ir::mesh::AxisRef;
 use xla_hlo_ir::sdy::{self, FrontendAttributes, MeshRef, SdyMesh, SdySharding};
@@ -114,7 +115,13 @@ fn error(comp: &str, instr: &str, message: impl std::fmt::Display) -> String {
 /// The mesh table and the conversion of Shardy shardings to GSPMD ones.
 struct Meshes {
     meshes: Vec<(String, SdyMesh)>,
+    /// `single`'s results by its arguments: a module repeats few distinct
+    /// shardings over many instructions.
+    converted: RefCell<FxHashMap<SingleKey, Result<Option<SingleSharding>, String>>>,
 }
+
+/// `Meshes::single`'s arguments.
+type SingleKey = (SdySharding, usize, Vec<String>, bool);
 
 impl Meshes {
     fn mesh<'a>(&'a self, r: &'a MeshRef) -> Result<&'a SdyMesh, String> {
@@ -139,6 +146,23 @@ impl Meshes {
     /// manual over (inside a shard_map body, or the local side of one).
     /// `None` when every dimension is open without axes (propagation decides).
     fn single(
+        &self,
+        s: &SdySharding,
+        rank: usize,
+        manual: &[String],
+        keep_open: bool,
+    ) -> Result<Option<SingleSharding>, String> {
+        let key = (s.clone(), rank, manual.to_vec(), keep_open);
+        if let Some(hit) = self.converted.borrow().get(&key) {
+            return hit.clone();
+        }
+        let result = self.convert(s, rank, manual, keep_open);
+        self.converted.borrow_mut().insert(key, result.clone());
+        result
+    }
+
+    /// [`Meshes::single`] without the memo.
+    fn convert(
         &self,
         s: &SdySharding,
         rank: usize,
@@ -378,7 +402,10 @@ fn read_module_meshes(module: &mut HloModule) -> Result<Meshes, String> {
         module.config.frontend_attributes =
             (!attributes.is_empty()).then(|| attributes.to_string());
     }
-    Ok(Meshes { meshes })
+    Ok(Meshes {
+        meshes,
+        converted: RefCell::default(),
+    })
 }
 
 /// Each manual-computation body, its manual axes and mesh (read from the
@@ -494,6 +521,7 @@ fn rebuild(
     let old = module.comp(comp_id);
     let name = old.name.as_str();
     let mut out = HloComputation::new(old.name.clone());
+    out.instructions.reserve(old.instructions.len());
     out.execution_thread = old.execution_thread.clone();
     // Old id -> new id, and for tuple-valued instructions replaced by one
     // value per element, the elements.

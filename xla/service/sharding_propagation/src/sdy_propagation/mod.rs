@@ -784,9 +784,10 @@ const MAX_SWEEPS_PER_STAGE: usize = 1000;
 
 /// Runs the stages, each as sweeps over the ops in program order to a fixed
 /// point. A sweep steps only the ops one of whose values changed since
-/// their last step (a step is a function of its values' shardings and the
-/// stage, so the others would change nothing): the same result as stepping
-/// every op, in time proportional to the changes.
+/// their last step, and a stage starts with only the ops whose factor
+/// directions it widens (a step is a function of its values' shardings and
+/// its directions, and every op's last step changed nothing): the same
+/// result as stepping every op, in time proportional to the changes.
 fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
     let mut ops_of_value: Vec<Vec<u32>> = vec![Vec::new(); g.values.len()];
     for (oi, op) in g.ops.iter().enumerate() {
@@ -798,7 +799,13 @@ fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
     let mut dirty = vec![false; g.ops.len()];
     let mut changed_values = Vec::new();
     for stage in 0..STAGES {
-        dirty.iter_mut().for_each(|d| *d = true);
+        // At a stage's start only the ops whose directions grew can change
+        // anything (every op's last step changed nothing).
+        for (oi, op) in g.ops.iter().enumerate() {
+            dirty[oi] = stage == 0
+                || (0..op.rule.factors.len())
+                    .any(|f| direction(op, f, stage) != direction(op, f, stage - 1));
+        }
         for _ in 0..MAX_SWEEPS_PER_STAGE {
             sweeps += 1;
             let mut changed = false;
@@ -880,6 +887,17 @@ fn step(
 /// calls' group ids (the groups are resolved).
 fn write_back(module: &mut HloModule, flow: &[CompId], g: &Graph) {
     for &c in flow {
+        // A tuple made for a while loop's operand is sharded as the loop
+        // (XLA's export builds it from the loop's shardings).
+        let loop_of_init: FxHashMap<InstrId, InstrId> = module
+            .comp(c)
+            .instructions
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.opcode == Opcode::While && i.operands.len() == 1)
+            .filter(|(_, i)| module.comp(c).instr(i.operands[0]).opcode == Opcode::Tuple)
+            .map(|(w, i)| (i.operands[0], InstrId(w as u32)))
+            .collect();
         let n = module.comp(c).instructions.len();
         for i in 0..n {
             let id = InstrId(i as u32);
@@ -898,7 +916,10 @@ fn write_back(module: &mut HloModule, flow: &[CompId], g: &Graph) {
                 Some("xla.sdy.ShardingGroup") => continue,
                 _ => {}
             }
-            let values = returned_values(module, c, id, g).unwrap_or(values);
+            let values = match loop_of_init.get(&id) {
+                Some(&w) => g.values(c, w),
+                None => returned_values(module, c, id, g).unwrap_or(values),
+            };
             let shardings: Vec<Option<&SdySharding>> = values
                 .iter()
                 .map(|v| v.and_then(|v| g.shardings[v].as_ref()))
