@@ -65,6 +65,9 @@ pub fn equivalent(a: &HloSharding, b: &HloSharding, shape: &Shape) -> bool {
     }
 }
 
+/// A structural pairing key of an instruction of a module.
+type PairKey = dyn Fn(&HloModule, &Entry) -> String;
+
 struct Entry<'a> {
     comp: &'a str,
     comp_id: usize,
@@ -169,7 +172,7 @@ pub fn compare_module_shardings(ours: &HloModule, other: &HloModule) -> Sharding
     // strictest key to the loosest: (computation name root, name root,
     // expression tree), then (name root, expression tree), then (name root,
     // tuple index, opcode, shape). Each pass takes what the earlier left.
-    let keys: [&dyn Fn(&HloModule, &Entry) -> String; 3] = [
+    let keys: [&PairKey; 3] = [
         &|m, e| {
             format!(
                 "{}/{}/{}",

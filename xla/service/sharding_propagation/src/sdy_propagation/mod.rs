@@ -38,6 +38,7 @@ use crate::shardy_import::{custom_call_target, find_manual_bodies, ManualBody};
 use factors::{propagate_step, Direction, StepInput};
 use rules::Rule;
 use rustc_hash::FxHashMap;
+use std::cell::RefCell;
 use xla_hlo_ir::attrs::{AttrKey, AttrValue};
 use xla_hlo_ir::sdy::{self, FrontendAttributes, MeshRef, SdyMesh, SdySharding};
 use xla_hlo_ir::{CompId, HloInstruction, HloModule, InstrId, Opcode, Shape};
@@ -269,9 +270,44 @@ fn frontend_attributes(instr: &HloInstruction) -> Option<FrontendAttributes> {
     }
 }
 
-fn attribute_shardings(instr: &HloInstruction, key: &str) -> Option<Vec<SdySharding>> {
-    let attributes = frontend_attributes(instr)?;
-    sdy::parse_shardings(&attributes.get(key)?.value).ok()
+/// Parsed sharding attributes by key and by their instruction's raw
+/// frontend-attribute text: a module repeats few distinct texts over many
+/// instructions, and propagation reads each several times.
+#[derive(Default)]
+struct AttributeMemo {
+    parsed: RefCell<FxHashMap<&'static str, ParsedByText>>,
+}
+
+/// Raw frontend-attribute text -> the shardings of one key in it.
+type ParsedByText = FxHashMap<String, Option<Vec<SdySharding>>>;
+
+impl AttributeMemo {
+    /// The shardings of attribute `key` of `instr` (`None`: absent or not
+    /// parsable; `check_attributes` reports the latter).
+    fn shardings(&self, instr: &HloInstruction, key: &'static str) -> Option<Vec<SdySharding>> {
+        let Some(AttrValue::Raw(raw)) = instr.attr(AttrKey::FrontendAttributes) else {
+            return None;
+        };
+        if !raw.contains("xla.sdy.") {
+            return None;
+        }
+        if let Some(hit) = self
+            .parsed
+            .borrow()
+            .get(key)
+            .and_then(|m| m.get(raw.as_str()))
+        {
+            return hit.clone();
+        }
+        let parsed =
+            frontend_attributes(instr).and_then(|a| sdy::parse_shardings(&a.get(key)?.value).ok());
+        self.parsed
+            .borrow_mut()
+            .entry(key)
+            .or_default()
+            .insert(raw.clone(), parsed.clone());
+        parsed
+    }
 }
 
 fn leaf_dims(shape: &Shape) -> Vec<Option<Vec<i64>>> {
@@ -317,6 +353,7 @@ fn flow_computations(module: &HloModule, partial_bodies: &[ManualBody]) -> Vec<C
 
 fn build_graph(
     module: &HloModule,
+    memo: &AttributeMemo,
     flow: &[CompId],
     partial_bodies: &[ManualBody],
     meshes: &[(String, SdyMesh)],
@@ -397,7 +434,7 @@ fn build_graph(
             if matches!(instr.opcode, Opcode::Tuple | Opcode::GetTupleElement) {
                 continue;
             }
-            let Some(shardings) = attribute_shardings(instr, SHARDING) else {
+            let Some(shardings) = memo.shardings(instr, SHARDING) else {
                 continue;
             };
             let values = g.values(c, InstrId(i as u32));
@@ -513,7 +550,7 @@ fn build_graph(
                     }
                 }
                 (_, Some("xla.sdy.GlobalToLocalShape")) => {
-                    let Some(pinned) = attribute_shardings(instr, IN_SHARDINGS) else {
+                    let Some(pinned) = memo.shardings(instr, IN_SHARDINGS) else {
                         continue;
                     };
                     let manual = partial_manual_axes(instr, partial_bodies);
@@ -542,7 +579,7 @@ fn build_graph(
                     }
                 }
                 (_, Some("xla.sdy.LocalToGlobalShape")) => {
-                    let Some(pinned) = attribute_shardings(instr, OUT_SHARDINGS) else {
+                    let Some(pinned) = memo.shardings(instr, OUT_SHARDINGS) else {
                         continue;
                     };
                     let manual = partial_manual_axes(instr, partial_bodies);
@@ -669,17 +706,19 @@ fn build_graph(
 /// Shardy's import step that puts a fully closed constraint's sharding on
 /// its operand when the operand has none and no other constraint on it
 /// disagrees (loop and call boundary values excluded).
-fn apply_constraints(module: &HloModule, flow: &[CompId], g: &mut Graph) {
+fn apply_constraints(module: &HloModule, memo: &AttributeMemo, flow: &[CompId], g: &mut Graph) {
     for &c in flow {
         let comp = module.comp(c);
         let users = comp.users();
         for instr in comp.instructions.iter() {
             let constraints: Vec<(usize, SdySharding)> = match custom_call_target(instr) {
-                Some("Sharding") => attribute_shardings(instr, SHARDING)
+                Some("Sharding") => memo
+                    .shardings(instr, SHARDING)
                     .filter(|s| s.len() == 1)
                     .map(|mut s| vec![(0, s.remove(0))])
                     .unwrap_or_default(),
-                Some("xla.sdy.GlobalToLocalShape") => attribute_shardings(instr, IN_SHARDINGS)
+                Some("xla.sdy.GlobalToLocalShape") => memo
+                    .shardings(instr, IN_SHARDINGS)
                     .map(|s| s.into_iter().enumerate().collect())
                     .unwrap_or_default(),
                 _ => Vec::new(),
@@ -708,7 +747,8 @@ fn apply_constraints(module: &HloModule, flow: &[CompId], g: &mut Graph) {
                 let disagrees = users[operand.index()].iter().any(|&u| {
                     let user = comp.instr(u);
                     match custom_call_target(user) {
-                        Some("Sharding") => attribute_shardings(user, SHARDING)
+                        Some("Sharding") => memo
+                            .shardings(user, SHARDING)
                             .is_some_and(|t| t.first() != Some(&s)),
                         _ => false,
                     }
@@ -885,7 +925,7 @@ fn step(
 /// Writes every value's sharding back as its instruction's
 /// `xla.sdy.sharding` (closed), and removes the sharding groups' custom
 /// calls' group ids (the groups are resolved).
-fn write_back(module: &mut HloModule, flow: &[CompId], g: &Graph) {
+fn write_back(module: &mut HloModule, memo: &AttributeMemo, flow: &[CompId], g: &Graph) {
     for &c in flow {
         // A tuple made for a while loop's operand is sharded as the loop
         // (XLA's export builds it from the loop's shardings).
@@ -906,11 +946,11 @@ fn write_back(module: &mut HloModule, flow: &[CompId], g: &Graph) {
             let target = custom_call_target(instr).map(str::to_string);
             match target.as_deref() {
                 Some("xla.sdy.GlobalToLocalShape") => {
-                    write_pinned(module, c, id, g, IN_SHARDINGS);
+                    write_pinned(module, memo, c, id, g, IN_SHARDINGS);
                     continue;
                 }
                 Some("xla.sdy.LocalToGlobalShape") => {
-                    write_pinned(module, c, id, g, OUT_SHARDINGS);
+                    write_pinned(module, memo, c, id, g, OUT_SHARDINGS);
                     continue;
                 }
                 Some("xla.sdy.ShardingGroup") => continue,
@@ -974,12 +1014,19 @@ fn set_frontend_attribute(instr: &mut HloInstruction, key: &str, value: String) 
 
 /// Writes the propagated in or out shardings (`key`) of a partially manual
 /// shard_map boundary: what propagation added on its free axes.
-fn write_pinned(module: &mut HloModule, c: CompId, id: InstrId, g: &Graph, key: &str) {
+fn write_pinned(
+    module: &mut HloModule,
+    memo: &AttributeMemo,
+    c: CompId,
+    id: InstrId,
+    g: &Graph,
+    key: &'static str,
+) {
     let Some(pinned) = g.pinned_of.get(&(c.0, id.0)) else {
         return;
     };
     let instr = module.comp(c).instr(id);
-    let Some(before) = attribute_shardings(instr, key) else {
+    let Some(before) = memo.shardings(instr, key) else {
         return;
     };
     let leaves: Vec<SdySharding> = before
@@ -1132,11 +1179,12 @@ pub fn propagate_module(module: &mut HloModule) -> Result<SdyPropagationStats, S
         .collect();
     let flow = flow_computations(module, &partial_bodies);
     check_attributes(module, &flow)?;
-    let mut g = build_graph(module, &flow, &partial_bodies, &meshes);
-    apply_constraints(module, &flow, &mut g);
+    let memo = AttributeMemo::default();
+    let mut g = build_graph(module, &memo, &flow, &partial_bodies, &meshes);
+    apply_constraints(module, &memo, &flow, &mut g);
     let sharded_before = g.shardings.iter().filter(|s| s.is_some()).count();
     let sweeps = propagate(&mut g, &meshes);
-    write_back(module, &flow, &g);
+    write_back(module, &memo, &flow, &g);
     Ok(SdyPropagationStats {
         values: g.values.len(),
         ops: g.ops.len(),
