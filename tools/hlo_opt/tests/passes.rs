@@ -242,3 +242,35 @@ fn malformed_shardy_attributes_are_located_errors() {
         assert!(err.contains(&location), "{name}: {err}");
     }
 }
+
+/// Axes of size 1 (MaxText meshes name many, e.g. DeepSeek's `"fsdp"=1`)
+/// split nothing: Shardy propagation must not put one twice into a sharding
+/// (it did, and the export then refused the module).
+#[test]
+fn shardy_axes_of_size_one_are_ignored() {
+    let text = r##"HloModule unit_axes, entry_computation_layout={(f32[8,8]{1,0}, f32[8,8]{1,0})->f32[8,8]{1,0}}, num_partitions=2, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["data"=1, "x"=2]>}}
+
+ENTRY %main (a: f32[8,8], b: f32[8,8]) -> f32[8,8] {
+  %a = f32[8,8]{1,0} parameter(0), frontend_attributes={xla.sdy.sharding="#sdy.sharding<@mesh, [{\"data\", \"x\"}, {}]>"}
+  %b = f32[8,8]{1,0} parameter(1), frontend_attributes={xla.sdy.sharding="#sdy.sharding<@mesh, [{}, {\"data\"}]>"}
+  ROOT %add = f32[8,8]{1,0} add(%a, %b)
+}
+"##;
+    let path = temp_dir("unit_axes").join("unit_axes.hlo");
+    std::fs::write(&path, text).unwrap();
+    let out = hlo_opt()
+        .arg(&path)
+        .arg("--passes=sharding-propagation")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("ROOT %add = f32[8,8]{1,0} add(%a, %b), sharding={devices=[2,1]<=[2]}"),
+        "{printed}"
+    );
+}

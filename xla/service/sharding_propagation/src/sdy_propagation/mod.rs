@@ -273,15 +273,50 @@ fn frontend_attributes(instr: &HloInstruction) -> Option<FrontendAttributes> {
 /// Parsed sharding attributes by key and by their instruction's raw
 /// frontend-attribute text: a module repeats few distinct texts over many
 /// instructions, and propagation reads each several times.
-#[derive(Default)]
-struct AttributeMemo {
+/// Shardings are read without their axes of size 1 (MaxText meshes name
+/// many): such an axis splits nothing, and as an empty range of devices it
+/// would look free to every factor and could end up twice in one sharding.
+struct AttributeMemo<'m> {
+    meshes: &'m [(String, SdyMesh)],
     parsed: RefCell<FxHashMap<&'static str, ParsedByText>>,
 }
 
 /// Raw frontend-attribute text -> the shardings of one key in it.
 type ParsedByText = FxHashMap<String, Option<Vec<SdySharding>>>;
 
-impl AttributeMemo {
+impl AttributeMemo<'_> {
+    fn new(meshes: &[(String, SdyMesh)]) -> AttributeMemo<'_> {
+        AttributeMemo {
+            meshes,
+            parsed: RefCell::default(),
+        }
+    }
+
+    /// `s` without its axes of size 1.
+    fn without_unit_axes(&self, mut s: SdySharding) -> SdySharding {
+        let mesh = match &s.mesh {
+            MeshRef::Inline(m) => Some(m),
+            MeshRef::Named(n) => self
+                .meshes
+                .iter()
+                .find(|(name, _)| name == n)
+                .map(|(_, m)| m),
+        };
+        let Some(mesh) = mesh else {
+            return s;
+        };
+        let unit = |a: &xla_hlo_ir::mesh::AxisRef| match a.sub_axis {
+            Some((_, size)) => size == 1,
+            None => mesh.axis_size(&a.name) == Some(1),
+        };
+        for d in &mut s.dims {
+            d.axes.retain(|a| !unit(a));
+        }
+        s.replicated.retain(|a| !unit(a));
+        s.unreduced.retain(|a| !unit(a));
+        s
+    }
+
     /// The shardings of attribute `key` of `instr` (`None`: absent or not
     /// parsable; `check_attributes` reports the latter).
     fn shardings(&self, instr: &HloInstruction, key: &'static str) -> Option<Vec<SdySharding>> {
@@ -299,8 +334,9 @@ impl AttributeMemo {
         {
             return hit.clone();
         }
-        let parsed =
-            frontend_attributes(instr).and_then(|a| sdy::parse_shardings(&a.get(key)?.value).ok());
+        let parsed = frontend_attributes(instr)
+            .and_then(|a| sdy::parse_shardings(&a.get(key)?.value).ok())
+            .map(|v| v.into_iter().map(|s| self.without_unit_axes(s)).collect());
         self.parsed
             .borrow_mut()
             .entry(key)
@@ -353,7 +389,7 @@ fn flow_computations(module: &HloModule, partial_bodies: &[ManualBody]) -> Vec<C
 
 fn build_graph(
     module: &HloModule,
-    memo: &AttributeMemo,
+    memo: &AttributeMemo<'_>,
     flow: &[CompId],
     partial_bodies: &[ManualBody],
     meshes: &[(String, SdyMesh)],
@@ -706,7 +742,7 @@ fn build_graph(
 /// Shardy's import step that puts a fully closed constraint's sharding on
 /// its operand when the operand has none and no other constraint on it
 /// disagrees (loop and call boundary values excluded).
-fn apply_constraints(module: &HloModule, memo: &AttributeMemo, flow: &[CompId], g: &mut Graph) {
+fn apply_constraints(module: &HloModule, memo: &AttributeMemo<'_>, flow: &[CompId], g: &mut Graph) {
     for &c in flow {
         let comp = module.comp(c);
         let users = comp.users();
@@ -925,7 +961,7 @@ fn step(
 /// Writes every value's sharding back as its instruction's
 /// `xla.sdy.sharding` (closed), and removes the sharding groups' custom
 /// calls' group ids (the groups are resolved).
-fn write_back(module: &mut HloModule, memo: &AttributeMemo, flow: &[CompId], g: &Graph) {
+fn write_back(module: &mut HloModule, memo: &AttributeMemo<'_>, flow: &[CompId], g: &Graph) {
     for &c in flow {
         // A tuple made for a while loop's operand is sharded as the loop
         // (XLA's export builds it from the loop's shardings).
@@ -1016,7 +1052,7 @@ fn set_frontend_attribute(instr: &mut HloInstruction, key: &str, value: String) 
 /// shard_map boundary: what propagation added on its free axes.
 fn write_pinned(
     module: &mut HloModule,
-    memo: &AttributeMemo,
+    memo: &AttributeMemo<'_>,
     c: CompId,
     id: InstrId,
     g: &Graph,
@@ -1179,7 +1215,7 @@ pub fn propagate_module(module: &mut HloModule) -> Result<SdyPropagationStats, S
         .collect();
     let flow = flow_computations(module, &partial_bodies);
     check_attributes(module, &flow)?;
-    let memo = AttributeMemo::default();
+    let memo = AttributeMemo::new(&meshes);
     let mut g = build_graph(module, &memo, &flow, &partial_bodies, &meshes);
     apply_constraints(module, &memo, &flow, &mut g);
     let sharded_before = g.shardings.iter().filter(|s| s.is_some()).count();
