@@ -128,3 +128,21 @@ fn sharding_group_members_share_a_sharding() {
         Some("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),
     );
 }
+
+/// A reshape merging two dims of which only the minor is sharded ("b" on
+/// the 8 of 4 x 8) cannot shard the merged dim: its axes would have to fill
+/// the unsharded major factor first. Only "a" on dim 0 goes through.
+#[test]
+fn reshape_merge_with_only_the_minor_sharded_leaves_it_replicated() {
+    let m = propagate(
+        r##"ENTRY %e (x: f32[4,4,8]) -> f32[4,32] {
+  %x = f32[4,4,8]{2,1,0} parameter(0), frontend_attributes={xla.sdy.sharding="#sdy.sharding<@mesh, [{\"a\"}, {}, {\"b\"}]>"}
+  %r = f32[4,32]{1,0} reshape(%x)
+  ROOT %t = f32[4,32]{1,0} tanh(%r)
+}
+"##,
+        MESH_2X4,
+    );
+    check(&m, "r", Some("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"));
+    check(&m, "t", Some("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"));
+}

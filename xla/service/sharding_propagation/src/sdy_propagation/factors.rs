@@ -46,6 +46,9 @@ struct FactorSharding {
     /// Axes of the dimension that do not fit this (or an earlier) factor.
     overflow: Vec<AxisRef>,
     minor_most: bool,
+    /// A more major factor of the same dimension is not fully sharded, so
+    /// this one cannot be (a dimension's axes fill its factors major first).
+    after_partial_major: bool,
 }
 
 /// One tensor seen through the op's factors.
@@ -144,6 +147,7 @@ fn project(
                 closed,
                 overflow: Vec::new(),
                 minor_most: k + 1 == dim_factors.len(),
+                after_partial_major: false,
             });
         }
         let mut k = 0usize;
@@ -179,6 +183,13 @@ fn project(
                 slot.overflow.extend(pending.drain(..));
                 break;
             }
+        }
+        let mut partial = false;
+        for &f in dim_factors {
+            let slot = factors[f].as_mut().expect("set above");
+            slot.after_partial_major = partial;
+            let sharded: i64 = slot.axes.iter().map(|a| axis_size(mesh, a)).product();
+            partial |= sharded < rule.factors[f].size;
         }
     }
     TensorFactors {
@@ -399,6 +410,9 @@ pub(crate) fn propagate_step(
             let Some(fs) = tensor.factors[f].clone() else {
                 return false;
             };
+            if fs.after_partial_major {
+                return false;
+            }
             let mut new = axes_per_factor[f].clone();
             let size = rule.factors[f].size;
             truncate(&mut new, mesh, |a, prev| {
