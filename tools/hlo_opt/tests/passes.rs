@@ -159,7 +159,7 @@ fn dump_requires_passes_and_compare_conflicts_with_stats() {
 /// Our propagation on the Shardy-era set (`sharding-propagation` runs
 /// Shardy's propagation on them) against XLA's module after `shardy-xla`:
 /// the agreement over all paired instructions may not fall below the
-/// figure last measured (909 of 915, 99.3%).
+/// figure last measured (1034 of 1046, 98.9%, with the six held-out programs).
 #[test]
 fn shardy_set_propagation_agrees_with_shardy_xla() {
     let root = xla_test_paths::workspace_root().join("testdata/shardy_cases");
@@ -184,7 +184,7 @@ fn shardy_set_propagation_agrees_with_shardy_xla() {
     }
     assert!(total > 800, "{total} paired instructions");
     assert!(
-        matched * 1000 >= total * 993,
+        matched * 1000 >= total * 988,
         "agreement fell to {matched}/{total}"
     );
 }

@@ -143,6 +143,14 @@ fn reshape_merge_with_only_the_minor_sharded_leaves_it_replicated() {
 "##,
         MESH_2X4,
     );
-    check(&m, "r", Some("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"));
-    check(&m, "t", Some("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"));
+    check(
+        &m,
+        "r",
+        Some("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),
+    );
+    check(
+        &m,
+        "t",
+        Some("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),
+    );
 }

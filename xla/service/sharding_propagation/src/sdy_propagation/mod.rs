@@ -926,6 +926,11 @@ fn step(
             None => return,
         },
     };
+    let within_constants = op
+        .operands
+        .iter()
+        .chain(&op.results)
+        .all(|&v| g.values[v].constant);
     let input = StepInput {
         rule: &op.rule,
         mesh,
@@ -939,8 +944,20 @@ fn step(
             .iter()
             .map(|&v| g.shardings[v].as_ref())
             .collect(),
-        operand_is_source: op.operands.iter().map(|&v| !g.values[v].constant).collect(),
-        result_is_source: op.results.iter().map(|&v| !g.values[v].constant).collect(),
+        // A constant value is only a target for the ops that use it, and a
+        // source only inside its own constant expression (what Shardy's
+        // constant splitting gives: each use a copy that takes its user's
+        // sharding back down the expression).
+        operand_is_source: op
+            .operands
+            .iter()
+            .map(|&v| !g.values[v].constant || within_constants)
+            .collect(),
+        result_is_source: op
+            .results
+            .iter()
+            .map(|&v| !g.values[v].constant || within_constants)
+            .collect(),
         is_elementwise: op.class == OpClass::Elementwise,
     };
     let (new_operands, new_results) =
