@@ -18,10 +18,6 @@ const DOES_NOT_RUN: &[(&str, &str)] = &[(
 /// Cases that run and match but move more bytes than XLA, and why.
 const MORE_BYTES_THAN_XLA: &[(&str, &str)] = &[
     (
-        "cond_reduced_predicate_matmul_4x2",
-        "our propagation differs from XLA's (XLA unifies the conditional's result with both branch roots and the func result into P(a,b); we keep P(None,b) and branch 0 in P(b,a)): 484 vs 264 bytes",
-    ),
-    (
         "where_sharded_masks_multi_axis_2x4",
         "same shardings as XLA; inside the select our partitioner computes in the data operands' P((b,a)) layout and permutes the mask and the result, XLA reshards the operands to P((a,b)) and reuses that reshard: 184 vs 168 bytes",
     ),

@@ -83,6 +83,11 @@ struct Op {
     class: OpClass,
     /// Whether an operand (not a scalar) has more than one use.
     multi_use: bool,
+    /// The edge between a value the entry returns and its func-result
+    /// sharding: stepped (both ways) only before and after each stage, as
+    /// Shardy pushes func results to the returned values around each
+    /// propagation, never among the other ops.
+    func_result: bool,
 }
 
 /// One array value (pseudo values hold the pinned in and out shardings
@@ -138,6 +143,7 @@ impl Graph {
             results: targets,
             class: OpClass::DataFlow,
             multi_use: false,
+            func_result: false,
         });
     }
 }
@@ -201,6 +207,7 @@ impl Graph {
             results,
             class: OpClass::DataFlow,
             multi_use: false,
+            func_result: false,
         });
     }
 }
@@ -401,11 +408,23 @@ fn build_graph(
         value_of: FxHashMap::default(),
         pinned_of: FxHashMap::default(),
     };
+    // A branch's parameter names the conditional's operand values (Shardy's
+    // branches capture them), when the branch has one caller.
+    let branch_operand = branch_operands(module, flow);
     // Values, computation by computation (operands before users).
     for &c in flow {
         let comp = module.comp(c);
         for (i, instr) in comp.instructions.iter().enumerate() {
             let id = InstrId(i as u32);
+            if instr.opcode == Opcode::Parameter {
+                if let Some(&(caller, operand)) = branch_operand.get(&c) {
+                    let values = g.values(caller, operand);
+                    if values.len() == leaf_dims(&instr.shape).len() {
+                        g.value_of.insert((c.0, id.0), values);
+                        continue;
+                    }
+                }
+            }
             let values: Vec<Option<usize>> = match instr.opcode {
                 Opcode::Tuple => instr
                     .operands
@@ -486,11 +505,22 @@ fn build_graph(
             }
         }
     }
-    // Ops.
+    // Ops, each keyed by its instruction's place in program order with
+    // loop and branch bodies nested where they are called (see
+    // `nested_order`): the order Shardy walks the module in.
+    let order = nested_order(module, flow);
+    let mut op_keys: Vec<u64> = Vec::new();
+    let mut key = 0u64;
     let mut groups: Vec<(i64, Vec<usize>)> = Vec::new();
     for &c in flow {
         let comp = module.comp(c);
         for (i, instr) in comp.instructions.iter().enumerate() {
+            op_keys.resize(g.ops.len(), key);
+            let (before_callees, after) = order
+                .get(&(c.0, i as u32))
+                .copied()
+                .unwrap_or((u64::MAX, u64::MAX));
+            key = after;
             let id = InstrId(i as u32);
             let results: Vec<Option<usize>> = g.values(c, id);
             let operand_values =
@@ -534,6 +564,9 @@ fn build_graph(
                     let branches = instr.called_computations();
                     for (b, &branch) in branches.iter().enumerate() {
                         let bc = module.comp(branch);
+                        if branch_operand.contains_key(&branch) {
+                            continue;
+                        }
                         if let (Some(&p), Some(_)) =
                             (bc.parameters.first(), instr.operands.get(b + 1))
                         {
@@ -546,6 +579,9 @@ fn build_graph(
                             }
                         }
                     }
+                    // A branch's parameter is the operand itself in Shardy
+                    // (its regions capture values): before the branch ops.
+                    op_keys.resize(g.ops.len(), before_callees);
                     for (k, result) in results.iter().enumerate() {
                         let sources: Vec<usize> = branches
                             .iter()
@@ -579,6 +615,7 @@ fn build_graph(
                             }
                         }
                     }
+                    op_keys.resize(g.ops.len(), before_callees);
                     for (r, s) in results.iter().zip(&g.values(callee, cc.root)) {
                         if let (Some(r), Some(s)) = (r, s) {
                             g.edge(vec![*s], vec![*r]);
@@ -709,6 +746,8 @@ fn build_graph(
                         results: result_ids,
                         class,
                         multi_use,
+                        func_result: c == module.entry
+                            && custom_call_target(instr) == Some(FUNC_RESULT),
                     });
                 }
             }
@@ -734,9 +773,90 @@ fn build_graph(
             results: Vec::new(),
             class: OpClass::Group,
             multi_use: false,
+            func_result: false,
         });
     }
+    op_keys.resize(g.ops.len(), u64::MAX);
+    let mut keyed: Vec<(u64, Op)> = op_keys.into_iter().zip(g.ops.drain(..)).collect();
+    keyed.sort_by_key(|(k, _)| *k);
+    g.ops = keyed.into_iter().map(|(_, op)| op).collect();
     g
+}
+
+/// Per branch computation called by exactly one conditional (of `flow`):
+/// the caller's computation and the operand the branch receives.
+fn branch_operands(module: &HloModule, flow: &[CompId]) -> FxHashMap<CompId, (CompId, InstrId)> {
+    let mut callers: FxHashMap<CompId, Vec<(CompId, InstrId)>> = FxHashMap::default();
+    for &c in flow {
+        for instr in &module.comp(c).instructions {
+            let called = instr.called_computations();
+            let is_branch = instr.opcode == Opcode::Conditional;
+            for (b, callee) in called.into_iter().enumerate() {
+                let entry = callers.entry(callee).or_default();
+                match instr.operands.get(b + 1) {
+                    Some(&operand) if is_branch => entry.push((c, operand)),
+                    // Called some other way too: never aliased.
+                    _ => entry.push((CompId(u32::MAX), InstrId(u32::MAX))),
+                }
+            }
+        }
+    }
+    callers
+        .into_iter()
+        .filter_map(|(callee, list)| match list.as_slice() {
+            [(caller, operand)] if caller.0 != u32::MAX => Some((callee, (*caller, *operand))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Each instruction's place in program order when the computations a
+/// while, conditional or call runs (those in `flow`) are placed right
+/// before the instruction that runs them, as in the nested regions Shardy
+/// walks: `(before its callees, after them)`, equal for an instruction
+/// that calls nothing in `flow` apart from the numbering gap.
+fn nested_order(module: &HloModule, flow: &[CompId]) -> FxHashMap<(u32, u32), (u64, u64)> {
+    let mut order = FxHashMap::default();
+    let mut started: FxHashMap<(u32, u32), u64> = FxHashMap::default();
+    let mut visited: Vec<CompId> = Vec::new();
+    let mut next = 0u64;
+    // (computation, next instruction to number)
+    let mut stack: Vec<(CompId, usize)> = Vec::new();
+    for &start in flow {
+        if visited.contains(&start) {
+            continue;
+        }
+        visited.push(start);
+        stack.push((start, 0));
+        while let Some(&mut (c, ref mut i)) = stack.last_mut() {
+            let comp = module.comp(c);
+            let Some(instr) = comp.instructions.get(*i) else {
+                stack.pop();
+                continue;
+            };
+            let callee = instr
+                .called_computations()
+                .into_iter()
+                .find(|callee| flow.contains(callee) && !visited.contains(callee));
+            let here = (c.0, *i as u32);
+            let first = *started.entry(here).or_insert_with(|| {
+                next += 1;
+                next - 1
+            });
+            match callee {
+                Some(callee) => {
+                    visited.push(callee);
+                    stack.push((callee, 0));
+                }
+                None => {
+                    order.insert(here, (first, next));
+                    next += 1;
+                    *i += 1;
+                }
+            }
+        }
+    }
+    order
 }
 
 /// Shardy's import step that puts a fully closed constraint's sharding on
@@ -878,15 +998,17 @@ fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
         // At a stage's start only the ops whose directions grew can change
         // anything (every op's last step changed nothing).
         for (oi, op) in g.ops.iter().enumerate() {
-            dirty[oi] = stage == 0
-                || (0..op.rule.factors.len())
-                    .any(|f| direction(op, f, stage) != direction(op, f, stage - 1));
+            dirty[oi] |= !op.func_result
+                && (stage == 0
+                    || (0..op.rule.factors.len())
+                        .any(|f| direction(op, f, stage) != direction(op, f, stage - 1)));
         }
+        push_func_results(g, meshes, &ops_of_value, &mut dirty);
         for _ in 0..MAX_SWEEPS_PER_STAGE {
             sweeps += 1;
             let mut changed = false;
             for oi in 0..g.ops.len() {
-                if !dirty[oi] {
+                if !dirty[oi] || g.ops[oi].func_result {
                     continue;
                 }
                 dirty[oi] = false;
@@ -903,8 +1025,34 @@ fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
                 break;
             }
         }
+        push_func_results(g, meshes, &ops_of_value, &mut dirty);
     }
     sweeps
+}
+
+/// Steps every func-result edge in both directions, marking the ops of the
+/// values it changed.
+fn push_func_results(
+    g: &mut Graph,
+    meshes: &[(String, SdyMesh)],
+    ops_of_value: &[Vec<u32>],
+    dirty: &mut [bool],
+) {
+    let mut changed = Vec::new();
+    for oi in 0..g.ops.len() {
+        if !g.ops[oi].func_result {
+            continue;
+        }
+        changed.clear();
+        step(g, oi, STAGES - 1, meshes, &mut changed);
+        for &v in &changed {
+            for &other in &ops_of_value[v] {
+                if !g.ops[other as usize].func_result {
+                    dirty[other as usize] = true;
+                }
+            }
+        }
+    }
 }
 
 /// Steps op `oi`, pushing the values whose sharding it changed.
