@@ -10,6 +10,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A /dev/null that became a regular file (something renamed a file over it)
+# feeds its contents to every program reading it, rustc's probes included,
+# and the build fails far from the cause: repair it as root, else stop here.
+if [ ! -c /dev/null ]; then
+  echo "warning: /dev/null is not a character device: $(ls -l /dev/null)" >&2
+  if [ "$(id -u)" = 0 ]; then
+    rm -f /dev/null && mknod -m 666 /dev/null c 1 3 && echo "repaired /dev/null" >&2
+  else
+    echo "error: /dev/null must be the null device; ask root to run: mknod -m 666 /dev/null c 1 3" >&2
+    exit 1
+  fi
+fi
+
 if ! python3 -c 'import jax' >/dev/null 2>&1; then
   echo "== installing the pinned jax/jaxlib for the XLA cross-checks"
   python3 -m pip install -q -r tools/testdata_gen/requirements.txt \

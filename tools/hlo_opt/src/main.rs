@@ -262,8 +262,20 @@ fn load_module(path: &Path, verify: bool) -> Result<xla_hlo_ir::HloModule> {
     Ok(module)
 }
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it into place.
+/// Writes `bytes` to a temporary file beside `path`, then renames it into
+/// place. A path that exists and is not a regular file (`/dev/null`, a
+/// FIFO, a terminal) is written directly: renaming over it would replace
+/// the device or pipe with a regular file.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        return f
+            .write_all(bytes)
+            .with_context(|| format!("cannot write {}", path.display()));
+    }
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())

@@ -93,6 +93,34 @@ fn prints_to_stdout_and_writes_atomically() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
 }
 
+/// `-o` onto something that is not a regular file (here a FIFO, as
+/// `/dev/null` is a device) writes into it and leaves it what it was:
+/// renaming a temporary file over it would turn it into a regular file.
+#[test]
+fn output_onto_a_fifo_writes_into_it_and_keeps_it() {
+    use std::os::unix::fs::FileTypeExt;
+    let input = xla_test_paths::testdata_case("tp_mlp_erf_gelu").join("input.hlo");
+    let dir = tempdir();
+    let fifo = dir.join("pipe");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: mkfifo is not available");
+        return;
+    }
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    let status = hlo_opt().arg(&input).arg("-o").arg(&fifo).status().unwrap();
+    assert!(status.success());
+    // Checked before joining: a replaced FIFO never gets a writer.
+    let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(kind.is_fifo(), "the FIFO was replaced: {kind:?}");
+    let text = reader.join().unwrap();
+    assert!(text.starts_with("HloModule "), "{text}");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "no temporary files");
+}
+
 #[test]
 fn bad_input_is_a_clear_error_and_writes_nothing() {
     let dir = tempdir();
