@@ -9,11 +9,8 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-/// Cases that do not run yet, and why.
-const DOES_NOT_RUN: &[(&str, &str)] = &[(
-    "explicit_axes_unreduced_dot_2x4",
-    "the partitioner has no unreduced subgroups (last_tile_dims={unreduced})",
-)];
+/// Cases that do not run yet, and why (none today).
+const DOES_NOT_RUN: &[(&str, &str)] = &[];
 
 /// Cases that run and match but move more bytes than XLA, and why.
 const MORE_BYTES_THAN_XLA: &[(&str, &str)] = &[

@@ -299,9 +299,55 @@ pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding)
         whole: vec![],
     };
     p.note(instr, "dot");
-    einsum(p, instr, &e, &lhs, &rhs, &out, &mut |p, x, _, y, _, vs| {
+    let mut emit = |p: &mut Part<'_, '_>, x, _: &Grid, y, _: &Grid, vs: &ValueSharding| {
         p.emit_local(instr, vec![x, y], vs)
-    })
+    };
+    if let Some(groups) = p.unreduced_target(instr)? {
+        if let Some(v) = dot_unreduced(p, instr, &e, &lhs, &rhs, &out, &groups, &mut emit)? {
+            return Ok(Some(v));
+        }
+    }
+    einsum(p, instr, &e, &lhs, &rhs, &out, &mut emit)
+}
+
+/// A dot whose sharding is unreduced over `groups`: when the cheapest
+/// layout splits the contracted dims over exactly those groups and leaves
+/// the result in the wanted layout, the all-reduce is left out and the
+/// result recorded as partial sums (see `unreduced`); `None` otherwise.
+#[allow(clippy::too_many_arguments)]
+fn dot_unreduced(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    e: &Einsum,
+    lhs: &PValue,
+    rhs: &PValue,
+    out: &Grid,
+    groups: &crate::grid::Groups,
+    emit: &mut EmitFn<'_>,
+) -> HandlerResult {
+    let Some(mut choice) = einsum_plan(p, instr, e, lhs, rhs, out) else {
+        return Ok(None);
+    };
+    if !matches!(choice.post, Post::AllReduce) || &project(p.grids(), &choice.i, &e.out) != out {
+        return Ok(None);
+    }
+    let k_tiled: Vec<(usize, i64)> = e
+        .contracted
+        .iter()
+        .copied()
+        .filter(|&d| choice.i.tiles(d) > 1)
+        .map(|d| (d, choice.i.tiles(d)))
+        .collect();
+    let reduced_over = p.grids().factor_groups(&choice.i, &k_tiled);
+    if !crate::unreduced::same_groups(&reduced_over, groups) {
+        return Ok(None);
+    }
+    choice.post = Post::None;
+    let Some(v) = einsum_emit(p, instr, e, lhs, rhs, choice, emit)? else {
+        return Ok(None);
+    };
+    p.partial.insert(v.id, groups.clone());
+    Ok(Some(v))
 }
 
 /// `convolution`: batch, output feature and input feature dims as an

@@ -85,6 +85,7 @@ pub mod reorder;
 pub mod reshape;
 pub mod reshard;
 pub mod shapes;
+pub mod unreduced;
 pub mod value;
 pub mod window;
 

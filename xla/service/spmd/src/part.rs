@@ -12,7 +12,7 @@
 
 use crate::builder::Builder;
 use crate::error::{invalid, unsupported, SpmdError};
-use crate::grid::{local_dims, Grid, GridCache};
+use crate::grid::{local_dims, Grid, GridCache, Groups};
 use crate::reshard;
 use crate::shapes::elem;
 use crate::value::{local_shape, sharding_of, PValue, ValueSharding};
@@ -46,6 +46,9 @@ pub struct Part<'a, 'c> {
     /// reshard may then move data between devices by collective-permute
     /// (its pairs could join different manual groups).
     pub in_partial_manual: bool,
+    /// Local values holding partial sums over device groups (unreduced
+    /// shardings; see `unreduced`).
+    pub partial: FxHashMap<InstrId, Groups>,
 }
 
 impl<'a, 'c> Part<'a, 'c> {
@@ -60,6 +63,7 @@ impl<'a, 'c> Part<'a, 'c> {
             reshards: FxHashMap::default(),
             class_of: FxHashMap::default(),
             in_partial_manual: false,
+            partial: FxHashMap::default(),
         }
     }
 

@@ -598,3 +598,59 @@ fn mostly_padding_dims_are_summed_and_splats_rebuilt() {
     assert_eq!(s.collectives.get("all-gather"), None, "{s:?}");
     assert_eq!(s.collectives.get("all-to-all"), None, "{s:?}");
 }
+
+/// Unreduced shardings defer the reduction: two dots unreduced over the
+/// devices their contracted dim is split on stay partial sums through an
+/// add and are all-reduced once, where the value leaves its unreduced
+/// layout (one all-reduce of the result instead of one per dot).
+#[test]
+fn unreduced_partial_sums_are_reduced_once_where_needed() {
+    let m = module(
+        "ENTRY %e (a: f32[8,16], b: f32[16,8], c: f32[8,16], d: f32[16,8]) -> f32[8,8] {\n  %a = f32[8,16] parameter(0), sharding={devices=[2,4]<=[8]}\n  %b = f32[16,8] parameter(1), sharding={devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}\n  %c = f32[8,16] parameter(2), sharding={devices=[2,4]<=[8]}\n  %d = f32[16,8] parameter(3), sharding={devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}\n  %ab = f32[8,8] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,1,4]<=[8] last_tile_dims={unreduced}}\n  %cd = f32[8,8] dot(%c, %d), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,1,4]<=[8] last_tile_dims={unreduced}}\n  %s = f32[8,8] add(%ab, %cd), sharding={devices=[2,1,4]<=[8] last_tile_dims={unreduced}}\n  %n = f32[8,8] negate(%s), sharding={devices=[2,1,4]<=[8] last_tile_dims={unreduced}}\n  ROOT %r = f32[8,8] copy(%n), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}\n}\n",
+        "",
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 1e-5, 35);
+    assert_eq!(s.collectives.get("all-reduce"), Some(&1), "{s:?}");
+    assert_eq!(s.collective_bytes, 4 * 8 * 4);
+}
+
+/// A partial value used by a non-linear op, or by an op whose sharding is
+/// not unreduced, is summed first; an unreduced root is summed too.
+#[test]
+fn unreduced_values_are_summed_before_nonlinear_uses_and_at_the_root() {
+    let m = module(
+        "ENTRY %e (a: f32[8,16], b: f32[16,8]) -> (f32[8,8], f32[8,8]) {\n  %a = f32[8,16] parameter(0), sharding={devices=[2,4]<=[8]}\n  %b = f32[16,8] parameter(1), sharding={devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}\n  %ab = f32[8,8] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,1,4]<=[8] last_tile_dims={unreduced}}\n  %t = f32[8,8] tanh(%ab), sharding={devices=[2,1,4]<=[8] last_tile_dims={unreduced}}\n  %m = f32[8,8] multiply(%ab, %t), sharding={devices=[2,4]<=[8]}\n  ROOT %r = (f32[8,8], f32[8,8]) tuple(%m, %ab), sharding={{devices=[2,4]<=[8]}, {devices=[2,1,4]<=[8] last_tile_dims={unreduced}}}\n}\n",
+        "",
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 1e-5, 36);
+    assert_eq!(s.collectives.get("all-reduce"), Some(&1), "{s:?}");
+}
+
+/// A full value whose sharding says unreduced enters a manual region as
+/// partial sums (the value on one device of each group, zeros on the
+/// others), so the region's own all-reduce gives the value back.
+#[test]
+fn full_value_enters_a_manual_region_as_partial_sums() {
+    let text = module(
+        "ENTRY %e (x: f32[8,8]) -> f32[8,8] {\n  %x = f32[8,8] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}\n  %u = f32[8,8] copy(%x), sharding={devices=[2,1,4]<=[8] last_tile_dims={unreduced}}\n  %l = f32[4,8] custom-call(%u), custom_call_target=\"SPMDFullToShardShape\", sharding={manual}\n  %s = f32[4,8] all-reduce(%l), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, use_global_device_ids=true, to_apply=%add, sharding={manual}\n  ROOT %f = f32[8,8] custom-call(%s), custom_call_target=\"SPMDShardToFullShape\", sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}\n}\n",
+        ADD,
+        8,
+    );
+    let mut m = common::parse(&text);
+    xla_spmd_partitioner::partition_module(
+        &mut m,
+        &xla_spmd_partitioner::SpmdOptions {
+            num_partitions: Some(8),
+        },
+    )
+    .unwrap();
+    let mut rng = common::Rng(37);
+    let shape = xla_hlo_ir::Shape::array(xla_hlo_ir::PrimitiveType::F32, vec![8, 8]);
+    let x = common::random_value(&shape, &mut rng);
+    let got =
+        xla_spmd_partitioner::exec::run_partitioned(&m, std::slice::from_ref(&x), &shape, 8, true)
+            .unwrap_or_else(|e| panic!("{e}\n{}", m.to_text()));
+    common::compare(&got, &x, 0.0, &m);
+}

@@ -265,7 +265,12 @@ impl Grid {
                         // partitioned on its own over the other devices, and
                         // the partitioner moves nothing between groups
                         // (see `Part::in_partial_manual`).
-                        SubgroupType::Replicated | SubgroupType::Manual => repl *= size,
+                        // An unreduced subgroup is laid out as replication;
+                        // whether a value holds partial sums is the
+                        // partitioner's state (`Part::partial`).
+                        SubgroupType::Replicated
+                        | SubgroupType::Manual
+                        | SubgroupType::Unreduced => repl *= size,
                         other => {
                             return Err(SpmdError::Unsupported(format!(
                                 "{} subgroups",

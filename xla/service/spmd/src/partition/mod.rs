@@ -55,7 +55,7 @@ pub fn partition_computation(
         };
         p.vals[id.index()] = Some(v);
     }
-    let rv = p.val(orig_comp.root)?;
+    let rv = p.reduced(orig_comp.root)?;
     let rv = match root {
         Some(t) => p.reshard(&rv, t)?,
         None => rv,
@@ -308,6 +308,7 @@ impl<'a, 'c> Part<'a, 'c> {
         let instr = orig_comp.instr(id);
         let target = self.target(instr)?;
         self.in_partial_manual = crate::handlers::in_partial_manual_region(instr);
+        let stays_partial = self.settle_partial_operands(instr)?;
         // Manual regions: the op already works on local data.
         if target.is_manual() && !is_spmd_boundary(instr) {
             self.note(instr, "manual");
@@ -315,7 +316,11 @@ impl<'a, 'c> Part<'a, 'c> {
         }
         let v = dispatch::dispatch(self, instr, &target)?;
         // Every handler's result ends in the instruction's own sharding.
-        self.reshard(&v, &target)
+        let v = self.reshard(&v, &target)?;
+        if let Some(groups) = stays_partial {
+            self.partial.insert(v.id, groups);
+        }
+        Ok(v)
     }
 
     fn manual(
