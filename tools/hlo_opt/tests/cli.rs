@@ -118,7 +118,11 @@ fn output_onto_a_fifo_writes_into_it_and_keeps_it() {
     assert!(kind.is_fifo(), "the FIFO was replaced: {kind:?}");
     let text = reader.join().unwrap();
     assert!(text.starts_with("HloModule "), "{text}");
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "no temporary files");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        1,
+        "no temporary files"
+    );
 }
 
 #[test]
