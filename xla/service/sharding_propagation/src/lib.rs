@@ -160,10 +160,13 @@ impl Pass for SdyPropagation {
             pass: "sdy-propagation".into(),
             message,
         };
-        let stats = sdy_propagation::propagate_module(module).map_err(failed)?;
-        let imported =
-            shardy_import::import_with(module, shardy_import::ImportMode::AfterShardyPropagation)
-                .map_err(failed)?;
+        let (stats, propagated) = sdy_propagation::propagate_module(module).map_err(failed)?;
+        let imported = shardy_import::import_with(
+            module,
+            shardy_import::ImportMode::AfterShardyPropagation,
+            &propagated,
+        )
+        .map_err(failed)?;
         let copies = shardy_import::constraints_to_copies(module);
         log::info!(
             "sdy-propagation: the module carries Shardy annotations, so Shardy propagation ran (not GSPMD's): {} values, {} ops, {} sweeps, {} values sharded before and {} after; exported {} shardings, {} sharding-group members, {} manual computations; {} constraints became copies",

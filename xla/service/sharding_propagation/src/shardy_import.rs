@@ -35,6 +35,7 @@
 //! attribute with the offset inside it.
 
 use rustc_hash::FxHashMap;
+use std::borrow::Cow;
 use std::cell::RefCell;
 use xla_hlo_ir::attrs::{AttrKey, AttrValue};
 use xla_hlo_ir::mesh::AxisRef;
@@ -54,6 +55,39 @@ const LOCAL_TO_GLOBAL: &str = "xla.sdy.LocalToGlobalShape";
 const SHARDING_GROUP: &str = "xla.sdy.ShardingGroup";
 const FUNC_RESULT: &str = "xla.sdy.FuncResultSharding";
 const MANUAL_BODY_PREFIX: &str = "xla.sdy.manual_computation_body";
+
+/// Shardings that Shardy propagation settled, by computation and
+/// instruction: each one takes the place of its instruction's
+/// `xla.sdy.sharding` attribute, so the export reads them as they are,
+/// with no print and re-parse. Indexed by the module's ids as they are
+/// when propagation ends (the import's input).
+#[derive(Clone, Debug, Default)]
+pub struct PropagatedShardings {
+    by_comp: Vec<Vec<Option<Vec<SdySharding>>>>,
+}
+
+impl PropagatedShardings {
+    /// Records `instr`'s shardings, one per value.
+    pub fn set(&mut self, comp: CompId, instr: InstrId, shardings: Vec<SdySharding>) {
+        let (c, i) = (comp.index(), instr.index());
+        if self.by_comp.len() <= c {
+            self.by_comp.resize_with(c + 1, Vec::new);
+        }
+        let instrs = &mut self.by_comp[c];
+        if instrs.len() <= i {
+            instrs.resize_with(i + 1, || None);
+        }
+        instrs[i] = Some(shardings);
+    }
+
+    /// `instr`'s shardings, where propagation settled them.
+    pub fn get(&self, comp: CompId, instr: InstrId) -> Option<&[SdySharding]> {
+        self.by_comp
+            .get(comp.index())?
+            .get(instr.index())?
+            .as_deref()
+    }
+}
 
 /// What the import did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -320,11 +354,21 @@ pub enum ImportMode {
 
 /// Imports every Shardy annotation of `module` for GSPMD propagation.
 pub fn import(module: &mut HloModule) -> Result<ShardyImportStats, String> {
-    import_with(module, ImportMode::ForGspmdPropagation)
+    import_with(
+        module,
+        ImportMode::ForGspmdPropagation,
+        &PropagatedShardings::default(),
+    )
 }
 
-/// Imports every Shardy annotation of `module`.
-pub fn import_with(module: &mut HloModule, mode: ImportMode) -> Result<ShardyImportStats, String> {
+/// Imports every Shardy annotation of `module`, reading an instruction's
+/// shardings from `propagated` where it has them (instead of its
+/// `xla.sdy.sharding`).
+pub fn import_with(
+    module: &mut HloModule,
+    mode: ImportMode,
+    propagated: &PropagatedShardings,
+) -> Result<ShardyImportStats, String> {
     let mut stats = ShardyImportStats::default();
     let meshes = read_module_meshes(module)?;
     let manual_bodies = find_manual_bodies(module)?;
@@ -348,6 +392,7 @@ pub fn import_with(module: &mut HloModule, mode: ImportMode) -> Result<ShardyImp
             manual_default_mesh: manual_default.as_ref(),
             parameters_default_manual: own_body.is_some(),
             mode,
+            propagated,
         };
         let rebuilt = rebuild(
             module,
@@ -374,6 +419,7 @@ struct RebuildContext<'a> {
     /// computation the body calls, such as a reducer, do not).
     parameters_default_manual: bool,
     mode: ImportMode,
+    propagated: &'a PropagatedShardings,
 }
 
 /// A manual-computation body: its manual axes and the mesh of its in
@@ -551,6 +597,15 @@ fn rebuild(
     for (old_index, instr) in old.instructions.iter().enumerate() {
         let operands: Vec<InstrId> = instr.operands.iter().map(|o| map[o.index()]).collect();
         let annotations = InstrAnnotations::read(name, instr)?;
+        let propagated = context.propagated.get(comp_id, InstrId(old_index as u32));
+        // The instruction's shardings: propagation's, else its attribute's.
+        let shardings_of = |annotations: Option<&InstrAnnotations>| match propagated {
+            Some(p) => Ok(Some(Cow::Borrowed(p))),
+            None => annotations
+                .map(|a| a.value(name, &instr.name, SHARDING, sdy::parse_shardings))
+                .transpose()
+                .map(|s| s.flatten().map(Cow::Owned)),
+        };
         let target = custom_call_target(instr);
         let new_id = match target {
             Some(SHARDING_GROUP) => {
@@ -577,11 +632,7 @@ fn rebuild(
                 if root_is_sharded {
                     operand
                 } else {
-                    let shardings = annotations
-                        .as_ref()
-                        .map(|a| a.value(name, &instr.name, SHARDING, sdy::parse_shardings))
-                        .transpose()?
-                        .flatten()
+                    let shardings = shardings_of(annotations.as_ref())?
                         .ok_or_else(|| error(name, &instr.name, format!("needs {SHARDING}")))?;
                     let sharding = meshes
                         .for_shape(&shardings, &instr.shape, manual, true)
@@ -723,7 +774,9 @@ fn rebuild(
                 }
                 inline_call(module.comp(callee), &operands, &mut out)
             }
-            Some("Sharding") if is_vacuous_constraint(annotations.as_ref()) => {
+            Some("Sharding")
+                if is_vacuous_constraint(shardings_of(annotations.as_ref())?.as_deref()) =>
+            {
                 // Every dimension open without axes: no constraint at all.
                 stats.shardings += 1;
                 operands[0]
@@ -736,40 +789,36 @@ fn rebuild(
                     .iter()
                     .map(|p| map[p.index()])
                     .collect();
-                if let Some(a) = &annotations {
-                    if let Some(shardings) =
-                        a.value(name, &instr.name, SHARDING, sdy::parse_shardings)?
-                    {
-                        let is_constraint = target == Some("Sharding");
-                        let sharding = meshes
-                            .for_shape(&shardings, &instr.shape, manual, is_constraint)
-                            .map_err(|e| {
-                                error(name, &instr.name, format!("attribute {SHARDING}: {e}"))
-                            })?;
-                        stats.shardings += 1;
-                        if is_constraint {
-                            let open: Vec<String> = match shardings.as_slice() {
-                                [s] => s
-                                    .dims
-                                    .iter()
-                                    .enumerate()
-                                    .filter(|(_, d)| d.open && d.axes.is_empty())
-                                    .map(|(i, _)| i.to_string())
-                                    .collect(),
-                                _ => Vec::new(),
-                            };
-                            if !open.is_empty() {
-                                copy.set_attr(
-                                    AttrKey::BackendConfig,
-                                    AttrValue::Raw(format!(
-                                        "\"unspecified_dims=[{}]\"",
-                                        open.join(",")
-                                    )),
-                                );
-                            }
+                if let Some(shardings) = shardings_of(annotations.as_ref())? {
+                    let is_constraint = target == Some("Sharding");
+                    let sharding = meshes
+                        .for_shape(&shardings, &instr.shape, manual, is_constraint)
+                        .map_err(|e| {
+                            error(name, &instr.name, format!("attribute {SHARDING}: {e}"))
+                        })?;
+                    stats.shardings += 1;
+                    if is_constraint {
+                        let open: Vec<String> = match &*shardings {
+                            [s] => s
+                                .dims
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, d)| d.open && d.axes.is_empty())
+                                .map(|(i, _)| i.to_string())
+                                .collect(),
+                            _ => Vec::new(),
+                        };
+                        if !open.is_empty() {
+                            copy.set_attr(
+                                AttrKey::BackendConfig,
+                                AttrValue::Raw(format!(
+                                    "\"unspecified_dims=[{}]\"",
+                                    open.join(",")
+                                )),
+                            );
                         }
-                        copy.sharding = sharding;
                     }
+                    copy.sharding = sharding;
                 }
                 strip_shardy_attributes(&mut copy);
                 out.add(copy)
@@ -834,12 +883,9 @@ fn leaf_ranks(shape: &Shape) -> Vec<usize> {
 
 /// Whether a constraint's Shardy sharding leaves every dimension open with
 /// no axes (and names no replicated or unreduced axes).
-fn is_vacuous_constraint(annotations: Option<&InstrAnnotations>) -> bool {
-    let Some(entry) = annotations.and_then(|a| a.attributes.get(SHARDING)) else {
-        return false;
-    };
-    match sdy::parse_shardings(&entry.value).as_deref() {
-        Ok([s]) => {
+fn is_vacuous_constraint(shardings: Option<&[SdySharding]>) -> bool {
+    match shardings {
+        Some([s]) => {
             s.dims.iter().all(|d| d.open && d.axes.is_empty())
                 && s.replicated.is_empty()
                 && s.unreduced.is_empty()

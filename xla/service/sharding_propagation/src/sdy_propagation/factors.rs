@@ -38,13 +38,61 @@ impl Direction {
     }
 }
 
+/// An axis or sub-axis of the step's mesh, by the axis's index in
+/// `MeshAxes`: it covers the axis's devices `pre .. pre * size` (the whole
+/// axis when `pre == 1` and `size` is the axis's size). Copy, so a step
+/// moves axes around without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Axis {
+    index: usize,
+    pre: i64,
+    size: i64,
+}
+
+/// The axes a step's shardings name: the mesh's, then any name the mesh
+/// lacks (size 1; the export reports such a name as an error).
+struct MeshAxes<'a> {
+    names: Vec<&'a str>,
+    sizes: Vec<i64>,
+}
+
+impl<'a> MeshAxes<'a> {
+    fn new(mesh: &'a SdyMesh) -> Self {
+        MeshAxes {
+            names: mesh.axes.iter().map(|(n, _)| n.as_str()).collect(),
+            sizes: mesh.axes.iter().map(|(_, k)| *k).collect(),
+        }
+    }
+
+    fn axis(&mut self, axis: &'a AxisRef) -> Axis {
+        let index = match self.names.iter().position(|n| *n == axis.name) {
+            Some(i) => i,
+            None => {
+                self.names.push(&axis.name);
+                self.sizes.push(1);
+                self.names.len() - 1
+            }
+        };
+        let (pre, size) = axis.sub_axis.unwrap_or((1, self.sizes[index]));
+        Axis { index, pre, size }
+    }
+
+    fn to_ref(&self, axis: Axis) -> AxisRef {
+        let whole = axis.pre == 1 && axis.size == self.sizes[axis.index];
+        AxisRef {
+            name: self.names[axis.index].to_string(),
+            sub_axis: (!whole).then_some((axis.pre, axis.size)),
+        }
+    }
+}
+
 /// One tensor's sharding along one factor.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct FactorSharding {
-    axes: Vec<AxisRef>,
+    axes: Vec<Axis>,
     closed: bool,
     /// Axes of the dimension that do not fit this (or an earlier) factor.
-    overflow: Vec<AxisRef>,
+    overflow: Vec<Axis>,
     minor_most: bool,
     /// A more major factor of the same dimension is not fully sharded, so
     /// this one cannot be (a dimension's axes fill its factors major first).
@@ -56,8 +104,8 @@ struct FactorSharding {
 struct TensorFactors {
     /// Indexed by factor; `None` where the tensor does not hold the factor.
     factors: Vec<Option<FactorSharding>>,
-    replicated: Vec<AxisRef>,
-    unreduced: Vec<AxisRef>,
+    replicated: Vec<Axis>,
+    unreduced: Vec<Axis>,
     /// Whether the tensor's sharding may be a source (constants are only
     /// targets, as after Shardy's constant splitting).
     is_source: bool,
@@ -74,53 +122,33 @@ pub(crate) struct StepInput<'a> {
     pub is_elementwise: bool,
 }
 
-fn axis_size(mesh: &SdyMesh, axis: &AxisRef) -> i64 {
-    sub_range(mesh, axis).1
-}
-
-/// `(pre-size, size)` of an axis or sub-axis.
-fn sub_range(mesh: &SdyMesh, axis: &AxisRef) -> (i64, i64) {
-    match axis.sub_axis {
-        Some(range) => range,
-        None => (1, mesh.axis_size(&axis.name).unwrap_or(1)),
-    }
-}
-
-/// The (sub-)axis of `name` covering `pre .. pre * size` (the whole axis
-/// when it covers it all).
-fn make_axis(mesh: &SdyMesh, name: &str, pre: i64, size: i64) -> AxisRef {
-    let full = mesh.axis_size(name).unwrap_or(1);
-    AxisRef {
-        name: name.to_string(),
-        sub_axis: (pre != 1 || size != full).then_some((pre, size)),
-    }
-}
-
 /// Splits `axis` into its major part of `size` and the rest.
-fn split_axis(mesh: &SdyMesh, axis: &AxisRef, size: i64) -> (AxisRef, AxisRef) {
-    let (pre, k) = sub_range(mesh, axis);
+fn split_axis(axis: Axis, size: i64) -> (Axis, Axis) {
     (
-        make_axis(mesh, &axis.name, pre, size),
-        make_axis(mesh, &axis.name, pre * size, k / size),
+        Axis {
+            index: axis.index,
+            pre: axis.pre,
+            size,
+        },
+        Axis {
+            index: axis.index,
+            pre: axis.pre * size,
+            size: axis.size / size,
+        },
     )
 }
 
-fn overlaps(mesh: &SdyMesh, a: &AxisRef, b: &AxisRef) -> bool {
-    if a.name != b.name {
-        return false;
-    }
-    let ((p1, k1), (p2, k2)) = (sub_range(mesh, a), sub_range(mesh, b));
-    p1 < p2 * k2 && p2 < p1 * k1
+fn overlaps(a: Axis, b: Axis) -> bool {
+    a.index == b.index && a.pre < b.pre * b.size && b.pre < a.pre * a.size
 }
 
 /// Merges consecutive sub-axes of one axis (`"x":(1)2, "x":(2)2` is `"x"`).
-fn merge_sub_axes(mesh: &SdyMesh, axes: Vec<AxisRef>) -> Vec<AxisRef> {
-    let mut out: Vec<AxisRef> = Vec::with_capacity(axes.len());
+fn merge_sub_axes(axes: Vec<Axis>) -> Vec<Axis> {
+    let mut out: Vec<Axis> = Vec::with_capacity(axes.len());
     for a in axes {
         if let Some(last) = out.last_mut() {
-            let ((p1, k1), (p2, k2)) = (sub_range(mesh, last), sub_range(mesh, &a));
-            if last.name == a.name && p2 == p1 * k1 {
-                *last = make_axis(mesh, &a.name, p1, k1 * k2);
+            if last.index == a.index && a.pre == last.pre * last.size {
+                last.size *= a.size;
                 continue;
             }
         }
@@ -129,11 +157,11 @@ fn merge_sub_axes(mesh: &SdyMesh, axes: Vec<AxisRef>) -> Vec<AxisRef> {
     out
 }
 
-fn project(
+fn project<'a>(
     mapping: &[Vec<usize>],
-    sharding: Option<&SdySharding>,
+    sharding: Option<&'a SdySharding>,
     rule: &Rule,
-    mesh: &SdyMesh,
+    axes_table: &mut MeshAxes<'a>,
     is_source: bool,
 ) -> TensorFactors {
     let mut factors: Vec<Option<FactorSharding>> = vec![None; rule.factors.len()];
@@ -155,9 +183,18 @@ fn project(
             .first()
             .map(|&f| rule.factors[f].size)
             .unwrap_or(1);
-        let mut pending: std::collections::VecDeque<AxisRef> = axes.iter().cloned().collect();
-        while let Some(axis) = pending.pop_front() {
-            let size = axis_size(mesh, &axis);
+        let mut pending = axes.iter();
+        // The minor part of an axis split across two factors, taken next.
+        let mut carried: Option<Axis> = None;
+        loop {
+            let axis = match carried.take() {
+                Some(a) => a,
+                None => match pending.next() {
+                    Some(a) => axes_table.axis(a),
+                    None => break,
+                },
+            };
+            let size = axis.size;
             while k + 1 < dim_factors.len() && remaining == 1 {
                 k += 1;
                 remaining = rule.factors[dim_factors[k]].size;
@@ -174,13 +211,16 @@ fn project(
                 slot.axes.push(axis);
                 remaining = 1;
             } else if g > 1 {
-                let (major, minor) = split_axis(mesh, &axis, g);
+                let (major, minor) = split_axis(axis, g);
                 slot.axes.push(major);
                 remaining = 1;
-                pending.push_front(minor);
+                carried = Some(minor);
             } else {
                 slot.overflow.push(axis);
-                slot.overflow.extend(pending.drain(..));
+                for a in pending.by_ref() {
+                    let a = axes_table.axis(a);
+                    slot.overflow.push(a);
+                }
                 break;
             }
         }
@@ -188,30 +228,35 @@ fn project(
         for &f in dim_factors {
             let slot = factors[f].as_mut().expect("set above");
             slot.after_partial_major = partial;
-            let sharded: i64 = slot.axes.iter().map(|a| axis_size(mesh, a)).product();
+            let sharded: i64 = slot.axes.iter().map(|a| a.size).product();
             partial |= sharded < rule.factors[f].size;
         }
     }
+    let mut axes_of = |list: Option<&'a Vec<AxisRef>>| -> Vec<Axis> {
+        list.map(|l| l.iter().map(|a| axes_table.axis(a)).collect())
+            .unwrap_or_default()
+    };
     TensorFactors {
         factors,
-        replicated: sharding.map(|s| s.replicated.clone()).unwrap_or_default(),
-        unreduced: sharding.map(|s| s.unreduced.clone()).unwrap_or_default(),
+        replicated: axes_of(sharding.map(|s| &s.replicated)),
+        unreduced: axes_of(sharding.map(|s| &s.unreduced)),
         is_source,
     }
 }
 
-/// The common prefix of two axis lists and whether the result may still
+/// The common prefix of `axes` and `new`, and whether the result may still
 /// grow (Shardy's compatible major axes, without sub-axes).
-fn compatible(old: Vec<AxisRef>, new: &[AxisRef], can_expand: bool) -> (Vec<AxisRef>, bool) {
-    let common = old.iter().zip(new).take_while(|(a, b)| a == b).count();
-    if common < old.len().min(new.len()) {
-        return (old[..common].to_vec(), false);
+fn compatible(axes: &mut Vec<Axis>, new: &[Axis], can_expand: bool) -> bool {
+    let common = axes.iter().zip(new).take_while(|(a, b)| a == b).count();
+    if common < axes.len().min(new.len()) {
+        axes.truncate(common);
+        return false;
     }
-    if new.len() > old.len() && can_expand {
-        (new.to_vec(), true)
-    } else {
-        (old, can_expand)
+    if new.len() > axes.len() && can_expand {
+        axes.clear();
+        axes.extend_from_slice(new);
     }
+    can_expand
 }
 
 fn compatible_major_axes(
@@ -219,7 +264,7 @@ fn compatible_major_axes(
     results: &[TensorFactors],
     factor: usize,
     direction: Direction,
-) -> Vec<AxisRef> {
+) -> Vec<Axis> {
     if direction == Direction::NONE {
         return Vec::new();
     }
@@ -230,12 +275,10 @@ fn compatible_major_axes(
     };
     let mut axes = Vec::new();
     let mut can_expand = true;
-    let fold = |tensors: &[TensorFactors], axes: &mut Vec<AxisRef>, can_expand: &mut bool| {
+    let fold = |tensors: &[TensorFactors], axes: &mut Vec<Axis>, can_expand: &mut bool| {
         for t in tensors.iter().filter(|t| t.is_source) {
             if let Some(fs) = &t.factors[factor] {
-                let (a, c) = compatible(std::mem::take(axes), &fs.axes, *can_expand);
-                *axes = a;
-                *can_expand = c;
+                *can_expand = compatible(axes, &fs.axes, *can_expand);
             }
         }
     };
@@ -249,14 +292,10 @@ fn compatible_major_axes(
 
 /// Keeps the longest prefix of `axes` that `accept` takes whole; the first
 /// axis it replaces (or refuses) ends the list.
-fn truncate(
-    axes: &mut Vec<AxisRef>,
-    mesh: &SdyMesh,
-    mut accept: impl FnMut(&AxisRef, i64) -> Option<AxisRef>,
-) {
+fn truncate(axes: &mut Vec<Axis>, mut accept: impl FnMut(Axis, i64) -> Option<Axis>) {
     let mut previous = 1i64;
     for i in 0..axes.len() {
-        match accept(&axes[i], previous) {
+        match accept(axes[i], previous) {
             None => {
                 axes.truncate(i);
                 return;
@@ -266,7 +305,7 @@ fn truncate(
                 axes.truncate(i + 1);
                 return;
             }
-            Some(a) => previous *= axis_size(mesh, &a),
+            Some(a) => previous *= a.size,
         }
     }
 }
@@ -274,47 +313,41 @@ fn truncate(
 /// `axis` if this tensor's factor can take it after `previous` (the size of
 /// the axes before it), else what of the factor's current axes it keeps.
 fn fits_within_factor(
-    axis: &AxisRef,
+    axis: Axis,
     tensor: &TensorFactors,
     fs: &FactorSharding,
     previous: i64,
     factor_size: i64,
-    mesh: &SdyMesh,
-) -> Option<AxisRef> {
+) -> Option<Axis> {
     if tensor
         .replicated
         .iter()
         .chain(&tensor.unreduced)
-        .any(|r| overlaps(mesh, r, axis))
+        .any(|&r| overlaps(r, axis))
     {
         return None;
     }
-    if fs.axes.contains(axis) {
-        return Some(axis.clone());
+    if fs.axes.contains(&axis) {
+        return Some(axis);
     }
     if !fs.closed && fs.overflow.is_empty() {
         if fs.minor_most {
-            return Some(axis.clone());
+            return Some(axis);
         }
         if factor_size % previous == 0 {
-            let g = gcd(factor_size / previous, axis_size(mesh, axis));
-            if g == axis_size(mesh, axis) {
-                return Some(axis.clone());
+            let g = gcd(factor_size / previous, axis.size);
+            if g == axis.size {
+                return Some(axis);
             }
             if g > 1 {
-                return Some(split_axis(mesh, axis, g).0);
+                return Some(split_axis(axis, g).0);
             }
         }
     }
     None
 }
 
-fn free_across_factors(
-    mesh: &SdyMesh,
-    axis: &AxisRef,
-    tensor: &TensorFactors,
-    factor: usize,
-) -> Option<AxisRef> {
+fn free_across_factors(axis: Axis, tensor: &TensorFactors, factor: usize) -> Option<Axis> {
     let used = tensor
         .factors
         .iter()
@@ -325,12 +358,12 @@ fn free_across_factors(
             fs.axes
                 .iter()
                 .chain(&fs.overflow)
-                .any(|a| overlaps(mesh, a, axis))
+                .any(|&a| overlaps(a, axis))
         });
-    (!used).then(|| axis.clone())
+    (!used).then_some(axis)
 }
 
-fn is_strict_prefix(prefix: &[AxisRef], axes: &[AxisRef]) -> bool {
+fn is_strict_prefix(prefix: &[Axis], axes: &[Axis]) -> bool {
     prefix.len() < axes.len() && axes.starts_with(prefix)
 }
 
@@ -345,22 +378,22 @@ pub(crate) fn propagate_step(
     direction: impl Fn(usize) -> Direction,
 ) -> StepOutput {
     let rule = input.rule;
-    let mesh = input.mesh;
+    let mut axes_table = MeshAxes::new(input.mesh);
     let mut operands: Vec<TensorFactors> = rule
         .operands
         .iter()
         .zip(&input.operands)
         .zip(&input.operand_is_source)
-        .map(|((m, s), &src)| project(m, *s, rule, mesh, src))
+        .map(|((m, s), &src)| project(m, *s, rule, &mut axes_table, src))
         .collect();
     let mut results: Vec<TensorFactors> = rule
         .results
         .iter()
         .zip(&input.results)
         .zip(&input.result_is_source)
-        .map(|((m, s), &src)| project(m, *s, rule, mesh, src))
+        .map(|((m, s), &src)| project(m, *s, rule, &mut axes_table, src))
         .collect();
-    let axes_per_factor: Vec<Vec<AxisRef>> = (0..rule.factors.len())
+    let axes_per_factor: Vec<Vec<Axis>> = (0..rule.factors.len())
         .map(|f| {
             let dir = if rule.factors[f].blocked {
                 Direction::NONE
@@ -395,7 +428,7 @@ pub(crate) fn propagate_step(
             }
         }
     }
-    let total = |axes: &[AxisRef]| axes.iter().map(|a| axis_size(mesh, a)).product::<i64>();
+    let total = |axes: &[Axis]| axes.iter().map(|a| a.size).product::<i64>();
     let mut order: Vec<usize> = (0..rule.factors.len()).collect();
     order.sort_by_key(|&f| {
         let sharded = if input.is_elementwise {
@@ -407,7 +440,7 @@ pub(crate) fn propagate_step(
     });
     let update =
         |tensor: &mut TensorFactors, f: usize, results: Option<&[TensorFactors]>| -> bool {
-            let Some(fs) = tensor.factors[f].clone() else {
+            let Some(fs) = &tensor.factors[f] else {
                 return false;
             };
             if fs.after_partial_major {
@@ -415,20 +448,18 @@ pub(crate) fn propagate_step(
             }
             let mut new = axes_per_factor[f].clone();
             let size = rule.factors[f].size;
-            truncate(&mut new, mesh, |a, prev| {
-                fits_within_factor(a, tensor, &fs, prev, size, mesh)
+            truncate(&mut new, |a, prev| {
+                fits_within_factor(a, tensor, fs, prev, size)
             });
             if !is_strict_prefix(&fs.axes, &new) {
                 return false;
             }
-            truncate(&mut new, mesh, |a, _| {
-                free_across_factors(mesh, a, tensor, f)
-            });
+            truncate(&mut new, |a, _| free_across_factors(a, tensor, f));
             if let Some(results) = results {
                 for r in results {
                     if let Some(rf) = &r.factors[f] {
                         if is_strict_prefix(&rf.axes, &new) {
-                            new = rf.axes.clone();
+                            new.clone_from(&rf.axes);
                         }
                     }
                 }
@@ -462,7 +493,7 @@ pub(crate) fn propagate_step(
                 &rule.operands[ti],
                 t,
                 input.operands[ti],
-                mesh,
+                &axes_table,
                 mesh_ref,
             ));
         }
@@ -473,7 +504,7 @@ pub(crate) fn propagate_step(
                 &rule.results[ti],
                 t,
                 input.results[ti],
-                mesh,
+                &axes_table,
                 mesh_ref,
             ));
         }
@@ -487,7 +518,7 @@ fn unproject(
     mapping: &[Vec<usize>],
     tensor: &TensorFactors,
     old: Option<&SdySharding>,
-    mesh: &SdyMesh,
+    axes_table: &MeshAxes<'_>,
     mesh_ref: &xla_hlo_ir::sdy::MeshRef,
 ) -> SdySharding {
     let dims = mapping
@@ -499,13 +530,16 @@ fn unproject(
             let mut overflow = Vec::new();
             for &f in factors {
                 if let Some(fs) = &tensor.factors[f] {
-                    axes.extend(fs.axes.iter().cloned());
-                    overflow.extend(fs.overflow.iter().cloned());
+                    axes.extend_from_slice(&fs.axes);
+                    overflow.extend_from_slice(&fs.overflow);
                 }
             }
             axes.extend(overflow);
             SdyDim {
-                axes: merge_sub_axes(mesh, axes),
+                axes: merge_sub_axes(axes)
+                    .into_iter()
+                    .map(|a| axes_table.to_ref(a))
+                    .collect(),
                 open: old_dim.is_none_or(|d| d.open),
                 priority: old_dim.and_then(|d| d.priority),
             }

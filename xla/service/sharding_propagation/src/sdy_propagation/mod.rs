@@ -24,9 +24,11 @@
 //! (`p0`, `p1`, ...) are not read: every sharding counts as `p0` (jax 0.10.2
 //! emits none in its lowering).
 //!
-//! The result is written back as each instruction's `xla.sdy.sharding`
-//! (closed: nothing is left for another propagation), which `shardy-import`
-//! then turns into `sharding={...}`.
+//! The result is each instruction's shardings (closed: nothing is left for
+//! another propagation), handed typed to `shardy-import`
+//! (`PropagatedShardings`), which turns them into `sharding={...}`; the
+//! propagated in and out shardings of a partially manual shard_map are
+//! written back into its boundary's attributes.
 //!
 //! Invariants: a module without `xla.sdy` meshes is unchanged; closed
 //! dimensions never change; the pass is deterministic (program order).
@@ -34,7 +36,9 @@
 mod factors;
 mod rules;
 
-use crate::shardy_import::{custom_call_target, find_manual_bodies, ManualBody};
+use crate::shardy_import::{
+    custom_call_target, find_manual_bodies, ManualBody, PropagatedShardings,
+};
 use factors::{propagate_step, Direction, StepInput};
 use rules::Rule;
 use rustc_hash::FxHashMap;
@@ -1123,10 +1127,16 @@ fn step(
     }
 }
 
-/// Writes every value's sharding back as its instruction's
-/// `xla.sdy.sharding` (closed), and removes the sharding groups' custom
-/// calls' group ids (the groups are resolved).
-fn write_back(module: &mut HloModule, memo: &AttributeMemo<'_>, flow: &[CompId], g: &Graph) {
+/// Collects every instruction's shardings (closed), one per value, and
+/// writes the propagated in and out shardings of shard_map boundaries into
+/// their attributes.
+fn write_back(
+    module: &mut HloModule,
+    memo: &AttributeMemo<'_>,
+    flow: &[CompId],
+    g: &Graph,
+) -> PropagatedShardings {
+    let mut propagated = PropagatedShardings::default();
     for &c in flow {
         // A tuple made for a while loop's operand is sharded as the loop
         // (XLA's export builds it from the loop's shardings).
@@ -1190,10 +1200,10 @@ fn write_back(module: &mut HloModule, memo: &AttributeMemo<'_>, flow: &[CompId],
                     }
                 })
                 .collect();
-            let text = sdy::print_sharding_per_value(&leaves);
-            set_frontend_attribute(module.comp_mut(c).instr_mut(id), SHARDING, text);
+            propagated.set(c, id, leaves);
         }
     }
+    propagated
 }
 
 /// Sets `key` among `instr`'s frontend attributes (added, or replaced).
@@ -1331,9 +1341,12 @@ fn check_attributes(module: &HloModule, flow: &[CompId]) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs Shardy propagation on a module with Shardy annotations; a module
+/// Runs Shardy propagation on a module with Shardy annotations; returns
+/// what it did and the shardings it settled (for `shardy_import`). A module
 /// without `xla.sdy` shardings is left alone.
-pub fn propagate_module(module: &mut HloModule) -> Result<SdyPropagationStats, String> {
+pub fn propagate_module(
+    module: &mut HloModule,
+) -> Result<(SdyPropagationStats, PropagatedShardings), String> {
     let meshes = match module.config.frontend_attributes.as_deref() {
         Some(raw) => {
             let attributes = FrontendAttributes::parse(raw)
@@ -1351,7 +1364,7 @@ pub fn propagate_module(module: &mut HloModule) -> Result<SdyPropagationStats, S
         None => Vec::new(),
     };
     if meshes.is_empty() {
-        return Ok(SdyPropagationStats::default());
+        return Ok(Default::default());
     }
     // As XLA's pipeline before `shardy-xla`: every call but a shard_map's
     // body is inlined, so each call site is propagated on its own.
@@ -1385,12 +1398,13 @@ pub fn propagate_module(module: &mut HloModule) -> Result<SdyPropagationStats, S
     apply_constraints(module, &memo, &flow, &mut g);
     let sharded_before = g.shardings.iter().filter(|s| s.is_some()).count();
     let sweeps = propagate(&mut g, &meshes);
-    write_back(module, &memo, &flow, &g);
-    Ok(SdyPropagationStats {
+    let propagated = write_back(module, &memo, &flow, &g);
+    let stats = SdyPropagationStats {
         values: g.values.len(),
         ops: g.ops.len(),
         sharded_before,
         sharded_after: g.shardings.iter().filter(|s| s.is_some()).count(),
         sweeps,
-    })
+    };
+    Ok((stats, propagated))
 }
