@@ -274,3 +274,42 @@ ENTRY %main (a: f32[8,8], b: f32[8,8]) -> f32[8,8] {
         "{printed}"
     );
 }
+
+/// XLA's collective bytes on MaxText's DeepSeek train step
+/// (`../shared/xla-hlo-more/README.md`: its `spmd-partitioning` of its own
+/// propagation, jaxlib 0.10.2).
+const XLA_DEEPSEEK_BYTES: u64 = 102_178_306_534;
+
+#[test]
+fn deepseek_step_moves_no_more_than_xla_on_either_propagation() {
+    let Some(module) = xla_test_paths::shared_path(
+        "xla-hlo-more/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo",
+    ) else {
+        eprintln!("skipped: ../shared/xla-hlo-more is absent");
+        return;
+    };
+    // The module carries both Shardy and GSPMD annotations: Shardy's
+    // propagation reads the first, GSPMD's (after shardy-import) the second.
+    for passes in [
+        "sharding-propagation,spmd-partitioning",
+        "shardy-import,sharding-propagation,spmd-partitioning",
+    ] {
+        let out = hlo_opt()
+            .arg(&module)
+            .arg(format!("--passes={passes}"))
+            .arg("--stats")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{passes}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let bytes = stats["collective_bytes"].as_u64().unwrap();
+        assert!(
+            bytes <= XLA_DEEPSEEK_BYTES,
+            "{passes}: {bytes} collective bytes, XLA moves {XLA_DEEPSEEK_BYTES}"
+        );
+    }
+}

@@ -62,6 +62,7 @@ mod infer;
 mod level;
 mod opcodes;
 mod options;
+pub mod pre_spmd;
 mod prepare;
 pub mod sdy_propagation;
 mod shard_groups;
@@ -101,12 +102,13 @@ impl Pass for ShardingPropagation {
             return SdyPropagation.run(module);
         }
         let imported = ShardyImport.run(module)?;
+        let prepared = pre_spmd::run(module);
         let stats =
             driver::propagate(module, &self.options).map_err(|message| PassError::Failed {
                 pass: "sharding-propagation".into(),
                 message,
             })?;
-        let changed = stats.changed || imported;
+        let changed = stats.changed || imported || prepared != pre_spmd::PreSpmdStats::default();
         self.last_stats = Some(stats);
         Ok(changed)
     }
@@ -160,6 +162,7 @@ impl Pass for SdyPropagation {
             pass: "sdy-propagation".into(),
             message,
         };
+        let prepared = pre_spmd::run(module);
         let (stats, propagated) = sdy_propagation::propagate_module(module).map_err(failed)?;
         let imported = shardy_import::import_with(
             module,
@@ -169,7 +172,9 @@ impl Pass for SdyPropagation {
         .map_err(failed)?;
         let copies = shardy_import::constraints_to_copies(module);
         log::info!(
-            "sdy-propagation: the module carries Shardy annotations, so Shardy propagation ran (not GSPMD's): {} values, {} ops, {} sweeps, {} values sharded before and {} after; exported {} shardings, {} sharding-group members, {} manual computations; {} constraints became copies",
+            "sdy-propagation: the module carries Shardy annotations, so Shardy propagation ran (not GSPMD's), after {} memory annotations were retargeted and {} calls inlined: {} values, {} ops, {} sweeps, {} values sharded before and {} after; exported {} shardings, {} sharding-group members, {} manual computations; {} constraints became copies",
+            prepared.memory_annotations,
+            prepared.inlined_calls,
             stats.values,
             stats.ops,
             stats.sweeps,

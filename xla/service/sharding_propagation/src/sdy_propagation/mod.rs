@@ -2,8 +2,9 @@
 //! annotations (`xla.sdy.sharding` frontend attributes), before they are
 //! exported to GSPMD shardings by `shardy-import`.
 //!
-//! Calls are inlined first (a shard_map's body excepted), as XLA's
-//! pipeline does before `shardy-xla`. The module is read as Shardy sees it: every array value (tuple elements
+//! It runs on the module as XLA's pipeline leaves it before `shardy-xla`
+//! (`pre_spmd`: calls inlined but a shard_map's body, memory placements
+//! retargeted); a call left in place is a data-flow edge. The module is read as Shardy sees it: every array value (tuple elements
 //! are values of their own; a `tuple` and `get-tuple-element` name the same
 //! values) has a Shardy sharding or none (all dimensions open). Ops carry
 //! factor rules (`rules`); while loops, conditionals and calls are data-flow
@@ -1002,9 +1003,9 @@ fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
         // At a stage's start only the ops whose directions grew can change
         // anything (every op's last step changed nothing).
         for (oi, op) in g.ops.iter().enumerate() {
-            dirty[oi] |= !op.func_result
-                && (stage == 0
-                    || (0..op.rule.factors.len())
+            dirty[oi] |= stage == 0
+                || (!op.func_result
+                    && (0..op.rule.factors.len())
                         .any(|f| direction(op, f, stage) != direction(op, f, stage - 1)));
         }
         push_func_results(g, meshes, &ops_of_value, &mut dirty);
@@ -1034,8 +1035,10 @@ fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
     sweeps
 }
 
-/// Steps every func-result edge in both directions, marking the ops of the
-/// values it changed.
+/// Steps every func-result edge one of whose values changed since its
+/// last step, in both directions (a func-result edge always steps at the
+/// last stage's directions, so an edge whose values did not change would
+/// change nothing), marking the ops of the values it changed.
 fn push_func_results(
     g: &mut Graph,
     meshes: &[(String, SdyMesh)],
@@ -1044,16 +1047,15 @@ fn push_func_results(
 ) {
     let mut changed = Vec::new();
     for oi in 0..g.ops.len() {
-        if !g.ops[oi].func_result {
+        if !g.ops[oi].func_result || !dirty[oi] {
             continue;
         }
+        dirty[oi] = false;
         changed.clear();
         step(g, oi, STAGES - 1, meshes, &mut changed);
         for &v in &changed {
             for &other in &ops_of_value[v] {
-                if !g.ops[other as usize].func_result {
-                    dirty[other as usize] = true;
-                }
+                dirty[other as usize] = true;
             }
         }
     }
@@ -1366,14 +1368,6 @@ pub fn propagate_module(
     if meshes.is_empty() {
         return Ok(Default::default());
     }
-    // As XLA's pipeline before `shardy-xla`: every call but a shard_map's
-    // body is inlined, so each call site is propagated on its own.
-    xla_hlo_utils::inline::inline_calls(module, |m, call| {
-        call.sharding.is_none()
-            && call
-                .to_apply()
-                .is_some_and(|c| !m.comp(c).name.starts_with(MANUAL_BODY_PREFIX))
-    });
     let partial_bodies: Vec<ManualBody> = find_manual_bodies(module)?
         .into_iter()
         .filter(|b| {

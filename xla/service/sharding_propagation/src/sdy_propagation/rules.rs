@@ -134,9 +134,12 @@ pub(crate) fn rule_of(
         Opcode::CustomCall => {
             // Only the identity-like custom calls of a Shardy module.
             match instr.ident_attr(AttrKey::CustomCallTarget) {
-                Some("Sharding") | Some("xla.sdy.FuncResultSharding") => {
-                    pointwise(&mut b, &|_| Kind::PassThrough)
-                }
+                Some("Sharding")
+                | Some("xla.sdy.FuncResultSharding")
+                | Some("MoveToHost")
+                | Some("MoveToDevice")
+                | Some("PinToDevice")
+                | Some("PinToDeviceSram") => pointwise(&mut b, &|_| Kind::PassThrough),
                 _ => return None,
             }
         }
