@@ -9,7 +9,7 @@
 //! unique; definition-before-use order is kept; computations
 //! that are still referenced are never removed.
 
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use xla_hlo_ir::attrs::{AttrValue, Attribute};
 use xla_hlo_ir::{CompId, HloComputation, HloInstruction, HloModule, InstrId, Opcode};
 
@@ -20,11 +20,14 @@ pub fn inline_calls(
     module: &mut HloModule,
     should_inline: impl Fn(&HloModule, &HloInstruction) -> bool,
 ) -> usize {
-    let mut names: FxHashSet<String> = module
-        .computations
-        .iter()
-        .flat_map(|c| c.instructions.iter().map(|i| i.name.clone()))
-        .collect();
+    let mut names = Names {
+        used: module
+            .computations
+            .iter()
+            .flat_map(|c| c.instructions.iter().map(|i| i.name.clone()))
+            .collect(),
+        next_suffix: FxHashMap::default(),
+    };
     let mut inlined = 0;
     for ci in callees_first(module) {
         let comp = module.comp(ci);
@@ -121,7 +124,7 @@ fn copy_body(
     callee: &HloComputation,
     arguments: &[InstrId],
     out: &mut HloComputation,
-    names: &mut FxHashSet<String>,
+    names: &mut Names,
 ) -> InstrId {
     let mut map: Vec<InstrId> = Vec::with_capacity(callee.instructions.len());
     for instr in &callee.instructions {
@@ -137,30 +140,40 @@ fn copy_body(
             .iter()
             .map(|p| map[p.index()])
             .collect();
-        copy.name = unique_name(&instr.name, names);
+        copy.name = names.unique(&instr.name);
         map.push(out.add(copy));
     }
     map[callee.root.index()]
 }
 
-/// `root.N` (the name's root, without its `.N` suffix) with the smallest
-/// N no instruction of the module has.
-fn unique_name(name: &str, names: &mut FxHashSet<String>) -> String {
-    let root = match name.rfind('.') {
-        Some(dot)
-            if name[dot + 1..].bytes().all(|b| b.is_ascii_digit()) && dot + 1 < name.len() =>
-        {
-            &name[..dot]
+/// The module's instruction names, and per name root the smallest suffix
+/// that may still be free (names are only added, so every smaller one is
+/// taken).
+struct Names {
+    used: FxHashSet<String>,
+    next_suffix: FxHashMap<String, u64>,
+}
+
+impl Names {
+    /// `root.N` (the name's root, without its `.N` suffix) with the
+    /// smallest N no instruction of the module has; it is taken.
+    fn unique(&mut self, name: &str) -> String {
+        let root = match name.rfind('.') {
+            Some(dot)
+                if name[dot + 1..].bytes().all(|b| b.is_ascii_digit()) && dot + 1 < name.len() =>
+            {
+                &name[..dot]
+            }
+            _ => name,
+        };
+        let next = self.next_suffix.entry(root.to_string()).or_insert(1);
+        loop {
+            let candidate = format!("{root}.{next}");
+            *next += 1;
+            if self.used.insert(candidate.clone()) {
+                return candidate;
+            }
         }
-        _ => name,
-    };
-    let mut k = 1;
-    loop {
-        let candidate = format!("{root}.{k}");
-        if names.insert(candidate.clone()) {
-            return candidate;
-        }
-        k += 1;
     }
 }
 

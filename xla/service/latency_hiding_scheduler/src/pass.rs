@@ -22,7 +22,7 @@ use crate::error::SchedulerError;
 use crate::graph::{topological_order, CompSummary, Graph};
 use crate::kinds::{ResourceKind, NUM_RESOURCES};
 use crate::scheduler::{schedule_graph, MemoryPolicy, PressureOrder, Priority};
-use crate::simulator::simulate_graph;
+use crate::simulator::{makespan_of, peak_total_of, simulate_graph};
 use std::sync::Arc;
 use std::time::Instant;
 use xla_hlo_ir::{HloComputation, HloModule, InstrId};
@@ -292,6 +292,8 @@ fn hoist_above_waits(
 ) -> (Vec<u32>, CompSummary) {
     use crate::graph::NodeKind;
     let mut stays = vec![false; g.n];
+    let mut best = (s.makespan, s.peak_total);
+    let mut changed = false;
     for _ in 0..HOIST_ROUNDS {
         let mut improved = false;
         let mut p = ord.len();
@@ -328,16 +330,25 @@ fn hoist_above_waits(
             alt.extend(&up);
             alt.extend(&down);
             alt.extend(&ord[end..]);
-            let (sa, _) = simulate_graph(g, &alt, limits, None, false);
-            if sa.makespan < s.makespan - 1e-9 && sa.peak_total <= s.peak_total {
+            // The peak only for an order that is shorter (most are not).
+            let makespan = makespan_of(g, &alt, limits);
+            if makespan >= best.0 - 1e-9 {
+                continue;
+            }
+            let peak_total = peak_total_of(g, &alt);
+            if peak_total <= best.1 {
                 ord = alt;
-                s = sa;
+                best = (makespan, peak_total);
                 improved = true;
+                changed = true;
             }
         }
         if !improved {
             break;
         }
+    }
+    if changed {
+        s = simulate_graph(g, &ord, limits, None, false).0;
     }
     (ord, s)
 }

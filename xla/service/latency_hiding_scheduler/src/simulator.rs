@@ -62,29 +62,47 @@ pub fn lane_tid(r: ResourceKind, lane: usize) -> u32 {
     1 + (r.index() as u32) * 64 + lane as u32
 }
 
-/// Simulates `order` (node indices of `g`) with `lanes[r]` lanes per
-/// resource. With `names`, also records the timeline; with
-/// `detailed_bounds`, the lower bound uses serialized ancestor work
-/// (`Graph::lower_bounds`).
-pub fn simulate_graph(
+/// The makespan of `order`: `simulate_graph`'s figure without its bounds,
+/// totals and memory, for comparing many candidate orders of one graph.
+pub fn makespan_of(g: &Graph, order: &[u32], lanes: &[usize; NUM_RESOURCES]) -> f64 {
+    let lanes_n: [usize; NUM_RESOURCES] = lanes.map(|l| l.max(1));
+    play(g, order, &lanes_n, None).makespan
+}
+
+/// The peak live bytes of `order`, parameters included (`simulate_graph`'s
+/// `peak_total`).
+pub fn peak_total_of(g: &Graph, order: &[u32]) -> u64 {
+    peak_of_order(&g.buffers, order, &g.transient).0
+}
+
+/// What playing an order gives.
+struct Played {
+    makespan: f64,
+    /// Time the compute stream reaches the end of the order.
+    stream_end: f64,
+    exposed: f64,
+    /// The stream's time at each position of the order (with a timeline).
+    begin_times: Vec<f64>,
+}
+
+/// Plays `order` on the execution model; with `trace`, records the events
+/// into its timeline (instruction names from its computation).
+fn play(
     g: &Graph,
     order: &[u32],
-    lanes: &[usize; NUM_RESOURCES],
-    names: Option<(&HloModule, CompId)>,
-    detailed_bounds: bool,
-) -> (CompSummary, Option<Timeline>) {
+    lanes_n: &[usize; NUM_RESOURCES],
+    trace: Option<(&mut Timeline, Option<&xla_hlo_ir::HloComputation>)>,
+) -> Played {
     let n = g.n;
-    let lanes_n: [usize; NUM_RESOURCES] = lanes.map(|l| l.max(1));
+    let (mut timeline, comp) = match trace {
+        Some((tl, comp)) => (Some(tl), comp),
+        None => (None, None),
+    };
     let mut lane_free: Vec<Vec<f64>> = lanes_n.iter().map(|&k| vec![0.0; k]).collect();
     let mut comm_end = vec![0.0f64; n];
     let mut t = 0.0f64;
     let mut end_all = 0.0f64;
     let mut exposed = 0.0f64;
-    let comp = names.and_then(|(m, c)| m.computations.get(c.index()));
-    let mut timeline = comp.map(|c| Timeline {
-        computation: c.name.clone(),
-        ..Timeline::default()
-    });
     let mut begin_times: Vec<f64> = Vec::with_capacity(if timeline.is_some() { n } else { 0 });
     let name_of = |i: usize| -> String {
         comp.and_then(|c| c.instructions.get(i))
@@ -226,7 +244,35 @@ pub fn simulate_graph(
             }
         }
     }
-    let makespan = t.max(end_all);
+    Played {
+        makespan: t.max(end_all),
+        stream_end: t,
+        exposed,
+        begin_times,
+    }
+}
+
+/// Simulates `order` (node indices of `g`) with `lanes[r]` lanes per
+/// resource. With `names`, also records the timeline; with
+/// `detailed_bounds`, the lower bound uses serialized ancestor work
+/// (`Graph::lower_bounds`).
+pub fn simulate_graph(
+    g: &Graph,
+    order: &[u32],
+    lanes: &[usize; NUM_RESOURCES],
+    names: Option<(&HloModule, CompId)>,
+    detailed_bounds: bool,
+) -> (CompSummary, Option<Timeline>) {
+    let n = g.n;
+    let lanes_n: [usize; NUM_RESOURCES] = lanes.map(|l| l.max(1));
+    let comp = names.and_then(|(m, c)| m.computations.get(c.index()));
+    let mut timeline = comp.map(|c| Timeline {
+        computation: c.name.clone(),
+        ..Timeline::default()
+    });
+    let played = play(g, order, &lanes_n, timeline.as_mut().map(|tl| (tl, comp)));
+    let (t, exposed, begin_times) = (played.stream_end, played.exposed, played.begin_times);
+    let makespan = played.makespan;
     let bounds = g.lower_bounds(&lanes_n, detailed_bounds);
     let (cp, mut lower_bound) = (bounds.critical_path, bounds.value());
     if detailed_bounds && lower_bound < makespan * (1.0 - 1e-9) {
