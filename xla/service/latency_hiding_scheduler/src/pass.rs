@@ -22,7 +22,7 @@ use crate::error::SchedulerError;
 use crate::graph::{topological_order, CompSummary, Graph};
 use crate::kinds::{ResourceKind, NUM_RESOURCES};
 use crate::scheduler::{schedule_graph, MemoryPolicy, PressureOrder, Priority};
-use crate::simulator::{makespan_of, peak_total_of, simulate_graph};
+use crate::simulator::{peak_total_of, simulate_graph, PrefixReplay};
 use std::sync::Arc;
 use std::time::Instant;
 use xla_hlo_ir::{HloComputation, HloModule, InstrId};
@@ -296,6 +296,10 @@ fn hoist_above_waits(
     let mut changed = false;
     for _ in 0..HOIST_ROUNDS {
         let mut improved = false;
+        // Candidates replace a suffix of `ord`, at positions visited from
+        // the end backwards (what `PrefixReplay` needs).
+        let (mut replay, _) = PrefixReplay::record(g, &ord, limits);
+        let mut suffix: Vec<u32> = Vec::with_capacity(ord.len());
         let mut p = ord.len();
         while p > 0 {
             p -= 1;
@@ -326,15 +330,17 @@ fn hoist_above_waits(
             if up.is_empty() {
                 continue;
             }
-            let mut alt = ord[..p].to_vec();
-            alt.extend(&up);
-            alt.extend(&down);
-            alt.extend(&ord[end..]);
+            suffix.clear();
+            suffix.extend(&up);
+            suffix.extend(&down);
+            suffix.extend(&ord[end..]);
             // The peak only for an order that is shorter (most are not).
-            let makespan = makespan_of(g, &alt, limits);
+            let makespan = replay.makespan_with_suffix(p, &suffix);
             if makespan >= best.0 - 1e-9 {
                 continue;
             }
+            let mut alt = ord[..p].to_vec();
+            alt.extend(&suffix);
             let peak_total = peak_total_of(g, &alt);
             if peak_total <= best.1 {
                 ord = alt;

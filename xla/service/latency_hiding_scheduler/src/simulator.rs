@@ -62,11 +62,109 @@ pub fn lane_tid(r: ResourceKind, lane: usize) -> u32 {
     1 + (r.index() as u32) * 64 + lane as u32
 }
 
-/// The makespan of `order`: `simulate_graph`'s figure without its bounds,
-/// totals and memory, for comparing many candidate orders of one graph.
-pub fn makespan_of(g: &Graph, order: &[u32], lanes: &[usize; NUM_RESOURCES]) -> f64 {
-    let lanes_n: [usize; NUM_RESOURCES] = lanes.map(|l| l.max(1));
-    play(g, order, &lanes_n, None).makespan
+/// The per-instruction exposed time of each node's callees (while loops,
+/// calls, conditionals), indexed by node.
+fn nested_exposed_of(g: &Graph) -> Vec<f64> {
+    let mut nested = vec![0.0f64; g.n];
+    for &(k, v) in &g.nested_exposed {
+        if let Some(x) = nested.get_mut(k as usize) {
+            *x += v;
+        }
+    }
+    nested
+}
+
+/// The simulation's state between two positions of an order (with the
+/// communication end times, kept apart as `comm_end`).
+#[derive(Clone, Debug)]
+struct PlayState {
+    t: f64,
+    end_all: f64,
+    exposed: f64,
+    lane_free: Vec<Vec<f64>>,
+}
+
+impl PlayState {
+    fn start(lanes_n: &[usize; NUM_RESOURCES]) -> PlayState {
+        PlayState {
+            t: 0.0,
+            end_all: 0.0,
+            exposed: 0.0,
+            lane_free: lanes_n.iter().map(|&k| vec![0.0; k]).collect(),
+        }
+    }
+}
+
+/// Makespans of orders that share a prefix with one recorded order, each
+/// played from the state the recorded order reached at the end of that
+/// prefix (a prefix's simulation depends on the prefix alone), for
+/// comparing many candidate orders of one graph.
+///
+/// Invariant: a candidate replaced the suffix from position `p` on, with
+/// the same instructions, and `p` never exceeds the previous candidate's
+/// (positions are visited from the end backwards): then the communication
+/// end times of the prefix's starts, recorded once, are still those of the
+/// candidate, and those of the suffix are written before they are read.
+pub struct PrefixReplay<'g> {
+    g: &'g Graph,
+    nested: Vec<f64>,
+    /// The recorded order's state before each position.
+    before: Vec<PlayState>,
+    comm_end: Vec<f64>,
+    last_position: usize,
+}
+
+impl<'g> PrefixReplay<'g> {
+    /// Records `order`, returning the replay and the order's makespan.
+    pub fn record(
+        g: &'g Graph,
+        order: &[u32],
+        lanes: &[usize; NUM_RESOURCES],
+    ) -> (PrefixReplay<'g>, f64) {
+        let lanes_n: [usize; NUM_RESOURCES] = lanes.map(|l| l.max(1));
+        let nested = nested_exposed_of(g);
+        let mut state = PlayState::start(&lanes_n);
+        let mut comm_end = vec![0.0f64; g.n];
+        let mut before = Vec::with_capacity(order.len());
+        let played = play(
+            g,
+            order,
+            None,
+            &mut state,
+            &mut comm_end,
+            &nested,
+            Some(&mut before),
+        );
+        let replay = PrefixReplay {
+            g,
+            nested,
+            before,
+            comm_end,
+            last_position: order.len(),
+        };
+        (replay, played.makespan)
+    }
+
+    /// The makespan of the recorded order's first `position` instructions
+    /// followed by `suffix`.
+    pub fn makespan_with_suffix(&mut self, position: usize, suffix: &[u32]) -> f64 {
+        assert!(
+            position <= self.last_position && position < self.before.len(),
+            "PrefixReplay positions must not increase"
+        );
+        self.last_position = position;
+        let mut state = self.before[position].clone();
+        play(
+            self.g,
+            suffix,
+            None,
+            &mut state,
+            &mut self.comm_end,
+            &self.nested,
+            None,
+        )
+        .makespan
+    }
 }
 
 /// The peak live bytes of `order`, parameters included (`simulate_graph`'s
@@ -85,36 +183,34 @@ struct Played {
     begin_times: Vec<f64>,
 }
 
-/// Plays `order` on the execution model; with `trace`, records the events
-/// into its timeline (instruction names from its computation).
+/// Plays `order` on the execution model from `state` (left as the order
+/// ends it), writing each start's communication end time into
+/// `comm_end`; with `trace`, records the events into its timeline
+/// (instruction names from its computation); with `checkpoints`, pushes
+/// the state before each position.
+#[allow(clippy::too_many_arguments)]
 fn play(
     g: &Graph,
     order: &[u32],
-    lanes_n: &[usize; NUM_RESOURCES],
     trace: Option<(&mut Timeline, Option<&xla_hlo_ir::HloComputation>)>,
+    state: &mut PlayState,
+    comm_end: &mut [f64],
+    nested: &[f64],
+    mut checkpoints: Option<&mut Vec<PlayState>>,
 ) -> Played {
     let n = g.n;
     let (mut timeline, comp) = match trace {
         Some((tl, comp)) => (Some(tl), comp),
         None => (None, None),
     };
-    let mut lane_free: Vec<Vec<f64>> = lanes_n.iter().map(|&k| vec![0.0; k]).collect();
-    let mut comm_end = vec![0.0f64; n];
-    let mut t = 0.0f64;
-    let mut end_all = 0.0f64;
-    let mut exposed = 0.0f64;
+    let mut lane_free = std::mem::take(&mut state.lane_free);
+    let (mut t, mut end_all, mut exposed) = (state.t, state.end_all, state.exposed);
     let mut begin_times: Vec<f64> = Vec::with_capacity(if timeline.is_some() { n } else { 0 });
     let name_of = |i: usize| -> String {
         comp.and_then(|c| c.instructions.get(i))
             .map(|x| x.name.clone())
             .unwrap_or_else(|| format!("#{i}"))
     };
-    let mut nested = vec![0.0f64; n];
-    for &(k, v) in &g.nested_exposed {
-        if let Some(x) = nested.get_mut(k as usize) {
-            *x += v;
-        }
-    }
     let nested_exposed = |i: usize| -> f64 { nested[i] };
     let take_lane = |lane_free: &mut Vec<Vec<f64>>, r: usize| -> usize {
         let mut best = 0;
@@ -126,6 +222,14 @@ fn play(
         best
     };
     for &i in order {
+        if let Some(c) = checkpoints.as_mut() {
+            c.push(PlayState {
+                t,
+                end_all,
+                exposed,
+                lane_free: lane_free.clone(),
+            });
+        }
         let i = i as usize;
         if i >= n {
             continue;
@@ -244,6 +348,12 @@ fn play(
             }
         }
     }
+    *state = PlayState {
+        t,
+        end_all,
+        exposed,
+        lane_free,
+    };
     Played {
         makespan: t.max(end_all),
         stream_end: t,
@@ -270,7 +380,17 @@ pub fn simulate_graph(
         computation: c.name.clone(),
         ..Timeline::default()
     });
-    let played = play(g, order, &lanes_n, timeline.as_mut().map(|tl| (tl, comp)));
+    let mut state = PlayState::start(&lanes_n);
+    let mut comm_end = vec![0.0f64; n];
+    let played = play(
+        g,
+        order,
+        timeline.as_mut().map(|tl| (tl, comp)),
+        &mut state,
+        &mut comm_end,
+        &nested_exposed_of(g),
+        None,
+    );
     let (t, exposed, begin_times) = (played.stream_end, played.exposed, played.begin_times);
     let makespan = played.makespan;
     let bounds = g.lower_bounds(&lanes_n, detailed_bounds);

@@ -505,3 +505,64 @@ fn late_parameter_gather_moves_ahead_of_the_chain() {
     assert!(close(e.makespan, 51.0), "makespan {}", e.makespan);
     assert!(pos(&out, "ag1-start") < pos(&out, "c2"));
 }
+
+/// `PrefixReplay` (how hoisting compares candidate orders) gives the
+/// makespan a full simulation gives: for the recorded order's own suffix
+/// at every position (visited from the end backwards), and for a suffix
+/// that moves the all-reduce's done as late as it can go.
+#[test]
+fn prefix_replay_matches_full_simulation() {
+    use xla_latency_hiding_scheduler::graph::Graph;
+    use xla_latency_hiding_scheduler::simulator::{simulate_graph, PrefixReplay};
+    let m = parse(&module(
+        "ENTRY %e (p0: f32[1024], p1: f32[1024]) -> f32[1024] {
+  %p0 = f32[1024]{0} parameter(0)
+  %p1 = f32[1024]{0} parameter(1)
+  %ar = f32[1024]{0} all-reduce(%p0), channel_id=1, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%add
+  %c1 = f32[1024]{0} exponential(%p1)
+  %c2 = f32[1024]{0} exponential(%c1)
+  %c3 = f32[1024]{0} exponential(%c2)
+  %c4 = f32[1024]{0} exponential(%c3)
+  ROOT %r = f32[1024]{0} add(%ar, %c4)
+}
+",
+    ));
+    let model = fixed(&[
+        ("c1", 10.0),
+        ("c2", 10.0),
+        ("c3", 10.0),
+        ("c4", 10.0),
+        ("r", 1.0),
+        ("ar", 30.0),
+    ]);
+    let (out, _) = schedule(&m, &SchedulerConfig::default(), model.as_ref());
+    let g = Graph::build(
+        &out,
+        out.entry,
+        model.as_ref(),
+        &vec![None; out.computations.len()],
+    )
+    .unwrap();
+    let lanes = [1usize; NUM_RESOURCES];
+    let order: Vec<u32> = (0..g.n as u32).collect();
+    let full = |o: &[u32]| simulate_graph(&g, o, &lanes, None, false).0.makespan;
+    let (mut replay, recorded) = PrefixReplay::record(&g, &order, &lanes);
+    assert!(close(recorded, full(&order)));
+    let done = pos(&out, "ar-done");
+    let root = order.len() - 1;
+    for p in (0..order.len()).rev() {
+        assert!(close(
+            replay.makespan_with_suffix(p, &order[p..]),
+            full(&order)
+        ));
+        if p == done {
+            // The done moved to just before the root.
+            let mut alt: Vec<u32> = order[..p].to_vec();
+            alt.extend(order[p + 1..root].iter().copied());
+            alt.push(order[p]);
+            alt.push(order[root]);
+            let replayed = replay.makespan_with_suffix(p, &alt[p..]);
+            assert!(close(replayed, full(&alt)), "{replayed} vs {}", full(&alt));
+        }
+    }
+}
