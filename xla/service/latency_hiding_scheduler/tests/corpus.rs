@@ -1,5 +1,6 @@
 //! The scheduler on real modules: ../shared/xla-hlo (Llama 3.1 8B with
-//! 1647 collectives, Llama 70B, context-parallel Llama 3 8B, MaxText, ...),
+//! 1647 collectives, Llama 70B, context-parallel Llama 3 8B, MaxText, ...)
+//! and ../shared/xla-hlo-more (Mixtral 8x7B, MaxText DeepSeek),
 //! the xla_partitioned modules of ../shared/corpus and of testdata/cases.
 //! For each: the schedule is valid (dependencies, start before done,
 //! overlap limits), the verifier accepts it, under the analytical model
@@ -24,10 +25,9 @@ fn module_paths(include_big: bool) -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
     let shared = xla_test_paths::shared();
     if let (true, Some(shared)) = (include_big, &shared) {
-        let rd = std::fs::read_dir(shared.join("xla-hlo"))
-            .into_iter()
-            .flatten();
-        let mut v: Vec<PathBuf> = rd
+        let mut v: Vec<PathBuf> = ["xla-hlo", "xla-hlo-more"]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(shared.join(d)).into_iter().flatten())
             .flatten()
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|e| e == "hlo"))
