@@ -83,3 +83,60 @@ fn readme_main_command_runs_end_to_end() {
     assert!(report.contains("outputs match XLA's"), "{report}");
     assert!(report.contains("XLA's partitioner"), "{report}");
 }
+
+/// `device_put` to host memory and back (`annotate_device_placement`, as
+/// JAX emits it for activation offloading) keeps the values' sharding:
+/// partitioned, the program runs on 4 devices, gives what the global
+/// program gives, and moves nothing (an opaque custom call would be
+/// replicated and gathered).
+#[test]
+fn memory_placements_keep_shardings_and_outputs() {
+    const MODULE: &str = r#"HloModule offload, num_partitions=4
+
+ENTRY main {
+  p = f32[8,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  q = f32[8,4] parameter(1), sharding={devices=[4,1]<=[4]}
+  m = f32[8,4] multiply(p, q)
+  host = f32[8,4] custom-call(m), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="pinned_host"}
+  back = f32[8,4] custom-call(host), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="device"}
+  e = f32[8,4] exponential(back)
+  ROOT r = f32[8,4] add(e, p), sharding={devices=[4,1]<=[4]}
+}
+"#;
+    let dir = std::env::temp_dir().join(format!("rhm_offload_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let module = dir.join("offload.hlo");
+    std::fs::write(&module, MODULE).unwrap();
+    let global = dir.join("global");
+    let out = Command::new(env!("CARGO_BIN_EXE_run_hlo_module"))
+        .arg(&module)
+        .arg("--output")
+        .arg(&global)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_run_hlo_module"))
+        .arg(&module)
+        .arg("--partition")
+        .arg("--expected")
+        .arg(&global)
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{line} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(j["all_matched"], true, "{j}");
+    assert_eq!(j["devices"], 4, "{j}");
+    assert_eq!(j["partition"]["collective_bytes"], 0, "{j}");
+    assert_eq!(j["partition"]["fallbacks"], serde_json::json!([]), "{j}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
