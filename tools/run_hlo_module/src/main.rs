@@ -147,6 +147,9 @@ fn start_watchdog(file: String, seconds: f64) -> Arc<Mutex<bool>> {
 }
 
 fn main() {
+    // Warnings (e.g. the scheduler's under --partition --schedule) on
+    // stderr; RUST_LOG=info shows each pass's time.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse().resolve_case();
     match run(&cli) {
         Ok(ok) => std::process::exit(if ok { 0 } else { 1 }),
