@@ -95,6 +95,50 @@ impl PlayState {
     }
 }
 
+/// `PlayState`s, one per position of an order, in two flat arrays.
+#[derive(Debug, Default)]
+struct Checkpoints {
+    /// `(t, end_all, exposed)` per position.
+    scalars: Vec<(f64, f64, f64)>,
+    /// Every resource's lanes, resource by resource, per position.
+    lanes: Vec<f64>,
+    /// Lanes per resource (the same at every position).
+    lanes_per_resource: Vec<usize>,
+}
+
+impl Checkpoints {
+    fn push(&mut self, t: f64, end_all: f64, exposed: f64, lane_free: &[Vec<f64>]) {
+        if self.scalars.is_empty() {
+            self.lanes_per_resource = lane_free.iter().map(Vec::len).collect();
+        }
+        self.scalars.push((t, end_all, exposed));
+        for lanes in lane_free {
+            self.lanes.extend_from_slice(lanes);
+        }
+    }
+
+    fn state(&self, position: usize) -> PlayState {
+        let (t, end_all, exposed) = self.scalars[position];
+        let stride: usize = self.lanes_per_resource.iter().sum();
+        let mut at = position * stride;
+        let lane_free = self
+            .lanes_per_resource
+            .iter()
+            .map(|&k| {
+                let lanes = self.lanes[at..at + k].to_vec();
+                at += k;
+                lanes
+            })
+            .collect();
+        PlayState {
+            t,
+            end_all,
+            exposed,
+            lane_free,
+        }
+    }
+}
+
 /// Makespans of orders that share a prefix with one recorded order, each
 /// played from the state the recorded order reached at the end of that
 /// prefix (a prefix's simulation depends on the prefix alone), for
@@ -109,7 +153,7 @@ pub struct PrefixReplay<'g> {
     g: &'g Graph,
     nested: Vec<f64>,
     /// The recorded order's state before each position.
-    before: Vec<PlayState>,
+    before: Checkpoints,
     comm_end: Vec<f64>,
     last_position: usize,
 }
@@ -125,7 +169,7 @@ impl<'g> PrefixReplay<'g> {
         let nested = nested_exposed_of(g);
         let mut state = PlayState::start(&lanes_n);
         let mut comm_end = vec![0.0f64; g.n];
-        let mut before = Vec::with_capacity(order.len());
+        let mut before = Checkpoints::default();
         let played = play(
             g,
             order,
@@ -149,11 +193,11 @@ impl<'g> PrefixReplay<'g> {
     /// followed by `suffix`.
     pub fn makespan_with_suffix(&mut self, position: usize, suffix: &[u32]) -> f64 {
         assert!(
-            position <= self.last_position && position < self.before.len(),
+            position <= self.last_position && position < self.before.scalars.len(),
             "PrefixReplay positions must not increase"
         );
         self.last_position = position;
-        let mut state = self.before[position].clone();
+        let mut state = self.before.state(position);
         play(
             self.g,
             suffix,
@@ -196,7 +240,7 @@ fn play(
     state: &mut PlayState,
     comm_end: &mut [f64],
     nested: &[f64],
-    mut checkpoints: Option<&mut Vec<PlayState>>,
+    mut checkpoints: Option<&mut Checkpoints>,
 ) -> Played {
     let n = g.n;
     let (mut timeline, comp) = match trace {
@@ -223,12 +267,7 @@ fn play(
     };
     for &i in order {
         if let Some(c) = checkpoints.as_mut() {
-            c.push(PlayState {
-                t,
-                end_all,
-                exposed,
-                lane_free: lane_free.clone(),
-            });
+            c.push(t, end_all, exposed, &lane_free);
         }
         let i = i as usize;
         if i >= n {
