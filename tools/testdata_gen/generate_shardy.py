@@ -999,6 +999,33 @@ def _heldout_cond(c):
 
 
 
+def offload(x, spec):
+    """jax.device_put to pinned host memory and back (activation offloading),
+    which lowers to annotate_device_placement custom calls; gone in the
+    single-device rerun."""
+    if Ctx.single:
+        return x
+    x = jax.device_put(x, NamedSharding(Ctx.mesh, spec, memory_kind="pinned_host"))
+    return jax.device_put(x, NamedSharding(Ctx.mesh, spec, memory_kind="device"))
+
+
+@case("offload_device_put_2x4",
+      "tanh(a @ w) with a P(x,None) and w P(None,y), offloaded to pinned host memory and "
+      "back with its own sharding P(x,y) (jax.device_put with memory kinds), then "
+      "sum(back * h, axis=1): the placement custom calls must pass the sharding through.",
+      (2, 4), ("x", "y"), rtol=1e-4)
+def _heldout_offload(c):
+    c.arg("a", (16, 32), "f32", P("x", None))
+    c.arg("w", (32, 64), "f32", P(None, "y"), scale=0.2)
+    c.out("o", P("x"))
+
+    def f(a, w):
+        h = jnp.tanh(a @ w)
+        return (jnp.sum(offload(h, P("x", "y")) * h, axis=1),)
+    return f
+
+
+
 def _module_dumps(fn_name):
     pat = re.compile(r"^module_\d+\.jit_%s\.(.*\.txt)$" % re.escape(fn_name))
     found = {}
