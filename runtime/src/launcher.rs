@@ -51,13 +51,13 @@ impl LaunchPlan {
         let parameter_shardings = entry
             .parameters
             .iter()
-            .map(|p| entry.instructions[p.index()].sharding.clone())
+            .map(|p| entry.instructions[p.index()].sharding.as_deref().cloned())
             .collect();
-        let result_shape = global_shape(&root.shape, root.sharding.as_ref())?;
+        let result_shape = global_shape(&root.shape, root.sharding.as_deref())?;
         Ok(LaunchPlan {
             num_partitions: n,
             parameter_shardings,
-            result_sharding: root.sharding.clone(),
+            result_sharding: root.sharding.as_deref().cloned(),
             result_shape,
             timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
         })
@@ -90,8 +90,9 @@ impl LaunchPlan {
             .map(|(&lp, &gp)| {
                 g.instructions[gp.index()]
                     .sharding
-                    .clone()
-                    .or_else(|| l.instructions[lp.index()].sharding.clone())
+                    .as_deref()
+                    .cloned()
+                    .or_else(|| l.instructions[lp.index()].sharding.as_deref().cloned())
             })
             .collect();
         let root = g.root_instr();
@@ -100,8 +101,9 @@ impl LaunchPlan {
             parameter_shardings,
             result_sharding: root
                 .sharding
-                .clone()
-                .or_else(|| l.root_instr().sharding.clone()),
+                .as_deref()
+                .cloned()
+                .or_else(|| l.root_instr().sharding.as_deref().cloned()),
             result_shape: root.shape.clone(),
             timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
         })

@@ -629,7 +629,7 @@ pub fn eval_custom_call(
                 .operands
                 .first()
                 .and_then(|o| comp.instructions.get(o.index()))
-                .and_then(|i| i.sharding.as_ref())
+                .and_then(|i| i.sharding.as_deref())
                 .and_then(single)
                 .ok_or_else(|| {
                     EvalError::invalid("SPMDFullToShardShape operand has no sharding")
@@ -644,7 +644,7 @@ pub fn eval_custom_call(
             let out_dims = instr.shape.dims().to_vec();
             let dst = instr
                 .sharding
-                .as_ref()
+                .as_deref()
                 .and_then(single)
                 .ok_or_else(|| EvalError::invalid("SPMDShardToFullShape has no sharding"))?;
             if out_dims == shard.dims && !matches!(dst.kind, ShardingKind::Tiled { .. }) {

@@ -53,7 +53,9 @@ pub struct HloInstruction {
     pub operands: Vec<InstrId>,
     /// `key=value` attributes other than sharding and control predecessors.
     pub attrs: Vec<Attribute>,
-    pub sharding: Option<HloSharding>,
+    /// Boxed: most instructions of a large module have none, and an inline
+    /// sharding would more than double the size of every instruction.
+    pub sharding: Option<Box<HloSharding>>,
     pub control_predecessors: Vec<InstrId>,
     /// `parameter(N)`
     pub parameter_number: Option<i64>,

@@ -124,8 +124,8 @@ pub fn compare_module_shardings(ours: &HloModule, other: &HloModule) -> Sharding
     let (other_order, other_map) = index(other);
     let mut out = ShardingComparison::default();
     let mut visit = |name: &str, a: Option<&Entry>, b: Option<&Entry>| {
-        let sa = a.and_then(|e| e.instr.sharding.as_ref());
-        let sb = b.and_then(|e| e.instr.sharding.as_ref());
+        let sa = a.and_then(|e| e.instr.sharding.as_deref());
+        let sb = b.and_then(|e| e.instr.sharding.as_deref());
         if sa.is_none() && sb.is_none() {
             return;
         }

@@ -28,6 +28,18 @@ pub fn inline_calls(
             .collect(),
         next_suffix: FxHashMap::default(),
     };
+    // How many instructions refer to each computation; a callee whose last
+    // reference is being inlined can give its instructions up.
+    let mut references = vec![0u32; module.computations.len()];
+    for comp in &module.computations {
+        for instr in &comp.instructions {
+            for c in instr.called_computations() {
+                if let Some(r) = references.get_mut(c.index()) {
+                    *r += 1;
+                }
+            }
+        }
+    }
     let mut inlined = 0;
     for ci in callees_first(module) {
         let comp = module.comp(ci);
@@ -57,14 +69,35 @@ pub fn inline_calls(
         out.execution_thread = comp.execution_thread;
         let mut map: Vec<InstrId> = Vec::with_capacity(comp.instructions.len());
         for (i, mut instr) in comp.instructions.into_iter().enumerate() {
-            let operands: Vec<InstrId> = instr.operands.iter().map(|o| map[o.index()]).collect();
+            for o in &mut instr.operands {
+                *o = map[o.index()];
+            }
             if wanted[i] {
-                let callee = module.comp(instr.to_apply().expect("checked"));
-                map.push(copy_body(callee, &operands, &mut out, &mut names));
+                let callee = instr.to_apply().expect("checked");
+                references[callee.index()] -= 1;
+                let root = if references[callee.index()] == 0 {
+                    // The last reference: the body moves instead of being copied.
+                    let body = std::mem::replace(
+                        &mut module.computations[callee.index()],
+                        HloComputation::new(""),
+                    );
+                    let root = body.root;
+                    place_body(
+                        body.instructions,
+                        root,
+                        &instr.operands,
+                        &mut out,
+                        &mut names,
+                    )
+                } else {
+                    let body = module.comp(callee);
+                    let copies = body.instructions.iter().cloned();
+                    place_body(copies, body.root, &instr.operands, &mut out, &mut names)
+                };
+                map.push(root);
                 inlined += 1;
                 continue;
             }
-            instr.operands = operands;
             for p in &mut instr.control_predecessors {
                 *p = map[p.index()];
             }
@@ -118,32 +151,33 @@ fn callees(module: &HloModule, ci: usize) -> Vec<CompId> {
         .collect()
 }
 
-/// Copies `callee`'s instructions into `out` with its parameters replaced
-/// by `arguments`; returns the copy of its root.
-fn copy_body(
-    callee: &HloComputation,
+/// Adds a callee's instructions (`body`, in its order, with the callee's
+/// `root`) to `out`, its parameters replaced by `arguments`; returns the id
+/// of its root there.
+fn place_body(
+    body: impl IntoIterator<Item = HloInstruction>,
+    root: InstrId,
     arguments: &[InstrId],
     out: &mut HloComputation,
     names: &mut Names,
 ) -> InstrId {
-    let mut map: Vec<InstrId> = Vec::with_capacity(callee.instructions.len());
-    for instr in &callee.instructions {
+    let mut map: Vec<InstrId> = Vec::new();
+    for mut instr in body {
         if instr.opcode == Opcode::Parameter {
             let n = instr.parameter_number.unwrap_or(0) as usize;
             map.push(arguments[n.min(arguments.len().saturating_sub(1))]);
             continue;
         }
-        let mut copy = instr.clone();
-        copy.operands = instr.operands.iter().map(|o| map[o.index()]).collect();
-        copy.control_predecessors = instr
-            .control_predecessors
-            .iter()
-            .map(|p| map[p.index()])
-            .collect();
-        copy.name = names.unique(&instr.name);
-        map.push(out.add(copy));
+        for o in &mut instr.operands {
+            *o = map[o.index()];
+        }
+        for p in &mut instr.control_predecessors {
+            *p = map[p.index()];
+        }
+        instr.name = names.unique(&instr.name);
+        map.push(out.add(instr));
     }
-    map[callee.root.index()]
+    map[root.index()]
 }
 
 /// The module's instruction names, and per name root the smallest suffix
@@ -203,10 +237,16 @@ pub fn remove_computations(module: &mut HloModule, removed: &[CompId]) {
     if removed.is_empty() {
         return;
     }
+    let mut is_removed = vec![false; module.computations.len()];
+    for c in removed {
+        if let Some(r) = is_removed.get_mut(c.index()) {
+            *r = true;
+        }
+    }
     let mut new_index: Vec<Option<u32>> = Vec::with_capacity(module.computations.len());
     let mut next = 0u32;
-    for ci in 0..module.computations.len() {
-        if removed.contains(&CompId(ci as u32)) {
+    for &gone in &is_removed {
+        if gone {
             new_index.push(None);
         } else {
             new_index.push(Some(next));

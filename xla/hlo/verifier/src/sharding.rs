@@ -39,7 +39,7 @@ pub(crate) fn check(at: &At, r: &mut Report) {
         // (outfeeds carry the tuple sharding of their data and token).
         return;
     }
-    match sharding {
+    match &**sharding {
         HloSharding::Single(s) => {
             if shape.is_tuple() {
                 for leaf in shape.leaves() {

@@ -239,9 +239,11 @@ fn write_back(
 ) {
     for update in updates {
         let instr = module.comp_mut(update.comp).instr_mut(update.id);
-        instr.sharding = update.sharding;
+        instr.sharding = update.sharding.map(Box::new);
         // Shard groups are consumed by propagation.
-        if let Some(HloSharding::Single(SingleSharding { shard_group, .. })) = &mut instr.sharding {
+        if let Some(HloSharding::Single(SingleSharding { shard_group, .. })) =
+            instr.sharding.as_deref_mut()
+        {
             *shard_group = None;
         }
     }

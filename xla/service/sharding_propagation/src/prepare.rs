@@ -101,7 +101,7 @@ pub(crate) fn copy_while_root(module: &mut HloModule) -> Option<InstrId> {
     let root = comp.root;
     let root_instr = comp.instr(root);
     if root_instr.opcode != Opcode::While
-        || root_instr.sharding.as_ref().is_some_and(|sharding| {
+        || root_instr.sharding.as_deref().is_some_and(|sharding| {
             sharding
                 .leaves()
                 .iter()
@@ -238,7 +238,7 @@ pub(crate) fn process_sharding_calls(
             }
             let group = instr
                 .sharding
-                .as_ref()
+                .as_deref()
                 .and_then(|s| s.leaves().first().and_then(|leaf| leaf.shard_group));
             if let Some(group) = group {
                 found.groups.add(node, group);

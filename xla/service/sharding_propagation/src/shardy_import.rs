@@ -721,7 +721,7 @@ fn rebuild(
                         AttrKey::CustomCallTarget,
                         AttrValue::Str(second_target.into()),
                     );
-                    reshape.sharding = second_sharding;
+                    reshape.sharding = second_sharding.map(Box::new);
                     values.push(out.add(reshape));
                 }
                 if matches!(instr.shape, Shape::Tuple(_)) {
@@ -736,12 +736,12 @@ fn rebuild(
                     );
                     let leaves: Option<Vec<SingleSharding>> = elements[&old_index]
                         .iter()
-                        .map(|&v| match &out.instr(v).sharding {
+                        .map(|&v| match out.instr(v).sharding.as_deref() {
                             Some(HloSharding::Single(s)) => Some(s.clone()),
                             _ => None,
                         })
                         .collect();
-                    tuple.sharding = leaves.map(HloSharding::Tuple);
+                    tuple.sharding = leaves.map(|l| Box::new(HloSharding::Tuple(l)));
                     out.add(tuple)
                 } else {
                     values[0]
@@ -818,7 +818,7 @@ fn rebuild(
                             );
                         }
                     }
-                    copy.sharding = sharding;
+                    copy.sharding = sharding.map(Box::new);
                 }
                 strip_shardy_attributes(&mut copy);
                 out.add(copy)
@@ -838,7 +838,7 @@ fn rebuild(
                 let sharding = meshes
                     .for_shape(&open, &shape, manual, true)
                     .map_err(|e| error(name, &instr.name, e))?;
-                out.instr_mut(new_id).sharding = sharding;
+                out.instr_mut(new_id).sharding = sharding.map(Box::new);
             }
         }
         if context.mode == ImportMode::AfterShardyPropagation {
@@ -847,10 +847,12 @@ fn rebuild(
             let new = out.instr(new_id);
             if new.sharding.is_none() && new.opcode == Opcode::GetTupleElement {
                 let index = new.int_attr(AttrKey::Index).unwrap_or(0) as usize;
-                if let Some(HloSharding::Tuple(leaves)) = &out.instr(new.operands[0]).sharding {
+                if let Some(HloSharding::Tuple(leaves)) =
+                    out.instr(new.operands[0]).sharding.as_deref()
+                {
                     if let Some(leaf) = leaves.get(index) {
                         let leaf = leaf.clone();
-                        out.instr_mut(new_id).sharding = Some(HloSharding::Single(leaf));
+                        out.instr_mut(new_id).sharding = Some(Box::new(HloSharding::Single(leaf)));
                     }
                 }
             }
@@ -902,7 +904,7 @@ fn sharding_custom_call(
 ) -> HloInstruction {
     let mut cc = HloInstruction::new(name, Opcode::CustomCall, shape.clone(), vec![operand]);
     cc.set_attr(AttrKey::CustomCallTarget, AttrValue::Str("Sharding".into()));
-    cc.sharding = Some(sharding.unwrap_or_else(HloSharding::replicated));
+    cc.sharding = Some(Box::new(sharding.unwrap_or_else(HloSharding::replicated)));
     cc
 }
 

@@ -208,7 +208,7 @@ pub fn run_partitioned(
             .get(k)
             .ok_or_else(|| SpmdError::Eval(format!("missing argument {k}")))?;
         let shape = value_shape(arg);
-        param_vs.push(sharding_from_ir(instr.sharding.as_ref(), &shape, n)?);
+        param_vs.push(sharding_from_ir(instr.sharding.as_deref(), &shape, n)?);
         global_shapes.push(shape);
     }
     let mut per_device = Vec::with_capacity(n as usize);
@@ -221,7 +221,7 @@ pub fn run_partitioned(
     }
     let outs = run_devices(module, &per_device, n)?;
     let root = e.root_instr();
-    let root_vs = sharding_from_ir(root.sharding.as_ref(), out_shape, n)?;
+    let root_vs = sharding_from_ir(root.sharding.as_deref(), out_shape, n)?;
     let refs: Vec<&Value> = outs.iter().collect();
     assemble_value(&refs, &root_vs, out_shape, strict)
 }

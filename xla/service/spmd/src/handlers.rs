@@ -55,7 +55,7 @@ pub fn fallback(p: &mut Part<'_, '_>, instr: &HloInstruction) -> Result<PValue, 
 /// Whether `instr`'s own sharding has a manual subgroup: it belongs to a
 /// partially manual region (the body of a shard_map manual over some axes).
 pub fn in_partial_manual_region(instr: &HloInstruction) -> bool {
-    instr.sharding.as_ref().is_some_and(|s| {
+    instr.sharding.as_deref().is_some_and(|s| {
         s.leaves().iter().any(|leaf| {
             matches!(&leaf.kind, ShardingKind::Tiled { last_tile_dims, .. }
                 if last_tile_dims.contains(&SubgroupType::Manual))

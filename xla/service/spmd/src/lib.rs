@@ -205,7 +205,7 @@ fn partition_owned(
         ec.root_instr()
             .sharding
             .clone()
-            .unwrap_or_else(|| root_vs.to_ir()),
+            .unwrap_or_else(|| Box::new(root_vs.to_ir())),
     );
     let mut comps = Vec::with_capacity(orig.computations.len() + ctx.new_comps.len());
     for (i, c) in orig.computations.iter().enumerate() {

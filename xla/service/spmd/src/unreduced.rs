@@ -133,7 +133,7 @@ fn is_full_to_shard(instr: &HloInstruction) -> bool {
 impl Part<'_, '_> {
     /// The groups over which `instr`'s own sharding is unreduced.
     pub fn unreduced_target(&self, instr: &HloInstruction) -> Result<Option<Groups>, SpmdError> {
-        unreduced_groups(instr.sharding.as_ref(), &instr.shape, self.n()).map_err(|e| match e {
+        unreduced_groups(instr.sharding.as_deref(), &instr.shape, self.n()).map_err(|e| match e {
             SpmdError::Sharding { message, .. } => SpmdError::Sharding {
                 instruction: instr.name.clone(),
                 message,

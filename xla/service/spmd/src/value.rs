@@ -145,7 +145,7 @@ pub fn sharding_of(
     grids: &GridCache,
 ) -> Result<ValueSharding, SpmdError> {
     cache
-        .convert(grids, instr.sharding.as_ref(), &instr.shape, n)
+        .convert(grids, instr.sharding.as_deref(), &instr.shape, n)
         .map_err(|e| match e {
             SpmdError::Sharding { message, .. } => SpmdError::Sharding {
                 instruction: instr.name.clone(),

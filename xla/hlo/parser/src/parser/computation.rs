@@ -39,10 +39,12 @@ impl<'a> Parser<'a> {
             self.shape()?;
         }
         self.c.expect(b'{')?;
-        // Size the arenas from the text up to the closing brace of the body
-        // (instructions average well over 40 bytes of text).
+        // Size the arenas by the lines up to the closing brace of the body
+        // (one instruction per line as printed; an over-estimate costs an
+        // instruction's full size per slot, so lines, not bytes, are counted).
         let body_len = self.c.src[self.c.pos..].find("\n}").unwrap_or(0);
-        let estimate = body_len / 48;
+        let body = &self.c.src.as_bytes()[self.c.pos..self.c.pos + body_len];
+        let estimate = body.iter().filter(|&&b| b == b'\n').count() + 1;
         let mut state = ComputationState {
             comp: HloComputation::new(name),
             names: FxHashMap::with_capacity_and_hasher(estimate, Default::default()),

@@ -119,6 +119,7 @@ impl<'a> Parser<'a> {
         if instr.attrs.iter().any(|a| a.key.is_trailing()) {
             instr.attrs.sort_by_key(|a| a.key.is_trailing());
         }
+        instr.attrs.shrink_to_fit();
 
         // Calls to computations already read resolve now (so that shape
         // inference can see them); later ones at the end of the module.

@@ -114,6 +114,16 @@ struct Graph {
     pinned_of: FxHashMap<(u32, u32), Vec<Option<usize>>>,
 }
 
+/// The values of instruction `id` of `comp` in `value_of` (a free function,
+/// so that a caller may hold them while it updates the graph's other fields).
+fn values_of(
+    value_of: &FxHashMap<(u32, u32), Vec<Option<usize>>>,
+    comp: CompId,
+    id: InstrId,
+) -> &[Option<usize>] {
+    value_of.get(&(comp.0, id.0)).map_or(&[], |v| v.as_slice())
+}
+
 impl Graph {
     fn new_value(&mut self, dims: Vec<i64>, constant: bool) -> usize {
         self.values.push(Value {
@@ -125,11 +135,12 @@ impl Graph {
         self.values.len() - 1
     }
 
-    fn values(&self, comp: CompId, id: InstrId) -> Vec<Option<usize>> {
-        self.value_of
-            .get(&(comp.0, id.0))
-            .cloned()
-            .unwrap_or_default()
+    fn values(&self, comp: CompId, id: InstrId) -> &[Option<usize>] {
+        values_of(&self.value_of, comp, id)
+    }
+
+    fn values_owned(&self, comp: CompId, id: InstrId) -> Vec<Option<usize>> {
+        self.values(comp, id).to_vec()
     }
 
     fn edge(&mut self, sources: Vec<usize>, targets: Vec<usize>) {
@@ -423,7 +434,7 @@ fn build_graph(
             let id = InstrId(i as u32);
             if instr.opcode == Opcode::Parameter {
                 if let Some(&(caller, operand)) = branch_operand.get(&c) {
-                    let values = g.values(caller, operand);
+                    let values = g.values(caller, operand).to_vec();
                     if values.len() == leaf_dims(&instr.shape).len() {
                         g.value_of.insert((c.0, id.0), values);
                         continue;
@@ -434,7 +445,7 @@ fn build_graph(
                 Opcode::Tuple => instr
                     .operands
                     .iter()
-                    .map(|o| match g.values(c, *o).as_slice() {
+                    .map(|o| match g.values(c, *o) {
                         [single] if !matches!(comp.instr(*o).shape, Shape::Tuple(_)) => *single,
                         _ => None,
                     })
@@ -478,12 +489,12 @@ fn build_graph(
                 continue;
             }
             for o in &instr.operands {
-                for v in g.values(c, *o).into_iter().flatten() {
+                for &v in values_of(&g.value_of, c, *o).iter().flatten() {
                     g.values[v].uses += 1;
                 }
             }
         }
-        for v in g.values(c, comp.root).into_iter().flatten() {
+        for &v in values_of(&g.value_of, c, comp.root).iter().flatten() {
             g.values[v].uses += 1;
         }
     }
@@ -497,7 +508,7 @@ fn build_graph(
             let Some(shardings) = memo.shardings(instr, SHARDING) else {
                 continue;
             };
-            let values = g.values(c, InstrId(i as u32));
+            let values = values_of(&g.value_of, c, InstrId(i as u32));
             if shardings.len() != values.len() {
                 continue;
             }
@@ -527,9 +538,10 @@ fn build_graph(
                 .unwrap_or((u64::MAX, u64::MAX));
             key = after;
             let id = InstrId(i as u32);
-            let results: Vec<Option<usize>> = g.values(c, id);
-            let operand_values =
-                |g: &Graph, k: usize| -> Vec<Option<usize>> { g.values(c, instr.operands[k]) };
+            let results: Vec<Option<usize>> = g.values_owned(c, id);
+            let operand_values = |g: &Graph, k: usize| -> Vec<Option<usize>> {
+                g.values_owned(c, instr.operands[k])
+            };
             match (instr.opcode, custom_call_target(instr)) {
                 (Opcode::Tuple | Opcode::GetTupleElement, _) => {}
                 (Opcode::While, _) => {
@@ -540,18 +552,18 @@ fn build_graph(
                         continue;
                     };
                     let init = operand_values(&g, 0);
-                    let body_root = g.values(body, module.comp(body).root);
+                    let body_root = g.values_owned(body, module.comp(body).root);
                     let body_param = module
                         .comp(body)
                         .parameters
                         .first()
-                        .map(|p| g.values(body, *p))
+                        .map(|p| g.values_owned(body, *p))
                         .unwrap_or_default();
                     let cond_param = module
                         .comp(cond)
                         .parameters
                         .first()
-                        .map(|p| g.values(cond, *p))
+                        .map(|p| g.values_owned(cond, *p))
                         .unwrap_or_default();
                     for k in 0..results.len() {
                         let sources: Vec<usize> = [&init, &body_root]
@@ -576,7 +588,7 @@ fn build_graph(
                             (bc.parameters.first(), instr.operands.get(b + 1))
                         {
                             let args = operand_values(&g, b + 1);
-                            let params = g.values(branch, p);
+                            let params = g.values_owned(branch, p);
                             for (a, p) in args.iter().zip(&params) {
                                 if let (Some(a), Some(p)) = (a, p) {
                                     g.edge(vec![*a], vec![*p]);
@@ -614,14 +626,14 @@ fn build_graph(
                             break;
                         }
                         let args = operand_values(&g, k);
-                        for (a, p) in args.iter().zip(&g.values(callee, p)) {
+                        for (a, p) in args.iter().zip(&g.values_owned(callee, p)) {
                             if let (Some(a), Some(p)) = (a, p) {
                                 g.edge(vec![*a], vec![*p]);
                             }
                         }
                     }
                     op_keys.resize(g.ops.len(), before_callees);
-                    for (r, s) in results.iter().zip(&g.values(callee, cc.root)) {
+                    for (r, s) in results.iter().zip(&g.values_owned(callee, cc.root)) {
                         if let (Some(r), Some(s)) = (r, s) {
                             g.edge(vec![*s], vec![*r]);
                         }
@@ -1154,7 +1166,7 @@ fn write_back(
         let n = module.comp(c).instructions.len();
         for i in 0..n {
             let id = InstrId(i as u32);
-            let values = g.values(c, id);
+            let values = g.values_owned(c, id);
             let instr = module.comp(c).instr(id);
             let target = custom_call_target(instr).map(str::to_string);
             match target.as_deref() {
@@ -1170,7 +1182,7 @@ fn write_back(
                 _ => {}
             }
             let values = match loop_of_init.get(&id) {
-                Some(&w) => g.values(c, w),
+                Some(&w) => g.values_owned(c, w),
                 None => returned_values(module, c, id, g).unwrap_or(values),
             };
             let shardings: Vec<Option<&SdySharding>> = values
@@ -1292,7 +1304,7 @@ fn returned_values(
                 }
                 _ => o,
             };
-            match g.values(c, o).as_slice() {
+            match g.values_owned(c, o).as_slice() {
                 [single] if !matches!(comp.instr(o).shape, Shape::Tuple(_)) => *single,
                 _ => None,
             }
