@@ -24,7 +24,7 @@ pub fn inline_calls(
         used: module
             .computations
             .iter()
-            .flat_map(|c| c.instructions.iter().map(|i| i.name.clone()))
+            .flat_map(|c| c.instructions.iter().map(|i| name_hash(&i.name)))
             .collect(),
         next_suffix: FxHashMap::default(),
     };
@@ -180,18 +180,25 @@ fn place_body(
     map[root.index()]
 }
 
-/// The module's instruction names, and per name root the smallest suffix
-/// that may still be free (names are only added, so every smaller one is
-/// taken).
+/// The hashes of the module's instruction names, and per name root the
+/// smallest suffix that may still be free (names are only added, so every
+/// smaller one is taken). Two names with one hash only make a free name
+/// look taken, so a hash collision can skip a name but never repeat one.
 struct Names {
-    used: FxHashSet<String>,
+    used: FxHashSet<u64>,
     next_suffix: FxHashMap<String, u64>,
+}
+
+fn name_hash(name: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(name)
 }
 
 impl Names {
     /// `root.N` (the name's root, without its `.N` suffix) with the
     /// smallest N no instruction of the module has; it is taken.
     fn unique(&mut self, name: &str) -> String {
+        use std::fmt::Write;
         let root = match name.rfind('.') {
             Some(dot)
                 if name[dot + 1..].bytes().all(|b| b.is_ascii_digit()) && dot + 1 < name.len() =>
@@ -200,11 +207,16 @@ impl Names {
             }
             _ => name,
         };
-        let next = self.next_suffix.entry(root.to_string()).or_insert(1);
+        let next = match self.next_suffix.get_mut(root) {
+            Some(next) => next,
+            None => self.next_suffix.entry(root.to_string()).or_insert(1),
+        };
+        let mut candidate = String::with_capacity(root.len() + 4);
         loop {
-            let candidate = format!("{root}.{next}");
+            candidate.clear();
+            let _ = write!(candidate, "{root}.{next}");
             *next += 1;
-            if self.used.insert(candidate.clone()) {
+            if self.used.insert(name_hash(&candidate)) {
                 return candidate;
             }
         }

@@ -149,10 +149,14 @@ fn error(comp: &str, instr: &str, message: impl std::fmt::Display) -> String {
 /// The mesh table and the conversion of Shardy shardings to GSPMD ones.
 struct Meshes {
     meshes: Vec<(String, SdyMesh)>,
-    /// `single`'s results by its arguments: a module repeats few distinct
+    /// `single`'s results by its arguments, bucketed by their hash (so a
+    /// lookup needs no copy of them): a module repeats few distinct
     /// shardings over many instructions.
-    converted: RefCell<FxHashMap<SingleKey, Result<Option<SingleSharding>, String>>>,
+    converted: RefCell<FxHashMap<u64, Vec<(SingleKey, Converted)>>>,
 }
+
+/// `Meshes::single`'s result.
+type Converted = Result<Option<SingleSharding>, String>;
 
 /// `Meshes::single`'s arguments.
 type SingleKey = (SdySharding, usize, Vec<String>, bool);
@@ -186,12 +190,27 @@ impl Meshes {
         manual: &[String],
         keep_open: bool,
     ) -> Result<Option<SingleSharding>, String> {
-        let key = (s.clone(), rank, manual.to_vec(), keep_open);
-        if let Some(hit) = self.converted.borrow().get(&key) {
+        let hash = {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<rustc_hash::FxHasher>::default()
+                .hash_one((s, rank, manual, keep_open))
+        };
+        let same = |(k, _): &&(SingleKey, _)| {
+            k.0 == *s && k.1 == rank && k.2.as_slice() == manual && k.3 == keep_open
+        };
+        if let Some((_, hit)) = self
+            .converted
+            .borrow()
+            .get(&hash)
+            .and_then(|bucket| bucket.iter().find(same))
+        {
             return hit.clone();
         }
         let result = self.convert(s, rank, manual, keep_open);
-        self.converted.borrow_mut().insert(key, result.clone());
+        self.converted.borrow_mut().entry(hash).or_default().push((
+            (s.clone(), rank, manual.to_vec(), keep_open),
+            result.clone(),
+        ));
         result
     }
 

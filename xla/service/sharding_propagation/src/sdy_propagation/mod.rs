@@ -1082,7 +1082,17 @@ fn step(
     changed: &mut Vec<usize>,
 ) {
     let op = &g.ops[oi];
-    let Some(mesh_ref) = common_mesh(g, op).cloned() else {
+    // Factors only take axes from the dimension shardings of the op's
+    // tensors: with none, the step can change nothing.
+    let any_dimension_axes = op.operands.iter().chain(&op.results).any(|&v| {
+        g.shardings[v]
+            .as_ref()
+            .is_some_and(|s| s.dims.iter().any(|d| !d.axes.is_empty()))
+    });
+    if !any_dimension_axes {
+        return;
+    }
+    let Some(mesh_ref) = common_mesh(g, op) else {
         return;
     };
     let mesh = match &mesh_ref {
@@ -1127,7 +1137,7 @@ fn step(
         is_elementwise: op.class == OpClass::Elementwise,
     };
     let (new_operands, new_results) =
-        propagate_step(&input, &mesh_ref, |f| direction(op, f, stage));
+        propagate_step(&input, mesh_ref, |f| direction(op, f, stage));
     let targets: Vec<(usize, SdySharding)> = op
         .operands
         .iter()
