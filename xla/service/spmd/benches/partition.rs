@@ -1,7 +1,10 @@
 //! Benchmark: SPMD partitioning time (after sharding propagation, which is
 //! not timed) on the MaxText training step of ../shared/xla-hlo (XLA's
-//! partitioner takes 21 ms on it on this machine) and the largest corpus
-//! modules, at 8, 64, 512 and 2048 partitions. For other partition counts
+//! partitioner takes 21 ms on it on this machine; tools/testdata_gen/
+//! xla_pass_speed.py times XLA beside us in one run), the DeepSeek step of
+//! ../shared/xla-hlo-more and the largest corpus modules, at the module's
+//! own count, 64, 512 and 2048 partitions (the last column: time over the
+//! time at 64). For other partition counts
 //! than the module's, every iota tile assignment over the module's devices
 //! is rescaled: the tile dim equal to the old count takes the new count, so
 //! an 8-way batch sharding becomes an N-way one.
@@ -129,6 +132,11 @@ fn main() {
         root.join("xla-hlo/nv_maxtext_1n1g_jit_train_step_before_optimization.hlo"),
         Some(21.0),
     )];
+    files.push((
+        "deepseek train_step".into(),
+        root.join("xla-hlo-more/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo"),
+        None,
+    ));
     for case in [
         "perf_transformer_block",
         "transformer_block_tp",
@@ -142,8 +150,8 @@ fn main() {
     }
     let filter = std::env::var("BENCH_FILTER").unwrap_or_default();
     println!(
-        "{:<28} {:>7} {:>6} {:>10} {:>10} {:>9}",
-        "module", "instrs", "N", "ours (ms)", "XLA (ms)", "speedup"
+        "{:<28} {:>7} {:>6} {:>10} {:>10} {:>9} {:>7}",
+        "module", "instrs", "N", "ours (ms)", "XLA (ms)", "speedup", "vs N=64"
     );
     let mut any = false;
     for (name, path, xla_ms) in files {
@@ -162,6 +170,7 @@ fn main() {
         }
         let n0 = devices_used(&module);
         let only: Option<i64> = std::env::var("BENCH_N").ok().and_then(|v| v.parse().ok());
+        let mut at_64: Option<f64> = None;
         for n in [n0, 64, 512, 2048] {
             if only.is_some_and(|o| o != n) {
                 continue;
@@ -174,8 +183,12 @@ fn main() {
                         (Some(x), true) => (format!("{x:.1}"), format!("{:.1}x", x / ms)),
                         _ => ("-".into(), "-".into()),
                     };
+                    if n == 64 {
+                        at_64 = Some(ms);
+                    }
+                    let vs_64 = at_64.map_or("-".into(), |b| format!("{:.2}x", ms / b));
                     println!(
-                        "{name:<28} {:>7} {n:>6} {ms:>10.3} {xla:>10} {speed:>9}   (median {:.3} ms of {runs})",
+                        "{name:<28} {:>7} {n:>6} {ms:>10.3} {xla:>10} {speed:>9} {vs_64:>7}   (median {:.3} ms of {runs})",
                         m.instruction_count(),
                         median.as_secs_f64() * 1e3
                     );

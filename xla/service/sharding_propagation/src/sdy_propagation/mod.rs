@@ -1136,8 +1136,7 @@ fn step(
             .collect(),
         is_elementwise: op.class == OpClass::Elementwise,
     };
-    let (new_operands, new_results) =
-        propagate_step(&input, mesh_ref, |f| direction(op, f, stage));
+    let (new_operands, new_results) = propagate_step(&input, mesh_ref, |f| direction(op, f, stage));
     let targets: Vec<(usize, SdySharding)> = op
         .operands
         .iter()
