@@ -204,11 +204,13 @@ pub enum AttrValue {
     Computations(Vec<CompId>),
     Slice(Vec<SliceDim>),
     Padding(Vec<PaddingDim>),
-    Window(Window),
-    DimLabels(ConvDimensionNumbers),
-    ReplicaGroups(CollectiveDeviceList),
+    // The large values are boxed, so that an attribute (most are small:
+    // ints, names, metadata text) takes 64 bytes rather than 168.
+    Window(Box<Window>),
+    DimLabels(Box<ConvDimensionNumbers>),
+    ReplicaGroups(Box<CollectiveDeviceList>),
     Shapes(Vec<Shape>),
-    Shape(Shape),
+    Shape(Box<Shape>),
     /// Verbatim source text of the value (braces or quotes included).
     Raw(String),
     /// An attribute the table does not know: its name and verbatim value.

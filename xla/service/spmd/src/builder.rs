@@ -406,7 +406,10 @@ impl<'c> Builder<'c> {
             vec![x],
             vec![
                 (AttrKey::ChannelId, AttrValue::Int(ch)),
-                (AttrKey::ReplicaGroups, AttrValue::ReplicaGroups(rg)),
+                (
+                    AttrKey::ReplicaGroups,
+                    AttrValue::ReplicaGroups(Box::new(rg)),
+                ),
                 (AttrKey::Dimensions, AttrValue::Ints(vec![dim as i64])),
                 (AttrKey::UseGlobalDeviceIds, AttrValue::Bool(true)),
             ],
@@ -425,7 +428,10 @@ impl<'c> Builder<'c> {
             vec![x],
             vec![
                 (AttrKey::ChannelId, AttrValue::Int(ch)),
-                (AttrKey::ReplicaGroups, AttrValue::ReplicaGroups(rg)),
+                (
+                    AttrKey::ReplicaGroups,
+                    AttrValue::ReplicaGroups(Box::new(rg)),
+                ),
                 (AttrKey::UseGlobalDeviceIds, AttrValue::Bool(true)),
                 (AttrKey::ToApply, AttrValue::Computation(to_apply)),
             ],
@@ -490,7 +496,10 @@ impl<'c> Builder<'c> {
             vec![x],
             vec![
                 (AttrKey::ChannelId, AttrValue::Int(ch)),
-                (AttrKey::ReplicaGroups, AttrValue::ReplicaGroups(rg)),
+                (
+                    AttrKey::ReplicaGroups,
+                    AttrValue::ReplicaGroups(Box::new(rg)),
+                ),
                 (AttrKey::UseGlobalDeviceIds, AttrValue::Bool(true)),
                 (AttrKey::Dimensions, AttrValue::Ints(vec![dim as i64])),
                 (AttrKey::ToApply, AttrValue::Computation(c)),
@@ -509,7 +518,10 @@ impl<'c> Builder<'c> {
             vec![x],
             vec![
                 (AttrKey::ChannelId, AttrValue::Int(ch)),
-                (AttrKey::ReplicaGroups, AttrValue::ReplicaGroups(rg)),
+                (
+                    AttrKey::ReplicaGroups,
+                    AttrValue::ReplicaGroups(Box::new(rg)),
+                ),
                 (AttrKey::Dimensions, AttrValue::Ints(vec![dim as i64])),
             ],
         )

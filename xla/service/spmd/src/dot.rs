@@ -497,7 +497,7 @@ fn local_conv(
     let want = crate::value::local_shape(&instr.shape, vs);
     let id = p.clone_instr(instr, vec![x, y], want.clone());
     let local = p.b.comp.instr_mut(id);
-    local.set_attr(AttrKey::Window, AttrValue::Window(window));
+    local.set_attr(AttrKey::Window, AttrValue::Window(Box::new(window)));
     if let Some(g) = feature_group_count {
         local.set_attr(AttrKey::FeatureGroupCount, AttrValue::Int(g));
     }

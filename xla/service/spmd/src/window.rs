@@ -296,7 +296,7 @@ pub fn reduce_window(
     let id = p.clone_instr(instr, vec![x, init], want.clone());
     p.b.comp
         .instr_mut(id)
-        .set_attr(AttrKey::Window, AttrValue::Window(w));
+        .set_attr(AttrKey::Window, AttrValue::Window(Box::new(w)));
     let got = p.infer(p.b.comp.instr(id), &[p.b.shape(x), p.b.shape(init)])?;
     if got.dims() != want.dims() {
         return Err(SpmdError::Invalid(format!(

@@ -136,12 +136,12 @@ fn all_gather_group_size() {
     g.set_attr(AttrKey::Dimensions, AttrValue::Ints(vec![1]));
     g.set_attr(
         AttrKey::ReplicaGroups,
-        AttrValue::ReplicaGroups(CollectiveDeviceList::Iota {
+        AttrValue::ReplicaGroups(Box::new(CollectiveDeviceList::Iota {
             num_groups: 2,
             group_size: 4,
             reshape_dims: vec![8],
             perm: vec![],
-        }),
+        })),
     );
     g.set_attr(AttrKey::ChannelId, AttrValue::Int(1));
     g.set_attr(AttrKey::UseGlobalDeviceIds, AttrValue::Bool(true));

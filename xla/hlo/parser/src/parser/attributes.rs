@@ -134,9 +134,9 @@ impl<'a> Parser<'a> {
             }
             ValueKind::Slice => AttrValue::Slice(self.slice_value()?),
             ValueKind::Padding => AttrValue::Padding(self.padding_value()?),
-            ValueKind::Window => AttrValue::Window(self.window_value()?),
-            ValueKind::DimLabels => AttrValue::DimLabels(self.dim_labels()?),
-            ValueKind::ReplicaGroups => AttrValue::ReplicaGroups(self.replica_groups()?),
+            ValueKind::Window => AttrValue::Window(Box::new(self.window_value()?)),
+            ValueKind::DimLabels => AttrValue::DimLabels(Box::new(self.dim_labels()?)),
+            ValueKind::ReplicaGroups => AttrValue::ReplicaGroups(Box::new(self.replica_groups()?)),
             ValueKind::Shapes => {
                 self.c.expect(b'{')?;
                 let mut out = Vec::new();
@@ -148,7 +148,7 @@ impl<'a> Parser<'a> {
                 }
                 AttrValue::Shapes(out)
             }
-            ValueKind::Shape => AttrValue::Shape(self.shape()?),
+            ValueKind::Shape => AttrValue::Shape(Box::new(self.shape()?)),
             ValueKind::Raw if key == AttrKey::Unknown => AttrValue::Unknown {
                 name: key_text.to_string(),
                 text: self.c.raw_value()?.to_string(),

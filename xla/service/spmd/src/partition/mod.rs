@@ -250,37 +250,40 @@ pub fn dce(comp: &mut HloComputation) -> usize {
     if live.iter().all(|&l| l) {
         return 0;
     }
-    let old = std::mem::take(&mut comp.instructions);
-    let root = comp.root;
-    comp.parameters.clear();
-    let live_count = live.iter().filter(|&&l| l).count();
-    let mut kept = Vec::with_capacity(live_count);
+    // Compacted in place (no second arena): new ids first, then the dead
+    // dropped, then the survivors' references renumbered.
     let mut map = vec![InstrId(u32::MAX); n];
-    for (i, mut instr) in old.into_iter().enumerate() {
-        if !live[i] {
-            continue;
+    let mut next = 0u32;
+    for (i, &l) in live.iter().enumerate() {
+        if l {
+            map[i] = InstrId(next);
+            next += 1;
         }
+    }
+    let mut index = 0;
+    comp.instructions.retain(|_| {
+        index += 1;
+        live[index - 1]
+    });
+    comp.parameters.clear();
+    for (id, instr) in comp.instructions.iter_mut().enumerate() {
         for o in instr.operands.iter_mut() {
             *o = map[o.index()];
         }
         for p in instr.control_predecessors.iter_mut() {
             *p = map[p.index()];
         }
-        let id = InstrId(kept.len() as u32);
         if instr.opcode == Opcode::Parameter {
             if let Some(k) = instr.parameter_number.and_then(|k| usize::try_from(k).ok()) {
                 if comp.parameters.len() <= k {
                     comp.parameters.resize(k + 1, InstrId(u32::MAX));
                 }
-                comp.parameters[k] = id;
+                comp.parameters[k] = InstrId(id as u32);
             }
         }
-        map[i] = id;
-        kept.push(instr);
     }
-    let removed = n - kept.len();
-    comp.instructions = kept;
-    comp.root = map[root.index()];
+    let removed = n - comp.instructions.len();
+    comp.root = map[comp.root.index()];
     removed
 }
 
