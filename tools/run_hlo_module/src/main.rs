@@ -18,12 +18,6 @@
 mod generate;
 mod partition;
 
-/// The passes allocate and free many small vectors and strings; mimalloc
-/// makes propagation and partitioning of a large module about 1.6x faster
-/// than the system allocator.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use serde_json::{json, Value as Json};

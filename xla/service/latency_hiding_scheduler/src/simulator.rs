@@ -84,6 +84,18 @@ struct PlayState {
     lane_free: Vec<Vec<f64>>,
 }
 
+/// The lanes worth simulating per resource: its overlap limit (at least
+/// one), but no more than the graph's ops on that resource, since a lane
+/// beyond those is never taken (each op finds an unused one), so the
+/// timeline is the same and a huge limit costs nothing.
+fn lanes_in_use(g: &Graph, limits: &[usize; NUM_RESOURCES]) -> [usize; NUM_RESOURCES] {
+    let mut ops = [0usize; NUM_RESOURCES];
+    for r in g.resource.iter().flatten() {
+        ops[r.index()] += 1;
+    }
+    std::array::from_fn(|r| limits[r].max(1).min(ops[r].max(1)))
+}
+
 impl PlayState {
     fn start(lanes_n: &[usize; NUM_RESOURCES]) -> PlayState {
         PlayState {
@@ -165,7 +177,7 @@ impl<'g> PrefixReplay<'g> {
         order: &[u32],
         lanes: &[usize; NUM_RESOURCES],
     ) -> (PrefixReplay<'g>, f64) {
-        let lanes_n: [usize; NUM_RESOURCES] = lanes.map(|l| l.max(1));
+        let lanes_n = lanes_in_use(g, lanes);
         let nested = nested_exposed_of(g);
         let mut state = PlayState::start(&lanes_n);
         let mut comm_end = vec![0.0f64; g.n];
@@ -413,7 +425,8 @@ pub fn simulate_graph(
     detailed_bounds: bool,
 ) -> (CompSummary, Option<Timeline>) {
     let n = g.n;
-    let lanes_n: [usize; NUM_RESOURCES] = lanes.map(|l| l.max(1));
+    let limits: [usize; NUM_RESOURCES] = lanes.map(|l| l.max(1));
+    let lanes_n = lanes_in_use(g, lanes);
     let comp = names.and_then(|(m, c)| m.computations.get(c.index()));
     let mut timeline = comp.map(|c| Timeline {
         computation: c.name.clone(),
@@ -499,7 +512,7 @@ pub fn simulate_graph(
             for lane in 0..lanes_n[r.index()] {
                 let tid = lane_tid(r, lane);
                 if tl.events.iter().any(|e| e.tid == tid) {
-                    let label = if lanes_n[r.index()] > 1 {
+                    let label = if limits[r.index()] > 1 {
                         format!("{} #{lane}", r.name())
                     } else {
                         r.name().to_string()

@@ -150,6 +150,23 @@ fn communication_bound_keeps_the_lane_busy() {
     assert!(!v1.is_valid());
 }
 
+/// A limit beyond the number of ops on a resource is the same as that
+/// number (only as many lanes are simulated), so a huge one schedules
+/// exactly like it, without a lane array of that size per position.
+#[test]
+fn a_huge_overlap_limit_schedules_like_the_op_count() {
+    let m = parse(&module(TWO_GATHERS));
+    let model = two_gathers_model();
+    let two = SchedulerConfig::default().with_limit(ResourceKind::AllGather, 2);
+    let huge = SchedulerConfig::default().with_limit(ResourceKind::AllGather, 50_000_000);
+    let (out2, sim2) = schedule(&m, &two, model.as_ref());
+    let (out_huge, sim_huge) = schedule(&m, &huge, model.as_ref());
+    assert_eq!(out2.to_string(), out_huge.to_string());
+    assert!(close(sim_huge.entry.makespan, 100.0));
+    assert_eq!(sim2.entry.makespan, sim_huge.entry.makespan);
+    assert_eq!(sim2.entry.lower_bound, sim_huge.entry.lower_bound);
+}
+
 /// Different collective kinds use different resources and overlap each
 /// other: all-gather 100 and all-reduce 100 beside 50 of compute: 100.
 #[test]
