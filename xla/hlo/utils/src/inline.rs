@@ -1,7 +1,8 @@
 //! Call inlining: replaces `call` instructions by copies of their callees'
 //! instructions (as XLA's call inliner does before sharding propagation),
-//! so each call site gets values, and shardings, of its own; and removal
-//! of computations nothing calls any more.
+//! so each call site gets values, and shardings, of its own (the last
+//! reference to a callee takes its instructions instead of a copy); and
+//! removal of computations nothing calls any more.
 //!
 //! Invariants: callees are inlined after their own calls are (a nested call
 //! is flattened all the way); inlined copies are named by their original's
@@ -196,7 +197,8 @@ fn name_hash(name: &str) -> u64 {
 
 impl Names {
     /// `root.N` (the name's root, without its `.N` suffix) with the
-    /// smallest N no instruction of the module has; it is taken.
+    /// smallest N no instruction of the module has (or, after a hash
+    /// collision, a larger free one); it is taken.
     fn unique(&mut self, name: &str) -> String {
         use std::fmt::Write;
         let root = match name.rfind('.') {
