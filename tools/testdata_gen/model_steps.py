@@ -84,6 +84,9 @@ import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+from shardy_speed import pick_dump  # noqa: E402
+
 HLO_OPT = os.path.join(REPO_ROOT, "target", "release", "hlo-opt")
 RUN_HLO = os.path.join(REPO_ROOT, "target", "release", "run_hlo_module")
 MODELS = ("moe", "moe_shardmap", "mla")
@@ -498,14 +501,6 @@ def child_main(argv):
 # ---------------------------------------------------------------------------
 # Parent.
 # ---------------------------------------------------------------------------
-
-def pick_dump(dump_dir, module, needle):
-    pat = re.compile(r"^module_\d+\.%s\.(.*\.txt)$" % re.escape(module))
-    hits = sorted(f for f in os.listdir(dump_dir) if pat.match(f) and needle in f)
-    if len(hits) != 1:
-        raise RuntimeError("expected one dump of %s containing %r, got %r" % (module, needle, hits))
-    return os.path.join(dump_dir, hits[0])
-
 
 class Runner:
     def __init__(self, bins, shown):

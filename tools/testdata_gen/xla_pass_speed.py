@@ -108,11 +108,10 @@ def xla_times(path, partitions, log_path):
                        env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
     out = {}
     for name in ("call-inliner", "sharding-propagation", "spmd-partitioning"):
-        records = [r for r in parse_pass_log(log_path, name)
-                   if r.get("pipeline") in ("spmd-partitioner", "run-spmd-partitioner")
-                   or name != "call-inliner"]
-        if not records:
-            records = parse_pass_log(log_path, name)
+        records = parse_pass_log(log_path, name)
+        if name == "call-inliner":
+            # The run inside the spmd-partitioner pipeline (later pipelines inline again).
+            records = [r for r in records if r.get("pipeline") == "spmd-partitioner"] or records
         out[name] = records[0]["pass_us"] / 1000.0 if records else None
     return out
 

@@ -1082,16 +1082,6 @@ fn step(
     changed: &mut Vec<usize>,
 ) {
     let op = &g.ops[oi];
-    // Factors only take axes from the dimension shardings of the op's
-    // tensors: with none, the step can change nothing.
-    let any_dimension_axes = op.operands.iter().chain(&op.results).any(|&v| {
-        g.shardings[v]
-            .as_ref()
-            .is_some_and(|s| s.dims.iter().any(|d| !d.axes.is_empty()))
-    });
-    if !any_dimension_axes {
-        return;
-    }
     let Some(mesh_ref) = common_mesh(g, op) else {
         return;
     };
