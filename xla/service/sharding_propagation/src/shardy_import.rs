@@ -413,8 +413,15 @@ pub fn import_with(
             mode,
             propagated,
         };
+        // Taken out, so that its instructions move into the rebuilt one (a
+        // computation never calls itself).
+        let old = std::mem::replace(
+            &mut module.computations[ci],
+            HloComputation::new(String::new()),
+        );
         let rebuilt = rebuild(
             module,
+            old,
             CompId(ci as u32),
             &context,
             &mut stats,
@@ -577,14 +584,15 @@ fn manual_body_callees(module: &HloModule, bodies: &[ManualBody]) -> FxHashMap<u
 /// Rebuilds one computation with every annotation imported.
 fn rebuild(
     module: &HloModule,
+    mut old: HloComputation,
     comp_id: CompId,
     context: &RebuildContext<'_>,
     stats: &mut ShardyImportStats,
     inlined: &mut Vec<CompId>,
 ) -> Result<HloComputation, String> {
     let (meshes, manual) = (context.meshes, context.manual);
-    let old = module.comp(comp_id);
-    let name = old.name.as_str();
+    let old_name = old.name.clone();
+    let name = old_name.as_str();
     let mut out = HloComputation::new(old.name.clone());
     out.instructions.reserve(old.instructions.len());
     out.execution_thread = old.execution_thread.clone();
@@ -613,7 +621,12 @@ fn rebuild(
         }
     }
     let users = old.users();
-    for (old_index, instr) in old.instructions.iter().enumerate() {
+    let root_is_sharded = old.root_instr().sharding.is_some();
+    for old_index in 0..old.instructions.len() {
+        let instr = &old.instructions[old_index];
+        let shard_as_name = groups
+            .contains_key(&old_index)
+            .then(|| format!("{}.shard_as", instr.name));
         let operands: Vec<InstrId> = instr.operands.iter().map(|o| map[o.index()]).collect();
         let annotations = InstrAnnotations::read(name, instr)?;
         let propagated = context.propagated.get(comp_id, InstrId(old_index as u32));
@@ -647,7 +660,6 @@ fn rebuild(
                         "FuncResultSharding takes one operand",
                     ));
                 };
-                let root_is_sharded = old.root_instr().sharding.is_some();
                 if root_is_sharded {
                     operand
                 } else {
@@ -700,7 +712,7 @@ fn rebuild(
                 for (i, (&operand, result_shape)) in operands.iter().zip(&result_shapes).enumerate()
                 {
                     let global_shape = if to_local {
-                        old.instr(instr.operands[i]).shape.clone()
+                        out.instr(operand).shape.clone()
                     } else {
                         result_shape.clone()
                     };
@@ -801,20 +813,17 @@ fn rebuild(
                 operands[0]
             }
             _ => {
-                let mut copy = instr.clone();
-                copy.operands = operands;
-                copy.control_predecessors = instr
-                    .control_predecessors
-                    .iter()
-                    .map(|p| map[p.index()])
-                    .collect();
+                let mut sharding = None;
+                let mut unspecified_dims = None;
                 if let Some(shardings) = shardings_of(annotations.as_ref())? {
                     let is_constraint = target == Some("Sharding");
-                    let sharding = meshes
-                        .for_shape(&shardings, &instr.shape, manual, is_constraint)
-                        .map_err(|e| {
-                            error(name, &instr.name, format!("attribute {SHARDING}: {e}"))
-                        })?;
+                    sharding = Some(
+                        meshes
+                            .for_shape(&shardings, &instr.shape, manual, is_constraint)
+                            .map_err(|e| {
+                                error(name, &instr.name, format!("attribute {SHARDING}: {e}"))
+                            })?,
+                    );
                     stats.shardings += 1;
                     if is_constraint {
                         let open: Vec<String> = match &*shardings {
@@ -828,15 +837,25 @@ fn rebuild(
                             _ => Vec::new(),
                         };
                         if !open.is_empty() {
-                            copy.set_attr(
-                                AttrKey::BackendConfig,
-                                AttrValue::Raw(format!(
-                                    "\"unspecified_dims=[{}]\"",
-                                    open.join(",")
-                                )),
-                            );
+                            unspecified_dims = Some(open.join(","));
                         }
                     }
+                }
+                drop(annotations);
+                let placeholder =
+                    HloInstruction::new(String::new(), instr.opcode, Shape::Tuple(Vec::new()), Vec::new());
+                let mut copy = std::mem::replace(&mut old.instructions[old_index], placeholder);
+                copy.operands = operands;
+                for p in &mut copy.control_predecessors {
+                    *p = map[p.index()];
+                }
+                if let Some(dims) = unspecified_dims {
+                    copy.set_attr(
+                        AttrKey::BackendConfig,
+                        AttrValue::Raw(format!("\"unspecified_dims=[{dims}]\"")),
+                    );
+                }
+                if let Some(sharding) = sharding {
                     copy.sharding = sharding.map(Box::new);
                 }
                 strip_shardy_attributes(&mut copy);
@@ -856,7 +875,7 @@ fn rebuild(
                     .collect();
                 let sharding = meshes
                     .for_shape(&open, &shape, manual, true)
-                    .map_err(|e| error(name, &instr.name, e))?;
+                    .map_err(|e| error(name, &out.instr(new_id).name, e))?;
                 out.instr_mut(new_id).sharding = sharding.map(Box::new);
             }
         }
@@ -877,12 +896,12 @@ fn rebuild(
             }
             continue;
         }
-        if let Some(&group) = groups.get(&old_index) {
+        if let (Some(&group), Some(member_name)) = (groups.get(&old_index), shard_as_name) {
             let shape = out.instr(new_id).shape.clone();
             let mut leaf = SingleSharding::new(ShardingKind::Unknown);
             leaf.shard_group = Some(ShardGroup::As(group));
             let member = sharding_custom_call(
-                &format!("{}.shard_as", instr.name),
+                &member_name,
                 &shape,
                 new_id,
                 Some(HloSharding::Single(leaf)),

@@ -42,7 +42,8 @@ use crate::shardy_import::{
 };
 use factors::{propagate_step, Direction, StepInput};
 use rules::Rule;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::rc::Rc;
 use std::cell::RefCell;
 use xla_hlo_ir::attrs::{AttrKey, AttrValue};
 use xla_hlo_ir::sdy::{self, FrontendAttributes, MeshRef, SdyMesh, SdySharding};
@@ -82,7 +83,8 @@ enum OpClass {
 }
 
 struct Op {
-    rule: Rule,
+    /// Shared between the ops with equal rules (`Graph::intern`).
+    rule: Rc<Rule>,
     operands: Vec<usize>,
     results: Vec<usize>,
     class: OpClass,
@@ -98,17 +100,65 @@ struct Op {
 /// One array value (pseudo values hold the pinned in and out shardings
 /// of a manual computation).
 struct Value {
-    dims: Vec<i64>,
+    /// Its dims: `Graph::dims_arena[dims_start..dims_start + rank]`.
+    dims_start: u32,
+    rank: u32,
     constant: bool,
     uses: usize,
 }
 
+/// Each instruction's values, one per tuple element, stored flat: the
+/// values of instruction `i` of computation `c` are
+/// `values[ranges[c][i].0..][..ranges[c][i].1]`.
+#[derive(Default)]
+struct ValueTable {
+    ranges: Vec<Vec<(u32, u32)>>,
+    values: Vec<Option<usize>>,
+}
+
+impl ValueTable {
+    fn new(module: &HloModule) -> ValueTable {
+        ValueTable {
+            ranges: module
+                .computations
+                .iter()
+                .map(|comp| vec![(0, 0); comp.instructions.len()])
+                .collect(),
+            values: Vec::new(),
+        }
+    }
+
+    fn get(&self, comp: CompId, id: InstrId) -> &[Option<usize>] {
+        match self.ranges.get(comp.index()).and_then(|r| r.get(id.index())) {
+            Some(&(start, len)) => &self.values[start as usize..][..len as usize],
+            None => &[],
+        }
+    }
+
+    fn set(&mut self, comp: CompId, id: InstrId, values: impl IntoIterator<Item = Option<usize>>) {
+        let start = self.values.len();
+        self.values.extend(values);
+        self.ranges[comp.index()][id.index()] = (start as u32, (self.values.len() - start) as u32);
+    }
+
+    /// Gives instruction `id` of `comp` the values of instruction `from`
+    /// of `from_comp`.
+    fn alias(&mut self, comp: CompId, id: InstrId, from_comp: CompId, from: InstrId) {
+        let range = self.ranges[from_comp.index()][from.index()];
+        self.ranges[comp.index()][id.index()] = range;
+    }
+}
+
 struct Graph {
     values: Vec<Value>,
+    /// The dims of every value, back to back.
+    dims_arena: Vec<i64>,
     shardings: Vec<Option<SdySharding>>,
     ops: Vec<Op>,
-    /// Per (computation, instruction): its values, one per tuple element.
-    value_of: FxHashMap<(u32, u32), Vec<Option<usize>>>,
+    /// Distinct rules: ops of the same shapes share one (a model repeats
+    /// its layers).
+    rules: FxHashSet<Rc<Rule>>,
+    value_of: ValueTable,
     /// Per shard_map boundary custom call: the pseudo values holding its
     /// in or out shardings, one per value.
     pinned_of: FxHashMap<(u32, u32), Vec<Option<usize>>>,
@@ -116,23 +166,37 @@ struct Graph {
 
 /// The values of instruction `id` of `comp` in `value_of` (a free function,
 /// so that a caller may hold them while it updates the graph's other fields).
-fn values_of(
-    value_of: &FxHashMap<(u32, u32), Vec<Option<usize>>>,
-    comp: CompId,
-    id: InstrId,
-) -> &[Option<usize>] {
-    value_of.get(&(comp.0, id.0)).map_or(&[], |v| v.as_slice())
+fn values_of(value_of: &ValueTable, comp: CompId, id: InstrId) -> &[Option<usize>] {
+    value_of.get(comp, id)
 }
 
 impl Graph {
-    fn new_value(&mut self, dims: Vec<i64>, constant: bool) -> usize {
+    fn new_value(&mut self, dims: &[i64], constant: bool) -> usize {
+        let dims_start = self.dims_arena.len() as u32;
+        self.dims_arena.extend_from_slice(dims);
         self.values.push(Value {
-            dims,
+            dims_start,
+            rank: dims.len() as u32,
             constant,
             uses: 0,
         });
         self.shardings.push(None);
         self.values.len() - 1
+    }
+
+    fn dims(&self, value: usize) -> &[i64] {
+        let v = &self.values[value];
+        &self.dims_arena[v.dims_start as usize..][..v.rank as usize]
+    }
+
+    /// The shared copy of `rule`.
+    fn intern(&mut self, rule: Rule) -> Rc<Rule> {
+        if let Some(shared) = self.rules.get(&rule) {
+            return shared.clone();
+        }
+        let shared = Rc::new(rule);
+        self.rules.insert(shared.clone());
+        shared
     }
 
     fn values(&self, comp: CompId, id: InstrId) -> &[Option<usize>] {
@@ -147,12 +211,13 @@ impl Graph {
         let Some(&first) = sources.first().or(targets.first()) else {
             return;
         };
-        let dims = self.values[first].dims.clone();
+        let dims = self.dims(first);
         let all = sources.iter().chain(&targets);
-        if all.clone().any(|&v| self.values[v].dims != dims) {
+        if all.clone().any(|&v| self.dims(v) != dims) {
             return;
         }
-        let rule = identity_rule(&dims, sources.len(), targets.len());
+        let rule = identity_rule(dims, sources.len(), targets.len());
+        let rule = self.intern(rule);
         self.ops.push(Op {
             rule,
             operands: sources,
@@ -178,8 +243,8 @@ impl Graph {
         manual_sizes: &[i64],
         into_body: bool,
     ) {
-        let global_dims = self.values[global].dims.clone();
-        let local_dims = self.values[local].dims.clone();
+        let global_dims = self.dims(global).to_vec();
+        let local_dims = self.dims(local).to_vec();
         if global_dims.len() != local_dims.len()
             || manual_sizes.len() != global_dims.len()
             || (0..global_dims.len()).any(|d| local_dims[d] * manual_sizes[d] != global_dims[d])
@@ -213,12 +278,13 @@ impl Graph {
         } else {
             (vec![local], vec![global], local_mapping, global_mapping)
         };
+        let rule = self.intern(Rule {
+            factors,
+            operands: vec![operand_mapping],
+            results: vec![result_mapping],
+        });
         self.ops.push(Op {
-            rule: Rule {
-                factors,
-                operands: vec![operand_mapping],
-                results: vec![result_mapping],
-            },
+            rule,
             operands,
             results,
             class: OpClass::DataFlow,
@@ -369,13 +435,13 @@ impl AttributeMemo<'_> {
     }
 }
 
-fn leaf_dims(shape: &Shape) -> Vec<Option<Vec<i64>>> {
+fn leaf_dims(shape: &Shape) -> Vec<Option<&[i64]>> {
     match shape {
         Shape::Tuple(elements) => elements
             .iter()
-            .map(|e| (!matches!(e, Shape::Tuple(_))).then(|| e.dims().to_vec()))
+            .map(|e| (!matches!(e, Shape::Tuple(_))).then(|| e.dims()))
             .collect(),
-        s => vec![Some(s.dims().to_vec())],
+        s => vec![Some(s.dims())],
     }
 }
 
@@ -419,9 +485,11 @@ fn build_graph(
 ) -> Graph {
     let mut g = Graph {
         values: Vec::new(),
+        dims_arena: Vec::new(),
         shardings: Vec::new(),
         ops: Vec::new(),
-        value_of: FxHashMap::default(),
+        rules: FxHashSet::default(),
+        value_of: ValueTable::new(module),
         pinned_of: FxHashMap::default(),
     };
     // A branch's parameter names the conditional's operand values (Shardy's
@@ -434,9 +502,8 @@ fn build_graph(
             let id = InstrId(i as u32);
             if instr.opcode == Opcode::Parameter {
                 if let Some(&(caller, operand)) = branch_operand.get(&c) {
-                    let values = g.values(caller, operand).to_vec();
-                    if values.len() == leaf_dims(&instr.shape).len() {
-                        g.value_of.insert((c.0, id.0), values);
+                    if g.values(caller, operand).len() == leaf_dims(&instr.shape).len() {
+                        g.value_of.alias(c, id, caller, operand);
                         continue;
                     }
                 }
@@ -478,7 +545,7 @@ fn build_graph(
                         .collect()
                 }
             };
-            g.value_of.insert((c.0, id.0), values);
+            g.value_of.set(c, id, values);
         }
     }
     // Uses: each operand slot, and each computation's root (returned).
@@ -514,7 +581,7 @@ fn build_graph(
             }
             for (v, s) in values.iter().zip(shardings) {
                 if let Some(v) = *v {
-                    if s.dims.len() == g.values[v].dims.len() {
+                    if s.dims.len() == g.values[v].rank as usize {
                         g.shardings[v] = Some(s);
                     }
                 }
@@ -651,8 +718,8 @@ fn build_graph(
                         }
                         let mut p_value = None;
                         if let [Some(v)] = operand_values(&g, k).as_slice() {
-                            let dims = g.values[*v].dims.clone();
-                            let p = g.new_value(dims, false);
+                            let dims = g.dims(*v).to_vec();
+                            let p = g.new_value(&dims, false);
                             p_value = Some(p);
                             let manual_sizes = manual.map(|m| manual_dim_sizes(&s, m, meshes));
                             g.shardings[p] = Some(s);
@@ -677,8 +744,8 @@ fn build_graph(
                     for (k, (r, s)) in results.iter().zip(pinned).enumerate() {
                         let mut p_value = None;
                         if let Some(r) = *r {
-                            let dims = g.values[r].dims.clone();
-                            let p = g.new_value(dims, false);
+                            let dims = g.dims(r).to_vec();
+                            let p = g.new_value(&dims, false);
                             p_value = Some(p);
                             let manual_sizes = manual.map(|m| manual_dim_sizes(&s, m, meshes));
                             g.shardings[p] = Some(s);
@@ -732,17 +799,12 @@ fn build_graph(
                     }
                     let result_ids: Vec<usize> =
                         results.iter().map(|r| r.expect("checked")).collect();
-                    let operand_dims: Vec<&[i64]> = operand_ids
-                        .iter()
-                        .map(|&v| g.values[v].dims.as_slice())
-                        .collect();
-                    let result_dims: Vec<&[i64]> = result_ids
-                        .iter()
-                        .map(|&v| g.values[v].dims.as_slice())
-                        .collect();
+                    let operand_dims: Vec<&[i64]> = operand_ids.iter().map(|&v| g.dims(v)).collect();
+                    let result_dims: Vec<&[i64]> = result_ids.iter().map(|&v| g.dims(v)).collect();
                     let Some(rule) = rules::rule_of(instr, &operand_dims, &result_dims) else {
                         continue;
                     };
+                    let rule = g.intern(rule);
                     let class = match (instr.opcode, custom_call_target(instr)) {
                         (_, Some(FUNC_RESULT)) => OpClass::DataFlow,
                         (_, Some("Sharding")) => OpClass::Elementwise,
@@ -756,7 +818,7 @@ fn build_graph(
                     };
                     let multi_use = operand_ids
                         .iter()
-                        .any(|&v| g.values[v].uses > 1 && !g.values[v].dims.is_empty());
+                        .any(|&v| g.values[v].uses > 1 && g.values[v].rank > 0);
                     g.ops.push(Op {
                         rule,
                         operands: operand_ids,
@@ -771,8 +833,8 @@ fn build_graph(
         }
     }
     for (_, members) in groups {
-        let dims = g.values[members[0]].dims.clone();
-        if members.iter().any(|&m| g.values[m].dims != dims) {
+        let dims = g.dims(members[0]).to_vec();
+        if members.iter().any(|&m| g.dims(m) != dims.as_slice()) {
             continue;
         }
         // As Shardy's sharding-group import: the first member's initial
@@ -784,8 +846,9 @@ fn build_graph(
                 }
             }
         }
+        let rule = g.intern(identity_rule(&dims, members.len(), 0));
         g.ops.push(Op {
-            rule: identity_rule(&dims, members.len(), 0),
+            rule,
             operands: members,
             results: Vec::new(),
             class: OpClass::Group,
@@ -1206,7 +1269,7 @@ fn write_back(
                 .iter()
                 .zip(&values)
                 .map(|(s, v)| {
-                    let rank = v.map(|v| g.values[v].dims.len()).unwrap_or(0);
+                    let rank = v.map(|v| g.values[v].rank as usize).unwrap_or(0);
                     match s {
                         Some(s) => close(s),
                         None => SdySharding::all_open(mesh.clone(), rank),

@@ -18,7 +18,7 @@
 use xla_hlo_ir::{AttrKey, HloInstruction, Opcode};
 
 /// One factor of a rule.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Factor {
     pub size: i64,
     pub pass_through: bool,
@@ -29,7 +29,7 @@ pub(crate) struct Factor {
 pub(crate) type TensorMapping = Vec<Vec<usize>>;
 
 /// An op's sharding rule.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Rule {
     pub factors: Vec<Factor>,
     pub operands: Vec<TensorMapping>,
