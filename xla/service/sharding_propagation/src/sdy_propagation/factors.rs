@@ -50,37 +50,51 @@ struct Axis {
 }
 
 /// The axes a step's shardings name: the mesh's, then any name the mesh
-/// lacks (size 1; the export reports such a name as an error).
+/// lacks (`extra`, size 1; the export reports such a name as an error).
 struct MeshAxes<'a> {
-    names: Vec<&'a str>,
-    sizes: Vec<i64>,
+    mesh: &'a SdyMesh,
+    extra: Vec<&'a str>,
 }
 
 impl<'a> MeshAxes<'a> {
     fn new(mesh: &'a SdyMesh) -> Self {
         MeshAxes {
-            names: mesh.axes.iter().map(|(n, _)| n.as_str()).collect(),
-            sizes: mesh.axes.iter().map(|(_, k)| *k).collect(),
+            mesh,
+            extra: Vec::new(),
         }
     }
 
+    fn name(&self, index: usize) -> &'a str {
+        match self.mesh.axes.get(index) {
+            Some((name, _)) => name,
+            None => self.extra[index - self.mesh.axes.len()],
+        }
+    }
+
+    fn size(&self, index: usize) -> i64 {
+        self.mesh.axes.get(index).map_or(1, |(_, size)| *size)
+    }
+
     fn axis(&mut self, axis: &'a AxisRef) -> Axis {
-        let index = match self.names.iter().position(|n| *n == axis.name) {
+        let known = self.mesh.axes.len();
+        let index = match self.mesh.axes.iter().position(|(n, _)| *n == axis.name) {
             Some(i) => i,
-            None => {
-                self.names.push(&axis.name);
-                self.sizes.push(1);
-                self.names.len() - 1
-            }
+            None => match self.extra.iter().position(|n| *n == axis.name) {
+                Some(j) => known + j,
+                None => {
+                    self.extra.push(&axis.name);
+                    known + self.extra.len() - 1
+                }
+            },
         };
-        let (pre, size) = axis.sub_axis.unwrap_or((1, self.sizes[index]));
+        let (pre, size) = axis.sub_axis.unwrap_or((1, self.size(index)));
         Axis { index, pre, size }
     }
 
     fn to_ref(&self, axis: Axis) -> AxisRef {
-        let whole = axis.pre == 1 && axis.size == self.sizes[axis.index];
+        let whole = axis.pre == 1 && axis.size == self.size(axis.index);
         AxisRef {
-            name: self.names[axis.index].to_string(),
+            name: self.name(axis.index).to_string(),
             sub_axis: (!whole).then_some((axis.pre, axis.size)),
         }
     }
@@ -111,14 +125,12 @@ struct TensorFactors {
     is_source: bool,
 }
 
-/// The op's tensors (operands, then results) in which each may be updated.
+/// The op's tensors, each with its sharding and whether it may be a
+/// source: operands (as many as the rule has), then results.
 pub(crate) struct StepInput<'a> {
     pub rule: &'a Rule,
     pub mesh: &'a SdyMesh,
-    pub operands: Vec<Option<&'a SdySharding>>,
-    pub results: Vec<Option<&'a SdySharding>>,
-    pub operand_is_source: Vec<bool>,
-    pub result_is_source: Vec<bool>,
+    pub tensors: &'a [(Option<&'a SdySharding>, bool)],
     pub is_elementwise: bool,
 }
 
@@ -367,31 +379,29 @@ fn is_strict_prefix(prefix: &[Axis], axes: &[Axis]) -> bool {
     prefix.len() < axes.len() && axes.starts_with(prefix)
 }
 
-/// The tensors' new shardings after one step: `(operands, results)`, each
-/// `Some` where that tensor changed.
-pub(crate) type StepOutput = (Vec<Option<SdySharding>>, Vec<Option<SdySharding>>);
-
 /// One step through the op; `direction(f)` says where factor `f` may go.
+/// Pushes onto `changed` each tensor whose sharding changed (its index in
+/// `input.tensors`) with its new sharding.
 pub(crate) fn propagate_step(
     input: &StepInput<'_>,
     mesh_ref: &xla_hlo_ir::sdy::MeshRef,
     direction: impl Fn(usize) -> Direction,
-) -> StepOutput {
+    changed: &mut Vec<(usize, SdySharding)>,
+) {
     let rule = input.rule;
+    let (operand_inputs, result_inputs) = input.tensors.split_at(rule.operands.len());
     let mut axes_table = MeshAxes::new(input.mesh);
     let mut operands: Vec<TensorFactors> = rule
         .operands
         .iter()
-        .zip(&input.operands)
-        .zip(&input.operand_is_source)
-        .map(|((m, s), &src)| project(m, *s, rule, &mut axes_table, src))
+        .zip(operand_inputs)
+        .map(|(m, &(s, src))| project(m, s, rule, &mut axes_table, src))
         .collect();
     let mut results: Vec<TensorFactors> = rule
         .results
         .iter()
-        .zip(&input.results)
-        .zip(&input.result_is_source)
-        .map(|((m, s), &src)| project(m, *s, rule, &mut axes_table, src))
+        .zip(result_inputs)
+        .map(|(m, &(s, src))| project(m, s, rule, &mut axes_table, src))
         .collect();
     let axes_per_factor: Vec<Vec<Axis>> = (0..rule.factors.len())
         .map(|f| {
@@ -403,9 +413,8 @@ pub(crate) fn propagate_step(
             compatible_major_axes(&operands, &results, f, dir)
         })
         .collect();
-    let mut unchanged: StepOutput = (vec![None; operands.len()], vec![None; results.len()]);
     if axes_per_factor.iter().all(|a| a.is_empty()) {
-        return unchanged;
+        return;
     }
     // The source of each factor: the largest tensor whose axes extend the
     // agreed ones.
@@ -489,27 +498,32 @@ pub(crate) fn propagate_step(
     }
     for (ti, t) in operands.iter().enumerate() {
         if operand_changed[ti] {
-            unchanged.0[ti] = Some(unproject(
-                &rule.operands[ti],
-                t,
-                input.operands[ti],
-                &axes_table,
-                mesh_ref,
+            changed.push((
+                ti,
+                unproject(
+                    &rule.operands[ti],
+                    t,
+                    operand_inputs[ti].0,
+                    &axes_table,
+                    mesh_ref,
+                ),
             ));
         }
     }
     for (ti, t) in results.iter().enumerate() {
         if result_changed[ti] {
-            unchanged.1[ti] = Some(unproject(
-                &rule.results[ti],
-                t,
-                input.results[ti],
-                &axes_table,
-                mesh_ref,
+            changed.push((
+                operands.len() + ti,
+                unproject(
+                    &rule.results[ti],
+                    t,
+                    result_inputs[ti].0,
+                    &axes_table,
+                    mesh_ref,
+                ),
             ));
         }
     }
-    unchanged
 }
 
 /// The tensor sharding of the updated factors (dims keep their open/closed

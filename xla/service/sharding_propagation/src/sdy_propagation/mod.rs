@@ -492,6 +492,23 @@ fn build_graph(
         value_of: ValueTable::new(module),
         pinned_of: FxHashMap::default(),
     };
+    // At most one value per array leaf of each instruction (a large
+    // module's tables are allocated once, not grown).
+    let (mut leaves, mut dims, mut instructions) = (0, 0, 0);
+    for &c in flow {
+        for instr in &module.comp(c).instructions {
+            instructions += 1;
+            for leaf in leaf_dims(&instr.shape).into_iter().flatten() {
+                leaves += 1;
+                dims += leaf.len();
+            }
+        }
+    }
+    g.values.reserve(leaves);
+    g.shardings.reserve(leaves);
+    g.dims_arena.reserve(dims);
+    g.value_of.values.reserve(leaves);
+    g.ops.reserve(instructions);
     // A branch's parameter names the conditional's operand values (Shardy's
     // branches capture them), when the branch has one caller.
     let branch_operand = branch_operands(module, flow);
@@ -599,8 +616,8 @@ fn build_graph(
         let comp = module.comp(c);
         for (i, instr) in comp.instructions.iter().enumerate() {
             op_keys.resize(g.ops.len(), key);
-            let (before_callees, after) = order
-                .get(&(c.0, i as u32))
+            let (before_callees, after) = order[c.index()]
+                .get(i)
                 .copied()
                 .unwrap_or((u64::MAX, u64::MAX));
             key = after;
@@ -827,7 +844,7 @@ fn build_graph(
                         multi_use,
                         func_result: c == module.entry
                             && custom_call_target(instr) == Some(FUNC_RESULT),
-                    });
+                                });
                 }
             }
         }
@@ -857,10 +874,33 @@ fn build_graph(
         });
     }
     op_keys.resize(g.ops.len(), u64::MAX);
-    let mut keyed: Vec<(u64, Op)> = op_keys.into_iter().zip(g.ops.drain(..)).collect();
-    keyed.sort_by_key(|(k, _)| *k);
-    g.ops = keyed.into_iter().map(|(_, op)| op).collect();
+    let mut by_key: Vec<(u64, u32)> = op_keys
+        .into_iter()
+        .enumerate()
+        .map(|(i, key)| (key, i as u32))
+        .collect();
+    by_key.sort_unstable();
+    let source: Vec<u32> = by_key.into_iter().map(|(_, i)| i).collect();
+    permute(&mut g.ops, &source);
     g
+}
+
+/// Reorders `items` in place so that position `j` holds what was at
+/// `source[j]` (`source` a permutation), one cycle at a time.
+fn permute<T>(items: &mut [T], source: &[u32]) {
+    let mut placed = vec![false; items.len()];
+    for start in 0..items.len() {
+        let mut j = start;
+        while !placed[j] {
+            placed[j] = true;
+            let k = source[j] as usize;
+            if k == start {
+                break;
+            }
+            items.swap(j, k);
+            j = k;
+        }
+    }
 }
 
 /// Per branch computation called by exactly one conditional (of `flow`):
@@ -895,9 +935,12 @@ fn branch_operands(module: &HloModule, flow: &[CompId]) -> FxHashMap<CompId, (Co
 /// before the instruction that runs them, as in the nested regions Shardy
 /// walks: `(before its callees, after them)`, equal for an instruction
 /// that calls nothing in `flow` apart from the numbering gap.
-fn nested_order(module: &HloModule, flow: &[CompId]) -> FxHashMap<(u32, u32), (u64, u64)> {
-    let mut order = FxHashMap::default();
-    let mut started: FxHashMap<(u32, u32), u64> = FxHashMap::default();
+fn nested_order(module: &HloModule, flow: &[CompId]) -> Vec<Vec<(u64, u64)>> {
+    let mut order: Vec<Vec<(u64, u64)>> = module
+        .computations
+        .iter()
+        .map(|c| vec![(u64::MAX, u64::MAX); c.instructions.len()])
+        .collect();
     let mut visited: Vec<CompId> = Vec::new();
     let mut next = 0u64;
     // (computation, next instruction to number)
@@ -918,18 +961,19 @@ fn nested_order(module: &HloModule, flow: &[CompId]) -> FxHashMap<(u32, u32), (u
                 .called_computations()
                 .into_iter()
                 .find(|callee| flow.contains(callee) && !visited.contains(callee));
-            let here = (c.0, *i as u32);
-            let first = *started.entry(here).or_insert_with(|| {
+            // Numbered when first reached (before its callees).
+            let slot = &mut order[c.index()][*i];
+            if slot.0 == u64::MAX {
+                slot.0 = next;
                 next += 1;
-                next - 1
-            });
+            }
             match callee {
                 Some(callee) => {
                     visited.push(callee);
                     stack.push((callee, 0));
                 }
                 None => {
-                    order.insert(here, (first, next));
+                    order[c.index()][*i].1 = next;
                     next += 1;
                     *i += 1;
                 }
@@ -1160,44 +1204,37 @@ fn step(
         .iter()
         .chain(&op.results)
         .all(|&v| g.values[v].constant);
+    // A constant value is only a target for the ops that use it, and a
+    // source only inside its own constant expression (what Shardy's
+    // constant splitting gives: each use a copy that takes its user's
+    // sharding back down the expression).
+    let tensors: Vec<(Option<&SdySharding>, bool)> = op
+        .operands
+        .iter()
+        .chain(&op.results)
+        .map(|&v| {
+            (
+                g.shardings[v].as_ref(),
+                !g.values[v].constant || within_constants,
+            )
+        })
+        .collect();
     let input = StepInput {
         rule: &op.rule,
         mesh,
-        operands: op
-            .operands
-            .iter()
-            .map(|&v| g.shardings[v].as_ref())
-            .collect(),
-        results: op
-            .results
-            .iter()
-            .map(|&v| g.shardings[v].as_ref())
-            .collect(),
-        // A constant value is only a target for the ops that use it, and a
-        // source only inside its own constant expression (what Shardy's
-        // constant splitting gives: each use a copy that takes its user's
-        // sharding back down the expression).
-        operand_is_source: op
-            .operands
-            .iter()
-            .map(|&v| !g.values[v].constant || within_constants)
-            .collect(),
-        result_is_source: op
-            .results
-            .iter()
-            .map(|&v| !g.values[v].constant || within_constants)
-            .collect(),
+        tensors: &tensors,
         is_elementwise: op.class == OpClass::Elementwise,
     };
-    let (new_operands, new_results) = propagate_step(&input, mesh_ref, |f| direction(op, f, stage));
-    let targets: Vec<(usize, SdySharding)> = op
-        .operands
-        .iter()
-        .zip(new_operands)
-        .chain(op.results.iter().zip(new_results))
-        .filter_map(|(&v, s)| s.map(|s| (v, s)))
-        .collect();
-    for (v, s) in targets {
+    let mut targets: Vec<(usize, SdySharding)> = Vec::new();
+    propagate_step(&input, mesh_ref, |f| direction(op, f, stage), &mut targets);
+    drop(tensors);
+    let values: Vec<usize> = if targets.is_empty() {
+        Vec::new()
+    } else {
+        op.operands.iter().chain(&op.results).copied().collect()
+    };
+    for (tensor, s) in targets {
+        let v = values[tensor];
         g.shardings[v] = Some(s);
         changed.push(v);
     }
