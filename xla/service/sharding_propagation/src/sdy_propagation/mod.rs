@@ -41,8 +41,8 @@ use crate::shardy_import::{
     custom_call_target, find_manual_bodies, ManualBody, PropagatedShardings,
 };
 use factors::{propagate_step, Direction, StepInput};
-use rules::Rule;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rules::{Rule, RuleCache};
+use rustc_hash::FxHashMap;
 use std::rc::Rc;
 use std::cell::RefCell;
 use xla_hlo_ir::attrs::{AttrKey, AttrValue};
@@ -155,13 +155,17 @@ struct Graph {
     dims_arena: Vec<i64>,
     shardings: Vec<Option<SdySharding>>,
     ops: Vec<Op>,
-    /// Distinct rules: ops of the same shapes share one (a model repeats
-    /// its layers).
-    rules: FxHashSet<Rc<Rule>>,
+    rules: RuleCache,
     value_of: ValueTable,
     /// Per shard_map boundary custom call: the pseudo values holding its
     /// in or out shardings, one per value.
     pinned_of: FxHashMap<(u32, u32), Vec<Option<usize>>>,
+}
+
+/// The dims of `value` (a free function, like `values_of`).
+fn dims_in<'a>(values: &[Value], arena: &'a [i64], value: usize) -> &'a [i64] {
+    let v = &values[value];
+    &arena[v.dims_start as usize..][..v.rank as usize]
 }
 
 /// The values of instruction `id` of `comp` in `value_of` (a free function,
@@ -185,18 +189,11 @@ impl Graph {
     }
 
     fn dims(&self, value: usize) -> &[i64] {
-        let v = &self.values[value];
-        &self.dims_arena[v.dims_start as usize..][..v.rank as usize]
+        dims_in(&self.values, &self.dims_arena, value)
     }
 
-    /// The shared copy of `rule`.
     fn intern(&mut self, rule: Rule) -> Rc<Rule> {
-        if let Some(shared) = self.rules.get(&rule) {
-            return shared.clone();
-        }
-        let shared = Rc::new(rule);
-        self.rules.insert(shared.clone());
-        shared
+        self.rules.intern(rule)
     }
 
     fn values(&self, comp: CompId, id: InstrId) -> &[Option<usize>] {
@@ -488,7 +485,7 @@ fn build_graph(
         dims_arena: Vec::new(),
         shardings: Vec::new(),
         ops: Vec::new(),
-        rules: FxHashSet::default(),
+        rules: RuleCache::default(),
         value_of: ValueTable::new(module),
         pinned_of: FxHashMap::default(),
     };
@@ -816,12 +813,13 @@ fn build_graph(
                     }
                     let result_ids: Vec<usize> =
                         results.iter().map(|r| r.expect("checked")).collect();
-                    let operand_dims: Vec<&[i64]> = operand_ids.iter().map(|&v| g.dims(v)).collect();
-                    let result_dims: Vec<&[i64]> = result_ids.iter().map(|&v| g.dims(v)).collect();
-                    let Some(rule) = rules::rule_of(instr, &operand_dims, &result_dims) else {
+                    let (values, arena) = (&g.values, &g.dims_arena);
+                    let dims_of = |v: usize| dims_in(values, arena, v);
+                    let operand_dims: Vec<&[i64]> = operand_ids.iter().map(|&v| dims_of(v)).collect();
+                    let result_dims: Vec<&[i64]> = result_ids.iter().map(|&v| dims_of(v)).collect();
+                    let Some(rule) = g.rules.rule(instr, &operand_dims, &result_dims) else {
                         continue;
                     };
-                    let rule = g.intern(rule);
                     let class = match (instr.opcode, custom_call_target(instr)) {
                         (_, Some(FUNC_RESULT)) => OpClass::DataFlow,
                         (_, Some("Sharding")) => OpClass::Elementwise,

@@ -15,6 +15,8 @@
 //! `factors.len()`; a tensor mapping has one entry per dimension of its
 //! tensor; an op with no rule (`None`) is not propagated through.
 
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::rc::Rc;
 use xla_hlo_ir::{AttrKey, HloInstruction, Opcode};
 
 /// One factor of a rule.
@@ -34,6 +36,100 @@ pub(crate) struct Rule {
     pub factors: Vec<Factor>,
     pub operands: Vec<TensorMapping>,
     pub results: Vec<TensorMapping>,
+}
+
+/// The rules of a module's ops, each distinct rule stored once (a model
+/// repeats its layers), and a memo of `rule_of` for the opcodes whose rule
+/// is a function of the tensors' dims and the `dimensions` attribute alone.
+#[derive(Default)]
+pub(crate) struct RuleCache {
+    interned: FxHashSet<Rc<Rule>>,
+    /// Key (`memo_key`) -> the rule (`None`: the op has none).
+    by_key: FxHashMap<Vec<i64>, Option<Rc<Rule>>>,
+    /// The key being looked up (reused, so that a hit allocates nothing).
+    key: Vec<i64>,
+}
+
+impl RuleCache {
+    /// The shared copy of `rule`.
+    pub fn intern(&mut self, rule: Rule) -> Rc<Rule> {
+        if let Some(shared) = self.interned.get(&rule) {
+            return shared.clone();
+        }
+        let shared = Rc::new(rule);
+        self.interned.insert(shared.clone());
+        shared
+    }
+
+    /// `rule_of(instr, operands, results)`, shared.
+    pub fn rule(
+        &mut self,
+        instr: &HloInstruction,
+        operands: &[&[i64]],
+        results: &[&[i64]],
+    ) -> Option<Rc<Rule>> {
+        let mut key = std::mem::take(&mut self.key);
+        let memoizable = memo_key(instr, operands, results, &mut key);
+        if memoizable {
+            if let Some(hit) = self.by_key.get(key.as_slice()) {
+                let hit = hit.clone();
+                self.key = key;
+                return hit;
+            }
+        }
+        let rule = rule_of(instr, operands, results).map(|r| self.intern(r));
+        if memoizable {
+            self.by_key.insert(key.clone(), rule.clone());
+        }
+        self.key = key;
+        rule
+    }
+}
+
+/// Writes into `key` what `rule_of` reads of `instr` and its tensors when
+/// that is the opcode, the dims and the `dimensions` attribute only (then
+/// returns true; false for the other opcodes).
+fn memo_key(
+    instr: &HloInstruction,
+    operands: &[&[i64]],
+    results: &[&[i64]],
+    key: &mut Vec<i64>,
+) -> bool {
+    let op = instr.opcode;
+    let memoizable = op.is_elementwise()
+        || matches!(
+            op,
+            Opcode::AllReduce
+                | Opcode::CollectivePermute
+                | Opcode::OptimizationBarrier
+                | Opcode::Broadcast
+                | Opcode::Transpose
+                | Opcode::Reshape
+                | Opcode::Reduce
+                | Opcode::Slice
+                | Opcode::Pad
+                | Opcode::DynamicSlice
+                | Opcode::DynamicUpdateSlice
+                | Opcode::Concatenate
+                | Opcode::Reverse
+                | Opcode::Sort
+        );
+    if !memoizable {
+        return false;
+    }
+    key.clear();
+    key.push(op as i64);
+    for list in [operands, results] {
+        key.push(list.len() as i64);
+        for dims in list {
+            key.push(dims.len() as i64);
+            key.extend_from_slice(dims);
+        }
+    }
+    let attribute = instr.dimensions();
+    key.push(attribute.len() as i64);
+    key.extend_from_slice(attribute);
+    true
 }
 
 /// Which kind of factor to add.
