@@ -620,7 +620,12 @@ fn rebuild(
             groups.insert(operand.index(), id);
         }
     }
-    let users = old.users();
+    // Only a ShardingGroup's users are asked for.
+    let users = if groups.is_empty() {
+        Vec::new()
+    } else {
+        old.users()
+    };
     let root_is_sharded = old.root_instr().sharding.is_some();
     for old_index in 0..old.instructions.len() {
         let instr = &old.instructions[old_index];

@@ -114,7 +114,7 @@ struct FactorSharding {
 }
 
 /// One tensor seen through the op's factors.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct TensorFactors {
     /// Indexed by factor; `None` where the tensor does not hold the factor.
     factors: Vec<Option<FactorSharding>>,
@@ -132,6 +132,21 @@ pub(crate) struct StepInput<'a> {
     pub mesh: &'a SdyMesh,
     pub tensors: &'a [(Option<&'a SdySharding>, bool)],
     pub is_elementwise: bool,
+}
+
+/// Buffers a step fills and the next step reuses (most steps change
+/// nothing; their cost is projecting the tensors).
+#[derive(Default)]
+pub(crate) struct StepScratch {
+    operands: Vec<TensorFactors>,
+    results: Vec<TensorFactors>,
+    axes_per_factor: Vec<Vec<Axis>>,
+}
+
+/// `tensors` with exactly `count` entries (their contents are rewritten).
+fn reuse(tensors: &mut Vec<TensorFactors>, count: usize) {
+    tensors.truncate(count);
+    tensors.resize_with(count, TensorFactors::default);
 }
 
 /// Splits `axis` into its major part of `size` and the rest.
@@ -169,14 +184,18 @@ fn merge_sub_axes(axes: Vec<Axis>) -> Vec<Axis> {
     out
 }
 
+/// Writes into `out` the tensor's sharding seen through its factors.
 fn project<'a>(
+    out: &mut TensorFactors,
     mapping: &[Vec<usize>],
     sharding: Option<&'a SdySharding>,
     rule: &Rule,
     axes_table: &mut MeshAxes<'a>,
     is_source: bool,
-) -> TensorFactors {
-    let mut factors: Vec<Option<FactorSharding>> = vec![None; rule.factors.len()];
+) {
+    let factors = &mut out.factors;
+    factors.clear();
+    factors.resize(rule.factors.len(), None);
     for (d, dim_factors) in mapping.iter().enumerate() {
         let dim = sharding.and_then(|s| s.dims.get(d));
         let closed = dim.is_some_and(|d| !d.open);
@@ -244,16 +263,15 @@ fn project<'a>(
             partial |= sharded < rule.factors[f].size;
         }
     }
-    let mut axes_of = |list: Option<&'a Vec<AxisRef>>| -> Vec<Axis> {
-        list.map(|l| l.iter().map(|a| axes_table.axis(a)).collect())
-            .unwrap_or_default()
-    };
-    TensorFactors {
-        factors,
-        replicated: axes_of(sharding.map(|s| &s.replicated)),
-        unreduced: axes_of(sharding.map(|s| &s.unreduced)),
-        is_source,
+    out.replicated.clear();
+    out.unreduced.clear();
+    if let Some(s) = sharding {
+        out.replicated
+            .extend(s.replicated.iter().map(|a| axes_table.axis(a)));
+        out.unreduced
+            .extend(s.unreduced.iter().map(|a| axes_table.axis(a)));
     }
+    out.is_source = is_source;
 }
 
 /// The common prefix of `axes` and `new`, and whether the result may still
@@ -271,21 +289,23 @@ fn compatible(axes: &mut Vec<Axis>, new: &[Axis], can_expand: bool) -> bool {
     can_expand
 }
 
+/// Writes into `axes` the axes the tensors agree on for `factor`.
 fn compatible_major_axes(
     operands: &[TensorFactors],
     results: &[TensorFactors],
     factor: usize,
     direction: Direction,
-) -> Vec<Axis> {
+    axes: &mut Vec<Axis>,
+) {
+    axes.clear();
     if direction == Direction::NONE {
-        return Vec::new();
+        return;
     }
     let (first, second) = if direction == Direction::BACKWARD {
         (results, operands)
     } else {
         (operands, results)
     };
-    let mut axes = Vec::new();
     let mut can_expand = true;
     let fold = |tensors: &[TensorFactors], axes: &mut Vec<Axis>, can_expand: &mut bool| {
         for t in tensors.iter().filter(|t| t.is_source) {
@@ -294,12 +314,11 @@ fn compatible_major_axes(
             }
         }
     };
-    fold(first, &mut axes, &mut can_expand);
+    fold(first, axes, &mut can_expand);
     if direction != Direction::BOTH {
         can_expand = false;
     }
-    fold(second, &mut axes, &mut can_expand);
-    axes
+    fold(second, axes, &mut can_expand);
 }
 
 /// Keeps the longest prefix of `axes` that `accept` takes whole; the first
@@ -387,32 +406,35 @@ pub(crate) fn propagate_step(
     mesh_ref: &xla_hlo_ir::sdy::MeshRef,
     direction: impl Fn(usize) -> Direction,
     changed: &mut Vec<(usize, SdySharding)>,
+    scratch: &mut StepScratch,
 ) {
     let rule = input.rule;
     let (operand_inputs, result_inputs) = input.tensors.split_at(rule.operands.len());
     let mut axes_table = MeshAxes::new(input.mesh);
-    let mut operands: Vec<TensorFactors> = rule
-        .operands
-        .iter()
-        .zip(operand_inputs)
-        .map(|(m, &(s, src))| project(m, s, rule, &mut axes_table, src))
-        .collect();
-    let mut results: Vec<TensorFactors> = rule
-        .results
-        .iter()
-        .zip(result_inputs)
-        .map(|(m, &(s, src))| project(m, s, rule, &mut axes_table, src))
-        .collect();
-    let axes_per_factor: Vec<Vec<Axis>> = (0..rule.factors.len())
-        .map(|f| {
-            let dir = if rule.factors[f].blocked {
-                Direction::NONE
-            } else {
-                direction(f)
-            };
-            compatible_major_axes(&operands, &results, f, dir)
-        })
-        .collect();
+    let StepScratch {
+        operands,
+        results,
+        axes_per_factor,
+    } = scratch;
+    reuse(operands, rule.operands.len());
+    for ((out, m), &(s, src)) in operands.iter_mut().zip(&rule.operands).zip(operand_inputs) {
+        project(out, m, s, rule, &mut axes_table, src);
+    }
+    reuse(results, rule.results.len());
+    for ((out, m), &(s, src)) in results.iter_mut().zip(&rule.results).zip(result_inputs) {
+        project(out, m, s, rule, &mut axes_table, src);
+    }
+    axes_per_factor.resize_with(rule.factors.len().max(axes_per_factor.len()), Vec::new);
+    let axes_per_factor = &mut axes_per_factor[..rule.factors.len()];
+    for (f, axes) in axes_per_factor.iter_mut().enumerate() {
+        let dir = if rule.factors[f].blocked {
+            Direction::NONE
+        } else {
+            direction(f)
+        };
+        compatible_major_axes(operands, results, f, dir, axes);
+    }
+    let axes_per_factor = &*axes_per_factor;
     if axes_per_factor.iter().all(|a| a.is_empty()) {
         return;
     }

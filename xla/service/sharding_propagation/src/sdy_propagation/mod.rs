@@ -40,7 +40,7 @@ mod rules;
 use crate::shardy_import::{
     custom_call_target, find_manual_bodies, ManualBody, PropagatedShardings,
 };
-use factors::{propagate_step, Direction, StepInput};
+use factors::{propagate_step, Direction, StepInput, StepScratch};
 use rules::{Rule, RuleCache};
 use rustc_hash::FxHashMap;
 use std::rc::Rc;
@@ -1116,6 +1116,7 @@ fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
     let mut sweeps = 0;
     let mut dirty = vec![false; g.ops.len()];
     let mut changed_values = Vec::new();
+    let mut scratch = StepScratch::default();
     for stage in 0..STAGES {
         // At a stage's start only the ops whose directions grew can change
         // anything (every op's last step changed nothing).
@@ -1125,7 +1126,7 @@ fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
                     && (0..op.rule.factors.len())
                         .any(|f| direction(op, f, stage) != direction(op, f, stage - 1)));
         }
-        push_func_results(g, meshes, &ops_of_value, &mut dirty);
+        push_func_results(g, meshes, &ops_of_value, &mut dirty, &mut scratch);
         for _ in 0..MAX_SWEEPS_PER_STAGE {
             sweeps += 1;
             let mut changed = false;
@@ -1135,7 +1136,7 @@ fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
                 }
                 dirty[oi] = false;
                 changed_values.clear();
-                step(g, oi, stage, meshes, &mut changed_values);
+                step(g, oi, stage, meshes, &mut changed_values, &mut scratch);
                 for &v in &changed_values {
                     changed = true;
                     for &other in &ops_of_value[v] {
@@ -1147,7 +1148,7 @@ fn propagate(g: &mut Graph, meshes: &[(String, SdyMesh)]) -> usize {
                 break;
             }
         }
-        push_func_results(g, meshes, &ops_of_value, &mut dirty);
+        push_func_results(g, meshes, &ops_of_value, &mut dirty, &mut scratch);
     }
     sweeps
 }
@@ -1161,6 +1162,7 @@ fn push_func_results(
     meshes: &[(String, SdyMesh)],
     ops_of_value: &[Vec<u32>],
     dirty: &mut [bool],
+    scratch: &mut StepScratch,
 ) {
     let mut changed = Vec::new();
     for oi in 0..g.ops.len() {
@@ -1169,7 +1171,7 @@ fn push_func_results(
         }
         dirty[oi] = false;
         changed.clear();
-        step(g, oi, STAGES - 1, meshes, &mut changed);
+        step(g, oi, STAGES - 1, meshes, &mut changed, scratch);
         for &v in &changed {
             for &other in &ops_of_value[v] {
                 dirty[other as usize] = true;
@@ -1185,6 +1187,7 @@ fn step(
     stage: usize,
     meshes: &[(String, SdyMesh)],
     changed: &mut Vec<usize>,
+    scratch: &mut StepScratch,
 ) {
     let op = &g.ops[oi];
     let Some(mesh_ref) = common_mesh(g, op) else {
@@ -1224,7 +1227,13 @@ fn step(
         is_elementwise: op.class == OpClass::Elementwise,
     };
     let mut targets: Vec<(usize, SdySharding)> = Vec::new();
-    propagate_step(&input, mesh_ref, |f| direction(op, f, stage), &mut targets);
+    propagate_step(
+        &input,
+        mesh_ref,
+        |f| direction(op, f, stage),
+        &mut targets,
+        scratch,
+    );
     drop(tensors);
     let values: Vec<usize> = if targets.is_empty() {
         Vec::new()
