@@ -12,7 +12,7 @@
 //! does not depend on hash iteration order.
 
 use crate::fixpoint::FixPoint;
-use crate::graph::{Graph, Node};
+use crate::graph::{CustomCallKind, Graph, Node};
 use crate::level::{BROADCAST_FORWARD_LEVEL, PASS_THROUGH_LEVEL};
 use crate::options::ShardingPropagationOptions;
 use crate::prepare::{
@@ -160,6 +160,7 @@ pub(crate) fn propagate(
         last_written: vec![0; node_count],
         allow_output: outputs.any,
         allow_params: params.any,
+        manual_possible: true,
     };
     let sharding_calls = process_sharding_calls(&mut state, options, &mut names)?;
     stats.copies = sharding_calls.copies.len();
@@ -171,6 +172,7 @@ pub(crate) fn propagate(
     let saved_params = entry_parameter_shardings(&state);
     replace_unknown_with_replicated(&mut state);
 
+    state.manual_possible = manual_possible(&state);
     let mut fix_point = FixPoint::new(
         &provided,
         &sharding_calls.unspecified,
@@ -198,6 +200,22 @@ pub(crate) fn propagate(
     write_back(module, updates, &sharding_calls.copies, &root_copy);
     stats.changed = stats.inferred > 0 || !sharding_calls.copies.is_empty() || root_copy.is_some();
     Ok(stats)
+}
+
+/// Whether a node has a manual sharding leaf or is a manual conversion.
+fn manual_possible(state: &PropagationState) -> bool {
+    let has_manual_leaf = state
+        .shardings
+        .iter()
+        .flatten()
+        .any(|sharding| sharding.leaves().iter().any(Sharding::is_manual));
+    has_manual_leaf
+        || (0..state.shardings.len() as Node).any(|node| {
+            matches!(
+                state.graph.custom_call_kind(node),
+                CustomCallKind::FullToShard | CustomCallKind::ShardToFull
+            )
+        })
 }
 
 /// A changed sharding, in IR form, with where its instruction is.

@@ -27,6 +27,9 @@ pub(crate) struct PropagationState<'m> {
     pub allow_output: bool,
     /// Propagation may change entry parameter shardings.
     pub allow_params: bool,
+    /// Some node is manual or converts to or from manual: without one, no
+    /// rule can produce a manual sharding, and the manual rules are skipped.
+    pub manual_possible: bool,
 }
 
 /// The non-negative entries of `dims`, as indices.

@@ -73,6 +73,9 @@ impl PropagationState<'_> {
     /// `SPMDShardToFullShape` leaves the manual region, and at
     /// `PASS_THROUGH_LEVEL` concatenates and dynamic slices wait.
     fn manual_from_operands(&mut self, node: Node, level: i64) -> Option<bool> {
+        if !self.manual_possible {
+            return None;
+        }
         let graph = &self.graph;
         let opcode = graph.opcode(node);
         let shape = graph.shape(node);
@@ -337,6 +340,9 @@ impl PropagationState<'_> {
     /// than `SPMDFullToShardShape`, which enters the manual region) becomes
     /// manual (`Some(true)`); `None` when no user makes it so.
     fn manual_from_users(&mut self, node: Node, level: i64) -> Option<bool> {
+        if !self.manual_possible {
+            return None;
+        }
         if !self
             .sharding(node)
             .is_none_or(InstrSharding::is_tile_maximal)
