@@ -196,7 +196,7 @@ pub(crate) fn propagate(
     }
     stats.unsharded = state.shardings.iter().filter(|s| s.is_none()).count();
     let updates = changed_shardings(state, &original);
-    stats.inferred = updates.len();
+    stats.inferred = updates.changed.len();
     write_back(module, updates, &sharding_calls.copies, &root_copy);
     stats.changed = stats.inferred > 0 || !sharding_calls.copies.is_empty() || root_copy.is_some();
     Ok(stats)
@@ -218,46 +218,41 @@ fn manual_possible(state: &PropagationState) -> bool {
         })
 }
 
-/// A changed sharding, in IR form, with where its instruction is.
-struct ShardingUpdate {
-    comp: CompId,
-    id: InstrId,
-    sharding: Option<HloSharding>,
+/// The nodes whose sharding differs from the module's, in node order, with
+/// where their instruction is; and every node's final sharding.
+struct ShardingUpdates {
+    changed: Vec<(CompId, InstrId, Node)>,
+    shardings: Vec<Option<InstrSharding>>,
 }
 
-/// The shardings that differ from the module's, in node order.
 fn changed_shardings(
-    state: PropagationState,
+    mut state: PropagationState,
     original: &[Option<InstrSharding>],
-) -> Vec<ShardingUpdate> {
-    let mut updates = Vec::new();
-    let mut ir_cache: FxHashMap<*const Tiled, SingleSharding> = FxHashMap::default();
-    for (node, (now, before)) in state.shardings.iter().zip(original).enumerate() {
-        if now != before {
-            let node = node as Node;
-            updates.push(ShardingUpdate {
-                comp: state.graph.comp_of(node),
-                id: state.graph.local(node),
-                sharding: now
-                    .as_ref()
-                    .map(|sharding| to_ir_cached(sharding, &mut ir_cache)),
-            });
-        }
+) -> ShardingUpdates {
+    let changed = (0..state.shardings.len() as Node)
+        .filter(|&node| state.shardings[node as usize] != original[node as usize])
+        .map(|node| (state.graph.comp_of(node), state.graph.local(node), node))
+        .collect();
+    ShardingUpdates {
+        changed,
+        shardings: std::mem::take(&mut state.shardings),
     }
-    updates
 }
 
 /// Writes the changed shardings into the module, turns the `Sharding`
 /// custom-calls into copies and names the root copy.
 fn write_back(
     module: &mut HloModule,
-    updates: Vec<ShardingUpdate>,
+    updates: ShardingUpdates,
     copies: &[(CompId, InstrId, String)],
     root_copy: &Option<(InstrId, String)>,
 ) {
-    for update in updates {
-        let instr = module.comp_mut(update.comp).instr_mut(update.id);
-        instr.sharding = update.sharding.map(Box::new);
+    let mut ir_cache: FxHashMap<*const Tiled, SingleSharding> = FxHashMap::default();
+    for (comp, id, node) in updates.changed {
+        let instr = module.comp_mut(comp).instr_mut(id);
+        instr.sharding = updates.shardings[node as usize]
+            .as_ref()
+            .map(|sharding| Box::new(to_ir_cached(sharding, &mut ir_cache)));
         // Shard groups are consumed by propagation.
         if let Some(HloSharding::Single(SingleSharding { shard_group, .. })) =
             instr.sharding.as_deref_mut()
