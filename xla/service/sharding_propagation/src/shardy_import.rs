@@ -847,8 +847,12 @@ fn rebuild(
                     }
                 }
                 drop(annotations);
-                let placeholder =
-                    HloInstruction::new(String::new(), instr.opcode, Shape::Tuple(Vec::new()), Vec::new());
+                let placeholder = HloInstruction::new(
+                    String::new(),
+                    instr.opcode,
+                    Shape::Tuple(Vec::new()),
+                    Vec::new(),
+                );
                 let mut copy = std::mem::replace(&mut old.instructions[old_index], placeholder);
                 copy.operands = operands;
                 for p in &mut copy.control_predecessors {

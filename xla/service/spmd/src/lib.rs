@@ -135,7 +135,7 @@ pub fn partition_module(
         computations: Vec::new(),
         entry: module.entry,
     };
-    let orig = std::mem::replace(module, placeholder);
+    let mut orig = std::mem::replace(module, placeholder);
     let base_change = sharding_or_header_changes(&orig, n);
     let orig_entry: Vec<xla_hlo_ir::Shape> = {
         let e = orig.entry_computation();
@@ -148,7 +148,25 @@ pub fn partition_module(
         v
     };
     match partition_owned(&orig, n) {
-        Ok((comps, summary_ctx, new_comps)) => {
+        Ok((partitioned, summary_ctx, new_comps)) => {
+            // The computations partitioning leaves as they are move over,
+            // without their shardings.
+            let comps = partitioned
+                .into_iter()
+                .enumerate()
+                .map(|(i, comp)| {
+                    comp.unwrap_or_else(|| {
+                        let mut kept = std::mem::replace(
+                            &mut orig.computations[i],
+                            xla_hlo_ir::HloComputation::new(""),
+                        );
+                        for instr in kept.instructions.iter_mut() {
+                            instr.sharding = None;
+                        }
+                        kept
+                    })
+                })
+                .collect();
             *module = HloModule {
                 computations: comps,
                 ..orig
@@ -163,13 +181,15 @@ pub fn partition_module(
     }
 }
 
-/// Partitions `orig`; returns the new computation list and the context.
+/// Partitions `orig`; returns the new computation list (`None` for a
+/// computation left as it is, to be moved over from `orig`) and the
+/// context.
 fn partition_owned(
     orig: &HloModule,
     n: i64,
 ) -> Result<
     (
-        Vec<xla_hlo_ir::HloComputation>,
+        Vec<Option<xla_hlo_ir::HloComputation>>,
         context::ModuleContext,
         bool,
     ),
@@ -208,25 +228,19 @@ fn partition_owned(
             .unwrap_or_else(|| Box::new(root_vs.to_ir())),
     );
     let mut comps = Vec::with_capacity(orig.computations.len() + ctx.new_comps.len());
-    for (i, c) in orig.computations.iter().enumerate() {
+    for i in 0..orig.computations.len() {
         let cid = xla_hlo_ir::CompId(i as u32);
         if cid == entry {
-            comps.push(std::mem::replace(
+            comps.push(Some(std::mem::replace(
                 &mut new_entry,
                 xla_hlo_ir::HloComputation::new(""),
-            ));
-        } else if let Some(pc) = ctx.replaced.remove(&cid) {
-            comps.push(pc);
+            )));
         } else {
-            let mut c = c.clone();
-            for instr in c.instructions.iter_mut() {
-                instr.sharding = None;
-            }
-            comps.push(c);
+            comps.push(ctx.replaced.remove(&cid));
         }
     }
     let new_comps = !ctx.new_comps.is_empty();
-    comps.append(&mut ctx.new_comps);
+    comps.extend(ctx.new_comps.drain(..).map(Some));
     Ok((comps, ctx, new_comps))
 }
 

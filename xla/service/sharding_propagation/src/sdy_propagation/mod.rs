@@ -43,8 +43,8 @@ use crate::shardy_import::{
 use factors::{propagate_step, Direction, StepInput, StepScratch};
 use rules::{Rule, RuleCache};
 use rustc_hash::FxHashMap;
-use std::rc::Rc;
 use std::cell::RefCell;
+use std::rc::Rc;
 use xla_hlo_ir::attrs::{AttrKey, AttrValue};
 use xla_hlo_ir::sdy::{self, FrontendAttributes, MeshRef, SdyMesh, SdySharding};
 use xla_hlo_ir::{CompId, HloInstruction, HloModule, InstrId, Opcode, Shape};
@@ -129,7 +129,11 @@ impl ValueTable {
     }
 
     fn get(&self, comp: CompId, id: InstrId) -> &[Option<usize>] {
-        match self.ranges.get(comp.index()).and_then(|r| r.get(id.index())) {
+        match self
+            .ranges
+            .get(comp.index())
+            .and_then(|r| r.get(id.index()))
+        {
             Some(&(start, len)) => &self.values[start as usize..][..len as usize],
             None => &[],
         }
@@ -815,7 +819,8 @@ fn build_graph(
                         results.iter().map(|r| r.expect("checked")).collect();
                     let (values, arena) = (&g.values, &g.dims_arena);
                     let dims_of = |v: usize| dims_in(values, arena, v);
-                    let operand_dims: Vec<&[i64]> = operand_ids.iter().map(|&v| dims_of(v)).collect();
+                    let operand_dims: Vec<&[i64]> =
+                        operand_ids.iter().map(|&v| dims_of(v)).collect();
                     let result_dims: Vec<&[i64]> = result_ids.iter().map(|&v| dims_of(v)).collect();
                     let Some(rule) = g.rules.rule(instr, &operand_dims, &result_dims) else {
                         continue;
@@ -842,7 +847,7 @@ fn build_graph(
                         multi_use,
                         func_result: c == module.entry
                             && custom_call_target(instr) == Some(FUNC_RESULT),
-                                });
+                    });
                 }
             }
         }
