@@ -227,30 +227,41 @@ fn run(args: &Args) -> Result<()> {
         )?;
         if let Some(path) = &args.trace {
             let trace = xla_latency_hiding_scheduler::chrome_trace(&sim.timelines, &module.name);
-            write_atomically(path, trace.to_string().as_bytes())?;
+            write_atomically(path, |w| w.write_all(trace.to_string().as_bytes()))?;
         }
         report_json = Some(report.to_json());
     }
-    let text = if let Some(json) = report_json.filter(|_| args.schedule_report) {
+    let report = if let Some(json) = report_json.filter(|_| args.schedule_report) {
         let mut s = json.to_string();
         s.push('\n');
-        s
+        Some(s)
     } else if let Some(other_path) = &args.compare_shardings {
         let other = load_module(other_path, !args.no_verify)?;
-        comparison_json(&module, &other)
+        Some(comparison_json(&module, &other))
     } else if args.stats {
         let mut s = ModuleStats::of(&module).to_json().to_string();
         s.push('\n');
-        s
+        Some(s)
     } else {
-        module.to_text()
+        None
+    };
+    // The module is printed straight into the output (a large module's
+    // text is never held in memory whole).
+    let write = |w: &mut dyn Write| -> std::io::Result<()> {
+        match &report {
+            Some(text) => w.write_all(text.as_bytes()),
+            None => {
+                let mut buffered = std::io::BufWriter::with_capacity(1 << 16, w);
+                write!(buffered, "{module}")?;
+                buffered.flush()
+            }
+        }
     };
     match &args.output {
-        Some(path) => write_atomically(path, text.as_bytes()),
+        Some(path) => write_atomically(path, write),
         None => {
             let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes())
-                .context("writing to stdout")?;
+            write(&mut out).context("writing to stdout")?;
             out.flush().context("writing to stdout")
         }
     }
@@ -268,19 +279,20 @@ fn load_module(path: &Path, verify: bool) -> Result<xla_hlo_ir::HloModule> {
     Ok(module)
 }
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it into
-/// place. A path that exists and is not a regular file (`/dev/null`, a
-/// FIFO, a terminal) is written directly: renaming over it would replace
-/// the device or pipe with a regular file.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes what `write` writes to a temporary file beside `path`, then
+/// renames it into place. A path that exists and is not a regular file
+/// (`/dev/null`, a FIFO, a terminal) is written directly: renaming over it
+/// would replace the device or pipe with a regular file.
+fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
     if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .open(path)
             .with_context(|| format!("cannot write {}", path.display()))?;
-        return f
-            .write_all(bytes)
-            .with_context(|| format!("cannot write {}", path.display()));
+        return write(&mut f).with_context(|| format!("cannot write {}", path.display()));
     }
     let dir = path
         .parent()
@@ -297,7 +309,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let result = (|| -> Result<()> {
         let mut f = std::fs::File::create(&tmp)
             .with_context(|| format!("cannot create {}", tmp.display()))?;
-        f.write_all(bytes)?;
+        write(&mut f)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
     })();
