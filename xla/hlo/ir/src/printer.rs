@@ -33,7 +33,12 @@ fn comp_name(module: &HloModule, id: CompId) -> String {
 
 /// The opcode as written: sugared async ops print as `<wrapped>-start` etc.
 pub fn opcode_text(instr: &HloInstruction) -> String {
-    match (instr.async_wrapped, instr.opcode) {
+    opcode_text_of(instr.async_wrapped, instr.opcode)
+}
+
+/// [`opcode_text`] of an instruction with this wrapped opcode and opcode.
+pub fn opcode_text_of(async_wrapped: Option<Opcode>, opcode: Opcode) -> String {
+    match (async_wrapped, opcode) {
         (Some(w), Opcode::AsyncStart) => format!("{}-start", w.name()),
         (Some(w), Opcode::AsyncUpdate) => format!("{}-update", w.name()),
         (Some(w), Opcode::AsyncDone) => format!("{}-done", w.name()),

@@ -62,24 +62,36 @@ impl ModuleStats {
             computations: module.computations.len(),
             ..Default::default()
         };
+        // Counted by opcode first, named once per distinct opcode.
+        let mut opcodes: BTreeMap<(Option<Opcode>, Opcode), usize> = BTreeMap::new();
+        let mut collectives: BTreeMap<Opcode, (usize, u64)> = BTreeMap::new();
         for comp in &module.computations {
             for instr in &comp.instructions {
                 stats.instructions += 1;
-                let text = crate::printer::opcode_text(instr);
-                *stats.opcodes.entry(text).or_default() += 1;
+                *opcodes
+                    .entry((instr.async_wrapped, instr.opcode))
+                    .or_default() += 1;
                 if let Some(kind) = collective_kind(instr) {
                     let bytes = collective_output_shape(instr).byte_size();
-                    *stats
-                        .collectives
-                        .entry(kind.name().to_string())
-                        .or_default() += 1;
-                    *stats
-                        .collective_bytes_by_op
-                        .entry(kind.name().to_string())
-                        .or_default() += bytes;
+                    let entry = collectives.entry(kind).or_default();
+                    entry.0 += 1;
+                    entry.1 += bytes;
                     stats.collective_bytes += bytes;
                 }
             }
+        }
+        for ((wrapped, opcode), count) in opcodes {
+            *stats
+                .opcodes
+                .entry(crate::printer::opcode_text_of(wrapped, opcode))
+                .or_default() += count;
+        }
+        for (kind, (count, bytes)) in collectives {
+            *stats.collectives.entry(kind.name().to_string()).or_default() += count;
+            *stats
+                .collective_bytes_by_op
+                .entry(kind.name().to_string())
+                .or_default() += bytes;
         }
         stats
     }
