@@ -190,7 +190,9 @@ struct Names {
     next_suffix: FxHashMap<String, u64>,
 }
 
-fn name_hash(name: &str) -> u64 {
+/// A name's hash, for sets of taken names that need not hold the names
+/// (a collision only makes a free name look taken).
+pub fn name_hash(name: &str) -> u64 {
     use std::hash::{BuildHasher, BuildHasherDefault};
     BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(name)
 }

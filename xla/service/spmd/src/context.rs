@@ -13,6 +13,7 @@ use crate::grid::{Grid, GridCache, Groups};
 use crate::plan::{Plan, PlanCache};
 use crate::value::{ShardingCache, ValueSharding};
 use rustc_hash::{FxHashMap, FxHashSet};
+use xla_hlo_utils::inline::name_hash;
 use xla_hlo_ir::{
     CollectiveDeviceList, CompId, HloComputation, HloInstruction, HloModule, Opcode, PrimitiveType,
     Shape,
@@ -41,8 +42,11 @@ impl PartitionCache {
 pub struct ModuleContext {
     /// Number of partitions (devices).
     pub n: i64,
-    used_names: FxHashSet<String>,
-    reserved: FxHashSet<String>,
+    /// Hashes (`name_hash`) of the names emitted instructions took, and of
+    /// the original module's names: a hash collision can only skip a free
+    /// name, never give one twice.
+    used_names: FxHashSet<u64>,
+    reserved: FxHashSet<u64>,
     /// Next suffix to try per name stem.
     next_suffix: FxHashMap<String, u64>,
     next_channel: i64,
@@ -72,9 +76,9 @@ impl ModuleContext {
         let mut reserved = FxHashSet::default();
         let mut next_channel = 1;
         for c in &module.computations {
-            reserved.insert(c.name.clone());
+            reserved.insert(name_hash(&c.name));
             for i in &c.instructions {
-                reserved.insert(i.name.clone());
+                reserved.insert(name_hash(&i.name));
                 if let Some(ch) = i.channel_id() {
                     next_channel = next_channel.max(ch + 1);
                 }
@@ -100,7 +104,7 @@ impl ModuleContext {
     /// `name` itself when no emitted instruction took it yet (original
     /// names are kept for the clone of the original instruction).
     pub fn orig_name(&mut self, name: &str) -> String {
-        if self.used_names.insert(name.to_string()) {
+        if self.used_names.insert(name_hash(name)) {
             name.to_string()
         } else {
             self.fresh(name)
@@ -113,14 +117,15 @@ impl ModuleContext {
             Some((s, tail)) if !s.is_empty() && tail.chars().all(|c| c.is_ascii_digit()) => s,
             _ => base,
         };
-        if !self.reserved.contains(stem) && self.used_names.insert(stem.to_string()) {
+        if !self.reserved.contains(&name_hash(stem)) && self.used_names.insert(name_hash(stem)) {
             return stem.to_string();
         }
         let mut k = self.next_suffix.get(stem).copied().unwrap_or(1);
         loop {
             let cand = format!("{stem}.{k}");
             k += 1;
-            if !self.reserved.contains(&cand) && self.used_names.insert(cand.clone()) {
+            let hash = name_hash(&cand);
+            if !self.reserved.contains(&hash) && self.used_names.insert(hash) {
                 self.next_suffix.insert(stem.to_string(), k);
                 return cand;
             }
