@@ -87,7 +87,10 @@ impl ModuleStats {
                 .or_default() += count;
         }
         for (kind, (count, bytes)) in collectives {
-            *stats.collectives.entry(kind.name().to_string()).or_default() += count;
+            *stats
+                .collectives
+                .entry(kind.name().to_string())
+                .or_default() += count;
             *stats
                 .collective_bytes_by_op
                 .entry(kind.name().to_string())

@@ -13,11 +13,11 @@ use crate::grid::{Grid, GridCache, Groups};
 use crate::plan::{Plan, PlanCache};
 use crate::value::{ShardingCache, ValueSharding};
 use rustc_hash::{FxHashMap, FxHashSet};
-use xla_hlo_utils::inline::name_hash;
 use xla_hlo_ir::{
     CollectiveDeviceList, CompId, HloComputation, HloInstruction, HloModule, Opcode, PrimitiveType,
     Shape,
 };
+use xla_hlo_utils::inline::name_hash;
 
 /// The memo tables of one module's partitioning: derived grids, reshard
 /// plans, converted shardings. Every table memoizes a pure function, keyed
