@@ -83,7 +83,7 @@ enum OpClass {
 }
 
 struct Op {
-    /// Shared between the ops with equal rules (`Graph::intern`).
+    /// Shared between the ops with equal rules (`RuleCache::intern`).
     rule: Rc<Rule>,
     operands: Vec<usize>,
     results: Vec<usize>,
@@ -166,16 +166,11 @@ struct Graph {
     pinned_of: FxHashMap<(u32, u32), Vec<Option<usize>>>,
 }
 
-/// The dims of `value` (a free function, like `values_of`).
+/// The dims of `value` (a free function, so that a caller may hold them
+/// while it updates the graph's other fields).
 fn dims_in<'a>(values: &[Value], arena: &'a [i64], value: usize) -> &'a [i64] {
     let v = &values[value];
     &arena[v.dims_start as usize..][..v.rank as usize]
-}
-
-/// The values of instruction `id` of `comp` in `value_of` (a free function,
-/// so that a caller may hold them while it updates the graph's other fields).
-fn values_of(value_of: &ValueTable, comp: CompId, id: InstrId) -> &[Option<usize>] {
-    value_of.get(comp, id)
 }
 
 impl Graph {
@@ -196,12 +191,8 @@ impl Graph {
         dims_in(&self.values, &self.dims_arena, value)
     }
 
-    fn intern(&mut self, rule: Rule) -> Rc<Rule> {
-        self.rules.intern(rule)
-    }
-
     fn values(&self, comp: CompId, id: InstrId) -> &[Option<usize>] {
-        values_of(&self.value_of, comp, id)
+        self.value_of.get(comp, id)
     }
 
     fn values_owned(&self, comp: CompId, id: InstrId) -> Vec<Option<usize>> {
@@ -218,7 +209,7 @@ impl Graph {
             return;
         }
         let rule = identity_rule(dims, sources.len(), targets.len());
-        let rule = self.intern(rule);
+        let rule = self.rules.intern(rule);
         self.ops.push(Op {
             rule,
             operands: sources,
@@ -279,7 +270,7 @@ impl Graph {
         } else {
             (vec![local], vec![global], local_mapping, global_mapping)
         };
-        let rule = self.intern(Rule {
+        let rule = self.rules.intern(Rule {
             factors,
             operands: vec![operand_mapping],
             results: vec![result_mapping],
@@ -574,12 +565,12 @@ fn build_graph(
                 continue;
             }
             for o in &instr.operands {
-                for &v in values_of(&g.value_of, c, *o).iter().flatten() {
+                for &v in g.value_of.get(c, *o).iter().flatten() {
                     g.values[v].uses += 1;
                 }
             }
         }
-        for &v in values_of(&g.value_of, c, comp.root).iter().flatten() {
+        for &v in g.value_of.get(c, comp.root).iter().flatten() {
             g.values[v].uses += 1;
         }
     }
@@ -593,7 +584,7 @@ fn build_graph(
             let Some(shardings) = memo.shardings(instr, SHARDING) else {
                 continue;
             };
-            let values = values_of(&g.value_of, c, InstrId(i as u32));
+            let values = g.value_of.get(c, InstrId(i as u32));
             if shardings.len() != values.len() {
                 continue;
             }
@@ -866,7 +857,7 @@ fn build_graph(
                 }
             }
         }
-        let rule = g.intern(identity_rule(&dims, members.len(), 0));
+        let rule = g.rules.intern(identity_rule(&dims, members.len(), 0));
         g.ops.push(Op {
             rule,
             operands: members,
@@ -1240,13 +1231,12 @@ fn step(
         scratch,
     );
     drop(tensors);
-    let values: Vec<usize> = if targets.is_empty() {
-        Vec::new()
-    } else {
-        op.operands.iter().chain(&op.results).copied().collect()
-    };
+    let operand_count = op.operands.len();
     for (tensor, s) in targets {
-        let v = values[tensor];
+        let v = match tensor.checked_sub(operand_count) {
+            None => op.operands[tensor],
+            Some(result) => op.results[result],
+        };
         g.shardings[v] = Some(s);
         changed.push(v);
     }
