@@ -13,11 +13,11 @@
 //! what was expected) and exit code 1, never a panic; `-o` writes through a
 //! temporary file renamed into place, so a failed run leaves no partial output.
 
-/// The passes allocate and free many small vectors and strings; mimalloc
-/// makes propagation and partitioning of a large module about 1.6x faster
-/// than the system allocator (see the workspace Cargo.toml).
+mod allocator;
+
+/// mimalloc (see `allocator` and the workspace Cargo.toml).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 use anyhow::{Context, Result};
 use clap::Parser;

@@ -207,15 +207,19 @@ impl HloInstruction {
     }
     /// Every computation this instruction calls, in attribute order.
     pub fn called_computations(&self) -> Vec<CompId> {
-        let mut out = Vec::new();
-        for a in &self.attrs {
-            match &a.value {
-                AttrValue::Computation(c) => out.push(*c),
-                AttrValue::Computations(cs) => out.extend(cs.iter().copied()),
-                _ => {}
-            }
-        }
-        out
+        self.called_computation_ids().collect()
+    }
+    /// The computations this instruction calls, in attribute order, without
+    /// collecting them.
+    pub fn called_computation_ids(&self) -> impl Iterator<Item = CompId> + '_ {
+        self.attrs
+            .iter()
+            .flat_map(|attr| match &attr.value {
+                AttrValue::Computation(c) => std::slice::from_ref(c),
+                AttrValue::Computations(cs) => cs.as_slice(),
+                _ => &[],
+            })
+            .copied()
     }
     /// The opcode whose semantics this instruction has: the wrapped opcode of
     /// sugared async ops, the synchronous collective of native start ops.

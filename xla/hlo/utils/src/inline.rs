@@ -21,12 +21,24 @@ pub fn inline_calls(
     module: &mut HloModule,
     should_inline: impl Fn(&HloModule, &HloInstruction) -> bool,
 ) -> usize {
-    let mut names = Names {
-        used: module
-            .computations
+    if !module.computations.iter().any(|comp| {
+        comp.instructions
             .iter()
-            .flat_map(|c| c.instructions.iter().map(|i| name_hash(&i.name)))
-            .collect(),
+            .any(|i| i.opcode == Opcode::Call && i.to_apply().is_some())
+    }) {
+        return 0;
+    }
+    let instruction_count = module
+        .computations
+        .iter()
+        .map(|c| c.instructions.len())
+        .sum();
+    let mut used = FxHashSet::with_capacity_and_hasher(instruction_count, Default::default());
+    for comp in &module.computations {
+        used.extend(comp.instructions.iter().map(|i| name_hash(&i.name)));
+    }
+    let mut names = Names {
+        used,
         next_suffix: FxHashMap::default(),
     };
     // How many instructions refer to each computation; a callee whose last
@@ -34,7 +46,7 @@ pub fn inline_calls(
     let mut references = vec![0u32; module.computations.len()];
     for comp in &module.computations {
         for instr in &comp.instructions {
-            for c in instr.called_computations() {
+            for c in instr.called_computation_ids() {
                 if let Some(r) = references.get_mut(c.index()) {
                     *r += 1;
                 }
@@ -147,7 +159,7 @@ fn callees(module: &HloModule, ci: usize) -> Vec<CompId> {
     module.computations[ci]
         .instructions
         .iter()
-        .flat_map(|i| i.called_computations())
+        .flat_map(|i| i.called_computation_ids())
         .filter(|c| c.index() < module.computations.len())
         .collect()
 }
@@ -202,7 +214,6 @@ impl Names {
     /// smallest N no instruction of the module has (or, after a hash
     /// collision, a larger free one); it is taken.
     fn unique(&mut self, name: &str) -> String {
-        use std::fmt::Write;
         let root = match name.rfind('.') {
             Some(dot)
                 if name[dot + 1..].bytes().all(|b| b.is_ascii_digit()) && dot + 1 < name.len() =>
@@ -215,15 +226,34 @@ impl Names {
             Some(next) => next,
             None => self.next_suffix.entry(root.to_string()).or_insert(1),
         };
-        let mut candidate = String::with_capacity(root.len() + 4);
+        let mut candidate = String::with_capacity(root.len() + 6);
         loop {
             candidate.clear();
-            let _ = write!(candidate, "{root}.{next}");
+            candidate.push_str(root);
+            candidate.push('.');
+            push_decimal(&mut candidate, *next);
             *next += 1;
             if self.used.insert(name_hash(&candidate)) {
                 return candidate;
             }
         }
+    }
+}
+
+/// Appends `value` in decimal (what `write!` would, without the formatter).
+fn push_decimal(out: &mut String, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    for &digit in &digits[start..] {
+        out.push(digit as char);
     }
 }
 
