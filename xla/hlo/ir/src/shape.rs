@@ -229,8 +229,10 @@ impl Shape {
     pub fn without_layout(&self) -> Shape {
         match self {
             Shape::Array(a) => Shape::Array(ArrayShape {
+                element_type: a.element_type,
+                dims: a.dims.clone(),
+                dynamic: a.dynamic.clone(),
                 layout: None,
-                ..a.clone()
             }),
             Shape::Tuple(e) => Shape::Tuple(e.iter().map(Shape::without_layout).collect()),
             Shape::Buffer(b) => Shape::Buffer(Box::new(b.without_layout())),

@@ -241,7 +241,7 @@ impl Names {
 }
 
 /// Appends `value` in decimal (what `write!` would, without the formatter).
-fn push_decimal(out: &mut String, mut value: u64) {
+pub fn push_decimal(out: &mut String, mut value: u64) {
     let mut digits = [0u8; 20];
     let mut start = digits.len();
     loop {

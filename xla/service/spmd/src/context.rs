@@ -17,7 +17,7 @@ use xla_hlo_ir::{
     CollectiveDeviceList, CompId, HloComputation, HloInstruction, HloModule, Opcode, PrimitiveType,
     Shape,
 };
-use xla_hlo_utils::inline::name_hash;
+use xla_hlo_utils::inline::{name_hash, push_decimal};
 
 /// The memo tables of one module's partitioning: derived grids, reshard
 /// plans, converted shardings. Every table memoizes a pure function, keyed
@@ -121,12 +121,21 @@ impl ModuleContext {
             return stem.to_string();
         }
         let mut k = self.next_suffix.get(stem).copied().unwrap_or(1);
+        let mut cand = String::with_capacity(stem.len() + 6);
         loop {
-            let cand = format!("{stem}.{k}");
+            cand.clear();
+            cand.push_str(stem);
+            cand.push('.');
+            push_decimal(&mut cand, k);
             k += 1;
             let hash = name_hash(&cand);
             if !self.reserved.contains(&hash) && self.used_names.insert(hash) {
-                self.next_suffix.insert(stem.to_string(), k);
+                match self.next_suffix.get_mut(stem) {
+                    Some(next) => *next = k,
+                    None => {
+                        self.next_suffix.insert(stem.to_string(), k);
+                    }
+                }
                 return cand;
             }
         }

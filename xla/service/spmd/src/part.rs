@@ -311,14 +311,13 @@ impl<'a, 'c> Part<'a, 'c> {
             pref,
         )
         .map_err(|e| SpmdError::Invalid(format!("local shape of %{}: {}", instr.name, e.message())))
-        .map(|s| match (&s, &instr.shape) {
-            (Shape::Array(a), Shape::Array(o)) if a.dims.len() == o.dims.len() => {
-                Shape::Array(xla_hlo_ir::ArrayShape {
-                    layout: o.layout.clone(),
-                    ..a.clone()
-                })
+        .map(|mut s| {
+            if let (Shape::Array(a), Shape::Array(o)) = (&mut s, &instr.shape) {
+                if a.dims.len() == o.dims.len() {
+                    a.layout = o.layout.clone();
+                }
             }
-            _ => s,
+            s
         })
     }
 

@@ -10,11 +10,10 @@
 use crate::error::SpmdError;
 use crate::grid::{local_dims, Grid, GridCache};
 use crate::memo::MemoTable;
-use crate::shapes::with_dims;
 use rustc_hash::FxHasher;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
-use xla_hlo_ir::{HloInstruction, HloSharding, InstrId, Shape};
+use xla_hlo_ir::{ArrayShape, HloInstruction, HloSharding, InstrId, Shape};
 use xla_hlo_utils::{InstrSharding, Sharding};
 
 /// The sharding of a value: a grid for arrays, manual arrays, tuples, and
@@ -115,8 +114,15 @@ pub fn local_shape(shape: &Shape, vs: &ValueSharding) -> Shape {
         (Shape::Tuple(e), ValueSharding::Tuple(v)) if e.len() == v.len() => {
             Shape::Tuple(e.iter().zip(v).map(|(s, x)| local_shape(s, x)).collect())
         }
-        (s, ValueSharding::Grid(g)) if s.is_array() && g.rank() == s.rank() => {
-            with_dims(s, &local_dims(s.dims(), g))
+        (Shape::Array(a), ValueSharding::Grid(g))
+            if a.element_type.is_array_type() && g.rank() == a.dims.len() =>
+        {
+            Shape::Array(ArrayShape {
+                element_type: a.element_type,
+                dims: local_dims(&a.dims, g),
+                dynamic: a.dynamic.clone(),
+                layout: a.layout.clone(),
+            })
         }
         (s, _) => s.clone(),
     }

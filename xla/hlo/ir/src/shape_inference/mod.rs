@@ -304,8 +304,10 @@ fn tuple_or_single(ops: &[&Shape]) -> Shape {
 
 fn strip(a: &ArrayShape) -> ArrayShape {
     ArrayShape {
+        element_type: a.element_type,
+        dims: a.dims.clone(),
+        dynamic: a.dynamic.clone(),
         layout: None,
-        ..a.clone()
     }
 }
 
