@@ -14,15 +14,26 @@ pub const UNBOUNDED: i64 = i64::MIN;
 pub type Tile = Vec<i64>;
 
 /// A layout: `{1,0:T(8,128)E(4)S(1)}`.
+///
+/// Invariant: `extras` is `None` or holds at least one item, so equal
+/// layouts compare equal whichever way they were built.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Layout {
     pub minor_to_major: Vec<i64>,
-    pub tiles: Vec<Tile>,
-    pub element_size_in_bits: Option<i64>,
-    pub memory_space: Option<i64>,
+    /// Everything beyond the dimension order, boxed: most layouts have none,
+    /// and a shape is part of every instruction.
+    extras: Option<Box<LayoutExtras>>,
+}
+
+/// The items of a layout after its dimension order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+struct LayoutExtras {
+    tiles: Vec<Tile>,
+    element_size_in_bits: Option<i64>,
+    memory_space: Option<i64>,
     /// Other layout items (`D(...)`, `L(n)`, `#(...)`, `*(...)`, `SC(...)`, `P(...)`,
     /// `M(n)`), each kept verbatim (e.g. `"L(2)"`), in the order read.
-    pub other: Vec<String>,
+    other: Vec<String>,
 }
 
 impl Layout {
@@ -30,14 +41,45 @@ impl Layout {
     pub fn default_for_rank(rank: usize) -> Layout {
         Layout {
             minor_to_major: (0..rank as i64).rev().collect(),
-            ..Layout::default()
+            extras: None,
         }
     }
+    /// Only a dimension order.
     pub fn is_plain(&self) -> bool {
-        self.tiles.is_empty()
-            && self.element_size_in_bits.is_none()
-            && self.memory_space.is_none()
-            && self.other.is_empty()
+        self.extras.is_none()
+    }
+    /// The tiles (`T(8,128)(2,1)`), outermost first.
+    pub fn tiles(&self) -> &[Tile] {
+        self.extras.as_deref().map_or(&[], |e| &e.tiles)
+    }
+    /// `E(bits)`.
+    pub fn element_size_in_bits(&self) -> Option<i64> {
+        self.extras.as_deref().and_then(|e| e.element_size_in_bits)
+    }
+    /// `S(space)`.
+    pub fn memory_space(&self) -> Option<i64> {
+        self.extras.as_deref().and_then(|e| e.memory_space)
+    }
+    /// The other items, verbatim, in the order read.
+    pub fn other_items(&self) -> &[String] {
+        self.extras.as_deref().map_or(&[], |e| &e.other)
+    }
+    pub fn push_tile(&mut self, tile: Tile) {
+        self.extras_mut().tiles.push(tile);
+    }
+    pub fn set_element_size_in_bits(&mut self, bits: i64) {
+        self.extras_mut().element_size_in_bits = Some(bits);
+    }
+    pub fn set_memory_space(&mut self, space: i64) {
+        self.extras_mut().memory_space = Some(space);
+    }
+    /// Appends an item kept verbatim (e.g. `"L(2)"`).
+    pub fn push_other_item(&mut self, item: String) {
+        self.extras_mut().other.push(item);
+    }
+    /// The extras, created for an item about to be set.
+    fn extras_mut(&mut self) -> &mut LayoutExtras {
+        self.extras.get_or_insert_with(Default::default)
     }
 }
 
@@ -177,7 +219,7 @@ impl Shape {
                 let element_bits = a
                     .layout
                     .as_ref()
-                    .and_then(|l| l.element_size_in_bits)
+                    .and_then(|l| l.element_size_in_bits())
                     .filter(|&b| b > 0)
                     .map(|b| b as u64)
                     .unwrap_or(a.element_type.byte_width() as u64 * 8);
@@ -195,7 +237,7 @@ impl Shape {
                 let element_bits = a
                     .layout
                     .as_ref()
-                    .and_then(|l| l.element_size_in_bits)
+                    .and_then(|l| l.element_size_in_bits())
                     .filter(|&b| b > 0)
                     .map(|b| b as u64)
                     .unwrap_or(a.element_type.byte_width() as u64 * 8);
@@ -260,10 +302,10 @@ impl fmt::Display for Layout {
         write_joined(f, &self.minor_to_major, ",")?;
         if !self.is_plain() {
             f.write_str(":")?;
-            if !self.tiles.is_empty() {
+            if !self.tiles().is_empty() {
                 f.write_str("T")?;
             }
-            for tile in &self.tiles {
+            for tile in self.tiles() {
                 f.write_str("(")?;
                 for (i, &d) in tile.iter().enumerate() {
                     if i > 0 {
@@ -277,13 +319,13 @@ impl fmt::Display for Layout {
                 }
                 f.write_str(")")?;
             }
-            for item in &self.other {
+            for item in self.other_items() {
                 f.write_str(item)?;
             }
-            if let Some(bits) = self.element_size_in_bits {
+            if let Some(bits) = self.element_size_in_bits() {
                 write!(f, "E({bits})")?;
             }
-            if let Some(space) = self.memory_space {
+            if let Some(space) = self.memory_space() {
                 write!(f, "S({space})")?;
             }
         }

@@ -112,19 +112,20 @@ impl<'a> Parser<'a> {
                     Some(b'T') => {
                         self.c.pos += 1;
                         while self.c.peek_raw() == Some(b'(') {
-                            layout.tiles.push(self.tile()?);
+                            let tile = self.tile()?;
+                            layout.push_tile(tile);
                         }
                     }
                     Some(b'E') => {
                         self.c.pos += 1;
                         self.c.expect(b'(')?;
-                        layout.element_size_in_bits = Some(self.c.int()?);
+                        layout.set_element_size_in_bits(self.c.int()?);
                         self.c.expect(b')')?;
                     }
                     Some(b'S') if self.c.peek_raw_at(1) == Some(b'(') => {
                         self.c.pos += 1;
                         self.c.expect(b'(')?;
-                        layout.memory_space = Some(self.c.int()?);
+                        layout.set_memory_space(self.c.int()?);
                         self.c.expect(b')')?;
                     }
                     Some(b'D' | b'L' | b'#' | b'*' | b'S' | b'P' | b'M') => {
@@ -136,7 +137,7 @@ impl<'a> Parser<'a> {
                             return Err(self.err(pos, "unknown layout item"));
                         }
                         self.c.balanced()?;
-                        layout.other.push(self.c.src[start..self.c.pos].to_string());
+                        layout.push_other_item(self.c.src[start..self.c.pos].to_string());
                     }
                     _ => {
                         return Err(self
