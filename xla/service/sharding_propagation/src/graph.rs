@@ -30,6 +30,12 @@ pub(crate) struct Graph<'m> {
     pub caller: FxHashMap<CompId, Node>,
     /// Every node's instruction.
     instrs: Vec<&'m HloInstruction>,
+    /// Every node's opcode (read far more often than the rest of it).
+    opcodes: Vec<Opcode>,
+    /// The operands of node `n` as nodes: `operand_nodes[operand_starts[n]
+    /// ..operand_starts[n + 1]]`.
+    operand_starts: Vec<u32>,
+    operand_nodes: Vec<Node>,
     /// Custom-call kind of every node.
     custom_call_kinds: Vec<CustomCallKind>,
     /// Parameters of the computations each node calls.
@@ -159,6 +165,15 @@ impl<'m> Graph<'m> {
             })
             .collect();
         let shape_class = shape_classes(&instrs);
+        let opcodes = instrs.iter().map(|instr| instr.opcode).collect();
+        let mut operand_starts = Vec::with_capacity(node_count + 1);
+        let mut operand_nodes = Vec::with_capacity(node_count * 2);
+        for (node, instr) in instrs.iter().enumerate() {
+            operand_starts.push(operand_nodes.len() as u32);
+            let offset = offsets[comp_of[node].index()];
+            operand_nodes.extend(instr.operands.iter().map(|operand| offset + operand.0));
+        }
+        operand_starts.push(operand_nodes.len() as u32);
         let mut graph = Graph {
             module,
             offsets,
@@ -167,6 +182,9 @@ impl<'m> Graph<'m> {
             post_orders: Vec::new(),
             caller: FxHashMap::default(),
             instrs,
+            opcodes,
+            operand_starts,
+            operand_nodes,
             custom_call_kinds,
             callee_params: vec![Vec::new(); node_count],
             partitioned_callee: vec![false; node_count],
@@ -324,24 +342,22 @@ impl<'m> Graph<'m> {
         &self.instr(node).shape
     }
     pub fn opcode(&self, node: Node) -> Opcode {
-        self.instr(node).opcode
+        self.opcodes[node as usize]
+    }
+    /// The node's operands as nodes, in operand order.
+    pub fn operand_nodes(&self, node: Node) -> &[Node] {
+        let start = self.operand_starts[node as usize] as usize;
+        let end = self.operand_starts[node as usize + 1] as usize;
+        &self.operand_nodes[start..end]
     }
     pub fn operands(&self, node: Node) -> impl Iterator<Item = Node> + '_ {
-        let offset = self.offsets[self.comp_of(node).index()];
-        self.instr(node)
-            .operands
-            .iter()
-            .map(move |operand| offset + operand.0)
+        self.operand_nodes(node).iter().copied()
     }
     pub fn operand(&self, node: Node, index: usize) -> Option<Node> {
-        let offset = self.offsets[self.comp_of(node).index()];
-        self.instr(node)
-            .operands
-            .get(index)
-            .map(|operand| offset + operand.0)
+        self.operand_nodes(node).get(index).copied()
     }
     pub fn operand_count(&self, node: Node) -> usize {
-        self.instr(node).operands.len()
+        self.operand_nodes(node).len()
     }
     /// Index of the first operand of `user` that is `operand`.
     pub fn operand_index(&self, user: Node, operand: Node) -> Option<usize> {
