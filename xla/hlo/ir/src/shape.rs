@@ -105,6 +105,25 @@ impl ArrayShape {
     pub fn rank(&self) -> usize {
         self.dims.len()
     }
+    /// The same element type, dynamic flags and layout over `dims` (of the
+    /// same rank); built field by field, so the old dims are not copied.
+    pub fn with_dims(&self, dims: Vec<i64>) -> ArrayShape {
+        ArrayShape {
+            element_type: self.element_type,
+            dims,
+            dynamic: self.dynamic.clone(),
+            layout: self.layout.clone(),
+        }
+    }
+    /// A copy without the layout (the layout is not copied first).
+    pub fn without_layout(&self) -> ArrayShape {
+        ArrayShape {
+            element_type: self.element_type,
+            dims: self.dims.clone(),
+            dynamic: self.dynamic.clone(),
+            layout: None,
+        }
+    }
     pub fn is_dynamic_dim(&self, d: usize) -> bool {
         self.dynamic.get(d).copied().unwrap_or(false)
     }
@@ -270,12 +289,7 @@ impl Shape {
     /// A copy without layouts anywhere (as entry signatures print shapes).
     pub fn without_layout(&self) -> Shape {
         match self {
-            Shape::Array(a) => Shape::Array(ArrayShape {
-                element_type: a.element_type,
-                dims: a.dims.clone(),
-                dynamic: a.dynamic.clone(),
-                layout: None,
-            }),
+            Shape::Array(a) => Shape::Array(a.without_layout()),
             Shape::Tuple(e) => Shape::Tuple(e.iter().map(Shape::without_layout).collect()),
             Shape::Buffer(b) => Shape::Buffer(Box::new(b.without_layout())),
         }

@@ -228,10 +228,7 @@ impl Names {
         };
         let mut candidate = String::with_capacity(root.len() + 6);
         loop {
-            candidate.clear();
-            candidate.push_str(root);
-            candidate.push('.');
-            push_decimal(&mut candidate, *next);
+            set_suffixed_name(&mut candidate, root, *next);
             *next += 1;
             if self.used.insert(name_hash(&candidate)) {
                 return candidate;
@@ -240,8 +237,13 @@ impl Names {
     }
 }
 
-/// Appends `value` in decimal (what `write!` would, without the formatter).
-pub fn push_decimal(out: &mut String, mut value: u64) {
+/// Sets `out` to `root.suffix` (what `format!` would give, without the
+/// formatter: names are made by the thousand).
+pub fn set_suffixed_name(out: &mut String, root: &str, suffix: u64) {
+    out.clear();
+    out.push_str(root);
+    out.push('.');
+    let mut value = suffix;
     let mut digits = [0u8; 20];
     let mut start = digits.len();
     loop {

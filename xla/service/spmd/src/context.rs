@@ -17,7 +17,7 @@ use xla_hlo_ir::{
     CollectiveDeviceList, CompId, HloComputation, HloInstruction, HloModule, Opcode, PrimitiveType,
     Shape,
 };
-use xla_hlo_utils::inline::{name_hash, push_decimal};
+use xla_hlo_utils::inline::{name_hash, set_suffixed_name};
 
 /// The memo tables of one module's partitioning: derived grids, reshard
 /// plans, converted shardings. Every table memoizes a pure function, keyed
@@ -123,10 +123,7 @@ impl ModuleContext {
         let mut k = self.next_suffix.get(stem).copied().unwrap_or(1);
         let mut cand = String::with_capacity(stem.len() + 6);
         loop {
-            cand.clear();
-            cand.push_str(stem);
-            cand.push('.');
-            push_decimal(&mut cand, k);
+            set_suffixed_name(&mut cand, stem, k);
             k += 1;
             let hash = name_hash(&cand);
             if !self.reserved.contains(&hash) && self.used_names.insert(hash) {

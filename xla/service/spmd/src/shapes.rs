@@ -16,12 +16,7 @@ pub fn arr(ty: PrimitiveType, dims: Vec<i64>) -> Shape {
 #[inline]
 pub fn with_dims(shape: &Shape, dims: &[i64]) -> Shape {
     match shape {
-        Shape::Array(a) if a.dims.len() == dims.len() => Shape::Array(ArrayShape {
-            element_type: a.element_type,
-            dims: dims.to_vec(),
-            dynamic: a.dynamic.clone(),
-            layout: a.layout.clone(),
-        }),
+        Shape::Array(a) if a.dims.len() == dims.len() => Shape::Array(a.with_dims(dims.to_vec())),
         Shape::Array(a) => arr(a.element_type, dims.to_vec()),
         other => other.clone(),
     }

@@ -13,7 +13,7 @@ use crate::memo::MemoTable;
 use rustc_hash::FxHasher;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
-use xla_hlo_ir::{ArrayShape, HloInstruction, HloSharding, InstrId, Shape};
+use xla_hlo_ir::{HloInstruction, HloSharding, InstrId, Shape};
 use xla_hlo_utils::{InstrSharding, Sharding};
 
 /// The sharding of a value: a grid for arrays, manual arrays, tuples, and
@@ -117,12 +117,7 @@ pub fn local_shape(shape: &Shape, vs: &ValueSharding) -> Shape {
         (Shape::Array(a), ValueSharding::Grid(g))
             if a.element_type.is_array_type() && g.rank() == a.dims.len() =>
         {
-            Shape::Array(ArrayShape {
-                element_type: a.element_type,
-                dims: local_dims(&a.dims, g),
-                dynamic: a.dynamic.clone(),
-                layout: a.layout.clone(),
-            })
+            Shape::Array(a.with_dims(local_dims(&a.dims, g)))
         }
         (s, _) => s.clone(),
     }

@@ -8,7 +8,7 @@
 //! converted back with a check.
 
 use super::{
-    array_like_dynamic, array_shape, check_unique, dim_index, is_permutation, strip, to_i64,
+    array_like_dynamic, array_shape, check_unique, dim_index, is_permutation, to_i64,
     tuple_or_single, Cx, R,
 };
 use crate::attrs::{AttrKey, AttrValue};
@@ -105,7 +105,7 @@ fn check_start_indices(cx: &Cx, first: usize, rank: usize) -> R<()> {
         if s.rank() != 0 || !s.element_type.is_integer() {
             invalid!(
                 "start index operand {i} must be an integer scalar, got {}",
-                Shape::Array(strip(s))
+                Shape::Array(s.without_layout())
             );
         }
         if *ty.get_or_insert(s.element_type) != s.element_type {
@@ -222,8 +222,8 @@ pub(super) fn infer_concatenate(cx: &Cx) -> R<Shape> {
         if a.rank() != a0.rank() || a.element_type != a0.element_type {
             invalid!(
                 "concatenate operand {i} {} does not match operand 0 {} in rank or element type",
-                Shape::Array(strip(a)),
-                Shape::Array(strip(a0))
+                Shape::Array(a.without_layout()),
+                Shape::Array(a0.without_layout())
             );
         }
         for (k, (&x, &y)) in a.dims.iter().zip(&a0.dims).enumerate() {

@@ -5,7 +5,7 @@
 //! predicate or bound is allowed where XLA allows it); the result keeps the
 //! operand's dimensions, and unary results keep its layout.
 
-use super::{array_like_dynamic, complex_component, strip, Cx, R};
+use super::{array_like_dynamic, complex_component, Cx, R};
 use crate::opcode::Opcode;
 use crate::primitive_type::PrimitiveType;
 use crate::shape::Shape;
@@ -109,8 +109,8 @@ pub(super) fn infer_binary(op: Opcode, rule: BinaryTypeRule, cx: &Cx) -> R<Shape
     if l.dims != r.dims {
         invalid!(
             "{op} operands must have the same dimensions, got {} and {}",
-            Shape::Array(strip(l)),
-            Shape::Array(strip(r))
+            Shape::Array(l.without_layout()),
+            Shape::Array(r.without_layout())
         );
     }
     if l.element_type != r.element_type {
@@ -159,14 +159,14 @@ pub(super) fn infer_select(cx: &Cx) -> R<Shape> {
     if t.dims != f.dims || t.element_type != f.element_type {
         invalid!(
             "select's branches must have the same shape, got {} and {}",
-            Shape::Array(strip(t)),
-            Shape::Array(strip(f))
+            Shape::Array(t.without_layout()),
+            Shape::Array(f.without_layout())
         );
     }
     if p.rank() != 0 && p.dims != t.dims {
         invalid!(
             "select's predicate {} must be a scalar or have the branches' dimensions {:?}",
-            Shape::Array(strip(p)),
+            Shape::Array(p.without_layout()),
             t.dims
         );
     }
@@ -193,5 +193,5 @@ pub(super) fn infer_clamp(cx: &Cx) -> R<Shape> {
             invalid!("clamp {what} must be a scalar or have the operand's dimensions");
         }
     }
-    Ok(Shape::Array(strip(x)))
+    Ok(Shape::Array(x.without_layout()))
 }

@@ -302,15 +302,6 @@ fn tuple_or_single(ops: &[&Shape]) -> Shape {
     }
 }
 
-fn strip(a: &ArrayShape) -> ArrayShape {
-    ArrayShape {
-        element_type: a.element_type,
-        dims: a.dims.clone(),
-        dynamic: a.dynamic.clone(),
-        layout: None,
-    }
-}
-
 fn single_or_tuple(mut shapes: Vec<Shape>) -> Shape {
     if shapes.len() == 1 {
         shapes.remove(0)

@@ -7,8 +7,8 @@
 
 use super::window::window_shape;
 use super::{
-    array_like_dynamic, array_shape, check_unique, dim_index, single_or_tuple, strip,
-    tuple_or_single, Cx, R,
+    array_like_dynamic, array_shape, check_unique, dim_index, single_or_tuple, tuple_or_single, Cx,
+    R,
 };
 use crate::attrs::{AttrKey, Window};
 use crate::primitive_type::PrimitiveType;
@@ -34,7 +34,7 @@ fn inputs_and_inits<'a>(cx: &Cx<'a>) -> R<(Vec<&'a ArrayShape>, Vec<&'a ArraySha
         if s.rank() != 0 {
             invalid!(
                 "init value (operand {i}) must be a scalar, got {}",
-                Shape::Array(strip(s))
+                Shape::Array(s.without_layout())
             );
         }
         inits.push(s);
