@@ -110,6 +110,10 @@ pub enum CollectiveError {
         device: DeviceId,
         reason: String,
     },
+    /// A peer's connection broke or went silent (its process died or hung);
+    /// `device` is the lost device, `reason` what the transport saw.
+    #[error("device {device} is unreachable: {reason}")]
+    PeerLost { device: DeviceId, reason: String },
     /// A bad argument from this rank's caller (no other rank was involved).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

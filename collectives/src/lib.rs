@@ -20,6 +20,8 @@
 //! * [`store`] and [`bootstrap`]: key-value stores (in-memory, file, TCP)
 //!   and the unique-id exchange NCCL needs; the loopback backend joins
 //!   through the same code.
+//! * [`tcp`]: the same primitives over TCP sockets between processes (the
+//!   CPU fallback for multi-process runs), bitwise equal to loopback.
 //! * [`reference`]: single-threaded element-by-element semantics, the
 //!   specification the backends are tested against.
 //!
@@ -44,6 +46,7 @@ pub mod reduce;
 pub mod reference;
 pub mod staged;
 pub mod store;
+pub mod tcp;
 
 pub use buffer::{DeviceBuffer, Element, HostBytes};
 pub use communicator::Communicator;
@@ -53,3 +56,4 @@ pub use loopback::{run_world, DeviceOutcome, InjectedFault, LoopbackCommunicator
 pub use reduce::ReductionKind;
 pub use staged::{StagedCommunicator, ThreadTransport, Transport};
 pub use store::{FileStore, InMemoryStore, KeyValueStore, TcpStore, TcpStoreServer};
+pub use tcp::{TcpConfig, TcpTransport};

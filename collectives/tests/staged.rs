@@ -11,7 +11,7 @@ mod common;
 
 use collectives::{
     reference, CollectiveError, Communicator, DeviceBuffer, DeviceId, ReductionKind,
-    StagedCommunicator, ThreadTransport,
+    StagedCommunicator, TcpTransport, ThreadTransport, Transport,
 };
 use common::*;
 use proptest::prelude::*;
@@ -20,11 +20,28 @@ use xla_hlo_ir::PrimitiveType;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-fn run_staged<T: Send>(
+/// A transport that can make a world of `n` ranks in this process.
+trait World: Transport + Sized {
+    fn make(n: usize) -> Vec<Self>;
+}
+
+impl World for ThreadTransport {
+    fn make(n: usize) -> Vec<Self> {
+        ThreadTransport::world(n, TIMEOUT)
+    }
+}
+
+impl World for TcpTransport {
+    fn make(n: usize) -> Vec<Self> {
+        TcpTransport::local_world(n, TIMEOUT).unwrap()
+    }
+}
+
+fn run_staged<W: World, T: Send>(
     n: usize,
-    f: impl Fn(DeviceId, &mut StagedCommunicator<ThreadTransport>) -> T + Sync,
+    f: impl Fn(DeviceId, &mut StagedCommunicator<W>) -> T + Sync,
 ) -> Vec<T> {
-    let comms: Vec<_> = ThreadTransport::world(n, TIMEOUT)
+    let comms: Vec<_> = W::make(n)
         .into_iter()
         .map(StagedCommunicator::new)
         .collect();
@@ -94,112 +111,126 @@ fn shapes_strategy() -> impl Strategy<Value = Vec<(PrimitiveType, Vec<i64>)>> {
     .prop_map(|v| v.into_iter().map(|(t, d)| (DTYPES[t], d)).collect())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+/// The property tests, once per transport: threads of one process, and
+/// TCP sockets (the multi-process fallback; fewer cases, each world opens
+/// a connection per pair of ranks).
+macro_rules! properties {
+    ($module:ident, $world:ty, $cases:expr) => {
+        mod $module {
+            use super::*;
 
-    #[test]
-    fn staged_all_reduce(n in 1usize..=8, world in any::<bool>(), ops in shapes_strategy(), kind_pick in 0usize..6, seed in any::<u64>()) {
-        let mut rng = SplitMix(seed);
-        let kind = ReductionKind::ALL[kind_pick];
-        let kind = if ops.iter().all(|(t, _)| kind.supports(*t)) { kind } else { ReductionKind::Sum };
-        let groups = layout(n, world, false, &mut rng);
-        let ins = operands(n, &ops, &mut rng);
-        let got = run_staged(n, |d, c| c.all_reduce(group_of(&groups, d), kind, &ins[d]).unwrap());
-        check(&got, &per_group(&groups, &ins, |g| reference::all_reduce(kind, g).unwrap()), "all-reduce");
-    }
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: $cases, ..ProptestConfig::default() })]
 
-    #[test]
-    fn staged_all_gather(n in 1usize..=8, world in any::<bool>(), ops in shapes_strategy(), dim in 0usize..3, seed in any::<u64>()) {
-        let mut rng = SplitMix(seed);
-        let dim = dim % ops.iter().map(|(_, d)| d.len()).min().unwrap();
-        let groups = layout(n, world, false, &mut rng);
-        let ins = operands(n, &ops, &mut rng);
-        let got = run_staged(n, |d, c| c.all_gather(group_of(&groups, d), dim, &ins[d]).unwrap());
-        check(&got, &per_group(&groups, &ins, |g| reference::all_gather(dim, g).unwrap()), "all-gather");
-    }
+            #[test]
+            fn staged_all_reduce(n in 1usize..=8, world in any::<bool>(), ops in shapes_strategy(), kind_pick in 0usize..6, seed in any::<u64>()) {
+                let mut rng = SplitMix(seed);
+                let kind = ReductionKind::ALL[kind_pick];
+                let kind = if ops.iter().all(|(t, _)| kind.supports(*t)) { kind } else { ReductionKind::Sum };
+                let groups = layout(n, world, false, &mut rng);
+                let ins = operands(n, &ops, &mut rng);
+                let got = run_staged::<$world, _>(n, |d, c| c.all_reduce(group_of(&groups, d), kind, &ins[d]).unwrap());
+                check(&got, &per_group(&groups, &ins, |g| reference::all_reduce(kind, g).unwrap()), "all-reduce");
+            }
 
-    #[test]
-    fn staged_reduce_scatter(n in 1usize..=8, world in any::<bool>(), ops in shapes_strategy(), dim in 0usize..3, kind_pick in 0usize..6, seed in any::<u64>()) {
-        let mut rng = SplitMix(seed);
-        let mut ops = ops;
-        let groups = layout(n, world, true, &mut rng);
-        let k = groups[0].len();
-        let dim = dim % ops.iter().map(|(_, d)| d.len()).min().unwrap();
-        for (_, d) in ops.iter_mut() { d[dim] = (k * rng.below(3)) as i64; }
-        let kind = ReductionKind::ALL[kind_pick];
-        let kind = if ops.iter().all(|(t, _)| kind.supports(*t)) { kind } else { ReductionKind::Sum };
-        let ins = operands(n, &ops, &mut rng);
-        let got = run_staged(n, |d, c| c.reduce_scatter(group_of(&groups, d), kind, dim, &ins[d]).unwrap());
-        check(&got, &per_group(&groups, &ins, |g| reference::reduce_scatter(kind, dim, g).unwrap()), "reduce-scatter");
-    }
+            #[test]
+            fn staged_all_gather(n in 1usize..=8, world in any::<bool>(), ops in shapes_strategy(), dim in 0usize..3, seed in any::<u64>()) {
+                let mut rng = SplitMix(seed);
+                let dim = dim % ops.iter().map(|(_, d)| d.len()).min().unwrap();
+                let groups = layout(n, world, false, &mut rng);
+                let ins = operands(n, &ops, &mut rng);
+                let got = run_staged::<$world, _>(n, |d, c| c.all_gather(group_of(&groups, d), dim, &ins[d]).unwrap());
+                check(&got, &per_group(&groups, &ins, |g| reference::all_gather(dim, g).unwrap()), "all-gather");
+            }
 
-    #[test]
-    fn staged_all_to_all(n in 1usize..=8, world in any::<bool>(), ops in shapes_strategy(), split in 0usize..3, concat in 0usize..3, seed in any::<u64>()) {
-        let mut rng = SplitMix(seed);
-        let mut ops = ops;
-        let groups = layout(n, world, true, &mut rng);
-        let k = groups[0].len();
-        let r = ops.iter().map(|(_, d)| d.len()).min().unwrap();
-        let (split, concat) = (split % r, concat % r);
-        for (_, d) in ops.iter_mut() { d[split] = (k * rng.below(3)) as i64; }
-        let ins = operands(n, &ops, &mut rng);
-        let got = run_staged(n, |d, c| c.all_to_all(group_of(&groups, d), split, concat, &ins[d]).unwrap());
-        check(&got, &per_group(&groups, &ins, |g| reference::all_to_all(split, concat, g).unwrap()), "all-to-all");
-    }
+            #[test]
+            fn staged_reduce_scatter(n in 1usize..=8, world in any::<bool>(), ops in shapes_strategy(), dim in 0usize..3, kind_pick in 0usize..6, seed in any::<u64>()) {
+                let mut rng = SplitMix(seed);
+                let mut ops = ops;
+                let groups = layout(n, world, true, &mut rng);
+                let k = groups[0].len();
+                let dim = dim % ops.iter().map(|(_, d)| d.len()).min().unwrap();
+                for (_, d) in ops.iter_mut() { d[dim] = (k * rng.below(3)) as i64; }
+                let kind = ReductionKind::ALL[kind_pick];
+                let kind = if ops.iter().all(|(t, _)| kind.supports(*t)) { kind } else { ReductionKind::Sum };
+                let ins = operands(n, &ops, &mut rng);
+                let got = run_staged::<$world, _>(n, |d, c| c.reduce_scatter(group_of(&groups, d), kind, dim, &ins[d]).unwrap());
+                check(&got, &per_group(&groups, &ins, |g| reference::reduce_scatter(kind, dim, g).unwrap()), "reduce-scatter");
+            }
 
-    #[test]
-    fn staged_broadcast_permute_tuple(n in 1usize..=8, world in any::<bool>(), ops in shapes_strategy(), seed in any::<u64>()) {
-        let mut rng = SplitMix(seed);
-        let groups = layout(n, world, true, &mut rng);
-        let ins = operands(n, &ops, &mut rng);
-        let got = run_staged(n, |d, c| c.collective_broadcast(group_of(&groups, d), &ins[d]).unwrap());
-        check(&got, &per_group(&groups, &ins, |g| reference::collective_broadcast(g).unwrap()), "broadcast");
+            #[test]
+            fn staged_all_to_all(n in 1usize..=8, world in any::<bool>(), ops in shapes_strategy(), split in 0usize..3, concat in 0usize..3, seed in any::<u64>()) {
+                let mut rng = SplitMix(seed);
+                let mut ops = ops;
+                let groups = layout(n, world, true, &mut rng);
+                let k = groups[0].len();
+                let r = ops.iter().map(|(_, d)| d.len()).min().unwrap();
+                let (split, concat) = (split % r, concat % r);
+                for (_, d) in ops.iter_mut() { d[split] = (k * rng.below(3)) as i64; }
+                let ins = operands(n, &ops, &mut rng);
+                let got = run_staged::<$world, _>(n, |d, c| c.all_to_all(group_of(&groups, d), split, concat, &ins[d]).unwrap());
+                check(&got, &per_group(&groups, &ins, |g| reference::all_to_all(split, concat, g).unwrap()), "all-to-all");
+            }
 
-        // permute: a random derangement-ish mapping per group
-        let mut pairs_rank: Vec<Vec<(usize, usize)>> = Vec::new();
-        for g in &groups {
-            let mut t: Vec<usize> = (0..g.len()).collect();
-            rng.shuffle(&mut t);
-            pairs_rank.push((0..g.len()).filter(|_| rng.below(3) > 0).map(|s| (s, t[s])).collect());
-        }
-        let global: Vec<Vec<(DeviceId, DeviceId)>> = groups.iter().zip(&pairs_rank).map(|(g, p)| p.iter().map(|&(s, t)| (g[s], g[t])).collect()).collect();
-        let got = run_staged(n, |d, c| {
-            let gi = groups.iter().position(|g| g.contains(&d)).unwrap();
-            c.collective_permute(&groups[gi], &global[gi], &ins[d]).unwrap()
-        });
-        let mut want: Vec<Vec<DeviceBuffer>> = vec![Vec::new(); n];
-        for (g, p) in groups.iter().zip(&pairs_rank) {
-            for i in 0..ops.len() {
-                let gi: Vec<DeviceBuffer> = g.iter().map(|&d| ins[d][i].clone()).collect();
-                for (rank, r) in reference::collective_permute(p, &gi).unwrap().into_iter().enumerate() {
-                    want[g[rank]].push(r);
+            #[test]
+            fn staged_broadcast_permute_tuple(n in 1usize..=8, world in any::<bool>(), ops in shapes_strategy(), seed in any::<u64>()) {
+                let mut rng = SplitMix(seed);
+                let groups = layout(n, world, true, &mut rng);
+                let ins = operands(n, &ops, &mut rng);
+                let got = run_staged::<$world, _>(n, |d, c| c.collective_broadcast(group_of(&groups, d), &ins[d]).unwrap());
+                check(&got, &per_group(&groups, &ins, |g| reference::collective_broadcast(g).unwrap()), "broadcast");
+
+                // permute: a random derangement-ish mapping per group
+                let mut pairs_rank: Vec<Vec<(usize, usize)>> = Vec::new();
+                for g in &groups {
+                    let mut t: Vec<usize> = (0..g.len()).collect();
+                    rng.shuffle(&mut t);
+                    pairs_rank.push((0..g.len()).filter(|_| rng.below(3) > 0).map(|s| (s, t[s])).collect());
+                }
+                let global: Vec<Vec<(DeviceId, DeviceId)>> = groups.iter().zip(&pairs_rank).map(|(g, p)| p.iter().map(|&(s, t)| (g[s], g[t])).collect()).collect();
+                let got = run_staged::<$world, _>(n, |d, c| {
+                    let gi = groups.iter().position(|g| g.contains(&d)).unwrap();
+                    c.collective_permute(&groups[gi], &global[gi], &ins[d]).unwrap()
+                });
+                let mut want: Vec<Vec<DeviceBuffer>> = vec![Vec::new(); n];
+                for (g, p) in groups.iter().zip(&pairs_rank) {
+                    for i in 0..ops.len() {
+                        let gi: Vec<DeviceBuffer> = g.iter().map(|&d| ins[d][i].clone()).collect();
+                        for (rank, r) in reference::collective_permute(p, &gi).unwrap().into_iter().enumerate() {
+                            want[g[rank]].push(r);
+                        }
+                    }
+                }
+                check(&got, &want, "permute");
+
+                // tuple all-to-all: rank r's operand j has dims [r+j mod 3, 2]
+                let k = groups[0].len();
+                let tin: Vec<Vec<DeviceBuffer>> = (0..n).map(|d| {
+                    let r = group_of(&groups, d).iter().position(|&x| x == d).unwrap();
+                    (0..k).map(|j| random_buffer(ops[0].0, &[((r + j) % 3) as i64, 2], &mut rng)).collect()
+                }).collect();
+                let got = run_staged::<$world, _>(n, |d, c| c.all_to_all_tuple(group_of(&groups, d), &tin[d]).unwrap());
+                for g in &groups {
+                    let gi: Vec<Vec<DeviceBuffer>> = g.iter().map(|&d| tin[d].clone()).collect();
+                    let want = reference::all_to_all_tuple(&gi).unwrap();
+                    for (rank, &d) in g.iter().enumerate() {
+                        for (x, y) in got[d].iter().zip(&want[rank]) {
+                            assert_same(x, y, "tuple all-to-all");
+                        }
+                    }
                 }
             }
         }
-        check(&got, &want, "permute");
-
-        // tuple all-to-all: rank r's operand j has dims [r+j mod 3, 2]
-        let k = groups[0].len();
-        let tin: Vec<Vec<DeviceBuffer>> = (0..n).map(|d| {
-            let r = group_of(&groups, d).iter().position(|&x| x == d).unwrap();
-            (0..k).map(|j| random_buffer(ops[0].0, &[((r + j) % 3) as i64, 2], &mut rng)).collect()
-        }).collect();
-        let got = run_staged(n, |d, c| c.all_to_all_tuple(group_of(&groups, d), &tin[d]).unwrap());
-        for g in &groups {
-            let gi: Vec<Vec<DeviceBuffer>> = g.iter().map(|&d| tin[d].clone()).collect();
-            let want = reference::all_to_all_tuple(&gi).unwrap();
-            for (rank, &d) in g.iter().enumerate() {
-                for (x, y) in got[d].iter().zip(&want[rank]) {
-                    assert_same(x, y, "tuple all-to-all");
-                }
-            }
         }
-    }
+    };
 }
+
+properties!(threads, ThreadTransport, 32);
+properties!(tcp, TcpTransport, 6);
 
 #[test]
 fn staged_send_recv_pairs() {
-    let got = run_staged(4, |d, c| {
+    let got = run_staged::<ThreadTransport, _>(4, |d, c| {
         let x = DeviceBuffer::from_slice(vec![2], &[d as i32, 10 * d as i32]).unwrap();
         // even ranks send to the next odd one, odd ones receive
         if d % 2 == 0 {
@@ -215,7 +246,7 @@ fn staged_send_recv_pairs() {
 
 #[test]
 fn staged_mismatches_fail_on_every_rank() {
-    let got = run_staged(3, |d, c| {
+    let got = run_staged::<ThreadTransport, _>(3, |d, c| {
         let x = if d == 2 {
             DeviceBuffer::from_slice(vec![3], &[1.0f32, 2.0, 3.0]).unwrap()
         } else {
@@ -231,7 +262,7 @@ fn staged_mismatches_fail_on_every_rank() {
         );
     }
     // kind mismatch on a sub-group, while the other sub-group succeeds
-    let got = run_staged(4, |d, c| {
+    let got = run_staged::<ThreadTransport, _>(4, |d, c| {
         let x = DeviceBuffer::from_slice(vec![1], &[d as i64]).unwrap();
         if d < 2 {
             if d == 0 {
@@ -247,7 +278,7 @@ fn staged_mismatches_fail_on_every_rank() {
     assert!(matches!(&got[1], Err(CollectiveError::Mismatch { .. })));
     assert_eq!(got[2].as_ref().unwrap()[0].typed::<i64>().unwrap(), &[5]);
     // invalid parameters: every rank reaches the same verdict
-    let got = run_staged(2, |_, c| {
+    let got = run_staged::<ThreadTransport, _>(2, |_, c| {
         let x = DeviceBuffer::from_slice(vec![3], &[1.0f32, 2.0, 3.0]).unwrap();
         c.reduce_scatter(&[0, 1], ReductionKind::Sum, 0, &[x])
     });

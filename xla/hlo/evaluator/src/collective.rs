@@ -184,7 +184,11 @@ pub fn from_buffer(b: &DeviceBuffer) -> Result<Array, EvalError> {
 fn collective_err(instr: &HloInstruction, e: collectives::CollectiveError) -> EvalError {
     EvalError::Collective {
         instruction: instr.name.clone(),
-        peer_failed: matches!(e, collectives::CollectiveError::PeerFailed { .. }),
+        peer_failed: matches!(
+            e,
+            collectives::CollectiveError::PeerFailed { .. }
+                | collectives::CollectiveError::PeerLost { .. }
+        ),
         message: e.to_string(),
     }
 }
