@@ -41,6 +41,9 @@ use xla_hlo_ir::PrimitiveType;
 const HELLO_MAGIC: u64 = 0x5843_4f4c_5443_5031; // "XCOLTCP1"
 const HELLO_BYTES: usize = 32;
 
+/// One frame a reader thread received: (slot index in the output, payload).
+type ReceivedFrame = (usize, Vec<u8>);
+
 /// How a rank joins a TCP world.
 #[derive(Clone, Debug)]
 pub struct TcpConfig {
@@ -241,10 +244,9 @@ impl TcpTransport {
 
     /// "device 5 (process 2)" for messages.
     fn name_rank(&self, rank: usize) -> String {
-        if self.ranks_per_process > 0 {
-            format!("device {rank} (process {})", rank / self.ranks_per_process)
-        } else {
-            format!("device {rank}")
+        match rank.checked_div(self.ranks_per_process) {
+            Some(process) => format!("device {rank} (process {process})"),
+            None => format!("device {rank}"),
         }
     }
 
@@ -362,7 +364,7 @@ impl TcpTransport {
                 .enumerate()
                 .filter(|(_, list)| !list.is_empty())
                 .map(|(p, list)| {
-                    s.spawn(move || -> Result<Vec<(usize, Vec<u8>)>> {
+                    s.spawn(move || -> Result<Vec<ReceivedFrame>> {
                         list.iter()
                             .map(|&(k, len)| Ok((k, this.recv_frame(p, len)?)))
                             .collect()
@@ -371,7 +373,7 @@ impl TcpTransport {
                 .collect();
             let send_result: Result<()> =
                 sends.iter().try_for_each(|&(p, b)| this.send_frame(p, b));
-            let recv_results: Vec<Result<Vec<(usize, Vec<u8>)>>> = readers
+            let recv_results: Vec<Result<Vec<ReceivedFrame>>> = readers
                 .into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|_| {
