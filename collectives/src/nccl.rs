@@ -33,6 +33,7 @@
 //! aborted after a timeout) exactly once.
 
 use crate::bootstrap::{rendezvous, UniqueId, UNIQUE_ID_BYTES};
+use crate::buffer::HostBytes;
 use crate::error::{CollectiveError, Result};
 use crate::reduce::ReductionKind;
 use crate::staged::{StagedCommunicator, Transport};
@@ -353,7 +354,7 @@ impl Transport for NcclTransport {
         kind: ReductionKind,
         dtypes: &[PrimitiveType],
         bufs: &[&[u8]],
-    ) -> Result<Vec<Vec<u8>>> {
+    ) -> Result<Vec<HostBytes>> {
         let plans: Vec<_> = dtypes
             .iter()
             .map(|&t| native(t, kind))
@@ -381,7 +382,7 @@ impl Transport for NcclTransport {
         recvs
             .iter()
             .zip(bufs)
-            .map(|(r, b)| self.download(r, b.len()))
+            .map(|(r, b)| Ok(HostBytes::from_slice(&self.download(r, b.len())?)))
             .collect()
     }
 

@@ -50,7 +50,7 @@ pub trait Transport: Send {
         kind: ReductionKind,
         dtypes: &[PrimitiveType],
         bufs: &[&[u8]],
-    ) -> Result<Vec<Vec<u8>>>;
+    ) -> Result<Vec<HostBytes>>;
     /// All-gather over every rank: each result is the rank-major
     /// concatenation.
     fn all_gather_world(&mut self, bufs: &[&[u8]]) -> Result<Vec<Vec<u8>>>;
@@ -256,7 +256,7 @@ impl<T: Transport> Communicator for StagedCommunicator<T> {
             return Ok(operands.to_vec());
         }
         let bytes: Vec<&[u8]> = operands.iter().map(|b| b.bytes()).collect();
-        let results: Vec<Vec<u8>> = if native {
+        let results: Vec<HostBytes> = if native {
             let dtypes: Vec<PrimitiveType> = operands.iter().map(|b| b.dtype()).collect();
             self.transport.all_reduce_world(kind, &dtypes, &bytes)?
         } else {
@@ -266,8 +266,8 @@ impl<T: Transport> Communicator for StagedCommunicator<T> {
                 .enumerate()
                 .map(|(i, b)| {
                     let srcs: Vec<&[u8]> = all.iter().map(|r| r[i].as_slice()).collect();
-                    let mut out = vec![0u8; b.bytes().len()];
-                    reduce_into(kind, b.dtype(), &srcs, &mut out)?;
+                    let mut out = HostBytes::zeroed(b.bytes().len());
+                    reduce_into(kind, b.dtype(), &srcs, out.as_bytes_mut())?;
                     Ok(out)
                 })
                 .collect::<Result<_>>()?
@@ -275,7 +275,7 @@ impl<T: Transport> Communicator for StagedCommunicator<T> {
         operands
             .iter()
             .zip(results)
-            .map(|(b, r)| DeviceBuffer::from_bytes(b.dtype(), b.dims().to_vec(), &r))
+            .map(|(b, r)| DeviceBuffer::new(b.dtype(), b.dims().to_vec(), r))
             .collect()
     }
 
@@ -916,13 +916,13 @@ impl Transport for ThreadTransport {
         kind: ReductionKind,
         dtypes: &[PrimitiveType],
         bufs: &[&[u8]],
-    ) -> Result<Vec<Vec<u8>>> {
+    ) -> Result<Vec<HostBytes>> {
         let all = self.gather_all(bufs)?;
         (0..bufs.len())
             .map(|i| {
                 let srcs: Vec<&[u8]> = all.iter().map(|r| r[i].as_slice()).collect();
-                let mut out = vec![0u8; bufs[i].len()];
-                reduce_into(kind, dtypes[i], &srcs, &mut out)?;
+                let mut out = HostBytes::zeroed(bufs[i].len());
+                reduce_into(kind, dtypes[i], &srcs, out.as_bytes_mut())?;
                 Ok(out)
             })
             .collect()
@@ -944,7 +944,7 @@ impl Transport for ThreadTransport {
             .iter()
             .map(|f| {
                 let c = f.len() / self.world;
-                f[self.rank * c..(self.rank + 1) * c].to_vec()
+                f.as_bytes()[self.rank * c..(self.rank + 1) * c].to_vec()
             })
             .collect())
     }

@@ -29,20 +29,23 @@
 //! never deadlock; the frames between two ranks stay in program order
 //! because both issue their calls in program order.
 
+use crate::buffer::{HostBytes, Recycler};
 use crate::error::{CollectiveError, Result};
 use crate::reduce::{reduce_into, ReductionKind};
 use crate::staged::Transport;
 use crate::store::KeyValueStore;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xla_hlo_ir::PrimitiveType;
 
 const HELLO_MAGIC: u64 = 0x5843_4f4c_5443_5031; // "XCOLTCP1"
 const HELLO_BYTES: usize = 32;
 
-/// One frame a reader thread received: (slot index in the output, payload).
-type ReceivedFrame = (usize, Vec<u8>);
+/// Bound on the memory a rank keeps for reuse by large results (freshly
+/// mapped memory costs a page fault per page on first touch).
+const POOL_BYTES: usize = 1 << 30;
 
 /// How a rank joins a TCP world.
 #[derive(Clone, Debug)]
@@ -70,6 +73,7 @@ pub struct TcpTransport {
     peers: Vec<Option<TcpStream>>,
     timeout: Duration,
     ranks_per_process: usize,
+    recycler: Arc<Recycler>,
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -126,6 +130,7 @@ impl TcpTransport {
             peers: (0..world).map(|_| None).collect(),
             timeout: config.timeout,
             ranks_per_process: config.ranks_per_process,
+            recycler: Recycler::new(POOL_BYTES),
         };
         for peer in 0..rank {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -287,21 +292,21 @@ impl TcpTransport {
             .map_err(|e| self.lost(peer, e))
     }
 
-    fn recv_frame(&self, peer: usize, len: usize) -> Result<Vec<u8>> {
+    /// Receives one frame from `peer` into `out`, which must be its length.
+    fn recv_frame_into(&self, peer: usize, out: &mut [u8]) -> Result<()> {
         let mut s = self.stream(peer)?;
         let mut header = [0u8; 8];
         s.read_exact(&mut header).map_err(|e| self.lost(peer, e))?;
         let got = u64::from_le_bytes(header);
-        if got != len as u64 {
+        if got != out.len() as u64 {
             return Err(CollectiveError::Backend(format!(
-                "tcp: device {} expected {len} bytes from {}, got a frame of {got}",
+                "tcp: device {} expected {} bytes from {}, got a frame of {got}",
                 self.rank,
+                out.len(),
                 self.name_rank(peer)
             )));
         }
-        let mut out = vec![0u8; len];
-        s.read_exact(&mut out).map_err(|e| self.lost(peer, e))?;
-        Ok(out)
+        s.read_exact(out).map_err(|e| self.lost(peer, e))
     }
 
     /// Element chunk `r` of `elements` split into `world` parts, as a byte
@@ -315,32 +320,30 @@ impl TcpTransport {
 
     /// Folds, per operand, every rank's piece (this rank's own piece where
     /// `own` gives it, the received ones in `received` peer-major order) in
-    /// rank order.
+    /// rank order into `outs`.
     fn fold_in_rank_order(
         &self,
         kind: ReductionKind,
         dtypes: &[PrimitiveType],
         own: &[&[u8]],
-        received: &[Vec<u8>],
-    ) -> Result<Vec<Vec<u8>>> {
+        received: &[&[u8]],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
         let ops = own.len();
-        (0..ops)
-            .map(|i| {
-                let mut srcs: Vec<&[u8]> = Vec::with_capacity(self.world);
-                let mut next = 0;
-                for r in 0..self.world {
-                    if r == self.rank {
-                        srcs.push(own[i]);
-                    } else {
-                        srcs.push(&received[next * ops + i]);
-                        next += 1;
-                    }
+        for (i, out) in outs.iter_mut().enumerate() {
+            let mut srcs: Vec<&[u8]> = Vec::with_capacity(self.world);
+            let mut next = 0;
+            for r in 0..self.world {
+                if r == self.rank {
+                    srcs.push(own[i]);
+                } else {
+                    srcs.push(received[next * ops + i]);
+                    next += 1;
                 }
-                let mut out = vec![0u8; own[i].len()];
-                reduce_into(kind, dtypes[i], &srcs, &mut out)?;
-                Ok(out)
-            })
-            .collect()
+            }
+            reduce_into(kind, dtypes[i], &srcs, out)?;
+        }
+        Ok(())
     }
 
     /// Sends every `(peer, bytes)` and receives every `(peer, length)`;
@@ -350,30 +353,44 @@ impl TcpTransport {
         sends: &[(usize, &[u8])],
         recvs: &[(usize, usize)],
     ) -> Result<Vec<Vec<u8>>> {
-        // Receives grouped by peer, each peer read on its own thread.
-        let mut by_peer: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.world];
-        for (k, &(p, len)) in recvs.iter().enumerate() {
+        let mut out: Vec<Vec<u8>> = recvs.iter().map(|&(_, len)| vec![0u8; len]).collect();
+        let targets = recvs
+            .iter()
+            .zip(out.iter_mut())
+            .map(|(&(p, _), o)| (p, o.as_mut_slice()))
+            .collect();
+        self.exchange_into(sends, targets)?;
+        Ok(out)
+    }
+
+    /// Sends every `(peer, bytes)` (in order) while receiving, from each
+    /// peer on its own thread, one frame into each `(peer, slice)` in order.
+    fn exchange_into(
+        &self,
+        sends: &[(usize, &[u8])],
+        recvs: Vec<(usize, &mut [u8])>,
+    ) -> Result<()> {
+        let mut by_peer: Vec<Vec<&mut [u8]>> = (0..self.world).map(|_| Vec::new()).collect();
+        for (p, slot) in recvs {
             self.stream(p)?;
-            by_peer[p].push((k, len));
+            by_peer[p].push(slot);
         }
         let this = self;
-        let mut out: Vec<Vec<u8>> = vec![Vec::new(); recvs.len()];
         let (send_result, recv_results) = std::thread::scope(|s| {
             let readers: Vec<_> = by_peer
-                .iter()
+                .into_iter()
                 .enumerate()
                 .filter(|(_, list)| !list.is_empty())
                 .map(|(p, list)| {
-                    s.spawn(move || -> Result<Vec<ReceivedFrame>> {
-                        list.iter()
-                            .map(|&(k, len)| Ok((k, this.recv_frame(p, len)?)))
-                            .collect()
+                    s.spawn(move || -> Result<()> {
+                        list.into_iter()
+                            .try_for_each(|slot| this.recv_frame_into(p, slot))
                     })
                 })
                 .collect();
             let send_result: Result<()> =
                 sends.iter().try_for_each(|&(p, b)| this.send_frame(p, b));
-            let recv_results: Vec<Result<Vec<ReceivedFrame>>> = readers
+            let recv_results: Vec<Result<()>> = readers
                 .into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|_| {
@@ -385,26 +402,17 @@ impl TcpTransport {
         });
         // A lost peer is the most telling error.
         let mut first_err = send_result.err();
-        for r in recv_results {
-            match r {
-                Ok(items) => {
-                    for (k, v) in items {
-                        out[k] = v;
-                    }
-                }
-                Err(e) => {
-                    if first_err
-                        .as_ref()
-                        .is_none_or(|f| !matches!(f, CollectiveError::PeerLost { .. }))
-                    {
-                        first_err = Some(e);
-                    }
-                }
+        for e in recv_results.into_iter().filter_map(Result::err) {
+            if first_err
+                .as_ref()
+                .is_none_or(|f| !matches!(f, CollectiveError::PeerLost { .. }))
+            {
+                first_err = Some(e);
             }
         }
         match first_err {
             Some(e) => Err(e),
-            None => Ok(out),
+            None => Ok(()),
         }
     }
 
@@ -460,49 +468,65 @@ impl Transport for TcpTransport {
         kind: ReductionKind,
         dtypes: &[PrimitiveType],
         bufs: &[&[u8]],
-    ) -> Result<Vec<Vec<u8>>> {
+    ) -> Result<Vec<HostBytes>> {
         let sizes: Vec<usize> = dtypes
             .iter()
             .map(|&t| crate::buffer::element_size(t))
             .collect::<Result<_>>()?;
         let chunk = |i: usize, r: usize| self.chunk(bufs[i].len() / sizes[i], sizes[i], r);
-        // Reduce-scatter: chunk p of every operand to rank p.
+        let ops = bufs.len();
+        // Reduce-scatter: chunk p of every operand to rank p; every peer's
+        // piece of this rank's chunk lands in `pieces` (peer-major).
         let mut sends = Vec::new();
-        let mut recvs = Vec::new();
+        let mut pieces: Vec<HostBytes> = Vec::new();
         for p in self.peers_in_order() {
-            for i in 0..bufs.len() {
+            for i in 0..ops {
                 sends.push((p, &bufs[i][chunk(i, p)]));
-                recvs.push((p, chunk(i, self.rank).len()));
+                pieces.push(self.recycler.take_uninit(chunk(i, self.rank).len()));
             }
         }
-        let received = self.exchange_frames(&sends, &recvs)?;
-        let own: Vec<&[u8]> = (0..bufs.len())
-            .map(|i| &bufs[i][chunk(i, self.rank)])
+        let peers: Vec<usize> = self.peers_in_order().collect();
+        let targets = pieces
+            .iter_mut()
+            .enumerate()
+            .map(|(k, h)| (peers[k / ops.max(1)], h.as_bytes_mut()))
             .collect();
-        let reduced = self.fold_in_rank_order(kind, dtypes, &own, &received)?;
-        // All-gather of the reduced chunks.
-        let mut sends = Vec::new();
-        let mut recvs = Vec::new();
-        for p in self.peers_in_order() {
-            for i in 0..bufs.len() {
-                sends.push((p, reduced[i].as_slice()));
-                recvs.push((p, chunk(i, p).len()));
-            }
-        }
-        let gathered = self.exchange_frames(&sends, &recvs)?;
-        let mut out: Vec<Vec<u8>> = bufs.iter().map(|b| vec![0u8; b.len()]).collect();
-        let mut next = 0;
-        for r in 0..self.world {
-            for i in 0..bufs.len() {
-                let range = chunk(i, r);
+        self.exchange_into(&sends, targets)?;
+        // The reduced chunk goes straight into its place in the result.
+        let mut out: Vec<HostBytes> = bufs
+            .iter()
+            .map(|b| self.recycler.take_uninit(b.len()))
+            .collect();
+        let own: Vec<&[u8]> = (0..ops).map(|i| &bufs[i][chunk(i, self.rank)]).collect();
+        let received: Vec<&[u8]> = pieces.iter().map(HostBytes::as_bytes).collect();
+        let mut mine: Vec<&mut [u8]> = out
+            .iter_mut()
+            .enumerate()
+            .map(|(i, h)| &mut h.as_bytes_mut()[chunk(i, self.rank)])
+            .collect();
+        self.fold_in_rank_order(kind, dtypes, &own, &received, &mut mine)?;
+        drop(received);
+        drop(pieces);
+        // All-gather: this rank's chunk to every peer, theirs into place.
+        let mut sends: Vec<(usize, &[u8])> = Vec::new();
+        let mut targets: Vec<(usize, &mut [u8])> = Vec::new();
+        let mut own_chunks: Vec<&[u8]> = Vec::new();
+        for (i, h) in out.iter_mut().enumerate() {
+            let mut rest = h.as_bytes_mut();
+            for r in 0..self.world {
+                let (head, tail) = rest.split_at_mut(chunk(i, r).len());
+                rest = tail;
                 if r == self.rank {
-                    out[i][range].copy_from_slice(&reduced[i]);
+                    own_chunks.push(head);
                 } else {
-                    out[i][range].copy_from_slice(&gathered[next]);
-                    next += 1;
+                    targets.push((r, head));
                 }
             }
         }
+        for p in self.peers_in_order() {
+            sends.extend(own_chunks.iter().map(|c| (p, *c)));
+        }
+        self.exchange_into(&sends, targets)?;
         Ok(out)
     }
 
@@ -553,10 +577,14 @@ impl Transport for TcpTransport {
             }
         }
         let received = self.exchange_frames(&sends, &recvs)?;
+        let received: Vec<&[u8]> = received.iter().map(Vec::as_slice).collect();
         let own: Vec<&[u8]> = (0..bufs.len())
             .map(|i| &bufs[i][block(i, self.rank)])
             .collect();
-        self.fold_in_rank_order(kind, dtypes, &own, &received)
+        let mut out: Vec<Vec<u8>> = own.iter().map(|o| vec![0u8; o.len()]).collect();
+        let mut slots: Vec<&mut [u8]> = out.iter_mut().map(Vec::as_mut_slice).collect();
+        self.fold_in_rank_order(kind, dtypes, &own, &received, &mut slots)?;
+        Ok(out)
     }
 
     fn exchange(

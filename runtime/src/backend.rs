@@ -15,12 +15,19 @@ pub enum RuntimeError {
         backend: &'static str,
         message: String,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     Execute(#[from] EvalError),
+    #[error("{backend} device: {message}")]
+    Device {
+        backend: &'static str,
+        message: String,
+    },
     #[error("sharding: {0}")]
     Sharding(String),
     #[error("devices: {0}")]
     Devices(String),
+    #[error("multi-process run: {0}")]
+    Distributed(String),
 }
 
 /// Where one device runs: its ids and, on several devices, its endpoint

@@ -10,6 +10,16 @@
 //! to the global shape; a replicated leaf is device 0's value, a maximal
 //! one its device's.
 //!
+//! Every multi-device run goes through here: `run_hlo_module --partition`
+//! (plan [`LaunchPlan::for_partitioned`], checking that replicas agree),
+//! `--shardings-from` ([`LaunchPlan::from_global_module`]), `--devices N`
+//! ([`LaunchPlan::replicated`]), in one process ([`run_spmd`], loopback
+//! devices) or across processes ([`crate::distributed`], TCP or NCCL).
+//! Splitting and assembling are the interpreter's `shard_array` /
+//! `assemble_array` (its `SPMDFullToShardShape` / `SPMDShardToFullShape`
+//! need the same), whose tile offsets come from the one tile layout
+//! (`xla_hlo_utils::layout`).
+//!
 //! Invariants: shard-then-assemble returns the input exactly for every
 //! sharding and dtype (property-tested); named (mesh) shardings are
 //! converted to tile assignments first; manual and unknown shardings are
@@ -36,6 +46,9 @@ pub struct LaunchPlan {
     pub result_shape: Shape,
     /// How long devices wait for each other at a collective.
     pub timeout: Duration,
+    /// Assembling checks that every device holding a tile (or a replicated
+    /// result) holds the same data; a disagreement is an error.
+    pub check_replicas: bool,
 }
 
 impl LaunchPlan {
@@ -60,7 +73,42 @@ impl LaunchPlan {
             result_sharding: root.sharding.as_deref().cloned(),
             result_shape,
             timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
+            check_replicas: false,
         })
+    }
+
+    /// The plan for a module our partitioner produced: parameter and root
+    /// shardings from its entry (they are the global ones), the global
+    /// result shape of the module before partitioning, replicas checked.
+    pub fn for_partitioned(module: &HloModule, global_result_shape: Shape) -> LaunchPlan {
+        let entry = module.entry_computation();
+        LaunchPlan {
+            num_partitions: module.num_partitions().max(1) as usize,
+            parameter_shardings: entry
+                .parameters
+                .iter()
+                .map(|p| entry.instructions[p.index()].sharding.as_deref().cloned())
+                .collect(),
+            result_sharding: entry.root_instr().sharding.as_deref().cloned(),
+            result_shape: global_result_shape,
+            timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
+            check_replicas: true,
+        }
+    }
+
+    /// Every device gets the whole of every argument and the results are
+    /// device 0's: a module with global semantics that needs several
+    /// devices (collectives, manual regions) to run.
+    pub fn replicated(module: &HloModule, num_devices: usize) -> LaunchPlan {
+        let entry = module.entry_computation();
+        LaunchPlan {
+            num_partitions: num_devices.max(1),
+            parameter_shardings: vec![None; entry.parameters.len()],
+            result_sharding: None,
+            result_shape: entry.root_instr().shape.clone(),
+            timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
+            check_replicas: false,
+        }
     }
 }
 
@@ -106,6 +154,7 @@ impl LaunchPlan {
                 .or_else(|| l.root_instr().sharding.as_deref().cloned()),
             result_shape: root.shape.clone(),
             timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
+            check_replicas: false,
         })
     }
 }
@@ -224,9 +273,13 @@ fn assemble_leaf(
     shards: &[Array],
     s: &SingleSharding,
     global_dims: &[i64],
+    check_replicas: bool,
 ) -> Result<Array, RuntimeError> {
     match (&s.kind, tiled(s)?) {
-        (_, Some(t)) => Ok(assemble_array(shards, &t, global_dims)?),
+        (_, Some(t)) => Ok(assemble_array(shards, &t, global_dims, check_replicas)?),
+        (ShardingKind::Replicated, None) if check_replicas => {
+            Ok(assemble_array(shards, s, global_dims, true)?)
+        }
         (ShardingKind::Maximal(d) | ShardingKind::MaximalMesh(d), None) => shards
             .get(usize::try_from(*d).unwrap_or(usize::MAX))
             .cloned()
@@ -238,55 +291,43 @@ fn assemble_leaf(
     }
 }
 
-/// Runs `exe` on `plan.num_partitions` loopback devices with global
-/// arguments; returns the global results (a tuple root split into leaves).
-pub fn run_spmd(
-    exe: &dyn Executable,
+/// Device `device`'s arguments: every global argument split by its
+/// parameter's sharding.
+pub fn split_arguments(
     global_args: &[Value],
     plan: &LaunchPlan,
+    device: i64,
 ) -> Result<Vec<Value>, RuntimeError> {
-    let n = plan.num_partitions.max(1);
     if global_args.len() != plan.parameter_shardings.len() {
         return Err(RuntimeError::Execute(EvalError::ArgumentCount {
             expected: plan.parameter_shardings.len(),
             got: global_args.len(),
         }));
     }
-    let local_args = |device: i64| -> Result<Vec<Value>, RuntimeError> {
-        global_args
-            .iter()
-            .zip(&plan.parameter_shardings)
-            .map(|(a, s)| split_value(a, s.as_ref(), device))
-            .collect()
-    };
-    let outcomes = collectives::run_world(n, plan.timeout, |device, comm| {
-        let ctx = DeviceContext {
-            replica_id: 0,
-            partition_id: device as i64,
-            num_replicas: 1,
-            num_partitions: n as i64,
-            communicator: Some(comm as &DeviceCommunicator),
-        };
-        let args = local_args(device as i64).map_err(to_eval)?;
-        exe.execute(&ctx, &args).map_err(to_eval)
-    })
-    .map_err(|e| RuntimeError::Devices(e.to_string()))?;
-    let per_device = first_failure(outcomes)?;
-    let leaf_shapes = plan.result_shape.leaves();
-    let per_device_leaves: Vec<Vec<Array>> = per_device
+    global_args
         .iter()
-        .map(|outs| {
-            outs.iter()
-                .flat_map(|v| v.leaves().into_iter().cloned())
-                .collect()
-        })
+        .zip(&plan.parameter_shardings)
+        .map(|(a, s)| split_value(a, s.as_ref(), device))
+        .collect()
+}
+
+/// The global results (a tuple root split into leaves) assembled from
+/// every device's results (`per_device[d]` is device d's).
+pub fn assemble_results(
+    per_device: &[Vec<Value>],
+    plan: &LaunchPlan,
+) -> Result<Vec<Value>, RuntimeError> {
+    let leaf_shapes = plan.result_shape.leaves();
+    let per_device_leaves: Vec<Vec<&Array>> = per_device
+        .iter()
+        .map(|outs| outs.iter().flat_map(|v| v.leaves()).collect())
         .collect();
     let mut results = Vec::with_capacity(leaf_shapes.len());
     for (k, shape) in leaf_shapes.iter().enumerate() {
         let shards: Vec<Array> = per_device_leaves
             .iter()
             .map(|leaves| {
-                leaves.get(k).cloned().ok_or_else(|| {
+                leaves.get(k).map(|a| (*a).clone()).ok_or_else(|| {
                     RuntimeError::Devices(format!(
                         "a device returned {} result leaves, the global result has {}",
                         leaves.len(),
@@ -299,14 +340,56 @@ pub fn run_spmd(
             Some(s) => leaf_sharding(s, k, leaf_shapes.len())?,
             None => SingleSharding::new(ShardingKind::Replicated),
         };
-        results.push(Value::Array(assemble_leaf(&shards, &s, shape.dims())?));
+        let check = plan.check_replicas && plan.result_sharding.is_some();
+        results.push(Value::Array(assemble_leaf(
+            &shards,
+            &s,
+            shape.dims(),
+            check,
+        )?));
     }
     Ok(results)
 }
 
+/// The context of device `device` of a plan's `n` devices (replica 0).
+pub fn device_context(
+    device: usize,
+    n: usize,
+    communicator: &DeviceCommunicator,
+) -> DeviceContext<'_> {
+    DeviceContext {
+        replica_id: 0,
+        partition_id: device as i64,
+        num_replicas: 1,
+        num_partitions: n as i64,
+        communicator: Some(communicator),
+    }
+}
+
+/// Runs `exe` on `plan.num_partitions` loopback devices (threads of this
+/// process) with global arguments; returns the global results (a tuple
+/// root split into leaves).
+pub fn run_spmd(
+    exe: &dyn Executable,
+    global_args: &[Value],
+    plan: &LaunchPlan,
+) -> Result<Vec<Value>, RuntimeError> {
+    let n = plan.num_partitions.max(1);
+    // Arguments are checked before any device starts.
+    split_arguments(global_args, plan, 0)?;
+    let outcomes = collectives::run_world(n, plan.timeout, |device, comm| {
+        let ctx = device_context(device, n, comm as &DeviceCommunicator);
+        let args = split_arguments(global_args, plan, device as i64).map_err(to_eval)?;
+        exe.execute(&ctx, &args).map_err(to_eval)
+    })
+    .map_err(|e| RuntimeError::Devices(e.to_string()))?;
+    let per_device = first_failure(outcomes)?;
+    assemble_results(&per_device, plan)
+}
+
 /// Runtime errors cross the device threads as interpreter errors (so the
 /// echo of another device's failure can be told apart).
-fn to_eval(e: RuntimeError) -> EvalError {
+pub(crate) fn to_eval(e: RuntimeError) -> EvalError {
     match e {
         RuntimeError::Execute(e) => e,
         other => EvalError::Invalid(other.to_string()),

@@ -13,6 +13,8 @@
 //!   global arguments by the entry parameters' shardings (uneven tiles padded
 //!   with zeros, as XLA pads them) and assembling global results by the
 //!   result sharding.
+//! * [`distributed`]: the same across processes (each owning N/P devices),
+//!   bootstrapped through a TCP key-value store, collectives over TCP.
 //!
 //! Invariants: the runtime never panics on bad modules, arguments or
 //! shardings (every failure is a [`RuntimeError`] naming what is wrong); a
@@ -23,8 +25,23 @@
 pub mod backend;
 pub mod cpu;
 pub mod cuda;
+pub mod distributed;
 pub mod launcher;
 
 pub use backend::{Backend, DeviceContext, Executable, RuntimeError};
 pub use cpu::CpuBackend;
+pub use distributed::{run_spmd_processes, ProcessGroup};
 pub use launcher::{run_spmd, LaunchPlan};
+
+/// The backend named `name` (`cpu` or `cuda`, as `run_hlo_module
+/// --backend` takes it). `cuda` fails with what is missing when this build
+/// has no CUDA backend or no GPU and driver libraries are present.
+pub fn backend(name: &str) -> Result<Box<dyn Backend>, RuntimeError> {
+    match name {
+        "cpu" => Ok(Box::new(CpuBackend)),
+        "cuda" => Ok(Box::new(cuda::CudaBackend::new(0)?)),
+        other => Err(RuntimeError::Devices(format!(
+            "unknown backend {other:?}: expected `cpu` or `cuda`"
+        ))),
+    }
+}

@@ -76,6 +76,7 @@ proptest! {
             result_sharding: Some(sharding),
             result_shape: Shape::array(ty, dims),
             timeout: Duration::from_secs(60),
+            check_replicas: true,
         };
         let out = run_spmd(exe.as_ref(), &[Value::Array(full.clone())], &plan).unwrap();
         prop_assert_eq!(out.len(), 1);

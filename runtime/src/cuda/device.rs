@@ -32,7 +32,10 @@ fn dev_err(m: impl Into<String>) -> RuntimeError {
 }
 
 fn exec_err(m: impl Into<String>) -> RuntimeError {
-    RuntimeError::Execute(xla_hlo_evaluator::EvalError::Internal(m.into()))
+    RuntimeError::Device {
+        backend: "cuda",
+        message: m.into(),
+    }
 }
 
 /// Checks that libcuda, libnvrtc and libcublas can be loaded and that there

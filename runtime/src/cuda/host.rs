@@ -7,7 +7,10 @@ use xla_hlo_ir::literal::{float_from_bits, float_to_bits};
 use xla_hlo_ir::PrimitiveType;
 
 fn exec_err(m: impl Into<String>) -> RuntimeError {
-    RuntimeError::Execute(xla_hlo_evaluator::EvalError::Internal(m.into()))
+    RuntimeError::Device {
+        backend: "cuda",
+        message: m.into(),
+    }
 }
 
 /// Bytes per element as the kernels store them.

@@ -45,6 +45,10 @@ pub fn prepare(module: &HloModule) -> Result<(plan::Plan, String), RuntimeError>
     Ok((p, src))
 }
 
+#[cfg(not(feature = "cuda"))]
+const NOT_BUILT: &str = "this build has no CUDA backend: rebuild with `--features cuda` \
+     (cargo build --release -p run-hlo-module --features cuda)";
+
 /// Without the `cuda` feature: a backend that cannot be created.
 #[cfg(not(feature = "cuda"))]
 #[derive(Debug)]
@@ -53,9 +57,22 @@ pub struct CudaBackend(());
 #[cfg(not(feature = "cuda"))]
 impl CudaBackend {
     pub fn new(_ordinal: usize) -> Result<CudaBackend, RuntimeError> {
-        Err(RuntimeError::Devices(
-            "this build has no CUDA backend: rebuild with `--features cuda` (xla-runtime)".into(),
-        ))
+        Err(RuntimeError::Devices(NOT_BUILT.into()))
+    }
+}
+
+/// Never reached: without the feature no `CudaBackend` can be created.
+#[cfg(not(feature = "cuda"))]
+impl crate::backend::Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn compile(
+        &self,
+        _module: &HloModule,
+    ) -> Result<Box<dyn crate::backend::Executable>, RuntimeError> {
+        Err(RuntimeError::Devices(NOT_BUILT.into()))
     }
 }
 

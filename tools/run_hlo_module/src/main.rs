@@ -17,6 +17,7 @@
 
 mod generate;
 mod partition;
+mod spawn;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
@@ -25,9 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use xla_hlo_evaluator::npy::{load_argument, read_npy, write_npy};
-use xla_hlo_evaluator::{evaluate, evaluate_spmd, needs_spmd, Array, EvalContext, Value};
+use xla_hlo_evaluator::{evaluate, needs_spmd, Array, EvalContext, Value};
 use xla_hlo_ir::HloModule;
-use xla_runtime::{Backend, CpuBackend, LaunchPlan};
+use xla_runtime::{Executable, LaunchPlan, ProcessGroup};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -104,6 +105,37 @@ struct Cli {
     /// before any output file is written.
     #[arg(long, value_name = "SECONDS")]
     time_limit: Option<f64>,
+    /// Run across P processes, each owning N/P of the devices (with
+    /// --process-id and --coordinator); process 0 assembles, compares and
+    /// writes the outputs, the others print a short JSON line.
+    #[arg(long, value_name = "P", requires_all = ["process_id", "coordinator"])]
+    num_processes: Option<usize>,
+    /// This process's index, 0..P.
+    #[arg(long, value_name = "I")]
+    process_id: Option<usize>,
+    /// HOST:PORT of the coordinator (a TCP key-value store). Process 0
+    /// starts it there unless --external-coordinator.
+    #[arg(long, value_name = "HOST:PORT")]
+    coordinator: Option<String>,
+    /// The coordinator runs separately (`kv_store_server`, --spawn-local).
+    #[arg(long)]
+    external_coordinator: bool,
+    /// Address this process's devices listen on for their peers (default:
+    /// the coordinator's host).
+    #[arg(long, value_name = "HOST")]
+    bind_host: Option<String>,
+    /// Seconds a device waits for a peer (joining, every collective) before
+    /// the run fails naming it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+    timeout: f64,
+    /// Start P local processes of this command (a coordinator on
+    /// 127.0.0.1, devices split among them) and report process 0's result;
+    /// exit 1 when any process fails.
+    #[arg(long, value_name = "P", conflicts_with_all = ["num_processes", "process_id", "coordinator"])]
+    spawn_local: Option<usize>,
+    /// Backend that runs the module: `cpu` (the interpreter) or `cuda`.
+    #[arg(long, default_value = "cpu")]
+    backend: String,
 }
 
 impl Cli {
@@ -151,6 +183,15 @@ fn main() {
     // stderr; RUST_LOG=info shows each pass's time.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse().resolve_case();
+    if let Some(processes) = cli.spawn_local {
+        std::process::exit(match spawn::spawn_local(processes, cli.timeout) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                1
+            }
+        });
+    }
     match run(&cli) {
         Ok(ok) => std::process::exit(if ok { 0 } else { 1 }),
         Err(e) => {
@@ -306,37 +347,86 @@ fn run(cli: &Cli) -> Result<bool> {
         None
     };
     let devices = partitioned.as_ref().map(|p| p.devices).unwrap_or(devices);
-    let exe = match &global {
-        Some(_) => Some(CpuBackend.compile(&module)?),
-        None => None,
+    // Every multi-device mode runs through the runtime's launcher.
+    let backend = xla_runtime::backend(&cli.backend)?;
+    let launch: Option<(Box<dyn Executable>, LaunchPlan)> = if let Some(pm) = &partitioned {
+        let mut plan = pm.launch_plan();
+        plan.num_partitions = pm.devices as usize;
+        Some((backend.compile(&pm.module)?, plan))
+    } else if let Some(g) = &global {
+        Some((
+            backend.compile(&module)?,
+            launch_plan(&module, g, cli.devices)?,
+        ))
+    } else if devices > 1 || cli.num_processes.is_some() {
+        Some((
+            backend.compile(&module)?,
+            LaunchPlan::replicated(&module, devices.max(1) as usize),
+        ))
+    } else {
+        None
+    };
+    let timeout = Duration::try_from_secs_f64(cli.timeout.max(0.001))
+        .map_err(|e| anyhow!("--timeout {}: {e}", cli.timeout))?;
+    let processes = process_group(cli, timeout)?;
+    let fingerprint = match (&processes, &launch) {
+        (Some(_), Some((exe, _))) => program_fingerprint(exe.module(), &args)?,
+        _ => 0,
     };
     let mut best = f64::INFINITY;
     let mut outputs = Vec::new();
-    for _ in 0..cli.repeat.max(1) {
+    for attempt in 0..cli.repeat.max(1) {
         let t = Instant::now();
-        outputs = if let Some(pm) = &partitioned {
-            pm.run(&args)?
-        } else if let Some(g) = &global {
-            let plan = launch_plan(&module, g, cli.devices)?;
-            let exe = exe
-                .as_deref()
-                .ok_or_else(|| anyhow!("the module was not compiled"))?;
-            xla_runtime::run_spmd(exe, &args, &plan)?
-        } else if devices > 1 {
-            evaluate_spmd(&module, &args, devices)?
-                .into_iter()
-                .next()
-                .ok_or_else(|| anyhow!("no device produced outputs"))?
-        } else {
-            let ctx = EvalContext {
-                num_partitions: Some(1),
-                num_replicas: Some(1),
-                memory_limit: Some(memory_limit),
-                ..EvalContext::default()
-            };
-            evaluate(&module, &args, &ctx)?
+        outputs = match (&launch, &processes) {
+            (Some((exe, plan)), Some(group)) => {
+                let mut plan = plan.clone();
+                plan.timeout = timeout;
+                let mut group = group.clone();
+                group.job = format!("{}/run{attempt}", group.job);
+                match xla_runtime::run_spmd_processes(
+                    exe.as_ref(),
+                    &args,
+                    &plan,
+                    &group,
+                    fingerprint,
+                )? {
+                    Some(outputs) => outputs,
+                    None => {
+                        best = best.min(t.elapsed().as_secs_f64());
+                        continue;
+                    }
+                }
+            }
+            (Some((exe, plan)), None) => xla_runtime::run_spmd(exe.as_ref(), &args, plan)?,
+            (None, _) => {
+                let ctx = EvalContext {
+                    num_partitions: Some(1),
+                    num_replicas: Some(1),
+                    memory_limit: Some(memory_limit),
+                    ..EvalContext::default()
+                };
+                evaluate(&module, &args, &ctx)?
+            }
         };
         best = best.min(t.elapsed().as_secs_f64());
+    }
+    if let Some(group) = processes.as_ref().filter(|g| g.process_id != 0) {
+        if let Some(flag) = &evaluated {
+            *flag.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        }
+        let per_process = devices.max(1) as usize / group.num_processes;
+        let first = group.process_id * per_process;
+        println!(
+            "{}",
+            json!({
+                "file": cli.file().display().to_string(),
+                "process": group.process_id,
+                "devices": (first..first + per_process).collect::<Vec<_>>(),
+                "eval_s": best,
+                "wall_s": t_total.elapsed().as_secs_f64(),
+            })
+        );
+        return Ok(true);
     }
     let flat: Vec<Array> = outputs
         .iter()
@@ -424,6 +514,49 @@ fn run(cli: &Cli) -> Result<bool> {
     }
     println!("{line}");
     Ok(!compared || all_ok)
+}
+
+/// This process's place in a multi-process run (`--num-processes`), if any.
+fn process_group(cli: &Cli, timeout: Duration) -> Result<Option<ProcessGroup>> {
+    let Some(num_processes) = cli.num_processes else {
+        return Ok(None);
+    };
+    let coordinator = cli
+        .coordinator
+        .clone()
+        .ok_or_else(|| anyhow!("--num-processes needs --coordinator HOST:PORT"))?;
+    let process_id = cli
+        .process_id
+        .ok_or_else(|| anyhow!("--num-processes needs --process-id"))?;
+    let bind_host = match &cli.bind_host {
+        Some(h) => h.clone(),
+        None => coordinator
+            .rsplit_once(':')
+            .map(|(host, _)| host.trim_matches(['[', ']']).to_string())
+            .ok_or_else(|| anyhow!("--coordinator {coordinator:?} is not HOST:PORT"))?,
+    };
+    Ok(Some(ProcessGroup {
+        num_processes,
+        process_id,
+        coordinator,
+        host_coordinator: !cli.external_coordinator,
+        bind_host,
+        timeout,
+        job: "run_hlo_module".into(),
+    }))
+}
+
+/// What every process of a run must hold alike: the program it runs and
+/// its global arguments.
+fn program_fingerprint(module: &HloModule, args: &[Value]) -> Result<u64> {
+    let text = module.to_string();
+    let mut buffers = Vec::new();
+    for a in args.iter().flat_map(|v| v.leaves()) {
+        buffers.push(xla_hlo_evaluator::collective::to_buffer(a)?);
+    }
+    let mut parts: Vec<&[u8]> = vec![text.as_bytes()];
+    parts.extend(buffers.iter().map(|b| b.bytes()));
+    Ok(xla_runtime::distributed::fingerprint(&parts))
 }
 
 /// How to run partitioned `module` on global data described by `global`

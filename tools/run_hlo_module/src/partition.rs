@@ -1,16 +1,15 @@
 //! `--partition`: runs sharding propagation and the SPMD partitioner on the
 //! module (with `--schedule`, then the latency-hiding scheduler under the
-//! analytical NVLink cost model), then the per-device program on N loopback
-//! devices, splitting the global arguments by the entry parameters'
-//! shardings and assembling the global outputs by the root's sharding
-//! (checking that replicas agree).
+//! analytical NVLink cost model); the runtime's launcher then runs the
+//! per-device program on N devices, splitting the global arguments by the
+//! entry parameters' shardings and assembling the global outputs by the
+//! root's sharding (checking that replicas agree).
 //!
 //! Invariant: the outputs have the unpartitioned module's shapes, in its
 //! flattened output order, so they compare with the same expected arrays.
 
 use anyhow::{anyhow, Result};
 use serde_json::{json, Value as Json};
-use xla_hlo_evaluator::Value;
 use xla_hlo_ir::{HloModule, Shape};
 
 /// A module partitioned for N devices, ready to run on global arguments.
@@ -82,19 +81,10 @@ impl Partitioned {
         })
     }
 
-    /// Runs on global arguments; returns the global outputs (root tuple split).
-    pub fn run(&self, args: &[Value]) -> Result<Vec<Value>> {
-        let v = xla_spmd_partitioner::exec::run_partitioned(
-            &self.module,
-            args,
-            &self.out_shape,
-            self.devices,
-            true,
-        )?;
-        Ok(match (v, &self.out_shape) {
-            (Value::Tuple(e), Shape::Tuple(_)) => e,
-            (v, _) => vec![v],
-        })
+    /// How the runtime's launcher runs it: the global shardings on its
+    /// entry, the unpartitioned module's result shape, replicas checked.
+    pub fn launch_plan(&self) -> xla_runtime::LaunchPlan {
+        xla_runtime::LaunchPlan::for_partitioned(&self.module, self.out_shape.clone())
     }
 
     /// Partitioning statistics for the JSON line.

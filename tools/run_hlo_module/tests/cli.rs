@@ -160,3 +160,33 @@ fn partitioned_program_runs_on_devices_with_shardings_from() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("error:"), "{err}");
 }
+
+/// `--backend cuda` in a build without the `cuda` feature (CI's) says what
+/// is missing and exits 1; an unknown backend is named.
+#[test]
+fn backends_that_cannot_run_are_named() {
+    let c = xla_test_paths::testdata_case("dp_mlp_3layer");
+    for (backend, needle) in [
+        (
+            "cuda",
+            if cfg!(feature = "cuda") {
+                "cuda"
+            } else {
+                "--features cuda"
+            },
+        ),
+        ("tpu", "unknown backend \"tpu\""),
+    ] {
+        let out = tool()
+            .args(["--case".as_ref(), c.as_os_str()])
+            .args(["--partition", "--backend", backend])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if backend == "cuda" && out.status.success() {
+            continue; // a CUDA build on a GPU machine
+        }
+        assert_eq!(out.status.code(), Some(1), "{backend}: {err}");
+        assert!(err.contains(needle), "{backend}: {err}");
+    }
+}

@@ -14,6 +14,13 @@
 // lists the available passes; AvailablePasses() lists them too. On any error
 // the module is left unchanged.
 //
+// Logging: the Rust side logs through Rust's `log` facade (each pass's time
+// at info, the scheduler's warnings at warn). Nothing is printed until the
+// program calls InitLogging() once; from then on messages go to stderr,
+// filtered by the RUST_LOG environment variable as in hlo-opt and
+// run_hlo_module (e.g. RUST_LOG=info), or by InitLogging's argument when
+// RUST_LOG is unset.
+//
 // Build: Bazel `//xla/cc_api:hlo_api` (cc_library); cargo builds the same
 // sources through cxx-build (xla/cc_api/build.rs).
 #ifndef XLA_CC_API_INCLUDE_HLO_API_H_
@@ -98,6 +105,11 @@ class HloModule {
 
 // The names RunPasses accepts in this build.
 std::vector<std::string> AvailablePasses();
+
+// Sends the Rust side's log messages to stderr (see the top of this file);
+// `filter` applies when RUST_LOG is unset ("warn", "info", "debug", ...).
+// Returns false when logging was already set up in this process.
+bool InitLogging(std::string_view filter = "warn");
 
 // Non-throwing forms.
 Status ParseHloModule(std::string_view text, std::unique_ptr<HloModule>* out);

@@ -89,6 +89,10 @@ std::vector<std::string> AvailablePasses() {
   return out;
 }
 
+bool InitLogging(std::string_view filter) {
+  return ffi::init_logging(ToStr(filter));
+}
+
 Status ParseHloModule(std::string_view text, std::unique_ptr<HloModule>* out) {
   return Catch([&] { *out = std::make_unique<HloModule>(HloModule::Parse(text)); });
 }

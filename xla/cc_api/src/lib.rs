@@ -47,6 +47,7 @@ mod ffi {
         fn clone_module(module: &Module) -> Box<Module>;
         fn run_passes(module: &mut Module, passes: &str) -> Result<Vec<PassRunInfo>>;
         fn available_passes() -> Vec<String>;
+        fn init_logging(filter: &str) -> bool;
     }
 }
 
@@ -152,6 +153,18 @@ pub fn available_passes() -> Vec<String> {
         .into_iter()
         .map(|(n, _)| n.to_string())
         .collect()
+}
+
+/// Installs a stderr logger for the Rust side's `log` messages (pass
+/// timings at `info`, the scheduler's warnings at `warn`), filtered by
+/// `RUST_LOG` when set and by `filter` (e.g. `"warn"`) otherwise. Returns
+/// false when a logger was already installed in this process (the first
+/// one stays).
+pub fn init_logging(filter: &str) -> bool {
+    let filter = if filter.is_empty() { "warn" } else { filter };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter))
+        .try_init()
+        .is_ok()
 }
 
 #[cfg(test)]

@@ -96,6 +96,9 @@ void TestErrorsAsStatus() {
 }
 
 void TestPassesByName() {
+  // Once a logger is installed, a second call keeps it.
+  xla_rs::InitLogging("warn");
+  CHECK(!xla_rs::InitLogging("info"));
   const std::vector<std::string> available = xla_rs::AvailablePasses();
   CHECK((available == std::vector<std::string>{"shardy-import", "sdy-propagation",
                                                "sharding-propagation",

@@ -302,7 +302,10 @@ fn leaf_of<'v>(v: &'v Value, index: &[usize]) -> Option<&'v Array> {
 /// `Executable::execute` (a tuple result split into its elements).
 pub fn run_plan_on_cpu(plan: &Plan, args: &[Value]) -> Result<Vec<Value>, RuntimeError> {
     let mut bufs: Vec<Option<Vec<f64>>> = vec![None; plan.buffers.len()];
-    let exec = |m: String| RuntimeError::Execute(xla_hlo_evaluator::EvalError::Internal(m));
+    let exec = |message: String| RuntimeError::Device {
+        backend: "cuda",
+        message,
+    };
     for step in &plan.steps {
         match step {
             Step::Param { out, number, index } => {

@@ -28,7 +28,7 @@ use collectives::{
 use half::{bf16, f16};
 use std::sync::Mutex;
 use std::time::Duration;
-use xla_hlo_ir::sharding::{ShardingKind, SingleSharding};
+use xla_hlo_ir::sharding::{ShardingKind, SingleSharding, SubgroupType};
 use xla_hlo_ir::{
     AttrKey, AttrValue, CollectiveDeviceList, HloComputation, HloInstruction, HloModule, Opcode,
     Shape,
@@ -558,41 +558,52 @@ pub fn eval_collective(
     }
 }
 
-/// Offsets and sizes of `device`'s tile of an array of `dims` under `s`.
+/// Offsets and (padded) sizes of `device`'s tile of an array of `dims`
+/// under `s`, from the one tile layout (`xla_hlo_utils::layout`); a
+/// non-tiled sharding's tile is the whole array.
 pub fn tile_of(
     s: &SingleSharding,
     dims: &[i64],
     device: i64,
 ) -> Result<(Vec<i64>, Vec<i64>), EvalError> {
-    match &s.kind {
-        ShardingKind::Tiled {
-            tile_assignment, ..
-        } => {
-            let tdims = tile_assignment.dims();
-            if tdims.len() < dims.len() {
-                return bad("tile assignment rank is smaller than the array rank");
-            }
-            let devices = tile_assignment.devices();
-            let pos = devices.iter().position(|&d| d == device).ok_or_else(|| {
-                EvalError::invalid(format!("device {device} is not in the tile assignment"))
-            })?;
-            let tsz: Vec<usize> = tdims.iter().map(|&d| d.max(1) as usize).collect();
-            let mut idx = vec![0usize; tsz.len()];
-            crate::index::unflatten(pos, &tsz, &mut idx);
-            let sizes: Vec<i64> = dims
-                .iter()
-                .zip(tdims)
-                .map(|(&d, &t)| (d + t.max(1) - 1) / t.max(1))
-                .collect();
-            let offsets: Vec<i64> = sizes
-                .iter()
-                .zip(&idx)
-                .map(|(&s, &i)| s * i as i64)
-                .collect();
-            Ok((offsets, sizes))
-        }
-        _ => Ok((vec![0; dims.len()], dims.to_vec())),
+    if !matches!(s.kind, ShardingKind::Tiled { .. }) {
+        return Ok((vec![0; dims.len()], dims.to_vec()));
     }
+    // Unreduced subgroups hold their data where replicated ones would (the
+    // summing is the program's business), so tiles are laid out as for
+    // replication.
+    let placed;
+    let s = match &s.kind {
+        ShardingKind::Tiled { last_tile_dims, .. }
+            if last_tile_dims.contains(&SubgroupType::Unreduced) =>
+        {
+            let mut copy = s.clone();
+            if let ShardingKind::Tiled { last_tile_dims, .. } = &mut copy.kind {
+                for t in last_tile_dims.iter_mut() {
+                    if *t == SubgroupType::Unreduced {
+                        *t = SubgroupType::Replicated;
+                    }
+                }
+            }
+            placed = copy;
+            &placed
+        }
+        _ => s,
+    };
+    let sharding = xla_hlo_utils::sharding::Sharding::from_ir(s)
+        .map_err(|e| EvalError::invalid(format!("sharding {s}: {e}")))?;
+    // A one-tile assignment is canonically replicated: the whole array.
+    if matches!(sharding, xla_hlo_utils::sharding::Sharding::Replicated) {
+        return Ok((vec![0; dims.len()], dims.to_vec()));
+    }
+    let layout = xla_hlo_utils::layout::TiledLayout::new(&sharding, dims, 0)
+        .map_err(|e| EvalError::invalid(format!("sharding {s} on {dims:?}: {e}")))?;
+    let offsets = layout.tile_offset(device).ok_or_else(|| {
+        EvalError::invalid(format!(
+            "device {device} is not in the tile assignment of {s}"
+        ))
+    })?;
+    Ok((offsets, layout.tile_shape()))
 }
 
 fn single(s: &xla_hlo_ir::HloSharding) -> Option<&SingleSharding> {
@@ -655,17 +666,7 @@ pub fn eval_custom_call(
                 return Ok(Value::Array(shard));
             }
             let parts = gather_partitions(ev, instr, &shard)?;
-            let mut full = Array::zeros(
-                instr.shape.element_type().ok_or_else(|| {
-                    EvalError::invalid("SPMDShardToFullShape result is not an array")
-                })?,
-                out_dims.clone(),
-            )?;
-            for (q, piece) in parts.iter().enumerate() {
-                let (offsets, _) = tile_of(dst, &out_dims, q as i64)?;
-                full = insert_tile(&full, piece, &offsets)?;
-            }
-            Ok(Value::Array(full))
+            Ok(Value::Array(assemble_array(&parts, dst, &out_dims, false)?))
         }
         _ => Err(EvalError::UnsupportedCustomCall {
             target: target.to_string(),
@@ -682,9 +683,7 @@ fn extract_tile(full: &Array, offsets: &[i64], dims: &[i64]) -> Result<Array, Ev
             full.shape()
         ));
     }
-    let valid: Vec<i64> = (0..full.rank())
-        .map(|d| (full.dims[d] - offsets[d]).clamp(0, dims[d]))
-        .collect();
+    let valid = valid_extent(&full.dims, offsets, dims);
     let sd: Vec<_> = (0..full.rank())
         .map(|d| xla_hlo_ir::attrs::SliceDim {
             start: offsets[d].min(full.dims[d]),
@@ -697,14 +696,22 @@ fn extract_tile(full: &Array, offsets: &[i64], dims: &[i64]) -> Result<Array, Ev
     crate::data::dynamic_update_slice(&zero, &part, &vec![0; dims.len()])
 }
 
+/// Elements of a tile of `tile_dims` at `offsets` that lie inside an array
+/// of `dims` (the rest is padding).
+fn valid_extent(dims: &[i64], offsets: &[i64], tile_dims: &[i64]) -> Vec<i64> {
+    dims.iter()
+        .zip(offsets)
+        .zip(tile_dims)
+        .map(|((&d, &o), &t)| (d - o).clamp(0, t))
+        .collect()
+}
+
 /// Writes the valid part of `tile` into `full` at `offsets`.
 fn insert_tile(full: &Array, tile: &Array, offsets: &[i64]) -> Result<Array, EvalError> {
     if tile.rank() != full.rank() || offsets.len() != full.rank() {
         return bad("shard rank differs from the full shape");
     }
-    let valid: Vec<i64> = (0..full.rank())
-        .map(|d| (full.dims[d] - offsets[d]).clamp(0, tile.dims[d]))
-        .collect();
+    let valid = valid_extent(&full.dims, offsets, &tile.dims);
     if valid.contains(&0) {
         return Ok(full.clone());
     }
@@ -730,22 +737,61 @@ pub fn shard_array(full: &Array, s: &SingleSharding, device: i64) -> Result<Arra
 }
 
 /// Reassembles a global array of `global_dims` from every device's shard
-/// (`shards[d]` is device d's) under `s`.
+/// (`shards[d]` is device d's) under `s`. With `check_replicas`, every
+/// device holding a tile (or, replicated, the whole array) must hold the
+/// same valid data as the first one; the first disagreement is the error
+/// (a partitioner bug).
 pub fn assemble_array(
     shards: &[Array],
     s: &SingleSharding,
     global_dims: &[i64],
+    check_replicas: bool,
 ) -> Result<Array, EvalError> {
     let first = shards
         .first()
         .ok_or_else(|| EvalError::invalid("no shards to assemble"))?;
     if !matches!(s.kind, ShardingKind::Tiled { .. }) {
+        if check_replicas {
+            if let Some(d) = shards.iter().position(|x| x != first) {
+                return Err(EvalError::invalid(format!(
+                    "devices 0 and {d} disagree about a replicated result"
+                )));
+            }
+        }
         return Ok(first.clone());
     }
     let mut full = Array::zeros(first.ty, global_dims.to_vec())?;
+    let mut holder: std::collections::HashMap<Vec<i64>, usize> = std::collections::HashMap::new();
     for (d, piece) in shards.iter().enumerate() {
         let (offsets, _) = tile_of(s, global_dims, d as i64)?;
-        full = insert_tile(&full, piece, &offsets)?;
+        match holder.get(&offsets) {
+            None => {
+                full = insert_tile(&full, piece, &offsets)?;
+                holder.insert(offsets, d);
+            }
+            Some(&first_holder) if check_replicas => {
+                let valid = valid_extent(global_dims, &offsets, &piece.dims);
+                let range = |start: &[i64]| -> Vec<xla_hlo_ir::attrs::SliceDim> {
+                    start
+                        .iter()
+                        .zip(&valid)
+                        .map(|(&s, &v)| xla_hlo_ir::attrs::SliceDim {
+                            start: s,
+                            limit: s + v,
+                            stride: 1,
+                        })
+                        .collect()
+                };
+                let mine = crate::data::slice(piece, &range(&vec![0; valid.len()]))?;
+                let theirs = crate::data::slice(&full, &range(&offsets))?;
+                if mine != theirs {
+                    return Err(EvalError::invalid(format!(
+                        "devices {first_holder} and {d} hold the same tile (offset {offsets:?}) with different data"
+                    )));
+                }
+            }
+            Some(_) => {}
+        }
     }
     Ok(full)
 }

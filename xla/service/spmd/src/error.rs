@@ -20,9 +20,6 @@ pub enum SpmdError {
     /// A case this partitioner does not handle.
     #[error("unsupported: {0}")]
     Unsupported(String),
-    /// Running the partitioned module failed.
-    #[error("evaluation failed: {0}")]
-    Eval(String),
 }
 
 impl From<xla_hlo_utils::ShardingError> for SpmdError {

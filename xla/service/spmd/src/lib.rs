@@ -29,8 +29,6 @@
 //!   (gather, scatter);
 //! - [`partition`]: the driver (computations in definition order, the
 //!   opcode dispatch, control flow, called computations);
-//! - [`exec`]: splitting global arrays into per-device ones, running the
-//!   partitioned module on loopback devices and assembling the outputs;
 //! - this file: the `spmd-partitioning` pass.
 //!
 //! Glossary:
@@ -72,7 +70,6 @@ pub mod dot;
 pub mod dynamic_slice;
 pub mod error;
 pub mod exchange;
-pub mod exec;
 pub mod gather;
 pub mod grid;
 pub mod handlers;

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use xla_hlo_evaluator::npy::{load_argument, read_npy};
 use xla_hlo_evaluator::Value;
 use xla_hlo_pass::Pass;
-use xla_spmd_partitioner::{exec, partition_module, SpmdOptions};
+use xla_runtime::{Backend, CpuBackend, LaunchPlan};
+use xla_spmd_partitioner::{partition_module, SpmdOptions};
 
 /// Cases where we still move more bytes than XLA: (case, our bytes now,
 /// why). Listed so the test still fails on any further growth and the gap
@@ -101,10 +102,13 @@ fn run_case(dir: &Path) -> Result<Option<(u64, u64)>, String> {
     )
     .map_err(|e| e.to_string())?;
     xla_hlo_verifier::verify(&m).map_err(|e| format!("does not verify: {e}"))?;
-    let got = exec::run_partitioned(&m, &args, &out_shape, n, true).map_err(|e| e.to_string())?;
+    let exe = CpuBackend.compile(&m).map_err(|e| e.to_string())?;
+    let mut plan = LaunchPlan::for_partitioned(&m, out_shape.clone());
+    plan.num_partitions = n as usize;
+    let got = xla_runtime::run_spmd(exe.as_ref(), &args, &plan).map_err(|e| e.to_string())?;
     let rtol = case["rtol"].as_f64().unwrap_or(1e-5);
     let atol = case["atol"].as_f64().unwrap_or(1e-5);
-    for (i, a) in got.leaves().into_iter().enumerate() {
+    for (i, a) in got.iter().flat_map(Value::leaves).enumerate() {
         let want =
             read_npy(&dir.join(format!("expected/out{i}.npy"))).map_err(|e| e.to_string())?;
         let c = xla_hlo_evaluator::compare::compare(a, &want, rtol, atol);

@@ -187,7 +187,7 @@ fn manual_region_round_trip() {
     let shape = global.entry_computation().root_instr().shape.clone();
     let x = common::random_value(&shape, &mut rng);
     let want = xla_hlo_evaluator::evaluate_spmd(&global, std::slice::from_ref(&x), 8).unwrap();
-    let got = xla_spmd_partitioner::exec::run_partitioned(&part, &[x], &shape, 8, true).unwrap();
+    let got = common::run_partitioned(&part, &[x], &shape, 8).unwrap();
     common::compare(&got, &want[0][0], 0.0, &part);
 }
 
@@ -649,8 +649,7 @@ fn full_value_enters_a_manual_region_as_partial_sums() {
     let mut rng = common::Rng(37);
     let shape = xla_hlo_ir::Shape::array(xla_hlo_ir::PrimitiveType::F32, vec![8, 8]);
     let x = common::random_value(&shape, &mut rng);
-    let got =
-        xla_spmd_partitioner::exec::run_partitioned(&m, std::slice::from_ref(&x), &shape, 8, true)
-            .unwrap_or_else(|e| panic!("{e}\n{}", m.to_text()));
+    let got = common::run_partitioned(&m, std::slice::from_ref(&x), &shape, 8)
+        .unwrap_or_else(|e| panic!("{e}\n{}", m.to_text()));
     common::compare(&got, &x, 0.0, &m);
 }

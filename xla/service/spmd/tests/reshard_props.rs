@@ -12,7 +12,7 @@ use common::{random_value, Rng};
 use proptest::prelude::*;
 use xla_hlo_ir::{PrimitiveType, Shape};
 use xla_spmd_partitioner::grid::Grid;
-use xla_spmd_partitioner::{exec, partition_module, SpmdOptions};
+use xla_spmd_partitioner::{partition_module, SpmdOptions};
 
 const TYPES: &[PrimitiveType] = &[
     PrimitiveType::F32,
@@ -144,7 +144,7 @@ fn run_case(seed: u64) {
     }
     xla_hlo_verifier::verify(&m).unwrap_or_else(|e| panic!("{e}\n{}", m.to_text()));
     let x = random_value(&shape, &mut rng);
-    let got = exec::run_partitioned(&m, std::slice::from_ref(&x), &shape, n, true)
+    let got = common::run_partitioned(&m, std::slice::from_ref(&x), &shape, n)
         .unwrap_or_else(|e| panic!("{e}\n{text}\n{}", m.to_text()));
     assert!(
         got == x,

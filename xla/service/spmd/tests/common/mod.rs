@@ -8,7 +8,8 @@
 use xla_hlo_evaluator::{Array, Value};
 use xla_hlo_ir::{HloModule, PrimitiveType, Shape};
 use xla_hlo_pass::Pass;
-use xla_spmd_partitioner::{exec, partition_module, PartitionSummary, SpmdOptions};
+use xla_runtime::{Backend, CpuBackend, LaunchPlan};
+use xla_spmd_partitioner::{partition_module, PartitionSummary, SpmdOptions};
 
 /// A small deterministic generator (xorshift).
 pub struct Rng(pub u64);
@@ -104,8 +105,8 @@ pub fn check(
         .iter()
         .map(|&p| random_value(&e.instr(p).shape, &mut rng))
         .collect();
-    let want = exec::run_global(&global, &args).unwrap();
-    let got = exec::run_partitioned(&m, &args, &out_shape, n, true)
+    let want = run_global(&global, &args);
+    let got = run_partitioned(&m, &args, &out_shape, n)
         .unwrap_or_else(|e| panic!("{e}\n{}", m.to_text()));
     compare(&got, &want, tol, &m);
     (summary, m)
@@ -122,5 +123,43 @@ pub fn compare(got: &Value, want: &Value, tol: f64, m: &HloModule) {
             let c = xla_hlo_evaluator::compare::compare(a, b, tol, tol);
             assert!(c.matched(), "output {k}: {c:?}\n{}", m.to_text());
         }
+    }
+}
+
+/// Runs the global (unpartitioned) module on one device; a tuple root's
+/// elements come back as one tuple.
+pub fn run_global(module: &HloModule, args: &[Value]) -> Value {
+    let ctx = xla_hlo_evaluator::EvalContext {
+        num_partitions: Some(1),
+        num_replicas: Some(1),
+        ..Default::default()
+    };
+    let outs = xla_hlo_evaluator::evaluate(module, args, &ctx)
+        .unwrap_or_else(|e| panic!("the global module fails: {e}\n{}", module.to_text()));
+    as_one_value(module, outs)
+}
+
+/// Runs partitioned `module` on `n` loopback devices through the runtime's
+/// launcher: global `args` split by the parameter shardings, the result
+/// (global shape `out_shape`) assembled by the root's sharding, replicas
+/// checked to agree.
+pub fn run_partitioned(
+    module: &HloModule,
+    args: &[Value],
+    out_shape: &Shape,
+    n: i64,
+) -> Result<Value, String> {
+    let exe = CpuBackend.compile(module).map_err(|e| e.to_string())?;
+    let mut plan = LaunchPlan::for_partitioned(module, out_shape.clone());
+    plan.num_partitions = n as usize;
+    let outs = xla_runtime::run_spmd(exe.as_ref(), args, &plan).map_err(|e| e.to_string())?;
+    Ok(as_one_value(module, outs))
+}
+
+fn as_one_value(module: &HloModule, mut outs: Vec<Value>) -> Value {
+    if !module.entry_computation().root_instr().shape.is_tuple() && outs.len() == 1 {
+        outs.remove(0)
+    } else {
+        Value::Tuple(outs)
     }
 }
