@@ -28,11 +28,12 @@ use collectives::{
 use half::{bf16, f16};
 use std::sync::Mutex;
 use std::time::Duration;
-use xla_hlo_ir::sharding::{ShardingKind, SingleSharding, SubgroupType};
+use xla_hlo_ir::sharding::{ShardingKind, SingleSharding};
 use xla_hlo_ir::{
     AttrKey, AttrValue, CollectiveDeviceList, HloComputation, HloInstruction, HloModule, Opcode,
     Shape,
 };
+use xla_hlo_utils::tiling;
 
 /// A device's communicator as the interpreter holds it (collectives are
 /// issued one at a time, in program order).
@@ -558,54 +559,6 @@ pub fn eval_collective(
     }
 }
 
-/// Offsets and (padded) sizes of `device`'s tile of an array of `dims`
-/// under `s`, from the one tile layout (`xla_hlo_utils::layout`); a
-/// non-tiled sharding's tile is the whole array.
-pub fn tile_of(
-    s: &SingleSharding,
-    dims: &[i64],
-    device: i64,
-) -> Result<(Vec<i64>, Vec<i64>), EvalError> {
-    if !matches!(s.kind, ShardingKind::Tiled { .. }) {
-        return Ok((vec![0; dims.len()], dims.to_vec()));
-    }
-    // Unreduced subgroups hold their data where replicated ones would (the
-    // summing is the program's business), so tiles are laid out as for
-    // replication.
-    let placed;
-    let s = match &s.kind {
-        ShardingKind::Tiled { last_tile_dims, .. }
-            if last_tile_dims.contains(&SubgroupType::Unreduced) =>
-        {
-            let mut copy = s.clone();
-            if let ShardingKind::Tiled { last_tile_dims, .. } = &mut copy.kind {
-                for t in last_tile_dims.iter_mut() {
-                    if *t == SubgroupType::Unreduced {
-                        *t = SubgroupType::Replicated;
-                    }
-                }
-            }
-            placed = copy;
-            &placed
-        }
-        _ => s,
-    };
-    let sharding = xla_hlo_utils::sharding::Sharding::from_ir(s)
-        .map_err(|e| EvalError::invalid(format!("sharding {s}: {e}")))?;
-    // A one-tile assignment is canonically replicated: the whole array.
-    if matches!(sharding, xla_hlo_utils::sharding::Sharding::Replicated) {
-        return Ok((vec![0; dims.len()], dims.to_vec()));
-    }
-    let layout = xla_hlo_utils::layout::TiledLayout::new(&sharding, dims, 0)
-        .map_err(|e| EvalError::invalid(format!("sharding {s} on {dims:?}: {e}")))?;
-    let offsets = layout.tile_offset(device).ok_or_else(|| {
-        EvalError::invalid(format!(
-            "device {device} is not in the tile assignment of {s}"
-        ))
-    })?;
-    Ok((offsets, layout.tile_shape()))
-}
-
 fn single(s: &xla_hlo_ir::HloSharding) -> Option<&SingleSharding> {
     s.leaves().first()
 }
@@ -649,7 +602,9 @@ pub fn eval_custom_call(
                 .ok_or_else(|| {
                     EvalError::invalid("SPMDFullToShardShape operand has no sharding")
                 })?;
-            let (offsets, _) = tile_of(src, &full.dims, ev.ctx.partition_id)?;
+            let offsets = tiling::device_tile(src, &full.dims, ev.ctx.partition_id)
+                .map_err(tiling_err)?
+                .offsets;
             Ok(Value::Array(extract_tile(&full, &offsets, &out_dims)?))
         }
         "SPMDShardToFullShape" => {
@@ -675,72 +630,56 @@ pub fn eval_custom_call(
     }
 }
 
+/// Applies `$f::<T>` to the element vector of an array's data, for the
+/// vector's element type `T`, rewrapping a vector result in the same variant.
+macro_rules! with_elements {
+    ($data:expr, $v:ident => $e:expr) => {
+        match $data {
+            Data::Pred($v) => Data::Pred($e),
+            Data::S8($v) => Data::S8($e),
+            Data::S16($v) => Data::S16($e),
+            Data::S32($v) => Data::S32($e),
+            Data::S64($v) => Data::S64($e),
+            Data::U8($v) => Data::U8($e),
+            Data::U16($v) => Data::U16($e),
+            Data::U32($v) => Data::U32($e),
+            Data::U64($v) => Data::U64($e),
+            Data::F16($v) => Data::F16($e),
+            Data::Bf16($v) => Data::Bf16($e),
+            Data::F32($v) => Data::F32($e),
+            Data::F64($v) => Data::F64($e),
+            Data::F8($v) => Data::F8($e),
+        }
+    };
+}
+
+fn tiling_err(e: xla_hlo_utils::ShardingError) -> EvalError {
+    EvalError::invalid(e.to_string())
+}
+
 /// The tile of `full` at `offsets` with `dims`; parts beyond `full` are zero.
 fn extract_tile(full: &Array, offsets: &[i64], dims: &[i64]) -> Result<Array, EvalError> {
-    if dims.len() != full.rank() || offsets.len() != full.rank() {
-        return bad(format!(
-            "shard shape {dims:?} does not have the rank of {}",
-            full.shape()
-        ));
-    }
-    let valid = valid_extent(&full.dims, offsets, dims);
-    let sd: Vec<_> = (0..full.rank())
-        .map(|d| xla_hlo_ir::attrs::SliceDim {
-            start: offsets[d].min(full.dims[d]),
-            limit: offsets[d].min(full.dims[d]) + valid[d],
-            stride: 1,
-        })
-        .collect();
-    let part = crate::data::slice(full, &sd)?;
-    let zero = Array::zeros(full.ty, dims.to_vec())?;
-    crate::data::dynamic_update_slice(&zero, &part, &vec![0; dims.len()])
-}
-
-/// Elements of a tile of `tile_dims` at `offsets` that lie inside an array
-/// of `dims` (the rest is padding).
-fn valid_extent(dims: &[i64], offsets: &[i64], tile_dims: &[i64]) -> Vec<i64> {
-    dims.iter()
-        .zip(offsets)
-        .zip(tile_dims)
-        .map(|((&d, &o), &t)| (d - o).clamp(0, t))
-        .collect()
-}
-
-/// Writes the valid part of `tile` into `full` at `offsets`.
-fn insert_tile(full: &Array, tile: &Array, offsets: &[i64]) -> Result<Array, EvalError> {
-    if tile.rank() != full.rank() || offsets.len() != full.rank() {
-        return bad("shard rank differs from the full shape");
-    }
-    let valid = valid_extent(&full.dims, offsets, &tile.dims);
-    if valid.contains(&0) {
-        return Ok(full.clone());
-    }
-    let sd: Vec<_> = (0..tile.rank())
-        .map(|d| xla_hlo_ir::attrs::SliceDim {
-            start: 0,
-            limit: valid[d],
-            stride: 1,
-        })
-        .collect();
-    let part = crate::data::slice(tile, &sd)?;
-    crate::data::dynamic_update_slice(full, &part, offsets)
+    let tile = tiling::DeviceTile {
+        offsets: offsets.to_vec(),
+        dims: dims.to_vec(),
+    };
+    let data = with_elements!(&*full.data, v => tiling::extract_tile(v, &full.dims, &tile).map_err(tiling_err)?);
+    Array::new(full.ty, dims.to_vec(), data)
 }
 
 /// The shard of `full` that `device` holds under `s` (tiles padded with
 /// zeros where they pass the end of the array, as XLA pads them).
 pub fn shard_array(full: &Array, s: &SingleSharding, device: i64) -> Result<Array, EvalError> {
-    let (offsets, sizes) = tile_of(s, &full.dims, device)?;
-    if sizes == full.dims {
+    let tile = tiling::device_tile(s, &full.dims, device).map_err(tiling_err)?;
+    if tile.is_whole(&full.dims) {
         return Ok(full.clone());
     }
-    extract_tile(full, &offsets, &sizes)
+    extract_tile(full, &tile.offsets, &tile.dims)
 }
 
 /// Reassembles a global array of `global_dims` from every device's shard
-/// (`shards[d]` is device d's) under `s`. With `check_replicas`, every
-/// device holding a tile (or, replicated, the whole array) must hold the
-/// same valid data as the first one; the first disagreement is the error
-/// (a partitioner bug).
+/// (`shards[d]` is device d's) under `s`; see `xla_hlo_utils::tiling::assemble`
+/// for `check_replicas`.
 pub fn assemble_array(
     shards: &[Array],
     s: &SingleSharding,
@@ -750,50 +689,43 @@ pub fn assemble_array(
     let first = shards
         .first()
         .ok_or_else(|| EvalError::invalid("no shards to assemble"))?;
-    if !matches!(s.kind, ShardingKind::Tiled { .. }) {
-        if check_replicas {
-            if let Some(d) = shards.iter().position(|x| x != first) {
-                return Err(EvalError::invalid(format!(
-                    "devices 0 and {d} disagree about a replicated result"
-                )));
-            }
-        }
+    if !matches!(s.kind, ShardingKind::Tiled { .. }) && !check_replicas {
         return Ok(first.clone());
     }
-    let mut full = Array::zeros(first.ty, global_dims.to_vec())?;
-    let mut holder: std::collections::HashMap<Vec<i64>, usize> = std::collections::HashMap::new();
-    for (d, piece) in shards.iter().enumerate() {
-        let (offsets, _) = tile_of(s, global_dims, d as i64)?;
-        match holder.get(&offsets) {
-            None => {
-                full = insert_tile(&full, piece, &offsets)?;
-                holder.insert(offsets, d);
-            }
-            Some(&first_holder) if check_replicas => {
-                let valid = valid_extent(global_dims, &offsets, &piece.dims);
-                let range = |start: &[i64]| -> Vec<xla_hlo_ir::attrs::SliceDim> {
-                    start
-                        .iter()
-                        .zip(&valid)
-                        .map(|(&s, &v)| xla_hlo_ir::attrs::SliceDim {
-                            start: s,
-                            limit: s + v,
-                            stride: 1,
-                        })
-                        .collect()
-                };
-                let mine = crate::data::slice(piece, &range(&vec![0; valid.len()]))?;
-                let theirs = crate::data::slice(&full, &range(&offsets))?;
-                if mine != theirs {
-                    return Err(EvalError::invalid(format!(
-                        "devices {first_holder} and {d} hold the same tile (offset {offsets:?}) with different data"
-                    )));
-                }
-            }
-            Some(_) => {}
-        }
+    if let Some(other) = shards
+        .iter()
+        .find(|a| a.ty != first.ty || a.dims != first.dims)
+    {
+        return Err(EvalError::invalid(format!(
+            "shards of {} and {} cannot be assembled together",
+            first.shape(),
+            other.shape()
+        )));
     }
-    Ok(full)
+    macro_rules! assemble_as {
+        ($($variant:ident),*) => {
+            match &*first.data {
+                $(Data::$variant(_) => {
+                    let slices = shards
+                        .iter()
+                        .map(|a| match &*a.data {
+                            Data::$variant(v) => Ok(&v[..]),
+                            _ => Err(EvalError::invalid("shards of different element types")),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Data::$variant(
+                        tiling::assemble(&slices, &first.dims, s, global_dims, check_replicas)
+                            .map_err(tiling_err)?,
+                    )
+                })*
+            }
+        };
+    }
+    let data = assemble_as!(Pred, S8, S16, S32, S64, U8, U16, U32, U64, F16, Bf16, F32, F64, F8);
+    if !matches!(s.kind, ShardingKind::Tiled { .. }) {
+        return Ok(first.clone());
+    }
+    Array::new(first.ty, global_dims.to_vec(), data)
 }
 
 /// Every partition's `shard` (of this device's replica), in partition order.

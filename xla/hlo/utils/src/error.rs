@@ -18,6 +18,9 @@ pub enum ShardingError {
     /// A named mesh or partition spec is malformed.
     #[error("invalid mesh or partition spec: {0}")]
     Mesh(String),
+    /// Devices that should hold the same data do not.
+    #[error("{0}")]
+    Disagreement(String),
     /// The operation is not defined for this kind of sharding.
     #[error("unsupported: {0}")]
     Unsupported(String),

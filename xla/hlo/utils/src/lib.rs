@@ -9,6 +9,8 @@
 //! - [`merge`]: "more specific", sub-tiling, merging partial shardings, the
 //!   improvement rule used by propagation.
 //! - [`layout`]: `TiledLayout`, per-device tile shapes, offsets and groups.
+//! - [`tiling`]: the tile a device holds, and splitting/assembling arrays
+//!   by a sharding (the project's one split/assemble).
 //! - [`named`]: JAX/Shardy-style named meshes and partition specs.
 //! - [`compare`]: comparing two modules' shardings instruction by instruction.
 //!
@@ -25,6 +27,7 @@ pub mod named;
 pub mod ops;
 pub mod sharding;
 pub mod tile;
+pub mod tiling;
 
 pub use error::ShardingError;
 pub use layout::TiledLayout;
