@@ -1,11 +1,19 @@
-//! The backend interface: compile once, execute per device.
+//! The backend interface: compile once, execute per device, in the
+//! runtime's own types ([`Literal`] values, [`RuntimeError`] failures,
+//! `collectives` communicators); each backend converts to its own
+//! representation behind it.
 //!
 //! Invariant: `Executable::execute` takes this device's (local) arguments
 //! in entry-parameter order and returns the root's value with a tuple root
 //! split into its elements.
 
-use xla_hlo_evaluator::{DeviceCommunicator, EvalError, Value};
+use crate::literal::Literal;
+use std::sync::Mutex;
 use xla_hlo_ir::HloModule;
+
+/// A device's endpoint for collectives (issued one at a time, in program
+/// order).
+pub type DeviceCommunicator = Mutex<dyn collectives::Communicator>;
 
 /// What can go wrong compiling or running a module.
 #[derive(Debug, thiserror::Error)]
@@ -15,19 +23,73 @@ pub enum RuntimeError {
         backend: &'static str,
         message: String,
     },
-    #[error(transparent)]
-    Execute(#[from] EvalError),
+    /// The program failed on a device (the backend's message as it stands).
+    /// `peer_failed`: the failure only echoes another device's (a peer
+    /// that failed or was lost at a collective).
+    #[error("{message}")]
+    Execute {
+        backend: &'static str,
+        message: String,
+        peer_failed: bool,
+    },
     #[error("{backend} device: {message}")]
     Device {
         backend: &'static str,
         message: String,
     },
+    #[error("arguments: {0}")]
+    Arguments(String),
     #[error("sharding: {0}")]
     Sharding(String),
     #[error("devices: {0}")]
     Devices(String),
     #[error("multi-process run: {0}")]
     Distributed(String),
+}
+
+impl RuntimeError {
+    /// Whether this failure only echoes another device's.
+    pub fn is_peer_echo(&self) -> bool {
+        matches!(
+            self,
+            RuntimeError::Execute {
+                peer_failed: true,
+                ..
+            }
+        )
+    }
+}
+
+/// The root cause among devices' outcomes: every device's value when all
+/// succeeded, else the first failure that is not an echo of another
+/// device's (or the first failure when all are echoes).
+pub fn first_failure<T>(
+    outcomes: Vec<collectives::DeviceOutcome<T, RuntimeError>>,
+) -> Result<Vec<T>, RuntimeError> {
+    let mut out = Vec::with_capacity(outcomes.len());
+    let mut first_err: Option<RuntimeError> = None;
+    for (device, outcome) in outcomes.into_iter().enumerate() {
+        let e = match outcome {
+            collectives::DeviceOutcome::Done(v) => {
+                out.push(v);
+                continue;
+            }
+            collectives::DeviceOutcome::Failed(e) => e,
+            collectives::DeviceOutcome::Panicked(m) => {
+                RuntimeError::Devices(format!("device {device} panicked: {m}"))
+            }
+        };
+        if first_err
+            .as_ref()
+            .is_none_or(|f| f.is_peer_echo() && !e.is_peer_echo())
+        {
+            first_err = Some(e);
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 /// Where one device runs: its ids and, on several devices, its endpoint
@@ -63,8 +125,8 @@ pub trait Executable: Send + Sync {
     fn execute(
         &self,
         device: &DeviceContext<'_>,
-        args: &[Value],
-    ) -> Result<Vec<Value>, RuntimeError>;
+        args: &[Literal],
+    ) -> Result<Vec<Literal>, RuntimeError>;
 }
 
 /// A compiler from HLO modules to executables.

@@ -1,11 +1,14 @@
 //! The CPU backend: the reference interpreter. Compiling verifies the module
 //! (so structural errors surface before any device starts); executing
-//! interprets it with the device's ids and communicator.
+//! converts the device's literals to the interpreter's values, interprets
+//! the module with the device's ids and communicator, and converts back.
 //!
 //! Invariant: a compiled module has passed `xla_hlo_verifier::verify`.
 
 use crate::backend::{Backend, DeviceContext, Executable, RuntimeError};
-use xla_hlo_evaluator::{evaluate, EvalContext, Value};
+use crate::literal::Literal;
+use xla_hlo_evaluator::collective::{from_buffer, to_buffer};
+use xla_hlo_evaluator::{evaluate, EvalContext, EvalError, Value};
 use xla_hlo_ir::HloModule;
 
 /// The interpreter as a backend.
@@ -40,8 +43,8 @@ impl Executable for CpuExecutable {
     fn execute(
         &self,
         device: &DeviceContext<'_>,
-        args: &[Value],
-    ) -> Result<Vec<Value>, RuntimeError> {
+        args: &[Literal],
+    ) -> Result<Vec<Literal>, RuntimeError> {
         let ctx = EvalContext {
             partition_id: device.partition_id,
             replica_id: device.replica_id,
@@ -50,6 +53,61 @@ impl Executable for CpuExecutable {
             collectives: device.communicator,
             memory_limit: None,
         };
-        Ok(evaluate(&self.module, args, &ctx)?)
+        let values = args
+            .iter()
+            .map(value_from_literal)
+            .collect::<Result<Vec<_>, _>>()?;
+        let results = evaluate(&self.module, &values, &ctx).map_err(execute_error)?;
+        results.iter().map(literal_from_value).collect()
     }
+}
+
+/// An interpreter failure as a runtime error.
+pub fn execute_error(e: EvalError) -> RuntimeError {
+    RuntimeError::Execute {
+        backend: "cpu",
+        peer_failed: matches!(
+            e,
+            EvalError::Collective {
+                peer_failed: true,
+                ..
+            }
+        ),
+        message: e.to_string(),
+    }
+}
+
+/// The interpreter's value as a literal (one copy of the elements).
+pub fn literal_from_value(v: &Value) -> Result<Literal, RuntimeError> {
+    Ok(match v {
+        Value::Array(a) => Literal::Array(to_buffer(a).map_err(execute_error)?),
+        Value::Tuple(e) => {
+            Literal::Tuple(e.iter().map(literal_from_value).collect::<Result<_, _>>()?)
+        }
+        Value::Token => Literal::Token,
+    })
+}
+
+/// A literal as the interpreter's value (one copy of the elements).
+pub fn value_from_literal(l: &Literal) -> Result<Value, RuntimeError> {
+    Ok(match l {
+        Literal::Array(b) => Value::Array(
+            from_buffer(b)
+                .map_err(|e| RuntimeError::Arguments(format!("{}: {e}", b.shape_string())))?,
+        ),
+        Literal::Tuple(e) => {
+            Value::Tuple(e.iter().map(value_from_literal).collect::<Result<_, _>>()?)
+        }
+        Literal::Token => Value::Token,
+    })
+}
+
+/// [`literal_from_value`] for each value.
+pub fn literals_from_values(values: &[Value]) -> Result<Vec<Literal>, RuntimeError> {
+    values.iter().map(literal_from_value).collect()
+}
+
+/// [`value_from_literal`] for each literal.
+pub fn values_from_literals(literals: &[Literal]) -> Result<Vec<Value>, RuntimeError> {
+    literals.iter().map(value_from_literal).collect()
 }

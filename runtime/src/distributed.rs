@@ -18,15 +18,14 @@
 //! once with an error naming the lost device and its process; only process
 //! 0 returns results.
 
-use crate::backend::{DeviceContext, Executable, RuntimeError};
-use crate::launcher::{assemble_results, split_arguments, to_eval, LaunchPlan};
+use crate::backend::{first_failure, DeviceCommunicator, DeviceContext, Executable, RuntimeError};
+use crate::launcher::{assemble_results, split_arguments, LaunchPlan};
+use crate::literal::Literal;
 use collectives::{
     KeyValueStore, StagedCommunicator, TcpConfig, TcpStore, TcpStoreServer, TcpTransport, Transport,
 };
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use xla_hlo_evaluator::collective::{from_buffer, to_buffer};
-use xla_hlo_evaluator::{first_failure, DeviceCommunicator, EvalError, Value};
 
 /// This process's place in a multi-process run.
 #[derive(Clone, Debug)]
@@ -94,11 +93,11 @@ pub fn fingerprint(parts: &[&[u8]]) -> u64 {
 /// identifies the program and arguments; every process must give the same.
 pub fn run_spmd_processes(
     exe: &dyn Executable,
-    global_args: &[Value],
+    global_args: &[Literal],
     plan: &LaunchPlan,
     group: &ProcessGroup,
     fingerprint: u64,
-) -> Result<Option<Vec<Value>>, RuntimeError> {
+) -> Result<Option<Vec<Literal>>, RuntimeError> {
     let (p, id) = (group.num_processes, group.process_id);
     let n = plan.num_partitions.max(1);
     if p == 0 || id >= p {
@@ -138,7 +137,7 @@ pub fn run_spmd_processes(
     join(&store, group, &me)?;
     let per_process = n / p;
     let devices: Vec<usize> = (id * per_process..(id + 1) * per_process).collect();
-    let outcomes: Vec<Result<Option<Vec<Value>>, EvalError>> = std::thread::scope(|s| {
+    let outcomes: Vec<Result<Option<Vec<Literal>>, RuntimeError>> = std::thread::scope(|s| {
         let handles: Vec<_> = devices
             .iter()
             .map(|&device| {
@@ -151,8 +150,9 @@ pub fn run_spmd_processes(
         handles
             .into_iter()
             .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(EvalError::Internal("a device thread panicked".into())))
+                h.join().unwrap_or_else(|_| {
+                    Err(RuntimeError::Devices("a device thread panicked".into()))
+                })
             })
             .collect()
     });
@@ -234,19 +234,19 @@ fn join(store: &TcpStore, group: &ProcessGroup, me: &Membership) -> Result<(), R
 /// returns every device's results, flattened to leaves).
 fn run_device(
     exe: &dyn Executable,
-    global_args: &[Value],
+    global_args: &[Literal],
     plan: &LaunchPlan,
     group: &ProcessGroup,
     store: &TcpStore,
     device: usize,
     per_process: usize,
-) -> Result<Option<Vec<Value>>, EvalError> {
+) -> Result<Option<Vec<Literal>>, RuntimeError> {
     let n = plan.num_partitions.max(1);
     // A connection of its own: a store connection serves one request at a
     // time, and a device blocked reading a peer's address must not keep
     // another device of this process from publishing its own.
     let store = TcpStore::connect(store.server_addr(), group.timeout)
-        .map_err(|e| EvalError::Invalid(format!("device {device}: coordinator: {e}")))?;
+        .map_err(|e| err(format!("device {device}: coordinator: {e}")))?;
     let transport = TcpTransport::connect(
         &store,
         &TcpConfig {
@@ -258,7 +258,7 @@ fn run_device(
             ranks_per_process: per_process,
         },
     )
-    .map_err(|e| EvalError::Invalid(format!("device {device} joining the others: {e}")))?;
+    .map_err(|e| err(format!("device {device} joining the others: {e}")))?;
     let communicator = Mutex::new(StagedCommunicator::new(transport));
     let ctx = DeviceContext {
         replica_id: 0,
@@ -267,19 +267,15 @@ fn run_device(
         num_partitions: n as i64,
         communicator: Some(&communicator as &DeviceCommunicator),
     };
-    let args = split_arguments(global_args, plan, device as i64).map_err(to_eval)?;
-    let outputs = exe.execute(&ctx, &args).map_err(to_eval)?;
+    let args = split_arguments(global_args, plan, device as i64)?;
+    let outputs = exe.execute(&ctx, &args)?;
     let mut transport = communicator.into_inner().unwrap_or_else(|e| e.into_inner());
     let transport = transport.transport_mut();
-    let leaves: Vec<collectives::DeviceBuffer> = outputs
-        .iter()
-        .flat_map(|v| v.leaves())
-        .map(to_buffer)
-        .collect::<Result<_, _>>()?;
-    let collective_err = |e: collectives::CollectiveError| EvalError::Collective {
-        instruction: "(gathering results on device 0)".into(),
+    let leaves: Vec<&collectives::DeviceBuffer> = outputs.iter().flat_map(|v| v.leaves()).collect();
+    let collective_err = |e: collectives::CollectiveError| RuntimeError::Execute {
+        backend: "collectives",
         peer_failed: matches!(e, collectives::CollectiveError::PeerLost { .. }),
-        message: e.to_string(),
+        message: format!("gathering results on device 0: {e}"),
     };
     if device != 0 {
         let sends: Vec<(usize, &[u8])> = leaves.iter().map(|b| (0, b.bytes())).collect();
@@ -291,27 +287,27 @@ fn run_device(
         .flat_map(|d| leaves.iter().map(move |b| (d, b.bytes().len())))
         .collect();
     let received = transport.exchange(&[], &recvs).map_err(collective_err)?;
-    let mut all: Vec<Value> = Vec::with_capacity(n * leaves.len());
-    all.extend(
-        outputs
-            .iter()
-            .flat_map(|v| v.leaves())
-            .map(|a| Value::Array(a.clone())),
-    );
+    let mut all: Vec<Literal> = Vec::with_capacity(n * leaves.len());
+    all.extend(leaves.iter().map(|b| Literal::Array((*b).clone())));
     for (k, bytes) in received.iter().enumerate() {
         let like = &leaves[k % leaves.len()];
         let buffer =
             collectives::DeviceBuffer::from_bytes(like.dtype(), like.dims().to_vec(), bytes)
-                .map_err(|e| EvalError::Internal(e.to_string()))?;
-        all.push(Value::Array(from_buffer(&buffer)?));
+                .map_err(|e| {
+                    err(format!(
+                        "result {k} received from device {}: {e}",
+                        k / leaves.len() + 1
+                    ))
+                })?;
+        all.push(Literal::Array(buffer));
     }
     Ok(Some(all))
 }
 
 /// Every device's leaves, from device 0's flat list of all of them.
-fn per_device_split(all: Vec<Value>, n: usize) -> Vec<Vec<Value>> {
+fn per_device_split(all: Vec<Literal>, n: usize) -> Vec<Vec<Literal>> {
     let per = all.len() / n.max(1);
-    let mut out: Vec<Vec<Value>> = Vec::with_capacity(n);
+    let mut out: Vec<Vec<Literal>> = Vec::with_capacity(n);
     let mut it = all.into_iter();
     for _ in 0..n {
         out.push(it.by_ref().take(per).collect());

@@ -15,10 +15,12 @@
 //! `--shardings-from` ([`LaunchPlan::from_global_module`]), `--devices N`
 //! ([`LaunchPlan::replicated`]), in one process ([`run_spmd`], loopback
 //! devices) or across processes ([`crate::distributed`], TCP or NCCL).
-//! Splitting and assembling are the interpreter's `shard_array` /
-//! `assemble_array` (its `SPMDFullToShardShape` / `SPMDShardToFullShape`
-//! need the same), whose tile offsets come from the one tile layout
-//! (`xla_hlo_utils::layout`).
+//! Splitting and assembling are [`crate::literal::shard_buffer`] /
+//! [`crate::literal::assemble_buffers`] on the literals' bytes, through the
+//! project's one split/assemble (`xla_hlo_utils::tiling`, which the
+//! interpreter's `SPMDFullToShardShape` / `SPMDShardToFullShape` use too).
+//! Timeouts default to the interpreter's loopback timeout (long enough for
+//! the slowest device to interpret the work between two collectives).
 //!
 //! Invariants: shard-then-assemble returns the input exactly for every
 //! sharding and dtype (property-tested); named (mesh) shardings are
@@ -26,12 +28,16 @@
 //! errors for split and assemble, since they say nothing about where the
 //! data lives.
 
-use crate::backend::{DeviceContext, Executable, RuntimeError};
+use crate::backend::{first_failure, DeviceCommunicator, DeviceContext, Executable, RuntimeError};
+use crate::literal::{assemble_buffers, shard_buffer, Literal};
+use collectives::DeviceBuffer;
 use std::time::Duration;
-use xla_hlo_evaluator::collective::{assemble_array, shard_array};
-use xla_hlo_evaluator::{first_failure, Array, DeviceCommunicator, EvalError, Value};
 use xla_hlo_ir::sharding::{ShardingKind, SingleSharding};
 use xla_hlo_ir::{HloModule, HloSharding, Shape};
+
+/// How long devices wait for each other at a collective unless a plan
+/// says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = xla_hlo_evaluator::LOOPBACK_TIMEOUT;
 
 /// How to run an SPMD executable on global data.
 #[derive(Clone, Debug)]
@@ -72,7 +78,7 @@ impl LaunchPlan {
             parameter_shardings,
             result_sharding: root.sharding.as_deref().cloned(),
             result_shape,
-            timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
+            timeout: DEFAULT_TIMEOUT,
             check_replicas: false,
         })
     }
@@ -91,7 +97,7 @@ impl LaunchPlan {
                 .collect(),
             result_sharding: entry.root_instr().sharding.as_deref().cloned(),
             result_shape: global_result_shape,
-            timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
+            timeout: DEFAULT_TIMEOUT,
             check_replicas: true,
         }
     }
@@ -106,7 +112,7 @@ impl LaunchPlan {
             parameter_shardings: vec![None; entry.parameters.len()],
             result_sharding: None,
             result_shape: entry.root_instr().shape.clone(),
-            timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
+            timeout: DEFAULT_TIMEOUT,
             check_replicas: false,
         }
     }
@@ -153,7 +159,7 @@ impl LaunchPlan {
                 .cloned()
                 .or_else(|| l.root_instr().sharding.as_deref().cloned()),
             result_shape: root.shape.clone(),
-            timeout: xla_hlo_evaluator::LOOPBACK_TIMEOUT,
+            timeout: DEFAULT_TIMEOUT,
             check_replicas: false,
         })
     }
@@ -246,10 +252,10 @@ fn kind_name(k: &ShardingKind) -> &'static str {
 
 /// Device `device`'s part of global value `v` under `sharding`.
 pub fn split_value(
-    v: &Value,
+    v: &Literal,
     sharding: Option<&HloSharding>,
     device: i64,
-) -> Result<Value, RuntimeError> {
+) -> Result<Literal, RuntimeError> {
     let Some(sharding) = sharding else {
         return Ok(v.clone());
     };
@@ -257,36 +263,36 @@ pub fn split_value(
     let mut parts = Vec::with_capacity(leaves.len());
     for (k, a) in leaves.iter().enumerate() {
         let s = leaf_sharding(sharding, k, leaves.len())?;
-        parts.push(Value::Array(match tiled(&s)? {
-            Some(t) => shard_array(a, &t, device)?,
+        parts.push(Literal::Array(match tiled(&s)? {
+            Some(t) => shard_buffer(a, &t, device)?,
             None => (*a).clone(),
         }));
     }
     Ok(match v {
-        Value::Tuple(_) => Value::Tuple(parts),
+        Literal::Tuple(_) => Literal::Tuple(parts),
         _ => parts.remove(0),
     })
 }
 
 /// Global leaf `k` assembled from every device's local leaf.
 fn assemble_leaf(
-    shards: &[Array],
+    shards: &[&DeviceBuffer],
     s: &SingleSharding,
     global_dims: &[i64],
     check_replicas: bool,
-) -> Result<Array, RuntimeError> {
+) -> Result<DeviceBuffer, RuntimeError> {
     match (&s.kind, tiled(s)?) {
-        (_, Some(t)) => Ok(assemble_array(shards, &t, global_dims, check_replicas)?),
+        (_, Some(t)) => assemble_buffers(shards, &t, global_dims, check_replicas),
         (ShardingKind::Replicated, None) if check_replicas => {
-            Ok(assemble_array(shards, s, global_dims, true)?)
+            assemble_buffers(shards, s, global_dims, true)
         }
         (ShardingKind::Maximal(d) | ShardingKind::MaximalMesh(d), None) => shards
             .get(usize::try_from(*d).unwrap_or(usize::MAX))
-            .cloned()
+            .map(|b| (*b).clone())
             .ok_or_else(|| RuntimeError::Sharding(format!("maximal device {d} did not run"))),
         (_, None) => shards
             .first()
-            .cloned()
+            .map(|b| (*b).clone())
             .ok_or_else(|| RuntimeError::Devices("no device ran".into())),
     }
 }
@@ -294,15 +300,16 @@ fn assemble_leaf(
 /// Device `device`'s arguments: every global argument split by its
 /// parameter's sharding.
 pub fn split_arguments(
-    global_args: &[Value],
+    global_args: &[Literal],
     plan: &LaunchPlan,
     device: i64,
-) -> Result<Vec<Value>, RuntimeError> {
+) -> Result<Vec<Literal>, RuntimeError> {
     if global_args.len() != plan.parameter_shardings.len() {
-        return Err(RuntimeError::Execute(EvalError::ArgumentCount {
-            expected: plan.parameter_shardings.len(),
-            got: global_args.len(),
-        }));
+        return Err(RuntimeError::Arguments(format!(
+            "the entry computation takes {} parameters but {} arguments were given",
+            plan.parameter_shardings.len(),
+            global_args.len()
+        )));
     }
     global_args
         .iter()
@@ -314,20 +321,20 @@ pub fn split_arguments(
 /// The global results (a tuple root split into leaves) assembled from
 /// every device's results (`per_device[d]` is device d's).
 pub fn assemble_results(
-    per_device: &[Vec<Value>],
+    per_device: &[Vec<Literal>],
     plan: &LaunchPlan,
-) -> Result<Vec<Value>, RuntimeError> {
+) -> Result<Vec<Literal>, RuntimeError> {
     let leaf_shapes = plan.result_shape.leaves();
-    let per_device_leaves: Vec<Vec<&Array>> = per_device
+    let per_device_leaves: Vec<Vec<&DeviceBuffer>> = per_device
         .iter()
         .map(|outs| outs.iter().flat_map(|v| v.leaves()).collect())
         .collect();
     let mut results = Vec::with_capacity(leaf_shapes.len());
     for (k, shape) in leaf_shapes.iter().enumerate() {
-        let shards: Vec<Array> = per_device_leaves
+        let shards: Vec<&DeviceBuffer> = per_device_leaves
             .iter()
             .map(|leaves| {
-                leaves.get(k).map(|a| (*a).clone()).ok_or_else(|| {
+                leaves.get(k).copied().ok_or_else(|| {
                     RuntimeError::Devices(format!(
                         "a device returned {} result leaves, the global result has {}",
                         leaves.len(),
@@ -341,7 +348,7 @@ pub fn assemble_results(
             None => SingleSharding::new(ShardingKind::Replicated),
         };
         let check = plan.check_replicas && plan.result_sharding.is_some();
-        results.push(Value::Array(assemble_leaf(
+        results.push(Literal::Array(assemble_leaf(
             &shards,
             &s,
             shape.dims(),
@@ -371,27 +378,18 @@ pub fn device_context(
 /// root split into leaves).
 pub fn run_spmd(
     exe: &dyn Executable,
-    global_args: &[Value],
+    global_args: &[Literal],
     plan: &LaunchPlan,
-) -> Result<Vec<Value>, RuntimeError> {
+) -> Result<Vec<Literal>, RuntimeError> {
     let n = plan.num_partitions.max(1);
     // Arguments are checked before any device starts.
     split_arguments(global_args, plan, 0)?;
     let outcomes = collectives::run_world(n, plan.timeout, |device, comm| {
         let ctx = device_context(device, n, comm as &DeviceCommunicator);
-        let args = split_arguments(global_args, plan, device as i64).map_err(to_eval)?;
-        exe.execute(&ctx, &args).map_err(to_eval)
+        let args = split_arguments(global_args, plan, device as i64)?;
+        exe.execute(&ctx, &args)
     })
     .map_err(|e| RuntimeError::Devices(e.to_string()))?;
     let per_device = first_failure(outcomes)?;
     assemble_results(&per_device, plan)
-}
-
-/// Runtime errors cross the device threads as interpreter errors (so the
-/// echo of another device's failure can be told apart).
-pub(crate) fn to_eval(e: RuntimeError) -> EvalError {
-    match e {
-        RuntimeError::Execute(e) => e,
-        other => EvalError::Invalid(other.to_string()),
-    }
 }

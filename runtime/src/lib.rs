@@ -4,7 +4,10 @@
 //! * [`Backend`] / [`Executable`]: `compile(module)` checks the module once
 //!   (the verifier, backend support) and returns an executable; `execute`
 //!   runs it for one device given that device's arguments and, for
-//!   multi-device programs, its communicator.
+//!   multi-device programs, its communicator. The interface is the
+//!   runtime's own: [`Literal`] values (host bytes), [`RuntimeError`].
+//! * [`literal`]: host literals, and splitting/assembling them by a
+//!   sharding.
 //! * [`cpu::CpuBackend`]: the reference interpreter as a backend.
 //! * [`cuda`]: the CUDA backend: planner and kernel generator (CPU code,
 //!   always built) and, with the `cuda` feature, `cuda::CudaBackend`.
@@ -27,11 +30,15 @@ pub mod cpu;
 pub mod cuda;
 pub mod distributed;
 pub mod launcher;
+pub mod literal;
 
-pub use backend::{Backend, DeviceContext, Executable, RuntimeError};
+pub use backend::{
+    first_failure, Backend, DeviceCommunicator, DeviceContext, Executable, RuntimeError,
+};
 pub use cpu::CpuBackend;
 pub use distributed::{run_spmd_processes, ProcessGroup};
 pub use launcher::{run_spmd, LaunchPlan};
+pub use literal::Literal;
 
 /// The backend named `name` (`cpu` or `cuda`, as `run_hlo_module
 /// --backend` takes it). `cuda` fails with what is missing when this build

@@ -11,6 +11,7 @@ use xla_hlo_evaluator::compare::compare;
 use xla_hlo_evaluator::npy::{load_argument, read_npy};
 use xla_hlo_evaluator::Value;
 use xla_hlo_ir::HloModule;
+use xla_runtime::cpu::{literals_from_values, values_from_literals};
 use xla_runtime::{run_spmd, Backend, CpuBackend, LaunchPlan};
 
 fn parse(path: &Path) -> Result<HloModule, String> {
@@ -39,7 +40,10 @@ fn run_case(dir: &Path) -> Result<(), String> {
     let n = local.num_partitions().max(1) as usize;
     let plan = LaunchPlan::from_global_module(&local, &global, n).map_err(|e| e.to_string())?;
     let exe = CpuBackend.compile(&local).map_err(|e| e.to_string())?;
-    let outs = run_spmd(exe.as_ref(), &args, &plan).map_err(|e| format!("run: {e}"))?;
+    let args = literals_from_values(&args).map_err(|e| e.to_string())?;
+    let outs = run_spmd(exe.as_ref(), &args, &plan)
+        .and_then(|outs| values_from_literals(&outs))
+        .map_err(|e| format!("run: {e}"))?;
     let flat: Vec<_> = outs.iter().flat_map(|v| v.leaves()).collect();
     for (i, a) in flat.iter().enumerate() {
         let e = read_npy(&dir.join(format!("expected/out{i}.npy")))

@@ -14,6 +14,7 @@ use xla_hlo_evaluator::compare::compare;
 use xla_hlo_evaluator::npy::{load_argument, read_npy};
 use xla_hlo_evaluator::{evaluate, Array, EvalContext, Value};
 use xla_hlo_ir::{HloModule, PrimitiveType};
+use xla_runtime::cpu::{literals_from_values, values_from_literals};
 use xla_runtime::cuda::CudaBackend;
 use xla_runtime::{Backend, DeviceContext, RuntimeError};
 
@@ -162,7 +163,8 @@ fn small_modules_match_the_interpreter() {
         let want = interpret(&m, &args);
         let got = match be
             .compile(&m)
-            .and_then(|e| e.execute(&DeviceContext::single(), &args))
+            .and_then(|e| e.execute(&DeviceContext::single(), &literals_from_values(&args)?))
+            .and_then(|outs| values_from_literals(&outs))
         {
             Ok(g) => g,
             Err(e) => {
@@ -242,6 +244,7 @@ fn run_case(be: &CudaBackend, dir: &Path) -> Result<Option<f64>, String> {
         .map_err(|e| format!("argument {i}: {e}"))?;
         args.push(Value::Array(a));
     }
+    let args = literals_from_values(&args).map_err(|e| e.to_string())?;
     exe.execute(&DeviceContext::single(), &args)
         .map_err(|e| e.to_string())?; // warm-up
     let t = Instant::now();
@@ -249,6 +252,7 @@ fn run_case(be: &CudaBackend, dir: &Path) -> Result<Option<f64>, String> {
         .execute(&DeviceContext::single(), &args)
         .map_err(|e| e.to_string())?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
+    let outs = values_from_literals(&outs).map_err(|e| e.to_string())?;
     let flat: Vec<_> = outs.iter().flat_map(|v| v.leaves()).collect();
     for (i, a) in flat.iter().enumerate() {
         let e = read_npy(&dir.join(format!("expected/out{i}.npy")))

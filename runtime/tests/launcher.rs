@@ -7,8 +7,17 @@ use std::time::{Duration, Instant};
 use xla_hlo_evaluator::{Array, Data, Value};
 use xla_hlo_ir::sharding::{ShardingKind, SingleSharding, TileAssignment};
 use xla_hlo_ir::{HloSharding, PrimitiveType, Shape};
+use xla_runtime::cpu::{literal_from_value, value_from_literal};
 use xla_runtime::launcher::split_value;
-use xla_runtime::{run_spmd, Backend, CpuBackend, LaunchPlan, RuntimeError};
+use xla_runtime::{run_spmd, Backend, CpuBackend, LaunchPlan, Literal, RuntimeError};
+
+fn lit(a: &Array) -> Literal {
+    literal_from_value(&Value::Array(a.clone())).unwrap()
+}
+
+fn array_of(l: &Literal) -> Array {
+    value_from_literal(l).unwrap().into_array().unwrap()
+}
 
 fn parse(text: &str) -> xla_hlo_ir::HloModule {
     xla_hlo_parser::parse_module(text).unwrap()
@@ -78,9 +87,9 @@ proptest! {
             timeout: Duration::from_secs(60),
             check_replicas: true,
         };
-        let out = run_spmd(exe.as_ref(), &[Value::Array(full.clone())], &plan).unwrap();
+        let out = run_spmd(exe.as_ref(), &[lit(&full)], &plan).unwrap();
         prop_assert_eq!(out.len(), 1);
-        prop_assert_eq!(out[0].as_array().unwrap(), &full);
+        prop_assert_eq!(array_of(&out[0]), full);
     }
 }
 
@@ -88,8 +97,8 @@ proptest! {
 fn uneven_tiles_are_zero_padded() {
     let full = Array::from_f32(vec![5], vec![1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
     let s = HloSharding::Single(tiled(&[2], vec![0, 1], false));
-    let last = split_value(&Value::Array(full), Some(&s), 1).unwrap();
-    let a = last.as_array().unwrap();
+    let last = split_value(&lit(&full), Some(&s), 1).unwrap();
+    let a = array_of(&last);
     assert_eq!(a.dims, vec![3]);
     assert_eq!(*a.data, Data::F32(vec![4.0, 5.0, 0.0]));
 }
@@ -115,9 +124,9 @@ ENTRY e {
     let exe = CpuBackend.compile(&m).unwrap();
     let plan = LaunchPlan::from_module(exe.as_ref()).unwrap();
     let x = iota_array(PrimitiveType::F32, vec![8, 3]);
-    let out = run_spmd(exe.as_ref(), &[Value::Array(x)], &plan).unwrap();
+    let out = run_spmd(exe.as_ref(), &[lit(&x)], &plan).unwrap();
     let sum: f64 = (0..24).map(|i| i as f64).sum();
-    assert_eq!(out[0].as_array().unwrap().get_f64(0), sum);
+    assert_eq!(array_of(&out[0]).get_f64(0), sum);
 }
 
 #[test]
@@ -153,7 +162,7 @@ ENTRY e {
     let mut plan = LaunchPlan::from_module(exe.as_ref()).unwrap();
     plan.timeout = Duration::from_secs(60);
     let t = Instant::now();
-    let err = run_spmd(exe.as_ref(), &[Value::Array(Array::scalar_f32(1.0))], &plan).unwrap_err();
+    let err = run_spmd(exe.as_ref(), &[lit(&Array::scalar_f32(1.0))], &plan).unwrap_err();
     assert!(
         t.elapsed() < Duration::from_secs(20),
         "took {:?}",
@@ -161,7 +170,13 @@ ENTRY e {
     );
     let msg = err.to_string();
     assert!(msg.contains("no_such_target"), "{msg}");
-    assert!(matches!(err, RuntimeError::Execute(_)));
+    assert!(matches!(
+        err,
+        RuntimeError::Execute {
+            peer_failed: false,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -175,7 +190,6 @@ fn compile_rejects_modules_that_do_not_verify() {
 #[test]
 fn manual_shardings_cannot_be_split() {
     let s = HloSharding::Single(SingleSharding::new(ShardingKind::Manual));
-    let v = Value::Array(Array::scalar_f32(1.0));
-    let err = split_value(&v, Some(&s), 0).unwrap_err();
+    let err = split_value(&lit(&Array::scalar_f32(1.0)), Some(&s), 0).unwrap_err();
     assert!(err.to_string().contains("manual"), "{err}");
 }

@@ -14,9 +14,11 @@
 //! f32) using the row-major trick: row-major `C = A B` is column-major
 //! `C^T = B^T A^T`, so cuBLAS gets (B, A) with m = n, n = m.
 
-use super::host::{array_to_bytes, bytes_to_array, elem_bytes};
+use super::host::{array_to_bytes, elem_bytes};
 use super::plan::{BufId, DotStep, Plan, Step};
 use crate::backend::{Backend, DeviceContext, Executable, RuntimeError};
+use crate::literal::Literal;
+use collectives::DeviceBuffer;
 use cudarc::cublas::{result as blas_result, sys as blas_sys, CudaBlas};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
@@ -24,7 +26,7 @@ use cudarc::driver::{
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
-use xla_hlo_evaluator::{Array, Value};
+use xla_hlo_evaluator::Array;
 use xla_hlo_ir::{HloModule, PrimitiveType};
 
 fn dev_err(m: impl Into<String>) -> RuntimeError {
@@ -292,16 +294,20 @@ impl Backend for CudaBackend {
     }
 }
 
-fn leaf_of<'v>(v: &'v Value, index: &[usize]) -> Option<&'v Array> {
-    match index.split_first() {
-        None => v.as_array(),
-        Some((i, rest)) => leaf_of(v.tuple_elements()?.get(*i)?, rest),
+fn leaf_of<'v>(v: &'v Literal, index: &[usize]) -> Option<&'v DeviceBuffer> {
+    match (index.split_first(), v) {
+        (None, _) => v.as_array(),
+        (Some((i, rest)), Literal::Tuple(elements)) => leaf_of(elements.get(*i)?, rest),
+        (Some(_), _) => None,
     }
 }
 
 impl CudaExecutable {
-    fn upload(&self, a: &Array) -> Result<CudaSlice<u8>, RuntimeError> {
-        let mut bytes = array_to_bytes(a)?;
+    fn upload_constant(&self, a: &Array) -> Result<CudaSlice<u8>, RuntimeError> {
+        self.upload(array_to_bytes(a)?)
+    }
+
+    fn upload(&self, mut bytes: Vec<u8>) -> Result<CudaSlice<u8>, RuntimeError> {
         if bytes.is_empty() {
             bytes.push(0);
         }
@@ -319,7 +325,7 @@ impl CudaExecutable {
             .map_err(|e| exec_err(format!("device allocation of {bytes} bytes: {e:?}")))
     }
 
-    fn run(&self, args: &[Value]) -> Result<Vec<Value>, RuntimeError> {
+    fn run(&self, args: &[Literal]) -> Result<Vec<Literal>, RuntimeError> {
         let mut bufs: Vec<Option<CudaSlice<u8>>> =
             (0..self.plan.buffers.len()).map(|_| None).collect();
         for (si, step) in self.plan.steps.iter().enumerate() {
@@ -330,18 +336,19 @@ impl CudaExecutable {
                         .and_then(|v| leaf_of(v, index))
                         .ok_or_else(|| exec_err(format!("missing argument {number} {index:?}")))?;
                     let info = &self.plan.buffers[*out];
-                    if a.dims != info.dims || a.ty != info.ty {
+                    if a.dims() != info.dims.as_slice() || a.dtype() != info.ty {
                         return Err(exec_err(format!(
-                            "argument {number}{index:?}: expected {}{:?}, got {}{:?}",
+                            "argument {number}{index:?}: expected {}{:?}, got {}",
                             info.ty.name(),
                             info.dims,
-                            a.ty.name(),
-                            a.dims
+                            a.shape_string()
                         )));
                     }
-                    bufs[*out] = Some(self.upload(a)?);
+                    // The device layout (little-endian, pred as 0/1 bytes)
+                    // is the literal's.
+                    bufs[*out] = Some(self.upload(a.to_vec())?);
                 }
-                Step::Constant { out, value } => bufs[*out] = Some(self.upload(value)?),
+                Step::Constant { out, value } => bufs[*out] = Some(self.upload_constant(value)?),
                 Step::Fused(k) => {
                     let f = self.functions[si]
                         .as_ref()
@@ -388,7 +395,7 @@ impl CudaExecutable {
                 }
             }
         }
-        let fetch = |b: BufId| -> Result<Value, RuntimeError> {
+        let fetch = |b: BufId| -> Result<Literal, RuntimeError> {
             let info = &self.plan.buffers[b];
             let s = bufs[b]
                 .as_ref()
@@ -397,13 +404,12 @@ impl CudaExecutable {
                 .stream
                 .clone_dtoh(s)
                 .map_err(|e| exec_err(format!("device-to-host copy: {e:?}")))?;
-            Ok(Value::Array(bytes_to_array(
-                info.ty,
-                info.dims.clone(),
-                &host,
-            )?))
+            let used = (info.dims.iter().product::<i64>() as usize) * elem_bytes(info.ty);
+            DeviceBuffer::from_bytes(info.ty, info.dims.clone(), &host[..used.min(host.len())])
+                .map(Literal::Array)
+                .map_err(|e| exec_err(format!("result: {e}")))
         };
-        let out = self.plan.result.outputs(&fetch)?;
+        let out = self.plan.result.outputs(&fetch, &Literal::Tuple)?;
         self.stream
             .synchronize()
             .map_err(|e| exec_err(format!("stream synchronize: {e:?}")))?;
@@ -419,8 +425,8 @@ impl Executable for CudaExecutable {
     fn execute(
         &self,
         device: &DeviceContext<'_>,
-        args: &[Value],
-    ) -> Result<Vec<Value>, RuntimeError> {
+        args: &[Literal],
+    ) -> Result<Vec<Literal>, RuntimeError> {
         if device.num_partitions * device.num_replicas > 1 {
             return Err(exec_err(
                 "the CUDA backend runs single-device programs only (no NCCL collectives yet)",

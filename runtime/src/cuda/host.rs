@@ -94,9 +94,9 @@ pub fn bytes_to_array(ty: PrimitiveType, dims: Vec<i64>, b: &[u8]) -> Result<Arr
                     .unwrap_or(f64::NAN)
                 })
                 .collect();
-            return Ok(Array::from_f64s(ty, dims, &v)?);
+            return Array::from_f64s(ty, dims, &v).map_err(|e| exec_err(e.to_string()));
         }
         t => return Err(exec_err(format!("element type {} on the GPU", t.name()))),
     };
-    Ok(Array::new(ty, dims, data)?)
+    Array::new(ty, dims, data).map_err(|e| exec_err(e.to_string()))
 }

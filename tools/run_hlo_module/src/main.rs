@@ -373,6 +373,14 @@ fn run(cli: &Cli) -> Result<bool> {
         (Some(_), Some((exe, _))) => program_fingerprint(exe.module(), &args)?,
         _ => 0,
     };
+    // The runtime's interface takes literals (host bytes): converted once.
+    let literal_args: Vec<xla_runtime::Literal> = match &launch {
+        Some(_) => xla_runtime::cpu::literals_from_values(&args)?,
+        None => Vec::new(),
+    };
+    let to_values = |literals: Vec<xla_runtime::Literal>| -> Result<Vec<Value>> {
+        Ok(xla_runtime::cpu::values_from_literals(&literals)?)
+    };
     let mut best = f64::INFINITY;
     let mut outputs = Vec::new();
     for attempt in 0..cli.repeat.max(1) {
@@ -385,19 +393,21 @@ fn run(cli: &Cli) -> Result<bool> {
                 group.job = format!("{}/run{attempt}", group.job);
                 match xla_runtime::run_spmd_processes(
                     exe.as_ref(),
-                    &args,
+                    &literal_args,
                     &plan,
                     &group,
                     fingerprint,
                 )? {
-                    Some(outputs) => outputs,
+                    Some(outputs) => to_values(outputs)?,
                     None => {
                         best = best.min(t.elapsed().as_secs_f64());
                         continue;
                     }
                 }
             }
-            (Some((exe, plan)), None) => xla_runtime::run_spmd(exe.as_ref(), &args, plan)?,
+            (Some((exe, plan)), None) => {
+                to_values(xla_runtime::run_spmd(exe.as_ref(), &literal_args, plan)?)?
+            }
             (None, _) => {
                 let ctx = EvalContext {
                     num_partitions: Some(1),

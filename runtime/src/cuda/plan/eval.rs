@@ -355,11 +355,9 @@ pub fn run_plan_on_cpu(plan: &Plan, args: &[Value]) -> Result<Vec<Value>, Runtim
         let v = bufs[b]
             .as_deref()
             .ok_or_else(|| exec("result not computed".into()))?;
-        Ok(Value::Array(Array::from_f64s(
-            info.ty,
-            info.dims.clone(),
-            v,
-        )?))
+        Array::from_f64s(info.ty, info.dims.clone(), v)
+            .map(Value::Array)
+            .map_err(|e| exec(e.to_string()))
     };
-    plan.result.outputs(&to_value)
+    plan.result.outputs(&to_value, &Value::Tuple)
 }

@@ -8,7 +8,7 @@
 //! kernel's `inputs`.
 
 use crate::backend::RuntimeError;
-use xla_hlo_evaluator::{Array, Value};
+use xla_hlo_evaluator::Array;
 use xla_hlo_ir::PrimitiveType;
 
 /// A device buffer of the plan.
@@ -186,25 +186,29 @@ impl ValRef {
     }
 
     /// The entry's outputs for this root (a tuple root's elements, else
-    /// the one value), each leaf made by `leaf`.
-    pub fn outputs(
+    /// the one value), each leaf made by `leaf`, nested tuples by `tuple`.
+    pub fn outputs<V>(
         &self,
-        leaf: &dyn Fn(BufId) -> Result<Value, RuntimeError>,
-    ) -> Result<Vec<Value>, RuntimeError> {
-        fn build(
+        leaf: &dyn Fn(BufId) -> Result<V, RuntimeError>,
+        tuple: &dyn Fn(Vec<V>) -> V,
+    ) -> Result<Vec<V>, RuntimeError> {
+        fn build<V>(
             r: &ValRef,
-            f: &dyn Fn(BufId) -> Result<Value, RuntimeError>,
-        ) -> Result<Value, RuntimeError> {
+            f: &dyn Fn(BufId) -> Result<V, RuntimeError>,
+            tuple: &dyn Fn(Vec<V>) -> V,
+        ) -> Result<V, RuntimeError> {
             match r {
                 ValRef::Buf(b) => f(*b),
-                ValRef::Tuple(v) => Ok(Value::Tuple(
-                    v.iter().map(|x| build(x, f)).collect::<Result<_, _>>()?,
+                ValRef::Tuple(v) => Ok(tuple(
+                    v.iter()
+                        .map(|x| build(x, f, tuple))
+                        .collect::<Result<_, _>>()?,
                 )),
             }
         }
         match self {
-            ValRef::Tuple(v) => v.iter().map(|x| build(x, leaf)).collect(),
-            r => Ok(vec![build(r, leaf)?]),
+            ValRef::Tuple(v) => v.iter().map(|x| build(x, leaf, tuple)).collect(),
+            r => Ok(vec![build(r, leaf, tuple)?]),
         }
     }
 }

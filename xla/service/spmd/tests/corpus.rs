@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use xla_hlo_evaluator::npy::{load_argument, read_npy};
 use xla_hlo_evaluator::Value;
 use xla_hlo_pass::Pass;
+use xla_runtime::cpu::{literals_from_values, values_from_literals};
 use xla_runtime::{Backend, CpuBackend, LaunchPlan};
 use xla_spmd_partitioner::{partition_module, SpmdOptions};
 
@@ -105,7 +106,10 @@ fn run_case(dir: &Path) -> Result<Option<(u64, u64)>, String> {
     let exe = CpuBackend.compile(&m).map_err(|e| e.to_string())?;
     let mut plan = LaunchPlan::for_partitioned(&m, out_shape.clone());
     plan.num_partitions = n as usize;
-    let got = xla_runtime::run_spmd(exe.as_ref(), &args, &plan).map_err(|e| e.to_string())?;
+    let args = literals_from_values(&args).map_err(|e| e.to_string())?;
+    let got = xla_runtime::run_spmd(exe.as_ref(), &args, &plan)
+        .and_then(|outs| values_from_literals(&outs))
+        .map_err(|e| e.to_string())?;
     let rtol = case["rtol"].as_f64().unwrap_or(1e-5);
     let atol = case["atol"].as_f64().unwrap_or(1e-5);
     for (i, a) in got.iter().flat_map(Value::leaves).enumerate() {

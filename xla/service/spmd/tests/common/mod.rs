@@ -8,6 +8,7 @@
 use xla_hlo_evaluator::{Array, Value};
 use xla_hlo_ir::{HloModule, PrimitiveType, Shape};
 use xla_hlo_pass::Pass;
+use xla_runtime::cpu::{literals_from_values, values_from_literals};
 use xla_runtime::{Backend, CpuBackend, LaunchPlan};
 use xla_spmd_partitioner::{partition_module, PartitionSummary, SpmdOptions};
 
@@ -152,7 +153,10 @@ pub fn run_partitioned(
     let exe = CpuBackend.compile(module).map_err(|e| e.to_string())?;
     let mut plan = LaunchPlan::for_partitioned(module, out_shape.clone());
     plan.num_partitions = n as usize;
-    let outs = xla_runtime::run_spmd(exe.as_ref(), args, &plan).map_err(|e| e.to_string())?;
+    let args = literals_from_values(args).map_err(|e| e.to_string())?;
+    let outs = xla_runtime::run_spmd(exe.as_ref(), &args, &plan)
+        .and_then(|outs| values_from_literals(&outs))
+        .map_err(|e| e.to_string())?;
     Ok(as_one_value(module, outs))
 }
 
