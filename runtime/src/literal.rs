@@ -73,16 +73,26 @@ fn tiling_err(e: xla_hlo_utils::ShardingError) -> RuntimeError {
     RuntimeError::Sharding(e.to_string())
 }
 
-/// Views `bytes` as elements of `N` bytes.
-fn elements<const N: usize>(bytes: &[u8]) -> Result<&[[u8; N]], RuntimeError> {
-    match bytes.as_chunks::<N>() {
-        (whole, []) => Ok(whole),
-        _ => Err(RuntimeError::Sharding(format!(
+/// `bytes` as elements of `N` bytes (one copy).
+fn elements<const N: usize>(bytes: &[u8]) -> Result<Vec<[u8; N]>, RuntimeError> {
+    if bytes.len() % N != 0 {
+        return Err(RuntimeError::Sharding(format!(
             "{} bytes are not a whole number of {N}-byte elements",
             bytes.len()
-        ))),
+        )));
     }
+    Ok(bytes
+        .chunks_exact(N)
+        .map(|chunk| {
+            let mut element = [0u8; N];
+            element.copy_from_slice(chunk);
+            element
+        })
+        .collect())
 }
+
+/// A device's tile: its dims and bytes (`None`: the whole array).
+type TileBytes = Option<(Vec<i64>, Vec<u8>)>;
 
 /// Device `device`'s tile of `full` under tiled sharding `s` (padded with
 /// zeros past the end of the array); the whole array shares `full`'s bytes.
@@ -95,12 +105,12 @@ pub fn shard_buffer(
         full: &DeviceBuffer,
         s: &SingleSharding,
         device: i64,
-    ) -> Result<Option<(Vec<i64>, Vec<u8>)>, RuntimeError>
+    ) -> Result<TileBytes, RuntimeError>
     where
         [u8; N]: Default,
     {
         Ok(
-            match tiling::shard(elements::<N>(full.bytes())?, full.dims(), s, device)
+            match tiling::shard(&elements::<N>(full.bytes())?, full.dims(), s, device)
                 .map_err(tiling_err)?
             {
                 Shard::Whole => None,
@@ -141,10 +151,11 @@ pub fn assemble_buffers(
     where
         [u8; N]: Default,
     {
-        let slices = shards
+        let owned = shards
             .iter()
             .map(|b| elements::<N>(b.bytes()))
             .collect::<Result<Vec<_>, _>>()?;
+        let slices: Vec<&[[u8; N]]> = owned.iter().map(Vec::as_slice).collect();
         let dims = shards.first().map(|b| b.dims()).unwrap_or(&[]);
         Ok(
             tiling::assemble(&slices, dims, s, global_dims, check_replicas)
