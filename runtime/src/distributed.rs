@@ -43,6 +43,8 @@ pub struct ProcessGroup {
     pub timeout: Duration,
     /// Key prefix in the store: one per run.
     pub job: String,
+    /// What devices' collectives go through.
+    pub transport: CollectivesTransport,
 }
 
 /// What every process must agree on.
@@ -230,7 +232,19 @@ fn join(store: &TcpStore, group: &ProcessGroup, me: &Membership) -> Result<(), R
     Ok(())
 }
 
-/// One device: join the TCP world, run, send the results to device 0 (which
+/// The transport devices of a multi-process run talk through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CollectivesTransport {
+    /// The pure-Rust fallback: TCP sockets between every pair of devices.
+    #[default]
+    Tcp,
+    /// NCCL, one GPU per device (the process's `k`-th device drives local
+    /// GPU `k`), the communicator id exchanged through the coordinator.
+    /// Needs the `nccl` feature.
+    Nccl,
+}
+
+/// One device: join the world, run, send the results to device 0 (which
 /// returns every device's results, flattened to leaves).
 fn run_device(
     exe: &dyn Executable,
@@ -247,18 +261,57 @@ fn run_device(
     // another device of this process from publishing its own.
     let store = TcpStore::connect(store.server_addr(), group.timeout)
         .map_err(|e| err(format!("device {device}: coordinator: {e}")))?;
-    let transport = TcpTransport::connect(
-        &store,
-        &TcpConfig {
-            prefix: format!("{}/devices", group.job),
-            rank: device,
-            world_size: n,
-            bind_host: group.bind_host.clone(),
-            timeout: group.timeout,
-            ranks_per_process: per_process,
-        },
-    )
-    .map_err(|e| err(format!("device {device} joining the others: {e}")))?;
+    let joining =
+        |e: collectives::CollectiveError| err(format!("device {device} joining the others: {e}"));
+    match group.transport {
+        CollectivesTransport::Tcp => {
+            let transport = TcpTransport::connect(
+                &store,
+                &TcpConfig {
+                    prefix: format!("{}/devices", group.job),
+                    rank: device,
+                    world_size: n,
+                    bind_host: group.bind_host.clone(),
+                    timeout: group.timeout,
+                    ranks_per_process: per_process,
+                },
+            )
+            .map_err(joining)?;
+            run_on(exe, global_args, plan, device, transport)
+        }
+        #[cfg(feature = "nccl")]
+        CollectivesTransport::Nccl => {
+            let transport = collectives::nccl::NcclTransport::from_store(
+                &store,
+                &format!("{}/nccl", group.job),
+                device,
+                n,
+                device % per_process.max(1),
+                group.timeout,
+            )
+            .map_err(joining)?;
+            run_on(exe, global_args, plan, device, transport)
+        }
+        #[cfg(not(feature = "nccl"))]
+        CollectivesTransport::Nccl => {
+            let _ = joining;
+            Err(err(
+                "NCCL collectives are not in this build (build with the `nccl` feature; needs libnccl.so and a GPU per device at run time)",
+            ))
+        }
+    }
+}
+
+/// Runs device `device` with collectives over `transport`, then gathers
+/// every device's results on device 0.
+fn run_on<T: Transport + Send + 'static>(
+    exe: &dyn Executable,
+    global_args: &[Literal],
+    plan: &LaunchPlan,
+    device: usize,
+    transport: T,
+) -> Result<Option<Vec<Literal>>, RuntimeError> {
+    let n = plan.num_partitions.max(1);
     let communicator = Mutex::new(StagedCommunicator::new(transport));
     let ctx = DeviceContext {
         replica_id: 0,

@@ -36,7 +36,7 @@ pub use backend::{
     first_failure, Backend, DeviceCommunicator, DeviceContext, Executable, RuntimeError,
 };
 pub use cpu::CpuBackend;
-pub use distributed::{run_spmd_processes, ProcessGroup};
+pub use distributed::{run_spmd_processes, CollectivesTransport, ProcessGroup};
 pub use launcher::{run_spmd, LaunchPlan};
 pub use literal::Literal;
 

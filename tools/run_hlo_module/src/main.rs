@@ -136,6 +136,11 @@ struct Cli {
     /// Backend that runs the module: `cpu` (the interpreter) or `cuda`.
     #[arg(long, default_value = "cpu")]
     backend: String,
+    /// What collectives between processes go through: `tcp` (sockets, the
+    /// CPU fallback) or `nccl` (one GPU per device; builds with the `nccl`
+    /// feature).
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "nccl"])]
+    collectives: String,
 }
 
 impl Cli {
@@ -553,6 +558,10 @@ fn process_group(cli: &Cli, timeout: Duration) -> Result<Option<ProcessGroup>> {
         bind_host,
         timeout,
         job: "run_hlo_module".into(),
+        transport: match cli.collectives.as_str() {
+            "nccl" => xla_runtime::CollectivesTransport::Nccl,
+            _ => xla_runtime::CollectivesTransport::Tcp,
+        },
     }))
 }
 

@@ -392,3 +392,25 @@ fn spawn_local_fails_when_a_process_fails() {
     assert_refused(&results, &[output], "do not divide evenly");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--collectives nccl` in a build without NCCL is refused by every process,
+/// naming the feature, and writes no output.
+#[test]
+#[cfg(not(feature = "nccl"))]
+fn nccl_collectives_without_the_feature_are_named() {
+    let dir = scratch("nonccl");
+    let module = write_module(&dir, "endless.hlo", ENDLESS_ALL_REDUCE);
+    let output = dir.join("out");
+    let child = tool()
+        .arg(&module)
+        .args(["--devices", "4", "--timeout", "3", "--spawn-local", "2"])
+        .args(["--collectives", "nccl"])
+        .args(["--output".as_ref(), output.as_os_str()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let results = finish(vec![child], TIMEOUT_PLUS_5 + Duration::from_secs(2));
+    assert_refused(&results, &[output], "`nccl` feature");
+    let _ = std::fs::remove_dir_all(&dir);
+}
