@@ -5,7 +5,8 @@
 //!
 //! Invariant: a compiled module has passed `xla_hlo_verifier::verify`.
 
-use crate::backend::{Backend, DeviceContext, Executable, RuntimeError};
+use crate::backend::{Backend, DeviceContext, Executable};
+use crate::error::RuntimeError;
 use crate::literal::Literal;
 use xla_hlo_evaluator::collective::{from_buffer, to_buffer};
 use xla_hlo_evaluator::{evaluate, EvalContext, EvalError, Value};

@@ -18,7 +18,8 @@
 //! once with an error naming the lost device and its process; only process
 //! 0 returns results.
 
-use crate::backend::{first_failure, DeviceCommunicator, DeviceContext, Executable, RuntimeError};
+use crate::backend::{DeviceCommunicator, DeviceContext, Executable};
+use crate::error::{first_failure, RuntimeError};
 use crate::launcher::{assemble_results, split_arguments, LaunchPlan};
 use crate::literal::Literal;
 use collectives::{

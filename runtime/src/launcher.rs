@@ -28,7 +28,8 @@
 //! errors for split and assemble, since they say nothing about where the
 //! data lives.
 
-use crate::backend::{first_failure, DeviceCommunicator, DeviceContext, Executable, RuntimeError};
+use crate::backend::{DeviceCommunicator, DeviceContext, Executable};
+use crate::error::{first_failure, RuntimeError};
 use crate::literal::{assemble_buffers, shard_buffer, Literal};
 use collectives::DeviceBuffer;
 use std::time::Duration;

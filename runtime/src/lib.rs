@@ -6,6 +6,8 @@
 //!   runs it for one device given that device's arguments and, for
 //!   multi-device programs, its communicator. The interface is the
 //!   runtime's own: [`Literal`] values (host bytes), [`RuntimeError`].
+//! * [`error`]: [`RuntimeError`] and picking the root cause among
+//!   devices' failures.
 //! * [`literal`]: host literals, and splitting/assembling them by a
 //!   sharding.
 //! * [`cpu::CpuBackend`]: the reference interpreter as a backend.
@@ -29,14 +31,14 @@ pub mod backend;
 pub mod cpu;
 pub mod cuda;
 pub mod distributed;
+pub mod error;
 pub mod launcher;
 pub mod literal;
 
-pub use backend::{
-    first_failure, Backend, DeviceCommunicator, DeviceContext, Executable, RuntimeError,
-};
+pub use backend::{Backend, DeviceCommunicator, DeviceContext, Executable};
 pub use cpu::CpuBackend;
 pub use distributed::{run_spmd_processes, CollectivesTransport, ProcessGroup};
+pub use error::{first_failure, RuntimeError};
 pub use launcher::{run_spmd, LaunchPlan};
 pub use literal::Literal;
 

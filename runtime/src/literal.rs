@@ -13,7 +13,7 @@
 //! Invariants: cloning shares the bytes (no copy); a literal's leaves are
 //! its arrays in tuple order (tokens hold no data and are skipped).
 
-use crate::backend::RuntimeError;
+use crate::error::RuntimeError;
 use collectives::DeviceBuffer;
 use xla_hlo_ir::sharding::SingleSharding;
 use xla_hlo_ir::{PrimitiveType, Shape};

@@ -16,7 +16,8 @@
 
 use super::host::{array_to_bytes, elem_bytes};
 use super::plan::{BufId, DotStep, Plan, Step};
-use crate::backend::{Backend, DeviceContext, Executable, RuntimeError};
+use crate::backend::{Backend, DeviceContext, Executable};
+use crate::error::RuntimeError;
 use crate::literal::Literal;
 use collectives::DeviceBuffer;
 use cudarc::cublas::{result as blas_result, sys as blas_sys, CudaBlas};

@@ -1,7 +1,7 @@
 //! Host-side byte layout of device buffers (pure CPU): little-endian
 //! elements, bf16 as its 16 bits, pred as one 0/1 byte.
 
-use crate::backend::RuntimeError;
+use crate::error::RuntimeError;
 use xla_hlo_evaluator::{Array, Data};
 use xla_hlo_ir::literal::{float_from_bits, float_to_bits};
 use xla_hlo_ir::PrimitiveType;

@@ -30,7 +30,7 @@ mod device;
 #[cfg(feature = "cuda")]
 pub use device::{probe, CudaBackend};
 
-use crate::backend::RuntimeError;
+use crate::error::RuntimeError;
 use xla_hlo_ir::HloModule;
 
 /// The CPU half of compiling for CUDA: verifies the module, checks every

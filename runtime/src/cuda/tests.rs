@@ -6,7 +6,7 @@
 use super::codegen::{kernel_source, module_source};
 use super::plan::{check_supported, plan_module, run_plan_on_cpu, Expr, Plan, Step};
 use super::prepare;
-use crate::backend::RuntimeError;
+use crate::error::RuntimeError;
 use xla_hlo_evaluator::compare::compare;
 use xla_hlo_evaluator::{evaluate, Array, EvalContext, Value};
 use xla_hlo_ir::{HloModule, PrimitiveType};

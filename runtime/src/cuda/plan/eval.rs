@@ -9,7 +9,7 @@
 //! any machine.
 
 use super::types::{BinOp, BufId, CmpDir, Expr, Node, Plan, Step, UnOp};
-use crate::backend::RuntimeError;
+use crate::error::RuntimeError;
 use xla_hlo_evaluator::{Array, Value};
 use xla_hlo_ir::literal::{float_from_bits, float_to_bits};
 use xla_hlo_ir::PrimitiveType;

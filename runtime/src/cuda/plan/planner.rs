@@ -16,7 +16,7 @@ use super::support::check_supported;
 use super::types::{
     BinOp, BufId, BufferInfo, CmpDir, DotStep, Expr, FusedKernel, Node, Plan, Step, ValRef,
 };
-use crate::backend::RuntimeError;
+use crate::error::RuntimeError;
 use std::collections::HashMap;
 use xla_hlo_evaluator::Value;
 use xla_hlo_ir::{AttrKey, HloComputation, HloModule, InstrId, Opcode, PrimitiveType, Shape};

@@ -7,7 +7,7 @@
 //! own element type and dimensions, and an `Expr::Input(slot)` indexes its
 //! kernel's `inputs`.
 
-use crate::backend::RuntimeError;
+use crate::error::RuntimeError;
 use xla_hlo_evaluator::Array;
 use xla_hlo_ir::PrimitiveType;
 
