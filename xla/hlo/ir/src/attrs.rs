@@ -378,8 +378,14 @@ impl fmt::Display for Window {
 }
 
 impl ConvDimensionNumbers {
+    /// One operand's labels: as many as the largest dimension named needs
+    /// (`rank` at least), `?` for a dimension the numbers do not name (XLA's
+    /// printer writes the same; a trailing `?` of the text is not kept).
     fn labels(rank: usize, first: (i64, char), second: (i64, char), spatial: &[i64]) -> String {
-        let mut chars = vec!['?'; rank];
+        const MAX_LABELS: i64 = 64;
+        let named = spatial.iter().chain([&first.0, &second.0]).copied();
+        let needed = named.filter(|&d| d < MAX_LABELS).max().map_or(0, |d| d + 1);
+        let mut chars = vec!['?'; rank.max(needed.max(0) as usize)];
         let mut put = |d: i64, c: char| {
             if let Some(slot) = usize::try_from(d).ok().and_then(|d| chars.get_mut(d)) {
                 *slot = c;

@@ -77,6 +77,11 @@ impl MiniFloatFormat {
         }
     }
 
+    /// The largest finite value of the format.
+    pub fn largest_finite(&self) -> f64 {
+        self.decode(self.max_finite_bits())
+    }
+
     /// Largest finite magnitude encoding (without sign).
     fn max_finite_bits(&self) -> u32 {
         let m = self.mantissa_bits;

@@ -184,6 +184,17 @@ pub fn float_from_bits(ty: PrimitiveType, bits: u128) -> Option<f64> {
     })
 }
 
+/// The largest finite value of a float type; `None` for non-float types.
+pub fn largest_finite(ty: PrimitiveType) -> Option<f64> {
+    Some(match ty {
+        PrimitiveType::F16 => f16::MAX.to_f64(),
+        PrimitiveType::Bf16 => bf16::MAX.to_f64(),
+        PrimitiveType::F32 => f32::MAX as f64,
+        PrimitiveType::F64 => f64::MAX,
+        _ => MiniFloatFormat::of(ty)?.largest_finite(),
+    })
+}
+
 /// Encodes an f64 as `ty`'s bits (round to nearest even); `None` for non-float types.
 pub fn float_to_bits(ty: PrimitiveType, v: f64) -> Option<u128> {
     Some(match ty {

@@ -333,7 +333,9 @@ impl fmt::Display for Layout {
                 }
                 f.write_str(")")?;
             }
-            for item in self.other_items() {
+            // XLA's order: T, then L # *, then E, S, then SC M.
+            let after_memory_space = |item: &str| item.starts_with("SC") || item.starts_with('M');
+            for item in self.other_items().iter().filter(|i| !after_memory_space(i)) {
                 f.write_str(item)?;
             }
             if let Some(bits) = self.element_size_in_bits() {
@@ -341,6 +343,9 @@ impl fmt::Display for Layout {
             }
             if let Some(space) = self.memory_space() {
                 write!(f, "S({space})")?;
+            }
+            for item in self.other_items().iter().filter(|i| after_memory_space(i)) {
+                f.write_str(item)?;
             }
         }
         f.write_str("}")

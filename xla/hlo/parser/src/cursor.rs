@@ -104,10 +104,6 @@ impl<'a> Cursor<'a> {
         self.bytes.get(self.pos).copied()
     }
 
-    pub fn peek_raw_at(&self, offset: usize) -> Option<u8> {
-        self.bytes.get(self.pos + offset).copied()
-    }
-
     /// Consumes `b` (after whitespace) if it is next.
     pub fn eat(&mut self, b: u8) -> bool {
         if self.peek() == Some(b) {

@@ -20,10 +20,10 @@
 use crate::header::MAX_DEVICES;
 use crate::sharding::{check_axis_ref, check_mesh};
 use crate::{At, Report};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use xla_hlo_ir::collective_groups::{group_mode, GroupMode};
 use xla_hlo_ir::shape_inference::{checked_product, written_group_size};
-use xla_hlo_ir::{AttrKey, AttrValue, CollectiveDeviceList, Opcode};
+use xla_hlo_ir::{AttrKey, AttrValue, CollectiveDeviceList, Opcode, Shape};
 
 /// Checks the collective attributes; true when nothing was reported.
 pub(crate) fn check(at: &At, r: &mut Report) -> bool {
@@ -323,8 +323,29 @@ fn source_target_pairs(at: &At, r: &mut Report) {
     let Some(AttrValue::IntLists(pairs)) = at.instr().attr(AttrKey::SourceTargetPairs) else {
         return;
     };
-    let mut sources = HashSet::new();
-    let mut targets = HashSet::new();
+    // An in-place collective-permute (4 operands) moves one slice per
+    // offset, so a source or target may appear once per slice.
+    let allowed = if at.instr().operands.len() == 4 {
+        match at.operand_shape(2) {
+            Some(Shape::Tuple(offsets)) => match (at.operand_shape(0), offsets.first()) {
+                (Some(Shape::Tuple(_)), Some(Shape::Tuple(per_buffer))) => per_buffer.len(),
+                _ => offsets.len(),
+            },
+            _ => 1,
+        }
+        .max(1)
+    } else {
+        1
+    };
+    let mut sources: HashMap<i64, usize> = HashMap::new();
+    let mut targets: HashMap<i64, usize> = HashMap::new();
+    let times = |n: usize| {
+        if n == 1 {
+            "once".to_string()
+        } else {
+            format!("{n} times")
+        }
+    };
     for p in pairs {
         let [s, t] = p.as_slice() else {
             at.err(
@@ -340,17 +361,27 @@ fn source_target_pairs(at: &At, r: &mut Report) {
             );
             return;
         }
-        if !sources.insert(*s) {
+        let seen = sources.entry(*s).or_default();
+        *seen += 1;
+        if *seen > allowed {
             at.err(
                 r,
-                format!("source_target_pairs uses source {s} more than once"),
+                format!(
+                    "source_target_pairs uses source {s} more than {}",
+                    times(allowed)
+                ),
             );
             return;
         }
-        if !targets.insert(*t) {
+        let seen = targets.entry(*t).or_default();
+        *seen += 1;
+        if *seen > allowed {
             at.err(
                 r,
-                format!("source_target_pairs uses target {t} more than once"),
+                format!(
+                    "source_target_pairs uses target {t} more than {}",
+                    times(allowed)
+                ),
             );
             return;
         }

@@ -42,12 +42,8 @@ pub(super) fn infer_conditional(cx: &Cx) -> R<Shape> {
     Ok(root_shape(cx.comp(first)?)?.clone())
 }
 
-pub(super) fn infer_after_all(cx: &Cx) -> R<Shape> {
-    for (i, s) in cx.ops.iter().enumerate() {
-        if !s.is_token() {
-            invalid!("after-all operand {i} must be a token, got {s}");
-        }
-    }
+/// A token, whatever the operands (XLA's verifier checks only the result).
+pub(super) fn infer_after_all(_cx: &Cx) -> R<Shape> {
     Ok(Shape::token())
 }
 

@@ -153,6 +153,15 @@ impl<'a> Parser<'a> {
                 name: key_text.to_string(),
                 text: self.c.raw_value()?.to_string(),
             },
+            ValueKind::Raw if key == AttrKey::Literal => {
+                // custom-call's `literal=SHAPE VALUE` (spaces and commas inside),
+                // checked as a literal and kept as written.
+                self.c.skip_ws();
+                let start = self.c.pos;
+                let shape = self.shape()?;
+                self.literal(&shape)?;
+                AttrValue::Raw(self.c.src[start..self.c.pos].to_string())
+            }
             ValueKind::Raw => AttrValue::Raw(self.c.raw_value()?.to_string()),
         };
         instr.attrs.push(Attribute { key, value });
@@ -328,6 +337,8 @@ impl<'a> Parser<'a> {
                     c if c == a => first = Some(i as i64),
                     c if c == b => second = Some(i as i64),
                     c if c.is_ascii_digit() => spatial.push((c.to_digit(10)?, i as i64)),
+                    // A dimension the convolution does not use.
+                    '?' => {}
                     _ => return None,
                 }
             }

@@ -1,6 +1,7 @@
 //! One computation: `name (p: shape, ...) -> shape { instructions }`, the
-//! signature optional (read and dropped: the parameters say the same), then
-//! an optional `, execution_thread="..."`.
+//! signature optional (read and dropped, the parameters say the same, after
+//! its result is checked against the root's shape), then an optional
+//! `, execution_thread="..."`.
 //!
 //! Invariants: at its closing brace every operand and control-predecessor
 //! name is resolved or an error; a computation has at least one
@@ -19,8 +20,10 @@ impl<'a> Parser<'a> {
         id: CompId,
     ) -> PResult<(HloComputation, Vec<PendingComp<'a>>, &'a str)> {
         let name = self.c.ident()?;
+        // The signature repeats what the parameters say; only its result is
+        // kept, to check it against the root's shape as XLA does.
+        let mut signature_result = None;
         if self.c.peek() == Some(b'(') {
-            // The signature repeats what the parameters say; read and drop it.
             self.c.expect(b'(')?;
             if !self.c.eat(b')') {
                 loop {
@@ -36,7 +39,9 @@ impl<'a> Parser<'a> {
             if !self.c.eat_str("->") {
                 return Err(self.c.expected("'->'"));
             }
-            self.shape()?;
+            self.c.skip_ws();
+            let pos = self.c.pos;
+            signature_result = Some((pos, self.shape()?));
         }
         self.c.expect(b'{')?;
         // Size the arenas by the lines up to the closing brace of the body
@@ -104,6 +109,18 @@ impl<'a> Parser<'a> {
         }
         let count = state.comp.instructions.len();
         state.comp.root = root.unwrap_or(InstrId(count as u32 - 1));
+        if let Some((pos, result)) = signature_result {
+            let root = &state.comp.instructions[state.comp.root.index()];
+            if !result.compatible(&root.shape) {
+                return Err(self.err(
+                    pos,
+                    format!(
+                        "computation '{name}' is declared to return {result}, not compatible with its root '{}', {}",
+                        root.name, root.shape
+                    ),
+                ));
+            }
+        }
         for (n, &p) in state.comp.parameters.iter().enumerate() {
             if p == InstrId(u32::MAX) {
                 return Err(self.err(

@@ -8,7 +8,7 @@
 //! (metadata, backend_config, ...) are kept last, as the printer writes
 //! them, so parse(print(m)) == m; an instruction name is defined once.
 
-use super::names::{ComputationState, PendingComp, RefSlot};
+use super::names::{ComputationState, PendingComp, PendingRef, RefSlot};
 use super::state::Parser;
 use crate::cursor::PResult;
 use xla_hlo_ir::attrs::AttrValue;
@@ -50,6 +50,41 @@ impl<'a> Parser<'a> {
         let name_pos = self.c.pos;
         let name = self.c.ident()?;
         self.c.expect(b'=')?;
+        let id = self.instruction_rhs(state, comp_id, pending_comps, Some(name))?;
+        if state.names.contains_key(name) {
+            return Err(self.err(name_pos, format!("instruction '{name}' is defined twice")));
+        }
+        state.names.insert(name, id);
+        Ok(id)
+    }
+
+    /// `shape opcode(operands), attributes...`: the instruction named `name`,
+    /// or, for `None`, a nested instruction written as an operand (XLA's
+    /// `add(f32[4] parameter(0), f32[4] parameter(1))`), which takes no
+    /// attributes (a comma there separates operands), is named after its
+    /// opcode (made unique with the module's names) and cannot be referred
+    /// to by name. The instruction is added to the computation before the
+    /// one it is an operand of.
+    fn instruction_rhs(
+        &mut self,
+        state: &mut ComputationState<'a>,
+        comp_id: CompId,
+        pending_comps: &mut Vec<PendingComp<'a>>,
+        name: Option<&'a str>,
+    ) -> PResult<InstrId> {
+        self.enter()?;
+        let r = self.instruction_rhs_inner(state, comp_id, pending_comps, name);
+        self.leave();
+        r
+    }
+
+    fn instruction_rhs_inner(
+        &mut self,
+        state: &mut ComputationState<'a>,
+        comp_id: CompId,
+        pending_comps: &mut Vec<PendingComp<'a>>,
+        name: Option<&'a str>,
+    ) -> PResult<InstrId> {
         let shape = if self.at_shape() {
             Some(self.shape()?)
         } else {
@@ -62,7 +97,7 @@ impl<'a> Parser<'a> {
         let (opcode, async_wrapped) = resolve_opcode(op_text)
             .ok_or_else(|| self.err(op_pos, format!("unknown opcode '{op_text}'")))?;
         let mut instr = HloInstruction::new(
-            name,
+            name.unwrap_or(op_text),
             opcode,
             shape.clone().unwrap_or(Shape::Tuple(Vec::new())),
             Vec::new(),
@@ -88,30 +123,59 @@ impl<'a> Parser<'a> {
                 self.c.expect(b')')?;
             }
             _ => {
+                // Operands defined later in the computation; recorded once the
+                // nested instructions among the operands have been added, so
+                // that they name this instruction's final index.
+                let mut later: Vec<(usize, &'a str, usize)> = Vec::new();
                 if !self.c.eat(b')') {
                     loop {
-                        if self.at_shape() {
-                            self.shape()?;
-                        }
+                        self.c.skip_ws();
+                        let start = self.c.pos;
+                        let declared = if self.at_shape() {
+                            Some(self.shape()?)
+                        } else {
+                            None
+                        };
                         self.c.skip_ws();
                         let pos = self.c.pos;
                         let operand = self.c.ident()?;
                         if self.c.peek() == Some(b'(') {
-                            return Err(self.err(pos, "nested instructions as operands are not supported; name the operand instead"));
+                            self.c.pos = start;
+                            let id = self.instruction_rhs(state, comp_id, pending_comps, None)?;
+                            instr.operands.push(id);
+                        } else if let Some(&id) = state.names.get(operand) {
+                            let defined = &state.comp.instructions[id.index()].shape;
+                            if let Some(declared) = declared.filter(|d| !d.compatible(defined)) {
+                                return Err(self.err(
+                                    start,
+                                    format!(
+                                        "the declared operand shape {declared} is not compatible with the shape of '{operand}', {defined}"
+                                    ),
+                                ));
+                            }
+                            instr.operands.push(id);
+                        } else {
+                            later.push((instr.operands.len(), operand, pos));
+                            instr.operands.push(InstrId(u32::MAX));
                         }
-                        let slot = RefSlot::Operand(instr.operands.len());
-                        let id = self.reference(state, operand, pos, slot);
-                        instr.operands.push(id);
                         if self.c.eat(b')') {
                             break;
                         }
                         self.c.expect(b',')?;
                     }
                 }
+                for (operand, name, pos) in later {
+                    state.pending.push(PendingRef {
+                        instr: state.comp.instructions.len(),
+                        slot: RefSlot::Operand(operand),
+                        name,
+                        pos,
+                    });
+                }
             }
         }
 
-        while self.c.eat(b',') {
+        while name.is_some() && self.c.eat(b',') {
             self.attribute(&mut instr, state, comp_id, pending_comps)?;
         }
         // The printer writes trailing attributes (metadata, backend_config, ...)
@@ -146,12 +210,7 @@ impl<'a> Parser<'a> {
         if shape.is_none() {
             instr.shape = self.infer(state, &instr, op_pos)?;
         }
-        if state.names.contains_key(name) {
-            return Err(self.err(name_pos, format!("instruction '{name}' is defined twice")));
-        }
-        let id = state.comp.add(instr);
-        state.names.insert(name, id);
-        Ok(id)
+        Ok(state.comp.add(instr))
     }
 
     fn infer(

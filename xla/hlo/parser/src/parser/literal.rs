@@ -9,7 +9,9 @@
 use super::state::Parser;
 use super::values::parse_f64;
 use crate::cursor::PResult;
-use xla_hlo_ir::literal::{float_to_bits, nan_with_payload, ArrayLiteral, Literal};
+use xla_hlo_ir::literal::{
+    float_from_bits, float_to_bits, largest_finite, nan_with_payload, ArrayLiteral, Literal,
+};
 use xla_hlo_ir::shape::{ArrayShape, Shape};
 use xla_hlo_ir::{PrimitiveType, TypeClass};
 
@@ -143,10 +145,16 @@ impl<'a> Parser<'a> {
             }
             TypeClass::Signed | TypeClass::Unsigned => {
                 let text = self.c.number_text()?;
-                let v: i128 = text.parse().map_err(|_| {
+                let mut v: i128 = text.parse().map_err(|_| {
                     self.err(pos, format!("expected an integer for {ty}, found '{text}'"))
                 })?;
                 let bits = ty.bit_width();
+                // XLA reads integers as s64 and stores them into u64 as they
+                // are: a negative u64 element wraps around (`u64[] constant(-1)`
+                // is the largest u64).
+                if ty == PrimitiveType::U64 && (i64::MIN as i128..0).contains(&v) {
+                    v += 1i128 << 64;
+                }
                 let (lo, hi) = if ty.is_signed_int() {
                     (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
                 } else {
@@ -159,9 +167,7 @@ impl<'a> Parser<'a> {
             }
             TypeClass::Float => {
                 let text = self.c.number_text()?;
-                let bits = float_bits(ty, text).ok_or_else(|| {
-                    self.err(pos, format!("expected a {ty} value, found '{text}'"))
-                })?;
+                let bits = float_bits(ty, text).map_err(|m| self.err(pos, m))?;
                 lit.set_bits(i, bits);
             }
             TypeClass::Complex => {
@@ -176,10 +182,13 @@ impl<'a> Parser<'a> {
                 self.c.expect(b',')?;
                 let im = self.c.number_text()?;
                 self.c.expect(b')')?;
-                let bad = || self.err(re_pos, "malformed complex value");
                 let width = if ty == PrimitiveType::C64 { 32 } else { 64 };
-                let re_bits = float_bits(part, re).ok_or_else(bad)?;
-                let im_bits = float_bits(part, im).ok_or_else(bad)?;
+                let component = |name: &str, text: &str| {
+                    float_bits(part, text)
+                        .map_err(|m| self.err(re_pos, format!("{name} part of a {ty} value: {m}")))
+                };
+                let re_bits = component("real", re)?;
+                let im_bits = component("imaginary", im)?;
                 lit.set_bits(i, im_bits << width | re_bits);
             }
             TypeClass::Token | TypeClass::Opaque => {
@@ -190,23 +199,74 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// The bits of a float element written as `text` (NaN payloads kept).
-fn float_bits(ty: PrimitiveType, text: &str) -> Option<u128> {
+/// The bits of a float element written as `text` (NaN payloads kept), or
+/// why XLA's parser refuses it: a finite value that rounds to no finite value
+/// of `ty`, a decimal beyond f64, or a NaN payload `ty` cannot hold.
+fn float_bits(ty: PrimitiveType, text: &str) -> Result<u128, String> {
     let negative = text.starts_with('-');
     let body = text.trim_start_matches(['-', '+']);
     if let Some(payload) = body.strip_prefix("nan(").and_then(|p| p.strip_suffix(')')) {
-        let payload = payload.strip_prefix("0x").unwrap_or(payload);
-        let payload = u64::from_str_radix(payload, 16).ok()?;
-        return nan_with_payload(ty, payload, negative).or_else(|| float_to_bits(ty, f64::NAN));
+        return nan_bits(ty, payload, negative);
     }
-    let v = parse_f64(text)?;
+    let v = parse_f64(text).ok_or_else(|| format!("expected a {ty} value, found '{text}'"))?;
     if v.is_nan() {
         // default quiet NaN, with the sign as written
-        let bits = float_to_bits(ty, f64::NAN)?;
-        return Some(match (negative, xla_hlo_ir::literal::ieee_layout(ty)) {
+        let bits = float_to_bits(ty, f64::NAN).ok_or_else(|| format!("{ty} has no NaN"))?;
+        return Ok(match (negative, xla_hlo_ir::literal::ieee_layout(ty)) {
             (true, Some((e, m))) => bits | 1u128 << (e + m),
             _ => bits,
         });
     }
-    float_to_bits(ty, v)
+    if v.is_infinite() && !matches!(body, "inf") {
+        return Err(format!(
+            "constant {text} is out of range for double (+/-{:e})",
+            f64::MAX
+        ));
+    }
+    let bits = float_to_bits(ty, v).ok_or_else(|| format!("a {ty} value cannot be written"))?;
+    let rounded = float_from_bits(ty, bits).unwrap_or(f64::NAN);
+    if v.is_finite() && !rounded.is_finite() {
+        let max = largest_finite(ty).unwrap_or(f64::MAX);
+        return Err(format!(
+            "value {text} is out of range for {ty}, namely [{}, {}]",
+            -max, max
+        ));
+    }
+    Ok(bits)
+}
+
+/// A NaN of `ty` with the payload written in hex (`nan(0x...)`), as XLA's
+/// parser allows it: a nonzero payload that fits f64's mantissa, and then
+/// the mantissa of `ty` (f64's quiet-NaN payload alone means the type's own
+/// quiet NaN); types without NaN payloads (the f8/f4 formats) take none.
+fn nan_bits(ty: PrimitiveType, payload_text: &str, negative: bool) -> Result<u128, String> {
+    const F64_MANTISSA: u64 = (1 << 52) - 1;
+    const F64_QUIET: u64 = 1 << 51;
+    let payload = payload_text
+        .strip_prefix("0x")
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .filter(|&p| p != 0 && p <= F64_MANTISSA)
+        .ok_or_else(|| {
+            format!("malformed NaN payload '{payload_text}' (expected 0x1 to 0x{F64_MANTISSA:x})")
+        })?;
+    let Some((_, m)) = xla_hlo_ir::literal::ieee_layout(ty) else {
+        if payload == F64_QUIET {
+            return float_to_bits(ty, f64::NAN).ok_or_else(|| format!("{ty} has no NaN"));
+        }
+        return Err(format!(
+            "NaN payload 0x{payload:x}: {ty} does not support payloads"
+        ));
+    };
+    let mask = (1u64 << m) - 1;
+    let payload = if payload == F64_QUIET {
+        1 << (m - 1)
+    } else {
+        payload
+    };
+    if payload > mask {
+        return Err(format!(
+            "NaN payload 0x{payload:x} is out of range for {ty} (largest 0x{mask:x})"
+        ));
+    }
+    nan_with_payload(ty, payload, negative).ok_or_else(|| format!("{ty} has no NaN"))
 }

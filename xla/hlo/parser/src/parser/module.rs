@@ -22,6 +22,11 @@ impl<'a> Parser<'a> {
         let mut config = ModuleConfig::default();
         if self.c.eat_keyword("HloModule") {
             name = self.c.ident()?.to_string();
+            // XLA's older header form: `HloModule name:` (the name lexed as an
+            // attribute name, colon attached).
+            if self.c.peek_raw() == Some(b':') {
+                self.c.pos += 1;
+            }
             while self.c.eat(b',') {
                 self.module_attribute(&mut config)?;
             }

@@ -104,51 +104,98 @@ impl<'a> Parser<'a> {
             }
         }
         if self.c.eat(b':') {
-            loop {
-                self.c.skip_ws();
-                let pos = self.c.pos;
-                match self.c.peek_raw() {
-                    Some(b'}') => break,
-                    Some(b'T') => {
-                        self.c.pos += 1;
-                        while self.c.peek_raw() == Some(b'(') {
-                            let tile = self.tile()?;
-                            layout.push_tile(tile);
-                        }
-                    }
-                    Some(b'E') => {
-                        self.c.pos += 1;
-                        self.c.expect(b'(')?;
-                        layout.set_element_size_in_bits(self.c.int()?);
-                        self.c.expect(b')')?;
-                    }
-                    Some(b'S') if self.c.peek_raw_at(1) == Some(b'(') => {
-                        self.c.pos += 1;
-                        self.c.expect(b'(')?;
-                        layout.set_memory_space(self.c.int()?);
-                        self.c.expect(b')')?;
-                    }
-                    Some(b'D' | b'L' | b'#' | b'*' | b'S' | b'P' | b'M') => {
-                        let start = self.c.pos;
-                        while self.c.peek_raw().is_some_and(|b| b != b'(' && b != b'}') {
-                            self.c.pos += 1;
-                        }
-                        if self.c.pos - start > 2 {
-                            return Err(self.err(pos, "unknown layout item"));
-                        }
-                        self.c.balanced()?;
-                        layout.push_other_item(self.c.src[start..self.c.pos].to_string());
-                    }
-                    _ => {
-                        return Err(self
-                            .c
-                            .expected("a layout item (T, E, S, D, L, #, *, SC, P, M) or '}'"))
-                    }
+            // XLA's order, each item at most once: D T L # * E S SC P M.
+            self.c.skip_ws();
+            if self.at_layout_item("D") {
+                // Dimension level types: checked, then dropped, as XLA's
+                // parser does (it keeps dense layouts only).
+                self.c.pos += 1;
+                self.dim_level_types()?;
+            }
+            if self.at_layout_item("T") {
+                self.c.pos += 1;
+                while self.c.peek_raw() == Some(b'(') {
+                    let tile = self.tile()?;
+                    layout.push_tile(tile);
                 }
+            }
+            for item in ["L", "#", "*"] {
+                if self.at_layout_item(item) {
+                    self.raw_layout_item(&mut layout)?;
+                }
+            }
+            if self.at_layout_item("E") {
+                self.c.pos += 1;
+                self.c.expect(b'(')?;
+                layout.set_element_size_in_bits(self.c.int()?);
+                self.c.expect(b')')?;
+            }
+            if self.at_layout_item("S") {
+                self.c.pos += 1;
+                self.c.expect(b'(')?;
+                layout.set_memory_space(self.c.int()?);
+                self.c.expect(b')')?;
+            }
+            if self.at_layout_item("SC") {
+                self.raw_layout_item(&mut layout)?;
+            }
+            if self.at_layout_item("P") {
+                return Err(self.err(
+                    self.c.pos,
+                    "a physical shape P(...) belongs to a sparse layout, and dimension level types are not kept (as in XLA): this layout is dense",
+                ));
+            }
+            if self.at_layout_item("M") {
+                self.raw_layout_item(&mut layout)?;
+            }
+            self.c.skip_ws();
+            if self.c.peek_raw() != Some(b'}') {
+                return Err(self.c.expected(
+                    "'}' ending the layout (its items go in the order D T L # * E S SC P M, each once)",
+                ));
             }
         }
         self.c.expect(b'}')?;
         Ok(layout)
+    }
+
+    /// The input continues with layout item `name` followed by `(`.
+    fn at_layout_item(&mut self, name: &str) -> bool {
+        self.c.skip_ws();
+        let rest = &self.c.src.as_bytes()[self.c.pos..];
+        rest.starts_with(name.as_bytes()) && rest.get(name.len()) == Some(&b'(')
+    }
+
+    /// A layout item kept as written (`L(...)`, `#(...)`, `*(...)`, `SC(...)`, `M(...)`).
+    fn raw_layout_item(&mut self, layout: &mut Layout) -> PResult<()> {
+        let start = self.c.pos;
+        while self.c.peek_raw() != Some(b'(') {
+            self.c.pos += 1;
+        }
+        self.c.balanced()?;
+        layout.push_other_item(self.c.src[start..self.c.pos].to_string());
+        Ok(())
+    }
+
+    /// `(D, C+, S~, H, ...)`: dense, compressed, singleton or loose-compressed,
+    /// each optionally not unique (`+`) and then not ordered (`~`).
+    fn dim_level_types(&mut self) -> PResult<()> {
+        self.c.expect(b'(')?;
+        let mut first = true;
+        while !self.c.eat(b')') {
+            if !first {
+                self.c.expect(b',')?;
+            }
+            first = false;
+            self.c.skip_ws();
+            match self.c.peek_raw() {
+                Some(b'D' | b'C' | b'S' | b'H') => self.c.pos += 1,
+                _ => return Err(self.c.expected("a dimension level type (D, C, S or H)")),
+            }
+            self.c.eat(b'+');
+            self.c.eat(b'~');
+        }
+        Ok(())
     }
 
     fn tile(&mut self) -> PResult<Vec<i64>> {
