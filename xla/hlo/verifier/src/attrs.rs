@@ -12,7 +12,7 @@
 //! attributes (of the right value kind) that shape inference reads.
 
 use crate::{is_scalar, At, Report};
-use xla_hlo_ir::{Arity, AttrKey, AttrValue, HloInstruction, Opcode, ValueKind};
+use xla_hlo_ir::{Arity, AttrKey, AttrValue, HloInstruction, Opcode, PrimitiveType, ValueKind};
 
 /// The opcode whose operand and attribute rules apply, `None` for sugared
 /// async updates and dones (one operand, no attributes of their own).
@@ -241,6 +241,26 @@ pub(crate) fn check(at: &At, operands_ok: bool, r: &mut Report) -> bool {
             let indexed = present(instr, AttrKey::BranchComputations);
             let binary = present(instr, AttrKey::TrueComputation)
                 && present(instr, AttrKey::FalseComputation);
+            // As XLA's parser: a pred[] index takes true/false computations,
+            // any other index the list of branches, and not the other form.
+            let index = operands_ok.then(|| at.operand_shape(0)).flatten();
+            let pred_index = index
+                .and_then(|s| s.as_array())
+                .map(|a| a.element_type == PrimitiveType::Pred);
+            match pred_index {
+                Some(true) if instr.has_attr(AttrKey::BranchComputations) => {
+                    at.err(r, "a conditional on a pred[] index takes true_computation and false_computation, not branch_computations");
+                    ok = false;
+                }
+                Some(false)
+                    if instr.has_attr(AttrKey::TrueComputation)
+                        || instr.has_attr(AttrKey::FalseComputation) =>
+                {
+                    at.err(r, "a conditional on an integer index takes branch_computations, not true_computation and false_computation");
+                    ok = false;
+                }
+                _ => {}
+            }
             if !indexed && !binary {
                 missing.push("branch_computations (or true_computation and false_computation)");
             }

@@ -14,6 +14,9 @@
 //!    collective attributes ([`collectives`]): group mode, replica groups
 //!    naming `0..n` once each (of one size where XLA requires it),
 //!    collective-permute pairs.
+//!    Async chains ([`async_chain`]): an update or done names the wrapped
+//!    opcode, computation and thread of its start; a computation is wrapped
+//!    by one start at most.
 //! 3. Called-computation signatures ([`calls`]): reducers, comparators, map
 //!    functions, while condition/body, conditional branches, call, fusion and
 //!    async computations.
@@ -36,6 +39,7 @@
 //! every invariant the other crates rely on (ids in range, defs before uses);
 //! unchecked instructions never make a module fail.
 
+mod async_chain;
 mod attrs;
 mod calls;
 mod collectives;
@@ -199,6 +203,9 @@ fn run(module: &HloModule, list_unchecked: bool) -> VerifierReport {
             let form_ok = attrs::check(&at, cs.operands_ok[ii], &mut r);
             let collectives_ok = collectives::check(&at, &mut r);
             let calls_ok = cs.calls_ok[ii];
+            if cs.operands_ok[ii] {
+                async_chain::check(&at, &mut r);
+            }
             if cs.operands_ok[ii] && form_ok && calls_ok && collectives_ok {
                 let sig_ok = calls::check(&at, &status, &mut r);
                 if sig_ok {
@@ -209,6 +216,7 @@ fn run(module: &HloModule, list_unchecked: bool) -> VerifierReport {
             sdy::check(&at, &sdy_meshes, &mut r);
         }
     }
+    async_chain::check_module(module, &mut r);
     header::check(module, &status, &mut r);
     VerifierReport {
         errors: r.errors,

@@ -47,12 +47,26 @@ pub(crate) fn check(at: &At, r: &mut Report) {
     match instr.opcode {
         // Checked with the computation signatures and the entry layout.
         Opcode::Parameter | Opcode::Fusion | Opcode::AsyncStart => {}
+        Opcode::CustomCall => {
+            operand_layout_constraints(at, r, &ops);
+            at.unchecked(r, NO_RULE);
+        }
+        Opcode::Infeed => {
+            if !matches!(declared, Shape::Tuple(elements) if !elements.is_empty()) {
+                at.err(
+                    r,
+                    format!(
+                        "infeed must have a non-empty tuple shape (data, token), got {}",
+                        show(declared)
+                    ),
+                );
+            }
+            at.unchecked(r, NO_RULE);
+        }
         Opcode::Bitcast
-        | Opcode::CustomCall
         | Opcode::Rng
         | Opcode::RngBitGenerator
         | Opcode::RngGetAndUpdateState
-        | Opcode::Infeed
         | Opcode::Recv
         | Opcode::RecvDone
         | Opcode::Send
@@ -460,5 +474,39 @@ fn async_sugar(at: &At, r: &mut Report, wrapped: Opcode, ops: &[&Shape]) {
         at.unchecked(r, EMPTY_GROUPS);
     } else {
         compare(at, r, &e[1], wrapped, ops, "result (shape element 1)");
+    }
+}
+
+/// A custom-call's `operand_layout_constraints`: one shape per operand, each
+/// compatible with the operand's (dimensions and element type; the layout is
+/// what the constraint sets).
+fn operand_layout_constraints(at: &At, r: &mut Report, ops: &[&Shape]) {
+    let Some(xla_hlo_ir::AttrValue::Shapes(constraints)) =
+        at.instr().attr(AttrKey::OperandLayoutConstraints)
+    else {
+        return;
+    };
+    if constraints.len() != ops.len() {
+        at.err(
+            r,
+            format!(
+                "operand_layout_constraints gives {} shapes for {} operands",
+                constraints.len(),
+                ops.len()
+            ),
+        );
+        return;
+    }
+    for (i, (constraint, operand)) in constraints.iter().zip(ops).enumerate() {
+        if !compatible(constraint, operand) {
+            at.err(
+                r,
+                format!(
+                    "operand_layout_constraints shape {} for operand {i} is not compatible with the operand's shape {}",
+                    show(constraint),
+                    show(operand)
+                ),
+            );
+        }
     }
 }

@@ -42,12 +42,21 @@ fn literal_values_out_of_their_types_range_are_refused() {
         ("c64[] constant((-1e39, 1))", "real part"),
         ("u8[] constant(-1)", "out of range for u8"),
         ("u32[] constant(4294967296)", "out of range for u32"),
-        ("bf16[] constant(nan(0x100))", "NaN payload 0x100 is out of range for bf16"),
-        ("f8e5m2fnuz[] constant(nan(0x1))", "does not support payloads"),
+        (
+            "bf16[] constant(nan(0x100))",
+            "NaN payload 0x100 is out of range for bf16",
+        ),
+        (
+            "f8e5m2fnuz[] constant(nan(0x1))",
+            "does not support payloads",
+        ),
         ("f32[] constant(nan(0x0))", "malformed NaN payload"),
     ] {
         let err = parse_module(&constant(text)).expect_err(text);
-        assert!(err.message.contains(says), "{text}: expected '{says}', got: {err}");
+        assert!(
+            err.message.contains(says),
+            "{text}: expected '{says}', got: {err}"
+        );
         assert_eq!(err.line, 3, "{text}: {err}");
     }
 }
@@ -113,7 +122,11 @@ fn custom_call_literal_attribute() {
     let m = accepted(
         "HloModule m\nENTRY e {\n  ROOT c = f32[2] custom-call(), custom_call_target=\"t\", literal=s32[3]{0} {1, 2, 3}\n}\n",
     );
-    assert!(m.to_text().contains("literal=s32[3]{0} {1, 2, 3}"), "{}", m.to_text());
+    assert!(
+        m.to_text().contains("literal=s32[3]{0} {1, 2, 3}"),
+        "{}",
+        m.to_text()
+    );
     refused(
         "HloModule m\nENTRY e {\n  ROOT c = f32[2] custom-call(), custom_call_target=\"t\", literal=u8[1]{0} {300}\n}\n",
         (3, 76),
@@ -127,7 +140,11 @@ fn unused_convolution_dimensions_are_question_marks() {
         "HloModule m\nENTRY e {\n  ROOT c = f32[4] custom-call(), custom_call_target=\"t\", window={size=2x2}, dim_labels=?b01f_0?1io->b01?f\n}\n",
     );
     // As XLA prints them: a trailing `?` is not kept.
-    assert!(m.to_text().contains("dim_labels=?b01f_0?1io->b01?f"), "{}", m.to_text());
+    assert!(
+        m.to_text().contains("dim_labels=?b01f_0?1io->b01?f"),
+        "{}",
+        m.to_text()
+    );
 }
 
 #[test]
@@ -139,7 +156,8 @@ fn layout_items_in_xlas_order_only() {
     // As in XLA, a layout may follow its shape after a space, so a literal
     // after a shape without a layout (`literal=u8[1] {3}`) reads as one.
     assert!(
-        m.to_text().contains("{1,0:T(8,128)L(2)#(u32)*(u32)E(32)S(1)SC(0:1)M(4)}"),
+        m.to_text()
+            .contains("{1,0:T(8,128)L(2)#(u32)*(u32)E(32)S(1)SC(0:1)M(4)}"),
         "{}",
         m.to_text()
     );
@@ -175,10 +193,16 @@ ENTRY e {
 }
 ";
     accepted(text);
-    let three = text.replace("{{0,1},{1,0},{0,1},{1,0}}", "{{0,1},{1,0},{0,1},{1,0},{0,1}}");
+    let three = text.replace(
+        "{{0,1},{1,0},{0,1},{1,0}}",
+        "{{0,1},{1,0},{0,1},{1,0},{0,1}}",
+    );
     let m = parse_module(&three).unwrap();
     let err = xla_hlo_verifier::verify(&m).expect_err("a third use of source 0");
-    assert!(err.to_string().contains("uses source 0 more than 2 times"), "{err}");
+    assert!(
+        err.to_string().contains("uses source 0 more than 2 times"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -187,4 +211,125 @@ fn after_all_takes_any_operands() {
     accepted(
         "HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  t = token[] after-all(p)\n  ROOT d = f32[] add-dependency(p, t)\n}\n",
     );
+}
+
+/// Parses; the verifier refuses with a message containing `says`.
+fn refused_by_verifier(text: &str, says: &str) {
+    let m = parse_module(text).unwrap_or_else(|e| panic!("parse failed: {e}\n{text}"));
+    let err = xla_hlo_verifier::verify(&m).expect_err(text);
+    assert!(
+        err.to_string().contains(says),
+        "expected '{says}', got: {err}"
+    );
+}
+
+#[test]
+fn custom_call_attribute_values() {
+    let call = |attrs: &str| {
+        format!(
+            "HloModule m\nENTRY e {{\n  p = f32[4,2]{{1,0}} parameter(0)\n  ROOT c = f32[4] custom-call(p), custom_call_target=\"t\"{attrs}\n}}\n"
+        )
+    };
+    accepted(&call(", api_version=API_VERSION_TYPED_FFI"));
+    refused(
+        &call(", api_version=API_VERSION_UNSPECIFIED"),
+        (4, 71),
+        "unknown custom-call api_version",
+    );
+    accepted(&call(", operand_layout_constraints={f32[4,2]{0,1}}"));
+    refused_by_verifier(
+        &call(", operand_layout_constraints={f32[4,2]{0,1}, f32[4]{0}}"),
+        "gives 2 shapes for 1 operands",
+    );
+    refused_by_verifier(
+        &call(", operand_layout_constraints={f32[2,4]{0,1}}"),
+        "for operand 0 is not compatible",
+    );
+    let m = accepted(&call(", literal=(s32[2]{0} {1, 2}, (pred[] true))"));
+    assert!(
+        m.to_text()
+            .contains("literal=(s32[2]{0} {1, 2}, (pred[] true))"),
+        "{}",
+        m.to_text()
+    );
+}
+
+#[test]
+fn result_accuracy_spellings() {
+    let exp = |accuracy: &str| {
+        format!("HloModule m\nENTRY e {{\n  p = f32[] parameter(0)\n  ROOT x = f32[] exponential(p), result_accuracy={accuracy}\n}}\n")
+    };
+    accepted(&exp("{mode=highest}"));
+    accepted(&exp("{tolerance={atol=1e-5,rtol=0.01,ulps=2}}"));
+    refused(
+        &exp("{mode=high}"),
+        (4, 50),
+        "unknown result_accuracy mode 'high'",
+    );
+    refused(&exp("{0.5}"), (4, 50), "expected an attribute name");
+    refused(
+        &exp("{foo=1}"),
+        (4, 50),
+        "invalid result_accuracy attribute name 'foo'",
+    );
+    refused(
+        &exp("{tolerance={bits=3}}"),
+        (4, 50),
+        "invalid result_accuracy tolerance 'bits'",
+    );
+}
+
+#[test]
+fn infeed_shape_is_a_tuple() {
+    refused_by_verifier(
+        "HloModule m\nENTRY e {\n  t = token[] after-all()\n  ROOT i = pred[] infeed(t)\n}\n",
+        "infeed must have a non-empty tuple shape",
+    );
+    accepted("HloModule m\nENTRY e {\n  t = token[] after-all()\n  ROOT i = (f32[2], token[]) infeed(t)\n}\n");
+}
+
+#[test]
+fn conditional_attributes_follow_the_index_type() {
+    let cond = |index: &str, attrs: &str| {
+        format!(
+            "HloModule m\nb0 {{\n  ROOT p = f32[] parameter(0)\n}}\nb1 {{\n  q = f32[] parameter(0)\n  ROOT n = f32[] negate(q)\n}}\nENTRY e {{\n  i = {index}[] parameter(0)\n  x = f32[] parameter(1)\n  ROOT c = f32[] conditional(i, x, x), {attrs}\n}}\n"
+        )
+    };
+    accepted(&cond("pred", "true_computation=b0, false_computation=b1"));
+    accepted(&cond("s32", "branch_computations={b0, b1}"));
+    refused_by_verifier(
+        &cond("pred", "branch_computations={b0, b1}"),
+        "not branch_computations",
+    );
+    refused_by_verifier(
+        &cond("s32", "true_computation=b0, false_computation=b1"),
+        "takes branch_computations",
+    );
+}
+
+#[test]
+fn async_updates_and_dones_continue_their_start() {
+    let chain = |update: &str, done: &str| {
+        format!(
+            "HloModule m\nwrapped {{\n  a = f32[4] parameter(0)\n  ROOT c = f32[8] custom-call(a), custom_call_target=\"t\"\n}}\nother {{\n  a = f32[4] parameter(0)\n  ROOT c = f32[8] custom-call(a), custom_call_target=\"u\"\n}}\nENTRY e {{\n  p = f32[4] parameter(0)\n  s = ((f32[4]), f32[8], s32[]) async-start(p), calls=wrapped, async_execution_thread=\"side\"\n  u = ((f32[4]), f32[8], s32[]) async-update(s){update}\n  ROOT d = f32[8] async-done(u){done}\n}}\n"
+        )
+    };
+    // Update and done inherit what they do not write.
+    accepted(&chain("", ""));
+    accepted(&chain(
+        ", calls=wrapped",
+        ", async_execution_thread=\"side\"",
+    ));
+    refused_by_verifier(
+        &chain(", calls=other", ""),
+        "wrapped computation is %wrapped at 's' but %other",
+    );
+    refused_by_verifier(
+        &chain("", ", async_execution_thread=\"main\""),
+        "async_execution_thread is \"side\"",
+    );
+    let sugar = "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  s = ((f32[4]), f32[8], s32[]) custom-call-start(p), custom_call_target=\"t\"\n  u = ((f32[4]), f32[8], s32[]) add-update(s)\n  ROOT d = f32[8] custom-call-done(u)\n}\n";
+    refused_by_verifier(sugar, "wrapped opcode is custom-call at 's' but add");
+    let twice = "HloModule m\nwrapped {\n  a = f32[4] parameter(0)\n  ROOT c = f32[8] custom-call(a), custom_call_target=\"t\"\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  s0 = ((f32[4]), f32[8], s32[]) async-start(p), calls=wrapped\n  d0 = f32[8] async-done(s0)\n  s1 = ((f32[4]), f32[8], s32[]) async-start(p), calls=wrapped\n  d1 = f32[8] async-done(s1)\n  ROOT t = (f32[8], f32[8]) tuple(d0, d1)\n}\n";
+    refused_by_verifier(twice, "wrapped by more than one async-start");
 }

@@ -77,6 +77,8 @@ impl<'a> Parser<'a> {
             });
             CompId(u32::MAX)
         };
+        self.c.skip_ws();
+        let value_pos = self.c.pos;
         let value = match key.kind() {
             ValueKind::Int => AttrValue::Int(self.c.int()?),
             ValueKind::Float => {
@@ -158,14 +160,38 @@ impl<'a> Parser<'a> {
                 // checked as a literal and kept as written.
                 self.c.skip_ws();
                 let start = self.c.pos;
-                let shape = self.shape()?;
-                self.literal(&shape)?;
+                self.shaped_literal()?;
                 AttrValue::Raw(self.c.src[start..self.c.pos].to_string())
             }
             ValueKind::Raw => AttrValue::Raw(self.c.raw_value()?.to_string()),
         };
+        check_value(key, &value).map_err(|m| self.err(value_pos, m))?;
         instr.attrs.push(Attribute { key, value });
         Ok(())
+    }
+
+    /// `SHAPE VALUE`, or a tuple of those in parentheses (XLA's literal
+    /// with its shape, as custom-call's `literal=` writes it).
+    fn shaped_literal(&mut self) -> PResult<()> {
+        self.enter()?;
+        let r = if self.c.eat(b'(') {
+            let mut first = true;
+            loop {
+                if self.c.eat(b')') {
+                    break Ok(());
+                }
+                if !first {
+                    self.c.expect(b',')?;
+                }
+                first = false;
+                self.shaped_literal()?;
+            }
+        } else {
+            let shape = self.shape()?;
+            self.literal(&shape).map(|_| ())
+        };
+        self.leave();
+        r
     }
 
     fn slice_value(&mut self) -> PResult<Vec<SliceDim>> {
@@ -365,5 +391,84 @@ impl<'a> Parser<'a> {
             output_feature: of,
             output_spatial: osp,
         })
+    }
+}
+
+/// Custom-call API versions XLA's parser takes (`API_VERSION_UNSPECIFIED`
+/// is refused).
+const API_VERSIONS: [&str; 4] = [
+    "API_VERSION_ORIGINAL",
+    "API_VERSION_STATUS_RETURNING",
+    "API_VERSION_STATUS_RETURNING_UNIFIED",
+    "API_VERSION_TYPED_FFI",
+];
+
+/// Checks the values whose spelling XLA's parser restricts beyond their
+/// kind: the custom-call `api_version` and `result_accuracy`.
+fn check_value(key: AttrKey, value: &AttrValue) -> Result<(), String> {
+    match (key, value) {
+        (AttrKey::ApiVersion, AttrValue::Ident(v)) if !API_VERSIONS.contains(&v.as_str()) => {
+            Err(format!(
+                "unknown custom-call api_version {v}, expected one of {}",
+                API_VERSIONS.join(", ")
+            ))
+        }
+        (AttrKey::ResultAccuracy, AttrValue::Raw(text)) => check_result_accuracy(text),
+        _ => Ok(()),
+    }
+}
+
+/// `{mode=default|highest}` or `{tolerance={atol=X,rtol=Y,ulps=Z}}` (each
+/// tolerance optional).
+fn check_result_accuracy(text: &str) -> Result<(), String> {
+    let inner = text
+        .strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))
+        .ok_or_else(|| {
+            format!("result_accuracy {text}: expected {{mode=...}} or {{tolerance={{...}}}}")
+        })?;
+    let Some((name, rest)) = inner.split_once('=') else {
+        return Err(format!(
+            "result_accuracy {text}: expected an attribute name (mode or tolerance)"
+        ));
+    };
+    match name.trim() {
+        "mode" => match rest.trim() {
+            "default" | "highest" => Ok(()),
+            other => Err(format!(
+                "unknown result_accuracy mode '{other}', expected default or highest"
+            )),
+        },
+        "tolerance" => {
+            let list = rest
+                .trim()
+                .strip_prefix('{')
+                .and_then(|t| t.strip_suffix('}'))
+                .ok_or_else(|| {
+                    format!(
+                        "result_accuracy tolerance {rest}: expected {{atol=...,rtol=...,ulps=...}}"
+                    )
+                })?;
+            for item in list.split(',').filter(|i| !i.trim().is_empty()) {
+                let (k, v) = item.split_once('=').unwrap_or((item, ""));
+                if !matches!(k.trim(), "atol" | "rtol" | "ulps") {
+                    return Err(format!(
+                        "invalid result_accuracy tolerance '{}', expected atol, rtol or ulps",
+                        k.trim()
+                    ));
+                }
+                if parse_f64(v.trim()).is_none() {
+                    return Err(format!(
+                        "result_accuracy tolerance {}: '{}' is not a number",
+                        k.trim(),
+                        v.trim()
+                    ));
+                }
+            }
+            Ok(())
+        }
+        other => Err(format!(
+            "invalid result_accuracy attribute name '{other}', expected mode or tolerance"
+        )),
     }
 }
