@@ -278,6 +278,61 @@ impl HloComputation {
     pub fn ids(&self) -> impl Iterator<Item = InstrId> {
         (0..self.instructions.len() as u32).map(InstrId)
     }
+    /// Replaces every use of `old` (as an operand or the root) by `new`; a
+    /// control dependency on `old` is dropped.
+    pub fn replace_uses(&mut self, old: InstrId, new: InstrId) {
+        for instr in &mut self.instructions {
+            for operand in instr.operands.iter_mut().filter(|o| **o == old) {
+                *operand = new;
+            }
+            instr.control_predecessors.retain(|&p| p != old);
+        }
+        if self.root == old {
+            self.root = new;
+        }
+    }
+    /// Keeps the instructions `keep` marks, in order, renumbering operands,
+    /// control predecessors, the parameter table and the root; returns how
+    /// many were removed. No kept instruction (nor the root) may refer to a
+    /// removed one.
+    pub fn retain_instructions(&mut self, keep: &[bool]) -> usize {
+        let n = self.instructions.len();
+        if keep.iter().take(n).all(|&k| k) {
+            return 0;
+        }
+        let mut map = vec![InstrId(u32::MAX); n];
+        let mut next = 0u32;
+        for (i, slot) in map.iter_mut().enumerate() {
+            if keep.get(i).copied().unwrap_or(true) {
+                *slot = InstrId(next);
+                next += 1;
+            }
+        }
+        let mut index = 0;
+        self.instructions.retain(|_| {
+            index += 1;
+            map[index - 1] != InstrId(u32::MAX)
+        });
+        self.parameters.clear();
+        for (id, instr) in self.instructions.iter_mut().enumerate() {
+            for o in instr.operands.iter_mut() {
+                *o = map[o.index()];
+            }
+            for p in instr.control_predecessors.iter_mut() {
+                *p = map[p.index()];
+            }
+            if instr.opcode == Opcode::Parameter {
+                if let Some(k) = instr.parameter_number.and_then(|k| usize::try_from(k).ok()) {
+                    if self.parameters.len() <= k {
+                        self.parameters.resize(k + 1, InstrId(u32::MAX));
+                    }
+                    self.parameters[k] = InstrId(id as u32);
+                }
+            }
+        }
+        self.root = map[self.root.index()];
+        n - self.instructions.len()
+    }
     /// The shape of the computation's result.
     pub fn result_shape(&self) -> &Shape {
         &self.root_instr().shape

@@ -246,7 +246,12 @@ pub(crate) fn check(at: &At, operands_ok: bool, r: &mut Report) -> bool {
             let index = operands_ok.then(|| at.operand_shape(0)).flatten();
             let pred_index = index
                 .and_then(|s| s.as_array())
-                .map(|a| a.element_type == PrimitiveType::Pred);
+                .and_then(|a| match a.element_type {
+                    PrimitiveType::Pred => Some(true),
+                    t if t.is_integer() => Some(false),
+                    // Any other index is the signature check's error.
+                    _ => None,
+                });
             match pred_index {
                 Some(true) if instr.has_attr(AttrKey::BranchComputations) => {
                     at.err(r, "a conditional on a pred[] index takes true_computation and false_computation, not branch_computations");

@@ -167,7 +167,7 @@ fn tables_parse_and_report_bad_lines() {
 
 #[test]
 fn table_overrides_by_name_after_conversion() {
-    let text = "HloModule r, num_partitions=8\n\n%add (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n  ROOT %z = f32[] add(%x, %y)\n}\n\nENTRY %e (a: f32[64]) -> f32[64] {\n  %a = f32[64]{0} parameter(0)\n  %n = f32[64]{0} negate(%a)\n  ROOT %rs = f32[8]{0} reduce-scatter(%n), channel_id=1, replica_groups=[1,8]<=[8], use_global_device_ids=true, dimensions={0}, to_apply=%add\n}\n";
+    let text = "HloModule r, num_partitions=8\n\n%add (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n  ROOT %z = f32[] add(%x, %y)\n}\n\nENTRY %e (a: f32[64]) -> f32[8] {\n  %a = f32[64]{0} parameter(0)\n  %n = f32[64]{0} negate(%a)\n  ROOT %rs = f32[8]{0} reduce-scatter(%n), channel_id=1, replica_groups=[1,8]<=[8], use_global_device_ids=true, dimensions={0}, to_apply=%add\n}\n";
     let mut m = parse(text);
     let base: Arc<dyn CostModel> = Arc::new(ApproximateCostModel);
     let table = CostTable::parse("n 3.5\nrs 77\n").unwrap();

@@ -3,8 +3,8 @@
 //! every aggressiveness level (`fixpoint`), aligns `shard_as` groups and
 //! runs the last level again, applies the output and parameter
 //! permissions, then writes the changed shardings back (untouched ones
-//! keep their original text) and turns `Sharding` custom-calls into
-//! copies.
+//! keep their original text), turns `Sharding` custom-calls into copies
+//! and removes shard barriers (their users read the barrier's operand).
 //!
 //! Invariants: user-provided shardings never change (only their
 //! unspecified dims are refined); the IR is edited only after propagation
@@ -195,11 +195,45 @@ pub(crate) fn propagate(
         apply_parameter_permissions(&mut state, &saved_params, &params);
     }
     stats.unsharded = state.shardings.iter().filter(|s| s.is_none()).count();
+    let barriers: Vec<(CompId, InstrId)> = (0..node_count as Node)
+        .filter(|&node| {
+            matches!(
+                state.graph.custom_call_kind(node),
+                CustomCallKind::ShardBarrierFrom | CustomCallKind::ShardBarrierTo
+            )
+        })
+        .map(|node| (state.graph.comp_of(node), state.graph.local(node)))
+        .collect();
     let updates = changed_shardings(state, &original);
     stats.inferred = updates.changed.len();
     write_back(module, updates, &sharding_calls.copies, &root_copy);
-    stats.changed = stats.inferred > 0 || !sharding_calls.copies.is_empty() || root_copy.is_some();
+    remove_shard_barriers(module, &barriers);
+    stats.changed = stats.inferred > 0
+        || !sharding_calls.copies.is_empty()
+        || root_copy.is_some()
+        || !barriers.is_empty();
     Ok(stats)
+}
+
+/// Replaces each `ShardBarrierFrom`/`ShardBarrierTo` by its operand (which
+/// keeps its own sharding) and removes it, as XLA does after propagation.
+fn remove_shard_barriers(module: &mut HloModule, barriers: &[(CompId, InstrId)]) {
+    let mut by_comp: FxHashMap<CompId, Vec<InstrId>> = FxHashMap::default();
+    for &(comp, id) in barriers {
+        by_comp.entry(comp).or_default().push(id);
+    }
+    for (comp_id, ids) in by_comp {
+        let comp = module.comp_mut(comp_id);
+        let mut keep = vec![true; comp.instructions.len()];
+        for id in ids {
+            let Some(&operand) = comp.instr(id).operands.first() else {
+                continue;
+            };
+            comp.replace_uses(id, operand);
+            keep[id.index()] = false;
+        }
+        comp.retain_instructions(&keep);
+    }
 }
 
 /// Whether a node has a manual sharding leaf or is a manual conversion.

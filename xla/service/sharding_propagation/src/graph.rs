@@ -60,6 +60,12 @@ pub(crate) enum CustomCallKind {
     Sharding,
     FullToShard,
     ShardToFull,
+    /// `ShardBarrierFrom`: shardings pass backward only (from its users to
+    /// its operand), never forward; removed after propagation.
+    ShardBarrierFrom,
+    /// `ShardBarrierTo`: shardings pass forward only; its users make it (and
+    /// so its operand) replicated; removed after propagation.
+    ShardBarrierTo,
     Other,
 }
 
@@ -77,6 +83,8 @@ fn custom_call_kind_of(instr: &HloInstruction) -> CustomCallKind {
         (Opcode::CustomCall, Some("Sharding")) => CustomCallKind::Sharding,
         (Opcode::CustomCall, Some("SPMDFullToShardShape")) => CustomCallKind::FullToShard,
         (Opcode::CustomCall, Some("SPMDShardToFullShape")) => CustomCallKind::ShardToFull,
+        (Opcode::CustomCall, Some("ShardBarrierFrom")) => CustomCallKind::ShardBarrierFrom,
+        (Opcode::CustomCall, Some("ShardBarrierTo")) => CustomCallKind::ShardBarrierTo,
         (Opcode::CustomCall, _) => CustomCallKind::Other,
         _ => CustomCallKind::None,
     }

@@ -179,7 +179,7 @@ ENTRY %e (p: f32[16,32], q: f32[16,32]) -> f32[16] {{
 #[test]
 fn concatenate_slice_pad_dynamic_slice() {
     let module = propagate(&format!(
-        "{HEADER}ENTRY %e (p: f32[32,8], q: f32[16,8], i: s32[]) -> f32[48,8] {{
+        "{HEADER}ENTRY %e (p: f32[32,8], q: f32[16,8], i: s32[]) -> f32[48,4] {{
   %p = f32[32,8] parameter(0), sharding={{devices=[8,1]<=[8]}}
   %q = f32[16,8] parameter(1), sharding={{devices=[8,1]<=[8]}}
   %i = s32[] parameter(2), sharding={{replicated}}
@@ -428,4 +428,33 @@ fn malformed_sharding_is_an_error_not_a_panic() {
     if let Ok(mut module) = xla_hlo_parser::parse_module(text) {
         assert!(ShardingPropagation::default().run(&mut module).is_err());
     }
+}
+
+#[test]
+fn shard_barriers_pass_one_way_and_are_removed() {
+    // ShardBarrierTo: the sharded broadcast below asks nothing of `c` but
+    // replication; ShardBarrierFrom: `m` is sharded by its user, `n` does
+    // not see `m`'s operand sharding.
+    let module = propagate(&format!(
+        "{HEADER}ENTRY %e (p: f32[16], q: f32[16,8]) -> (f32[4,16], f32[16,8]) {{
+  %p = f32[16] parameter(0)
+  %c = f32[16] copy(%p)
+  %to = f32[16] custom-call(%c), custom_call_target=\"ShardBarrierTo\", custom_call_has_side_effect=true
+  %b = f32[4,16] broadcast(%to), dimensions={{1}}
+  %bs = f32[4,16] copy(%b), sharding={{devices=[1,8]<=[8]}}
+  %q = f32[16,8] parameter(1), sharding={{devices=[8,1]<=[8]}}
+  %from = f32[16,8] custom-call(%q), custom_call_target=\"ShardBarrierFrom\", custom_call_has_side_effect=true
+  %n = f32[16,8] negate(%from)
+  %m = f32[16,8] copy(%n), sharding={{devices=[1,8]<=[8]}}
+  ROOT %t = (f32[4,16], f32[16,8]) tuple(%bs, %m)
+}}"
+    ));
+    check(&module, "c", Some("{replicated}"));
+    check(&module, "n", Some("{devices=[1,8]<=[8]}"));
+    assert!(module.find_instruction("to").is_none() && module.find_instruction("from").is_none());
+    let entry = module.entry_computation();
+    let broadcast = entry.instr(entry.find("b").unwrap());
+    assert_eq!(entry.instr(broadcast.operands[0]).name, "c");
+    let negate = entry.instr(entry.find("n").unwrap());
+    assert_eq!(entry.instr(negate.operands[0]).name, "q");
 }

@@ -489,32 +489,67 @@ pub(super) fn operand_sharding_from_scatter(
     } else {
         user_sharding.clone()
     };
-    if let (Some(output_leaf), Some(slice_sizes)) = (
-        output_sharding.as_single(),
-        scatter_slice_sizes(state, scatter),
-    ) {
-        if output_leaf.is_tiled() {
-            let (operand_dims, passthrough_update_dims) = dims::passthrough_dims(
+    if let Some(output_leaf) = output_sharding.as_single() {
+        if let Some(mut from_output) =
+            update_sharding_from_output(state, scatter, &parts, output_leaf, update_rank)
+        {
+            if from_indices.is_tiled() {
+                let min_tiles = from_output.num_tiles() + 1;
+                merge_sharding_if_compatible(&from_indices, min_tiles, &mut from_output);
+            }
+            if !from_output.is_tile_maximal() {
+                return Some(InstrSharding::Single(from_output));
+            }
+        }
+    }
+    (!from_indices.is_tile_maximal()).then_some(InstrSharding::Single(from_indices))
+}
+
+/// `ScatterUpdateShardingFromOutput`: what an update takes from the
+/// scatter's output sharding, the parallel dims first (explicit batching
+/// dims and iota-detected ones, as the partitioner prefers them), merged
+/// with the passthrough dims where compatible.
+fn update_sharding_from_output(
+    state: &PropagationState,
+    scatter: Node,
+    parts: &ScatterOperands,
+    output: &Sharding,
+    update_rank: usize,
+) -> Option<Sharding> {
+    let graph = &state.graph;
+    let dim_numbers = graph.instr(scatter).scatter_dimension_numbers();
+    let from_parallel = if output.is_tiled() {
+        let mut parallel_dims = explicit_scatter_batch_dims(&dim_numbers).unwrap_or_default();
+        if let Some(iota_dims) = iota_scatter_parallel_dims(state, scatter, parts) {
+            parallel_dims.operand.extend(iota_dims.operand);
+            parallel_dims.indices.extend(iota_dims.indices);
+            parallel_dims.output.extend(iota_dims.output);
+        }
+        (!parallel_dims.operand.is_empty()).then(|| {
+            propagate_along_dims(
+                output,
+                &parallel_dims.operand,
+                &parallel_dims.output,
+                update_rank,
+            )
+        })
+    } else {
+        // A tile-maximal or manual output is what the parallel dims give.
+        Some(output.clone())
+    };
+    let from_passthrough = match (output.is_tiled(), scatter_slice_sizes(state, scatter)) {
+        (true, Some(slice_sizes)) => {
+            let (operand_dims, update_dims) = dims::passthrough_dims(
                 graph.shape(parts.inputs[0]).dims(),
                 &dim_numbers.inserted_window_dims,
                 &dim_numbers.input_batching_dims,
                 &dim_numbers.update_window_dims,
                 &slice_sizes,
             );
-            let mut from_output = propagate_along_dims(
-                output_leaf,
-                &operand_dims,
-                &passthrough_update_dims,
-                update_rank,
-            );
-            if !from_output.is_tile_maximal() {
-                if from_indices.is_tiled() {
-                    let min_tiles = from_output.num_tiles() + 1;
-                    merge_sharding_if_compatible(&from_indices, min_tiles, &mut from_output);
-                }
-                return Some(InstrSharding::Single(from_output));
-            }
+            let candidate = propagate_along_dims(output, &operand_dims, &update_dims, update_rank);
+            (!candidate.is_tile_maximal()).then_some(candidate)
         }
-    }
-    (!from_indices.is_tile_maximal()).then_some(InstrSharding::Single(from_indices))
+        _ => None,
+    };
+    merge_either_way(from_parallel, from_passthrough)
 }

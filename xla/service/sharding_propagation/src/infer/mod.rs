@@ -140,6 +140,20 @@ impl PropagationState<'_> {
 
     /// The forward rule of `node`'s opcode.
     fn forward_rule(&mut self, node: Node, level: i64, may_combine: bool) -> bool {
+        match self.graph.custom_call_kind(node) {
+            CustomCallKind::ShardBarrierFrom => return false,
+            CustomCallKind::ShardBarrierTo => {
+                let Some(operand) = self.graph.operand(node, 0) else {
+                    return false;
+                };
+                let Some(sharding) = self.sharding(operand).cloned() else {
+                    return false;
+                };
+                let single_user = self.has_single_non_root_user(node);
+                return self.maybe_improve(node, sharding, may_combine, single_user);
+            }
+            _ => {}
+        }
         match self.graph.opcode(node) {
             elementwise_opcodes!() | Opcode::Map | Opcode::Rng => {
                 pass_through::elementwise_from_operands(self, node, may_combine)
@@ -330,6 +344,14 @@ impl PropagationState<'_> {
                 return changed;
             }
             if let Some(sharding) = self.sharding_from_user(node, user, level) {
+                // A ShardBarrierTo lets nothing through backward: whatever
+                // its users ask, it is replicated.
+                let sharding =
+                    if self.graph.custom_call_kind(node) == CustomCallKind::ShardBarrierTo {
+                        replicated_like(&sharding)
+                    } else {
+                        sharding
+                    };
                 improved |= self.maybe_improve(node, sharding, may_combine, false);
             }
         }
@@ -374,15 +396,22 @@ impl PropagationState<'_> {
     /// (`InferShardingFromShardGroup`): a manual member wins outright,
     /// otherwise each member of the same kind (tuple or array) is offered.
     pub fn infer_from_group(&mut self, node: Node, level: i64, members: &[Node]) -> bool {
-        if !self.can_propagate_through(node, level) || self.is_manual(node) {
+        if !self.can_propagate_through(node, level)
+            || self.is_manual(node)
+            || self.graph.custom_call_kind(node) == CustomCallKind::ShardBarrierTo
+        {
             return false;
         }
+        // Nothing flows out of a ShardBarrierFrom through its group.
+        let from_barrier = |state: &Self, member: Node| {
+            state.graph.custom_call_kind(member) == CustomCallKind::ShardBarrierFrom
+        };
         if self
             .sharding(node)
             .is_none_or(InstrSharding::is_tile_maximal)
         {
             for &member in members {
-                if member == node {
+                if member == node || from_barrier(self, member) {
                     continue;
                 }
                 if let Some(manual) = self.sharding(member).filter(|s| s.is_manual()).cloned() {
@@ -395,7 +424,7 @@ impl PropagationState<'_> {
         let is_tuple = self.graph.shape(node).is_tuple();
         let mut changed = false;
         for &member in members {
-            if member == node {
+            if member == node || from_barrier(self, member) {
                 continue;
             }
             if let Some(sharding) = self.sharding(member).cloned() {
@@ -445,4 +474,14 @@ fn lookahead_user_sharding(state: &mut PropagationState<'_>, node: Node) -> Opti
         state.shardings[link as usize] = None;
     }
     sharding
+}
+
+/// Replicated, in the form (array or tuple) of `sharding`.
+fn replicated_like(sharding: &InstrSharding) -> InstrSharding {
+    match sharding {
+        InstrSharding::Single(_) => InstrSharding::Single(Sharding::Replicated),
+        InstrSharding::Tuple(leaves) => {
+            InstrSharding::Tuple(vec![Sharding::Replicated; leaves.len()].into())
+        }
+    }
 }

@@ -5,7 +5,7 @@
 //! Invariant: pure predicates of the graph and the pass's permissions; they
 //! read no sharding.
 
-use crate::graph::{Graph, Node};
+use crate::graph::{CustomCallKind, Graph, Node};
 use crate::opcodes::{elementwise_opcodes, opcodes_without_rules};
 use xla_hlo_ir::Opcode;
 
@@ -87,7 +87,13 @@ pub(super) fn supports_spatial_partitioning(
         Opcode::Constant | Opcode::Infeed | Opcode::Iota | Opcode::RngBitGenerator => true,
         Opcode::AllReduce | Opcode::CollectivePermute | Opcode::ReduceScatter => true,
         Opcode::Parameter => allow_params || graph.in_partitioned_callee(node),
-        Opcode::CustomCall => is_pass_through_custom_call(graph, node),
+        Opcode::CustomCall => {
+            is_pass_through_custom_call(graph, node)
+                || matches!(
+                    graph.custom_call_kind(node),
+                    CustomCallKind::ShardBarrierFrom | CustomCallKind::ShardBarrierTo
+                )
+        }
         Opcode::AllGather
         | Opcode::AllToAll
         | Opcode::CollectiveBroadcast

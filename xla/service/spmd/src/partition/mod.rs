@@ -247,44 +247,7 @@ pub fn dce(comp: &mut HloComputation) -> usize {
         stack.extend(instr.operands.iter().map(|o| o.index()));
         stack.extend(instr.control_predecessors.iter().map(|o| o.index()));
     }
-    if live.iter().all(|&l| l) {
-        return 0;
-    }
-    // Compacted in place (no second arena): new ids first, then the dead
-    // dropped, then the survivors' references renumbered.
-    let mut map = vec![InstrId(u32::MAX); n];
-    let mut next = 0u32;
-    for (i, &l) in live.iter().enumerate() {
-        if l {
-            map[i] = InstrId(next);
-            next += 1;
-        }
-    }
-    let mut index = 0;
-    comp.instructions.retain(|_| {
-        index += 1;
-        live[index - 1]
-    });
-    comp.parameters.clear();
-    for (id, instr) in comp.instructions.iter_mut().enumerate() {
-        for o in instr.operands.iter_mut() {
-            *o = map[o.index()];
-        }
-        for p in instr.control_predecessors.iter_mut() {
-            *p = map[p.index()];
-        }
-        if instr.opcode == Opcode::Parameter {
-            if let Some(k) = instr.parameter_number.and_then(|k| usize::try_from(k).ok()) {
-                if comp.parameters.len() <= k {
-                    comp.parameters.resize(k + 1, InstrId(u32::MAX));
-                }
-                comp.parameters[k] = InstrId(id as u32);
-            }
-        }
-    }
-    let removed = n - comp.instructions.len();
-    comp.root = map[comp.root.index()];
-    removed
+    comp.retain_instructions(&live)
 }
 
 impl<'a, 'c> Part<'a, 'c> {
