@@ -458,3 +458,27 @@ fn shard_barriers_pass_one_way_and_are_removed() {
     let negate = entry.instr(entry.find("n").unwrap());
     assert_eq!(entry.instr(negate.operands[0]).name, "q");
 }
+
+#[test]
+fn index_parallel_scatter_backward() {
+    // The indices are an iota along the scattered dim, so row i of the
+    // updates lands in row i of the output: the output's tiles on that dim
+    // go to the updates' (and the indices') parallel dim.
+    let module = propagate(&format!(
+        "{HEADER}%add (x: f32[], y: f32[]) -> f32[] {{
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}}
+
+ENTRY %e (p: f32[8,16], u: f32[8,16]) -> f32[8,16] {{
+  %p = f32[8,16] parameter(0)
+  %u = f32[8,16] parameter(1)
+  %updates = f32[8,16] copy(%u)
+  %indices = s32[8,1] iota(), iota_dimension=0
+  %scatter = f32[8,16] scatter(%p, %indices, %updates), update_window_dims={{1}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=%add, sharding={{devices=[8,1]<=[8]}}
+  ROOT %r = f32[8,16] copy(%scatter)
+}}"
+    ));
+    check(&module, "updates", Some("{devices=[8,1]<=[8]}"));
+}
