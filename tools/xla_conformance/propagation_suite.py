@@ -19,7 +19,8 @@ For each TEST / TEST_F / TEST_P in that file:
       allow_spmd_sharding_propagation_to_output={false},
       allow_spmd_sharding_propagation_to_parameters={false},
       cse_prevention_only=false.
-    Our pass always runs as XLA's SPMD pipeline does (is_spmd=true); it takes
+    is_spmd=false is passed as `--sharding-propagation-is-spmd=false` (when
+    the hlo-opt given has that flag). Our pass takes
     the two allow_* permissions from the module header
     (`HloModule m, allow_spmd_sharding_propagation_to_output={true}`), so
     they are written there (--no-header-options: leave the header alone).
@@ -1052,8 +1053,8 @@ def with_header_options(text, options):
 # Running ours.
 
 
-def run_hlo_opt(hlo_opt, path, out, passes, timeout):
-    cmd = [hlo_opt, path, "-o", out] + (["--passes=" + passes] if passes else [])
+def run_hlo_opt(hlo_opt, path, out, passes, timeout, extra=()):
+    cmd = [hlo_opt, path, "-o", out] + (["--passes=" + passes] if passes else []) + list(extra)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -1068,6 +1069,17 @@ def run_hlo_opt(hlo_opt, path, out, passes, timeout):
     return proc.returncode == 0, message
 
 
+_IS_SPMD_FLAG = {}
+
+
+def supports_is_spmd(hlo_opt):
+    """Whether this hlo-opt takes --sharding-propagation-is-spmd."""
+    if hlo_opt not in _IS_SPMD_FLAG:
+        proc = subprocess.run([hlo_opt, "--help"], capture_output=True, text=True)
+        _IS_SPMD_FLAG[hlo_opt] = "--sharding-propagation-is-spmd" in proc.stdout
+    return _IS_SPMD_FLAG[hlo_opt]
+
+
 def evaluate(record, hlo_opt, out_dir, index, header_options, timeout):
     base = "t%03d_%s" % (index, record["test"])
     source = os.path.join(out_dir, base + ".hlo")
@@ -1080,7 +1092,10 @@ def evaluate(record, hlo_opt, out_dir, index, header_options, timeout):
         f.write(text)
     record["file"] = source
     ok_in, msg_in = run_hlo_opt(hlo_opt, source, printed_in, None, timeout)
-    ok_out, msg_out = run_hlo_opt(hlo_opt, source, printed_out, "sharding-propagation", timeout)
+    extra = []
+    if record["options"]["is_spmd"] is not True and supports_is_spmd(hlo_opt):
+        extra.append("--sharding-propagation-is-spmd=false")
+    ok_out, msg_out = run_hlo_opt(hlo_opt, source, printed_out, "sharding-propagation", timeout, extra)
     record["ours_ok"] = ok_out
     if not ok_in:
         record["refused"] = "parse/verify: " + msg_in

@@ -54,6 +54,13 @@ struct Args {
     /// the module header's num_partitions.
     #[arg(long, value_name = "N")]
     num_partitions: Option<i64>,
+    /// XLA's `is_spmd` for sharding-propagation: true propagates for the
+    /// SPMD partitioner; false as XLA's pass for per-device placement
+    /// (partial shardings never merge; custom-calls, reverses and rng take
+    /// no tiles; concatenate operands tiled on the devices their rows land
+    /// on; no gather/scatter parallel or passthrough dims)
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    sharding_propagation_is_spmd: bool,
     /// Write the module after each pass to DIR/NN.<pass>.hlo.
     #[arg(long, value_name = "DIR", requires = "passes")]
     dump_after_each: Option<PathBuf>,
@@ -152,6 +159,10 @@ fn run_passes(
     let options = xla_pipelines::PipelineOptions {
         scheduler: scheduler_config(args),
         cost_model: model.clone(),
+        propagation: xla_pipelines::ShardingPropagationOptions {
+            is_spmd: args.sharding_propagation_is_spmd,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut pipeline = xla_pipelines::pipeline(&options, "hlo-opt", &args.passes.join(","))?

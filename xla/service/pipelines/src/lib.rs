@@ -19,6 +19,7 @@ use xla_hlo_ir::HloModule;
 use xla_hlo_pass::{Pass, PassError, PassRegistry, Pipeline};
 use xla_latency_hiding_scheduler::{CostModel, SchedulerConfig};
 pub use xla_sharding_propagation::shardy_import;
+pub use xla_sharding_propagation::ShardingPropagationOptions;
 use xla_spmd_partitioner::{PartitionSummary, SpmdOptions, SpmdPartitioner};
 
 /// Names of the passes of XLA's SPMD pipeline, in order: propagation, then
@@ -42,6 +43,8 @@ pub struct PipelineOptions {
     pub cost_model: Arc<dyn CostModel>,
     /// Filled by every run of `spmd-partitioning` built from these options.
     pub partition_summary: SummaryCell,
+    /// Options of `sharding-propagation` (XLA's `is_spmd`, permissions, ...).
+    pub propagation: ShardingPropagationOptions,
 }
 
 impl Default for PipelineOptions {
@@ -53,6 +56,7 @@ impl Default for PipelineOptions {
             scheduler: SchedulerConfig::default(),
             cost_model: default_cost_model(),
             partition_summary: SummaryCell::default(),
+            propagation: Default::default(),
         }
     }
 }
@@ -79,7 +83,10 @@ pub fn registry(options: &PipelineOptions) -> PassRegistry {
     registry.register(
         "sharding-propagation",
         "complete user shardings to every instruction (XLA's GSPMD propagation; on a module with Shardy annotations, Shardy's propagation as sdy-propagation)",
-        || Box::new(xla_sharding_propagation::ShardingPropagation::default()),
+        {
+            let propagation = options.propagation.clone();
+            move || Box::new(xla_sharding_propagation::ShardingPropagation::new(propagation.clone()))
+        },
     );
     registry.register(
         "complete-shardings",

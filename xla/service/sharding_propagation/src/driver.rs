@@ -161,6 +161,7 @@ pub(crate) fn propagate(
         allow_output: outputs.any,
         allow_params: params.any,
         manual_possible: true,
+        is_spmd: options.is_spmd,
     };
     let sharding_calls = process_sharding_calls(&mut state, options, &mut names)?;
     stats.copies = sharding_calls.copies.len();

@@ -256,7 +256,7 @@ impl<'a> FixPoint<'a> {
         }
         let members = self.groups.members(node).unwrap_or(&[]).to_vec();
         if self.provided[node as usize] {
-            if !may_combine_partial(level) || !self.unspecified.contains_key(&node) {
+            if !state.may_combine(level) || !self.unspecified.contains_key(&node) {
                 return false;
             }
             let mut refined = false;
@@ -330,7 +330,7 @@ impl<'a> FixPoint<'a> {
         node: Node,
         level: i64,
     ) -> bool {
-        if !may_combine_partial(level)
+        if !state.may_combine(level)
             || !self.unspecified.contains_key(&node)
             || feeds_manual_conversion(state, node)
         {
@@ -406,7 +406,7 @@ impl<'a> FixPoint<'a> {
         node: Node,
         level: i64,
     ) -> bool {
-        if !may_combine_partial(level)
+        if !state.may_combine(level)
             || !self.unspecified.contains_key(&node)
             || feeds_manual_conversion(state, node)
         {

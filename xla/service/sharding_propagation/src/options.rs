@@ -20,6 +20,14 @@ pub struct ShardingPropagationOptions {
     /// (`sdy-propagation`, as XLA's `shardy-xla`); otherwise import them and
     /// run GSPMD's.
     pub shardy_propagation: bool,
+    /// XLA's `is_spmd`: propagate for the SPMD partitioner (the default).
+    /// When false, as XLA's pass for per-device placement: partial
+    /// shardings never merge, custom-calls and reverses take no tiled
+    /// sharding, rng is not elementwise, an operand is tiled by a
+    /// concatenate user on the devices its slice lands on, a broadcast
+    /// user sharded on new dims, a reduce over sharded dims and gathers and
+    /// scatters on their parallel or passthrough dims give nothing tiled.
+    pub is_spmd: bool,
 }
 
 impl Default for ShardingPropagationOptions {
@@ -29,6 +37,7 @@ impl Default for ShardingPropagationOptions {
             allow_propagation_to_output: None,
             allow_propagation_to_parameters: None,
             shardy_propagation: true,
+            is_spmd: true,
         }
     }
 }

@@ -30,6 +30,19 @@ pub(crate) struct PropagationState<'m> {
     /// Some node is manual or converts to or from manual: without one, no
     /// rule can produce a manual sharding, and the manual rules are skipped.
     pub manual_possible: bool,
+    /// XLA's `is_spmd`: shardings are for the SPMD partitioner (partial
+    /// shardings merge, custom-calls and reverses take tiles, ...); when
+    /// false, for XLA's older per-device placement (see
+    /// `ShardingPropagationOptions::is_spmd`).
+    pub is_spmd: bool,
+}
+
+impl PropagationState<'_> {
+    /// Whether partial shardings may be combined at `level` (XLA's
+    /// `is_spmd && aggressiveness > 0`).
+    pub fn may_combine(&self, level: i64) -> bool {
+        self.is_spmd && crate::level::may_combine_partial(level)
+    }
 }
 
 /// The non-negative entries of `dims`, as indices.

@@ -482,3 +482,46 @@ ENTRY %e (p: f32[8,16], u: f32[8,16]) -> f32[8,16] {{
     ));
     check(&module, "updates", Some("{devices=[8,1]<=[8]}"));
 }
+
+#[test]
+fn non_spmd_mode_places_operands_on_device_subsets() {
+    // is_spmd=false (XLA's per-device placement): a concatenate tiled on
+    // its concatenated dim asks each operand to live on the devices its
+    // rows land on (when more than one); a broadcast tiled on a new dim asks nothing; SPMD asks
+    // every operand for the result's sharding.
+    let text = format!(
+        "{HEADER}ENTRY %e (a: f32[6,4], b: f32[2,4], p: f32[4]) -> (f32[8,4], f32[2,4]) {{
+  %a = f32[6,4] parameter(0)
+  %b = f32[2,4] parameter(1)
+  %ca = f32[6,4] copy(%a)
+  %cb = f32[2,4] copy(%b)
+  %c = f32[8,4] concatenate(%ca, %cb), dimensions={{0}}, sharding={{devices=[4,1]0,1,2,3}}
+  %p = f32[4] parameter(2)
+  %cp = f32[4] copy(%p)
+  %bc = f32[2,4] broadcast(%cp), dimensions={{1}}, sharding={{devices=[2,1]0,1}}
+  ROOT %t = (f32[8,4], f32[2,4]) tuple(%c, %bc)
+}}"
+    );
+    let run = |is_spmd: bool| {
+        let mut module = xla_hlo_parser::parse_module(&text).unwrap();
+        let options = ShardingPropagationOptions {
+            is_spmd,
+            ..Default::default()
+        };
+        ShardingPropagation::new(options).run(&mut module).unwrap();
+        module
+    };
+    let placed = run(false);
+    check(&placed, "ca", Some("{devices=[3,1]0,1,2}"));
+    // Its rows land on device 3 alone: XLA offers a maximal sharding, which
+    // propagation never takes.
+    check(&placed, "cb", None);
+    check(&placed, "cp", None);
+    let spmd = run(true);
+    check(&spmd, "ca", Some("{devices=[4,1]0,1,2,3}"));
+    check(
+        &spmd,
+        "cp",
+        Some("{devices=[2]0,1 last_tile_dim_replicate}"),
+    );
+}

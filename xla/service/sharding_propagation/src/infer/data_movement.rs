@@ -14,7 +14,7 @@ use crate::level::PASS_THROUGH_LEVEL;
 use crate::state::PropagationState;
 use xla_hlo_ir::Opcode;
 use xla_hlo_utils::ops::partially_replicate_on_dims;
-use xla_hlo_utils::InstrSharding;
+use xla_hlo_utils::{InstrSharding, Sharding, TileArray};
 
 /// The dims whose sizes differ between a slice-like op's result and the
 /// operand it slices.
@@ -122,13 +122,74 @@ pub(super) fn dynamic_update_slice_from_operands(
 }
 
 pub(super) fn operand_sharding_from_concatenate(
+    graph: &Graph,
+    operand: Node,
+    concatenate: Node,
     level: i64,
     user_sharding: &InstrSharding,
+    is_spmd: bool,
 ) -> Option<InstrSharding> {
     if level == PASS_THROUGH_LEVEL {
         return None;
     }
-    Some(user_sharding.clone())
+    // SPMD tiles every operand on all devices, like the result; outside
+    // SPMD an operand concatenated along a tiled dim is tiled on the
+    // devices its rows land on.
+    let (false, Some(leaf)) = (is_spmd, user_sharding.as_single()) else {
+        return Some(user_sharding.clone());
+    };
+    let instr = graph.instr(concatenate);
+    let cdim = instr
+        .dimensions()
+        .first()
+        .and_then(|&d| usize::try_from(d).ok())?;
+    let Some(tiled) = leaf.as_tiled() else {
+        return Some(user_sharding.clone());
+    };
+    if leaf.tile_dim(cdim) == 1 || !tiled.subgroups().is_empty() {
+        return Some(user_sharding.clone());
+    }
+    let mut start_offset = 0;
+    for other in graph.operands(concatenate) {
+        if other == operand {
+            break;
+        }
+        start_offset += graph.shape(other).dims().get(cdim).copied().unwrap_or(0);
+    }
+    let tiles = tiled.tiles();
+    let tile_size = ceil_div(instr.shape.dims().get(cdim).copied()?, tiles.dim(cdim));
+    let length = graph.shape(operand).dims().get(cdim).copied()?;
+    let first = start_offset / tile_size;
+    let end = ceil_div(start_offset + length, tile_size).min(tiles.dim(cdim));
+    let mut dims = tiles.dims().to_vec();
+    dims[cdim] = (end - first).max(1);
+    let mut devices = Vec::new();
+    let count: i64 = dims.iter().product();
+    let mut index = vec![0i64; dims.len()];
+    for _ in 0..count {
+        let mut at = index.clone();
+        at[cdim] += first;
+        devices.push(tiles.get(&at));
+        for d in (0..dims.len()).rev() {
+            index[d] += 1;
+            if index[d] < dims[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    if devices.len() == 1 {
+        return Some(InstrSharding::Single(Sharding::Maximal(devices[0])));
+    }
+    let tiles = TileArray::new(dims, devices).ok()?;
+    Some(InstrSharding::Single(Sharding::tile(tiles)))
+}
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    if b <= 0 {
+        return a;
+    }
+    (a + b - 1) / b
 }
 
 /// What a dynamic-slice asks of its operand, or a dynamic-update-slice of

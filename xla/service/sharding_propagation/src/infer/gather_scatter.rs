@@ -121,6 +121,10 @@ pub(super) fn gather_from_operands(
             changed |= state.maybe_improve_array(gather, candidate, may_combine, false);
         }
     }
+    // The parallel and passthrough dims are for the SPMD partitioner.
+    if !state.is_spmd {
+        return changed;
+    }
     let parallel_dims = iota_gather_parallel_dims(state, gather);
     if let Some(parallel_dims) = &parallel_dims {
         changed |= gather_from_parallel_dims(state, gather, parallel_dims, may_combine);
@@ -181,7 +185,7 @@ pub(super) fn operand_sharding_from_gather(
             operand_rank,
         )));
     }
-    if graph.operand(gather, 0) != Some(operand) {
+    if graph.operand(gather, 0) != Some(operand) || !state.is_spmd {
         return None;
     }
     if !gather_sharding.is_tiled() {
@@ -388,6 +392,19 @@ pub(super) fn scatter_from_operands(
     if let Some(batch_dims) = explicit_scatter_batch_dims(&dim_numbers) {
         changed |= scatter_from_parallel_dims(state, scatter, &parts, &batch_dims, may_combine);
     }
+    if !state.is_spmd {
+        // Outside SPMD a scatter's outputs are replicated.
+        for index in 0..parts.inputs.len() {
+            changed |= state.maybe_improve_element(
+                scatter,
+                Sharding::Replicated,
+                index,
+                may_combine,
+                false,
+            );
+        }
+        return changed;
+    }
     for (index, &input) in parts.inputs.iter().enumerate() {
         if let Some(sharding) = state.partitioned_array_sharding(input).cloned() {
             changed |= state.maybe_improve_element(scatter, sharding, index, may_combine, false);
@@ -489,7 +506,7 @@ pub(super) fn operand_sharding_from_scatter(
     } else {
         user_sharding.clone()
     };
-    if let Some(output_leaf) = output_sharding.as_single() {
+    if let Some(output_leaf) = output_sharding.as_single().filter(|_| state.is_spmd) {
         if let Some(mut from_output) =
             update_sharding_from_output(state, scatter, &parts, output_leaf, update_rank)
         {

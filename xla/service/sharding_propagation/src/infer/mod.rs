@@ -31,9 +31,7 @@ mod tuples_and_control;
 
 use crate::dims;
 use crate::graph::{CustomCallKind, Node};
-use crate::level::{
-    may_combine_partial, BROADCAST_FROM_USERS_LEVEL, MAX_LEVEL, PASS_THROUGH_LEVEL,
-};
+use crate::level::{BROADCAST_FROM_USERS_LEVEL, MAX_LEVEL, PASS_THROUGH_LEVEL};
 use crate::opcodes::{elementwise_opcodes, has_side_effect, opcodes_without_rules};
 use crate::state::{normalize, PropagationState};
 use partitionable::supports_spatial_partitioning;
@@ -60,8 +58,9 @@ impl PropagationState<'_> {
         if let Some(changed) = self.manual_from_operands(node, level) {
             return changed;
         }
-        let may_combine = may_combine_partial(level);
-        if !supports_spatial_partitioning(&self.graph, node, self.allow_output, false) {
+        let may_combine = self.may_combine(level);
+        if !supports_spatial_partitioning(&self.graph, node, self.allow_output, false, self.is_spmd)
+        {
             return self.replicated_from_operands(node, may_combine);
         }
         self.forward_rule(node, level, may_combine)
@@ -228,12 +227,12 @@ impl PropagationState<'_> {
         if !self.can_propagate_through(user, level) || !self.is_spatially_partitioned(user) {
             return None;
         }
-        let may_combine = may_combine_partial(level);
+        let may_combine = self.may_combine(level);
         let graph = &self.graph;
         let user_sharding = self.sharding(user)?;
         match graph.opcode(user) {
             Opcode::Broadcast => {
-                reshaping::operand_sharding_from_broadcast(graph, user, user_sharding)
+                reshaping::operand_sharding_from_broadcast(graph, user, user_sharding, self.is_spmd)
             }
             Opcode::Reshape => {
                 reshaping::operand_sharding_from_reshape(graph, operand, user, user_sharding)
@@ -242,9 +241,14 @@ impl PropagationState<'_> {
             Opcode::Transpose => {
                 reshaping::operand_sharding_from_transpose(graph, user, user_sharding)
             }
-            Opcode::Concatenate => {
-                data_movement::operand_sharding_from_concatenate(level, user_sharding)
-            }
+            Opcode::Concatenate => data_movement::operand_sharding_from_concatenate(
+                graph,
+                operand,
+                user,
+                level,
+                user_sharding,
+                self.is_spmd,
+            ),
             Opcode::DynamicSlice | Opcode::DynamicUpdateSlice => {
                 data_movement::operand_sharding_from_dynamic_slice(
                     graph,
@@ -326,10 +330,11 @@ impl PropagationState<'_> {
         if let Some(changed) = self.manual_from_users(node, level) {
             return changed;
         }
-        if !supports_spatial_partitioning(&self.graph, node, false, self.allow_params) {
+        if !supports_spatial_partitioning(&self.graph, node, false, self.allow_params, self.is_spmd)
+        {
             return false;
         }
-        let may_combine = may_combine_partial(level);
+        let may_combine = self.may_combine(level);
         let mut improved = false;
         for k in 0..self.graph.users(node).len() {
             let user = self.graph.users(node)[k];
@@ -420,7 +425,7 @@ impl PropagationState<'_> {
                 }
             }
         }
-        let may_combine = may_combine_partial(level);
+        let may_combine = self.may_combine(level);
         let is_tuple = self.graph.shape(node).is_tuple();
         let mut changed = false;
         for &member in members {

@@ -51,12 +51,13 @@ pub(super) fn is_pass_through_custom_call(graph: &Graph, node: Node) -> bool {
 /// `SupportSpatialPartitioning`: whether `node` may get a tiled sharding.
 /// Roots of computations no while/conditional/call partitions never do,
 /// except the entry root when `allow_output`; entry parameters only when
-/// `allow_params`.
+/// `allow_params`; rng, reverse and custom-calls only for SPMD.
 pub(super) fn supports_spatial_partitioning(
     graph: &Graph,
     node: Node,
     allow_output: bool,
     allow_params: bool,
+    is_spmd: bool,
 ) -> bool {
     if graph.is_root(node)
         && !graph.in_partitioned_callee(node)
@@ -65,7 +66,8 @@ pub(super) fn supports_spatial_partitioning(
         return false;
     }
     match graph.opcode(node) {
-        elementwise_opcodes!() | Opcode::Map | Opcode::Rng => true,
+        elementwise_opcodes!() | Opcode::Map => true,
+        Opcode::Rng | Opcode::Reverse => is_spmd,
         Opcode::Broadcast
         | Opcode::Concatenate
         | Opcode::DynamicSlice
@@ -73,7 +75,6 @@ pub(super) fn supports_spatial_partitioning(
         | Opcode::Gather
         | Opcode::Pad
         | Opcode::Reshape
-        | Opcode::Reverse
         | Opcode::Scatter
         | Opcode::Slice
         | Opcode::Transpose => true,
@@ -88,11 +89,11 @@ pub(super) fn supports_spatial_partitioning(
         Opcode::AllReduce | Opcode::CollectivePermute | Opcode::ReduceScatter => true,
         Opcode::Parameter => allow_params || graph.in_partitioned_callee(node),
         Opcode::CustomCall => {
-            is_pass_through_custom_call(graph, node)
-                || matches!(
-                    graph.custom_call_kind(node),
-                    CustomCallKind::ShardBarrierFrom | CustomCallKind::ShardBarrierTo
-                )
+            let barrier = matches!(
+                graph.custom_call_kind(node),
+                CustomCallKind::ShardBarrierFrom | CustomCallKind::ShardBarrierTo
+            );
+            is_spmd && (barrier || is_pass_through_custom_call(graph, node))
         }
         Opcode::AllGather
         | Opcode::AllToAll

@@ -42,7 +42,11 @@ pub(super) fn reduce_from_operands(
             changed |= state.maybe_improve_element(node, sharding, k, may_combine, single_user);
             continue;
         }
-        let candidate = if sharding.is_replicated() {
+        // Outside SPMD, reducing over a sharded dim replicates the result.
+        let reduces_sharded_dim = !state.is_spmd
+            && sharding.is_tiled()
+            && reduced_dims.iter().any(|&d| sharding.tile_dim(d) > 1);
+        let candidate = if sharding.is_replicated() || reduces_sharded_dim {
             replicate_all_data_dims(&sharding, None)
         } else {
             let replicated = partially_replicate_on_dims(&sharding, &reduced_dims);

@@ -98,15 +98,27 @@ pub(super) fn reverse_from_operand(
 }
 
 /// A broadcast's operand keeps the tiles of the dims it maps to.
+/// A broadcast's operand takes its user's tiles on the operand's dims;
+/// outside SPMD, nothing when the user is tiled on a new dim.
 pub(super) fn operand_sharding_from_broadcast(
     graph: &Graph,
     broadcast: Node,
     user_sharding: &InstrSharding,
+    is_spmd: bool,
 ) -> Option<InstrSharding> {
     let instr = graph.instr(broadcast);
+    let user = user_sharding.as_single()?;
+    let operand_dims = non_negative_dims(instr.dimensions());
+    if !is_spmd && user.is_tiled() {
+        let tiled_new_dim =
+            (0..instr.shape.rank()).any(|d| !operand_dims.contains(&d) && user.tile_dim(d) > 1);
+        if tiled_new_dim {
+            return None;
+        }
+    }
     Some(InstrSharding::Single(broadcast_operand_sharding(
-        user_sharding.as_single()?,
-        &non_negative_dims(instr.dimensions()),
+        user,
+        &operand_dims,
         instr.shape.rank(),
     )))
 }
