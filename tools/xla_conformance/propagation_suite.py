@@ -19,8 +19,10 @@ For each TEST / TEST_F / TEST_P in that file:
       allow_spmd_sharding_propagation_to_output={false},
       allow_spmd_sharding_propagation_to_parameters={false},
       cse_prevention_only=false.
-    is_spmd=false is passed as `--sharding-propagation-is-spmd=false` (when
-    the hlo-opt given has that flag). Our pass takes
+    is_spmd=false is passed as `--sharding-propagation-is-spmd=false`, and
+    every test runs with `--sharding-propagation-inline-calls=false` (XLA's
+    pass alone does not inline calls; its pipeline does, before it), when
+    the hlo-opt given has those flags. Our pass takes
     the two allow_* permissions from the module header
     (`HloModule m, allow_spmd_sharding_propagation_to_output={true}`), so
     they are written there (--no-header-options: leave the header alone).
@@ -1069,15 +1071,15 @@ def run_hlo_opt(hlo_opt, path, out, passes, timeout, extra=()):
     return proc.returncode == 0, message
 
 
-_IS_SPMD_FLAG = {}
+_HELP = {}
 
 
-def supports_is_spmd(hlo_opt):
-    """Whether this hlo-opt takes --sharding-propagation-is-spmd."""
-    if hlo_opt not in _IS_SPMD_FLAG:
+def supports_flag(hlo_opt, flag):
+    """Whether this hlo-opt takes `flag` (older builds lack the newer ones)."""
+    if hlo_opt not in _HELP:
         proc = subprocess.run([hlo_opt, "--help"], capture_output=True, text=True)
-        _IS_SPMD_FLAG[hlo_opt] = "--sharding-propagation-is-spmd" in proc.stdout
-    return _IS_SPMD_FLAG[hlo_opt]
+        _HELP[hlo_opt] = proc.stdout
+    return flag in _HELP[hlo_opt]
 
 
 def evaluate(record, hlo_opt, out_dir, index, header_options, timeout):
@@ -1093,7 +1095,10 @@ def evaluate(record, hlo_opt, out_dir, index, header_options, timeout):
     record["file"] = source
     ok_in, msg_in = run_hlo_opt(hlo_opt, source, printed_in, None, timeout)
     extra = []
-    if record["options"]["is_spmd"] is not True and supports_is_spmd(hlo_opt):
+    if supports_flag(hlo_opt, "--sharding-propagation-inline-calls"):
+        # XLA's pass alone does not inline calls (its pipeline does, first).
+        extra.append("--sharding-propagation-inline-calls=false")
+    if record["options"]["is_spmd"] is not True and supports_flag(hlo_opt, "--sharding-propagation-is-spmd"):
         extra.append("--sharding-propagation-is-spmd=false")
     ok_out, msg_out = run_hlo_opt(hlo_opt, source, printed_out, "sharding-propagation", timeout, extra)
     record["ours_ok"] = ok_out

@@ -61,6 +61,11 @@ struct Args {
     /// on; no gather/scatter parallel or passthrough dims)
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     sharding_propagation_is_spmd: bool,
+    /// Whether sharding-propagation first inlines calls, as XLA's SPMD
+    /// pipeline does before propagation; false propagates through them, as
+    /// XLA's ShardingPropagation pass alone (its unit tests) does
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    sharding_propagation_inline_calls: bool,
     /// Write the module after each pass to DIR/NN.<pass>.hlo.
     #[arg(long, value_name = "DIR", requires = "passes")]
     dump_after_each: Option<PathBuf>,
@@ -161,6 +166,7 @@ fn run_passes(
         cost_model: model.clone(),
         propagation: xla_pipelines::ShardingPropagationOptions {
             is_spmd: args.sharding_propagation_is_spmd,
+            inline_calls: args.sharding_propagation_inline_calls,
             ..Default::default()
         },
         ..Default::default()

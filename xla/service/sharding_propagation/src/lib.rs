@@ -102,7 +102,7 @@ impl Pass for ShardingPropagation {
             return SdyPropagation.run(module);
         }
         let imported = ShardyImport.run(module)?;
-        let prepared = pre_spmd::run(module);
+        let prepared = pre_spmd::run(module, self.options.inline_calls);
         let stats =
             driver::propagate(module, &self.options).map_err(|message| PassError::Failed {
                 pass: "sharding-propagation".into(),
@@ -162,7 +162,7 @@ impl Pass for SdyPropagation {
             pass: "sdy-propagation".into(),
             message,
         };
-        let prepared = pre_spmd::run(module);
+        let prepared = pre_spmd::run(module, true);
         let (stats, propagated) = sdy_propagation::propagate_module(module).map_err(failed)?;
         let imported = shardy_import::import_with(
             module,

@@ -28,6 +28,11 @@ pub struct ShardingPropagationOptions {
     /// user sharded on new dims, a reduce over sharded dims and gathers and
     /// scatters on their parallel or passthrough dims give nothing tiled.
     pub is_spmd: bool,
+    /// Inline every `call` first (but shard_map bodies and calls marked
+    /// `inlineable="false"` or sharded), as XLA's SPMD pipeline runs its
+    /// `CallInliner` before propagation (the default); false propagates
+    /// through calls, as XLA's `ShardingPropagation` pass alone does.
+    pub inline_calls: bool,
 }
 
 impl Default for ShardingPropagationOptions {
@@ -38,6 +43,7 @@ impl Default for ShardingPropagationOptions {
             allow_propagation_to_parameters: None,
             shardy_propagation: true,
             is_spmd: true,
+            inline_calls: true,
         }
     }
 }

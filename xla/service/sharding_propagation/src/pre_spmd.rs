@@ -31,16 +31,20 @@ pub struct PreSpmdStats {
     pub inlined_calls: usize,
 }
 
-/// Runs both rewrites on `module`.
-pub fn run(module: &mut HloModule) -> PreSpmdStats {
+/// Runs both rewrites on `module` (the call inliner only when `inline`).
+pub fn run(module: &mut HloModule, inline: bool) -> PreSpmdStats {
     let memory_annotations = convert_memory_placements(module);
-    let inlined_calls = xla_hlo_utils::inline::inline_calls(module, |m, call| {
-        call.sharding.is_none()
-            && !marked_not_inlineable(call)
-            && call
-                .to_apply()
-                .is_some_and(|c| !m.comp(c).name.starts_with(MANUAL_BODY_PREFIX))
-    });
+    let inlined_calls = if inline {
+        xla_hlo_utils::inline::inline_calls(module, |m, call| {
+            call.sharding.is_none()
+                && !marked_not_inlineable(call)
+                && call
+                    .to_apply()
+                    .is_some_and(|c| !m.comp(c).name.starts_with(MANUAL_BODY_PREFIX))
+        })
+    } else {
+        0
+    };
     PreSpmdStats {
         memory_annotations,
         inlined_calls,

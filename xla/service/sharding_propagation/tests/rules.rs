@@ -525,3 +525,30 @@ fn non_spmd_mode_places_operands_on_device_subsets() {
         Some("{devices=[2]0,1 last_tile_dim_replicate}"),
     );
 }
+
+#[test]
+fn calls_are_propagated_through_when_not_inlined() {
+    let text = format!(
+        "{HEADER}%body (x: f32[8,4]) -> f32[8,4] {{
+  %x = f32[8,4] parameter(0)
+  ROOT %twice = f32[8,4] add(%x, %x)
+}}
+
+ENTRY %e (p: f32[8,4]) -> f32[8,4] {{
+  %p = f32[8,4] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %c = f32[8,4] call(%p), to_apply=%body
+  ROOT %n = f32[8,4] negate(%c)
+}}"
+    );
+    let mut module = xla_hlo_parser::parse_module(&text).unwrap();
+    let options = ShardingPropagationOptions {
+        inline_calls: false,
+        ..Default::default()
+    };
+    ShardingPropagation::new(options).run(&mut module).unwrap();
+    check(&module, "twice", Some("{devices=[8,1]<=[8]}"));
+    check(&module, "c", Some("{devices=[8,1]<=[8]}"));
+    // Inlined by default: the callee's add is now the entry's.
+    let inlined = propagate(&text);
+    assert_eq!(inlined.computations.len(), 1);
+}
