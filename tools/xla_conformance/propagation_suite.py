@@ -19,7 +19,8 @@ For each TEST / TEST_F / TEST_P in that file:
       allow_spmd_sharding_propagation_to_output={false},
       allow_spmd_sharding_propagation_to_parameters={false},
       cse_prevention_only=false.
-    is_spmd=false is passed as `--sharding-propagation-is-spmd=false`, and
+    is_spmd=false is passed as `--sharding-propagation-is-spmd=false`, the
+    execution threads as `--sharding-propagation-execution-threads=...`, and
     every test runs with `--sharding-propagation-inline-calls=false` (XLA's
     pass alone does not inline calls; its pipeline does, before it), when
     the hlo-opt given has those flags. Our pass takes
@@ -1100,6 +1101,10 @@ def evaluate(record, hlo_opt, out_dir, index, header_options, timeout):
         extra.append("--sharding-propagation-inline-calls=false")
     if record["options"]["is_spmd"] is not True and supports_flag(hlo_opt, "--sharding-propagation-is-spmd"):
         extra.append("--sharding-propagation-is-spmd=false")
+    threads = record["options"].get("execution_threads")
+    if threads not in (None, "{}") and supports_flag(hlo_opt, "--sharding-propagation-execution-threads"):
+        names = re.findall(r'"([^"]*)"', threads)
+        extra.append("--sharding-propagation-execution-threads=" + ",".join(names))
     ok_out, msg_out = run_hlo_opt(hlo_opt, source, printed_out, "sharding-propagation", timeout, extra)
     record["ours_ok"] = ok_out
     if not ok_in:

@@ -66,6 +66,10 @@ struct Args {
     /// XLA's ShardingPropagation pass alone (its unit tests) does
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     sharding_propagation_inline_calls: bool,
+    /// XLA's execution_threads for sharding-propagation: propagate only in
+    /// computations of these threads (default: all)
+    #[arg(long, value_delimiter = ',', value_name = "THREAD,...")]
+    sharding_propagation_execution_threads: Option<Vec<String>>,
     /// Write the module after each pass to DIR/NN.<pass>.hlo.
     #[arg(long, value_name = "DIR", requires = "passes")]
     dump_after_each: Option<PathBuf>,
@@ -167,6 +171,7 @@ fn run_passes(
         propagation: xla_pipelines::ShardingPropagationOptions {
             is_spmd: args.sharding_propagation_is_spmd,
             inline_calls: args.sharding_propagation_inline_calls,
+            execution_threads: args.sharding_propagation_execution_threads.clone(),
             ..Default::default()
         },
         ..Default::default()

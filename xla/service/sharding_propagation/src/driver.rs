@@ -105,6 +105,10 @@ fn apply_parameter_permissions(
     let entry = state.graph.module.entry;
     let count = state.graph.module.comp(entry).parameters.len();
     if params.each.len() != count {
+        // One tuple parameter: the permissions are per tuple element.
+        if count == 1 && saved_params.len() == 1 {
+            apply_tuple_parameter_permissions(state, &saved_params[0], params);
+        }
         return;
     }
     for (k, saved) in saved_params.iter().enumerate() {
@@ -120,6 +124,43 @@ fn apply_parameter_permissions(
                 Some(replicate_uneven(&shape, sharding, |_| true));
         }
     }
+}
+
+/// The permissions of a single tuple parameter, one per element: elements
+/// it may not change get their saved (known) sharding back, and the others
+/// lose tilings that do not divide their shape.
+fn apply_tuple_parameter_permissions(
+    state: &mut PropagationState,
+    saved: &Option<InstrSharding>,
+    params: &Permissions,
+) {
+    let entry = state.graph.module.entry;
+    let Some(parameter) = state.graph.parameter(entry, 0) else {
+        return;
+    };
+    let shape = state.graph.shape(parameter).clone();
+    let Shape::Tuple(elements) = &shape else {
+        return;
+    };
+    if elements.len() != params.each.len() {
+        return;
+    }
+    let Some(InstrSharding::Tuple(current)) = state.shardings[parameter as usize].clone() else {
+        return;
+    };
+    let mut current = current.to_vec();
+    if let Some(InstrSharding::Tuple(saved)) = saved {
+        for (i, saved_leaf) in saved.iter().enumerate() {
+            if !params.each[i] && !saved_leaf.is_unknown() {
+                current[i] = saved_leaf.clone();
+            }
+        }
+    }
+    state.shardings[parameter as usize] = Some(replicate_uneven(
+        &shape,
+        InstrSharding::tuple(current),
+        |i| params.each.get(i).copied().unwrap_or(true),
+    ));
 }
 
 /// Runs the whole pass.
@@ -151,7 +192,7 @@ pub(crate) fn propagate(
     let graph = Graph::new(module);
     let node_count = graph.num_nodes();
     let original = (0..node_count as Node)
-        .map(|node| read_sharding(graph.instr(node)))
+        .map(|node| read_sharding(&graph, node))
         .collect::<Result<Vec<_>, String>>()?;
     let mut state = PropagationState {
         graph,
@@ -162,6 +203,7 @@ pub(crate) fn propagate(
         allow_params: params.any,
         manual_possible: true,
         is_spmd: options.is_spmd,
+        execution_threads: options.execution_threads.clone(),
     };
     let sharding_calls = process_sharding_calls(&mut state, options, &mut names)?;
     stats.copies = sharding_calls.copies.len();

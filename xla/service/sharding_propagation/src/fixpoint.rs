@@ -217,7 +217,7 @@ impl<'a> FixPoint<'a> {
         loop {
             let mut changed = false;
             for comp in 0..state.graph.post_orders.len() {
-                if worklist.open[comp] == 0 {
+                if worklist.open[comp] == 0 || !state.comp_thread_included(comp) {
                     continue;
                 }
                 self.iterations += 1;

@@ -33,6 +33,11 @@ pub struct ShardingPropagationOptions {
     /// `CallInliner` before propagation (the default); false propagates
     /// through calls, as XLA's `ShardingPropagation` pass alone does.
     pub inline_calls: bool,
+    /// XLA's `execution_threads` argument: propagate only in computations
+    /// of these threads (a computation without `execution_thread=` is on
+    /// `main`); an async op running another thread takes a manual operand's
+    /// sharding whole. `None`: every thread.
+    pub execution_threads: Option<Vec<String>>,
 }
 
 impl Default for ShardingPropagationOptions {
@@ -44,6 +49,7 @@ impl Default for ShardingPropagationOptions {
             shardy_propagation: true,
             is_spmd: true,
             inline_calls: true,
+            execution_threads: None,
         }
     }
 }

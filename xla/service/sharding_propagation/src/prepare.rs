@@ -11,12 +11,13 @@
 //! starting point).
 
 use crate::boundary::shared_across_boundary;
-use crate::graph::Node;
+use crate::graph::{Graph, Node};
 use crate::options::ShardingPropagationOptions;
 use crate::shard_groups::ShardGroups;
 use crate::state::{normalize, PropagationState};
 use rustc_hash::FxHashMap;
-use xla_hlo_ir::{AttrKey, AttrValue, CompId, HloInstruction, HloModule, InstrId, Opcode};
+use std::borrow::Cow;
+use xla_hlo_ir::{AttrKey, AttrValue, CompId, HloInstruction, HloModule, InstrId, Opcode, Shape};
 use xla_hlo_utils::{InstrSharding, Sharding};
 
 fn instruction_error(instr: &HloInstruction, error: impl std::fmt::Display) -> String {
@@ -157,15 +158,30 @@ pub(crate) fn check_structure(module: &HloModule) -> Result<(), String> {
     Ok(())
 }
 
-/// An instruction's sharding as the rules see it, checked: every leaf fits
-/// its shape's rank and names no negative device.
-pub(crate) fn read_sharding(instr: &HloInstruction) -> Result<Option<InstrSharding>, String> {
+/// The shape a node's sharding describes: its own, but for an `outfeed`,
+/// whose sharding is that of its operands (data and token) as a tuple.
+pub(crate) fn sharding_shape<'m>(graph: &Graph<'m>, node: Node) -> Cow<'m, Shape> {
+    if graph.opcode(node) == Opcode::Outfeed {
+        let operands = graph
+            .operands(node)
+            .map(|o| graph.shape(o).clone())
+            .collect();
+        return Cow::Owned(Shape::Tuple(operands));
+    }
+    Cow::Borrowed(graph.shape(node))
+}
+
+/// A node's sharding as the rules see it, checked: every leaf fits its
+/// shape's rank (see [`sharding_shape`]) and names no negative device.
+pub(crate) fn read_sharding(graph: &Graph, node: Node) -> Result<Option<InstrSharding>, String> {
+    let instr = graph.instr(node);
     let Some(ir_sharding) = &instr.sharding else {
         return Ok(None);
     };
-    let sharding = InstrSharding::from_ir(ir_sharding, &instr.shape)
-        .map_err(|e| instruction_error(instr, e))?;
-    let leaf_shapes = instr.shape.leaves();
+    let shape = sharding_shape(graph, node);
+    let sharding =
+        InstrSharding::from_ir(ir_sharding, &shape).map_err(|e| instruction_error(instr, e))?;
+    let leaf_shapes = shape.leaves();
     for (k, leaf) in sharding.leaves().iter().enumerate() {
         let rank = leaf_shapes.get(k).map(|shape| shape.rank()).unwrap_or(0);
         xla_hlo_utils::sharding::check_rank(leaf, rank).map_err(|e| instruction_error(instr, e))?;

@@ -35,9 +35,27 @@ pub(crate) struct PropagationState<'m> {
     /// false, for XLA's older per-device placement (see
     /// `ShardingPropagationOptions::is_spmd`).
     pub is_spmd: bool,
+    /// XLA's `execution_threads` (`None`: all): computations of other
+    /// threads are not propagated.
+    pub execution_threads: Option<Vec<String>>,
 }
 
 impl PropagationState<'_> {
+    /// Whether `thread` is among the execution threads propagated.
+    pub fn thread_included(&self, thread: &str) -> bool {
+        self.execution_threads
+            .as_ref()
+            .is_none_or(|threads| threads.iter().any(|t| t == thread))
+    }
+
+    /// Whether computation `comp` (an index) runs on an included thread.
+    pub fn comp_thread_included(&self, comp: usize) -> bool {
+        self.execution_threads.is_none()
+            || self.graph.module.computations.get(comp).is_some_and(|c| {
+                self.thread_included(c.execution_thread.as_deref().unwrap_or("main"))
+            })
+    }
+
     /// Whether partial shardings may be combined at `level` (XLA's
     /// `is_spmd && aggressiveness > 0`).
     pub fn may_combine(&self, level: i64) -> bool {

@@ -552,3 +552,65 @@ ENTRY %e (p: f32[8,4]) -> f32[8,4] {{
     let inlined = propagate(&text);
     assert_eq!(inlined.computations.len(), 1);
 }
+
+#[test]
+fn a_single_tuple_parameter_takes_per_element_permissions() {
+    // allow_spmd_sharding_propagation_to_parameters names the elements of
+    // the one tuple parameter: element 0 keeps its sharding, element 1 takes
+    // the propagated one.
+    let module = propagate(
+        "HloModule m, num_partitions=4, allow_spmd_sharding_propagation_to_parameters={false,true}
+
+ENTRY %e (p: (f32[4], f32[4])) -> f32[4] {
+  %p = (f32[4], f32[4]) parameter(0), sharding={{replicated}, {replicated}}
+  %a = f32[4] get-tuple-element(%p), index=0
+  %b = f32[4] get-tuple-element(%p), index=1
+  ROOT %s = f32[4] add(%a, %b), sharding={devices=[4]<=[4]}
+}",
+    );
+    check(&module, "p", Some("{{replicated}, {devices=[4]<=[4]}}"));
+}
+
+#[test]
+fn outfeed_shardings_cover_its_operands() {
+    // An outfeed's sharding is that of (data, token); its data operand takes
+    // element 0.
+    let module = propagate(&format!(
+        "{HEADER}ENTRY %e (p: f32[8,4]) -> token[] {{
+  %p = f32[8,4] parameter(0)
+  %c = f32[8,4] copy(%p)
+  %t = (f32[8,4]) tuple(%c)
+  %a = token[] after-all()
+  ROOT %o = token[] outfeed(%t, %a), outfeed_shape=(f32[8,4]), sharding={{{{devices=[8,1]<=[8]}}, {{maximal device=0}}}}
+}}"
+    ));
+    check(&module, "c", Some("{devices=[8,1]<=[8]}"));
+}
+
+#[test]
+fn async_ops_on_other_threads_turn_manual_whole() {
+    // Propagating only the main thread, an async call on another thread is
+    // not looked into: a manual operand makes the whole async op manual.
+    let text = "HloModule m, num_partitions=4
+
+%callee (x: s32[8]) -> s32[8] {
+  %x = s32[8] parameter(0)
+  ROOT %n = s32[8] negate(%x)
+}, execution_thread=\"side\"
+
+ENTRY %e (p: s32[8]) -> s32[8] {
+  %p = s32[8] parameter(0), sharding={manual}
+  %s = ((s32[8]), s32[8], u32[]) call-start(%p), async_execution_thread=\"side\", to_apply=%callee
+  %d = s32[8] call-done(%s)
+  ROOT %r = s32[8] copy(%d)
+}";
+    let mut module = xla_hlo_parser::parse_module(text).unwrap();
+    let options = ShardingPropagationOptions {
+        execution_threads: Some(vec!["main".into()]),
+        ..Default::default()
+    };
+    ShardingPropagation::new(options).run(&mut module).unwrap();
+    check(&module, "s", Some("{{manual}, {manual}, {manual}}"));
+    check(&module, "d", Some("{manual}"));
+    check(&module, "n", None);
+}

@@ -81,7 +81,14 @@ impl PropagationState<'_> {
         let tile_maximal_or_none = self
             .sharding(node)
             .is_none_or(InstrSharding::is_tile_maximal);
+        // An async op on a thread this run does not propagate becomes
+        // manual whole, as its computation is not looked into.
+        let async_elsewhere = matches!(
+            opcode,
+            Opcode::AsyncStart | Opcode::AsyncUpdate | Opcode::AsyncDone
+        ) && !self.thread_included(async_thread(graph.instr(node)));
         let may_turn_manual = !shape.is_tuple()
+            || async_elsewhere
             || matches!(
                 opcode,
                 Opcode::Reduce | Opcode::Sort | Opcode::ReduceWindow | Opcode::CustomCall
@@ -290,6 +297,10 @@ impl PropagationState<'_> {
                 user,
                 user_sharding,
             ),
+            // The outfeed's sharding is its operands' (data, token).
+            Opcode::Outfeed if graph.operand(user, 0) == Some(operand) => {
+                user_sharding.sub_sharding(&crate::prepare::sharding_shape(graph, user), 0)
+            }
             Opcode::Outfeed => None,
             elementwise_opcodes!()
             | Opcode::Map
@@ -488,5 +499,13 @@ fn replicated_like(sharding: &InstrSharding) -> InstrSharding {
         InstrSharding::Tuple(leaves) => {
             InstrSharding::Tuple(vec![Sharding::Replicated; leaves.len()].into())
         }
+    }
+}
+
+/// The thread an async op runs its computation on (`main` by default).
+fn async_thread(instr: &xla_hlo_ir::HloInstruction) -> &str {
+    match instr.attr(xla_hlo_ir::AttrKey::AsyncExecutionThread) {
+        Some(xla_hlo_ir::AttrValue::Str(thread)) => thread,
+        _ => "main",
     }
 }
