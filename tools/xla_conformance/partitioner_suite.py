@@ -119,7 +119,7 @@ MAIN_OPCODES = [
     "dynamic-slice", "pad", "reduce-window", "all-to-all", "collective-permute", "all-reduce",
     "all-gather", "reduce-scatter", "rng", "custom-call", "dot", "concatenate", "reverse",
     "reshape", "transpose", "slice", "reduce", "while", "conditional", "call", "iota",
-    "broadcast", "tuple"]
+    "broadcast", "copy", "tuple"]
 HOST_OPS = ("infeed", "outfeed", "send", "recv", "send-done", "recv-done")
 PASSTHROUGH = ("convert", "reshape", "bitcast", "copy", "broadcast", "transpose", "slice",
                "concatenate", "bitcast-convert")
@@ -281,6 +281,11 @@ def extract_test(fixture, name, body, strings, helper):
 # operands and attributes.
 
 
+# An instruction's first line (`name = TYPE opcode(...`): continuation
+# lines such as `sharding={...}` or `to_apply=f,` are not.
+NEW_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?:\(|[a-z]\w*\[)")
+
+
 class Hlo:
     def __init__(self, text):
         self.computations = collections.OrderedDict()
@@ -288,7 +293,7 @@ class Hlo:
         self.entry = None
         lines = []
         for line in text.splitlines():
-            if INSTR.match(line) or COMP.match(line) or line.strip() in ("}", "") \
+            if NEW_INSTR.match(line) or COMP.match(line) or line.strip() in ("}", "") \
                     or line.startswith("HloModule") or not lines:
                 lines.append(line)
             else:
@@ -492,7 +497,7 @@ def flatten_tuple_parameters(text, hlo):
         if not m:
             return None
         # The parameter instruction ends where the next instruction starts.
-        nxt = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=|^\s*\}", re.M).search(entry, m.end())
+        nxt = re.compile(NEW_INSTR.pattern + r"|^\s*\}", re.M).search(entry, m.end())
         end = nxt.start() if nxt else len(entry)
         indent = m.group(1).replace("\n", "")
         if rep[0] == "renumber":
@@ -757,14 +762,18 @@ def child_main(job_path):
             elif step == "partitioned":
                 dump_dir = job["dump_dir"]
                 shutil.rmtree(dump_dir, ignore_errors=True)
-                exe, devices = compile_partitioned(dump_dir)
-                found = sorted(glob.glob(os.path.join(dump_dir, "*after_spmd-partitioning*.txt")))
-                if found:
-                    shutil.copyfile(found[-1], job["xla_partitioned"])
-                    result["xla_partitioned"] = job["xla_partitioned"]
-                else:
-                    result["dump_error"] = "no module after spmd-partitioning in the dump"
-                shutil.rmtree(dump_dir, ignore_errors=True)
+                try:
+                    exe, devices = compile_partitioned(dump_dir)
+                finally:
+                    # The partitioner runs before the CPU backend: its dump
+                    # is there even when a later stage of the compile fails.
+                    found = sorted(glob.glob(os.path.join(dump_dir, "*after_spmd-partitioning*.txt")))
+                    if found:
+                        shutil.copyfile(found[-1], job["xla_partitioned"])
+                        result["xla_partitioned"] = job["xla_partitioned"]
+                    else:
+                        result["dump_error"] = "no module after spmd-partitioning in the dump"
+                    shutil.rmtree(dump_dir, ignore_errors=True)
                 if job.get("mode") == "npart":
                     if args is None:
                         raise RuntimeError("no arguments")
@@ -1015,7 +1024,7 @@ def evaluate(index, record, args, out_dir):
             verdict = "error"
             message = msg or "no result (exit %s)" % rc
             record["stage"] = stage_of(message)
-    elif verdict.startswith("skip") and args.run_skipped:
+    elif verdict == "skip-xla" and args.run_skipped:
         # Still see whether ours partitions and runs it (no reference).
         rc, line, msg = run_ours(ours_cmd, args.timeout + 30)
         if line and "partition" in line:

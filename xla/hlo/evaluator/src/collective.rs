@@ -623,6 +623,42 @@ pub fn eval_custom_call(
             let parts = gather_partitions(ev, instr, &shard)?;
             Ok(Value::Array(assemble_array(&parts, dst, &out_dims, false)?))
         }
+        // jax.lax.top_k on the CPU: the k largest along the last dimension
+        // (k from the result), values then s32 indices, ties in index order;
+        // a comparator (`to_apply`) whose root is `compare(p0, p1)` LT picks
+        // the smallest.
+        "TopK" => {
+            let input = first()?
+                .into_array()
+                .ok_or_else(|| EvalError::invalid("TopK operand is not an array"))?;
+            let Shape::Tuple(results) = &instr.shape else {
+                return Err(EvalError::invalid(
+                    "TopK result is not a (values, indices) tuple",
+                ));
+            };
+            let k = results
+                .first()
+                .and_then(|s| s.dims().last().copied())
+                .ok_or_else(|| EvalError::invalid("TopK result has no last dimension"))?;
+            let largest = !instr.to_apply().is_some_and(|c| {
+                let smallest_first = |comp: &HloComputation| {
+                    let root = comp.root_instr();
+                    root.opcode == xla_hlo_ir::Opcode::Compare
+                        && root.ident_attr(AttrKey::Direction) == Some("LT")
+                        && root.operands.len() == 2
+                        && comp.instr(root.operands[0]).parameter_number == Some(0)
+                };
+                ev.module
+                    .computations
+                    .get(c.index())
+                    .is_some_and(smallest_first)
+            });
+            let (values, indices) = crate::reduce::topk(&input, k, largest)?;
+            Ok(Value::Tuple(vec![
+                Value::Array(values),
+                Value::Array(indices),
+            ]))
+        }
         _ => Err(EvalError::UnsupportedCustomCall {
             target: target.to_string(),
             instruction: instr.name.clone(),

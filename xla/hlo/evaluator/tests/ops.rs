@@ -539,3 +539,32 @@ ENTRY e {
     assert!(v[3].is_nan());
     assert_eq!(i32s(out[1].as_array().unwrap()), vec![1, 3, 2, 2, 3, 4]);
 }
+
+#[test]
+fn topk_custom_call_follows_its_comparator() {
+    // XLA's `TopK` custom-call: k from the result, largest first for a GT
+    // comparator, smallest first for LT.
+    let hlo = |direction: &str| {
+        format!(
+            r#"HloModule m
+%cmp (a: f32[], b: f32[], i: s32[], j: s32[]) -> pred[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  %i = s32[] parameter(2)
+  %j = s32[] parameter(3)
+  ROOT %c = pred[] compare(%a, %b), direction={direction}
+}}
+ENTRY e {{
+  x = f32[2,4] parameter(0)
+  ROOT t = (f32[2,2], s32[2,2]) custom-call(x), custom_call_target="TopK", to_apply=%cmp
+}}"#
+        )
+    };
+    let x = || fa(&[2, 4], &[3.0, 1.0, 4.0, 1.5, -1.0, 2.0, 0.0, 2.0]);
+    let out = run(&hlo("GT"), vec![x()]).unwrap();
+    assert_eq!(f32s(out[0].as_array().unwrap()), vec![4.0, 3.0, 2.0, 2.0]);
+    assert_eq!(i32s(out[1].as_array().unwrap()), vec![2, 0, 1, 3]);
+    let out = run(&hlo("LT"), vec![x()]).unwrap();
+    assert_eq!(f32s(out[0].as_array().unwrap()), vec![1.0, 1.5, -1.0, 0.0]);
+    assert_eq!(i32s(out[1].as_array().unwrap()), vec![1, 3, 0, 2]);
+}
