@@ -170,6 +170,7 @@ pub(crate) fn propagate(
 ) -> Result<PropagationStats, String> {
     check_structure(module)?;
     let mut stats = PropagationStats::default();
+    let cleared = clear_cse_prevention_shardings(module);
     let outputs = Permissions::new(options.allow_propagation_to_output.clone().or_else(|| {
         module
             .config
@@ -254,8 +255,34 @@ pub(crate) fn propagate(
     stats.changed = stats.inferred > 0
         || !sharding_calls.copies.is_empty()
         || root_copy.is_some()
-        || !barriers.is_empty();
+        || !barriers.is_empty()
+        || cleared > 0;
     Ok(stats)
+}
+
+/// The metadata XLA's pass gives the shardings it adds only to keep CSE
+/// from merging scalar broadcasts (`cse_prevention_only` runs).
+const CSE_PREVENTION_METADATA: &str = "{op_name=\"_sharding_propagation_cse_prevention\"}";
+
+/// Removes the shardings an earlier CSE-prevention run added (their only
+/// metadata is [`CSE_PREVENTION_METADATA`]), so that propagation decides
+/// them again, as XLA does; returns how many.
+fn clear_cse_prevention_shardings(module: &mut HloModule) -> usize {
+    let mut cleared = 0;
+    for comp in &mut module.computations {
+        for instr in &mut comp.instructions {
+            let is_cse_prevention = matches!(
+                instr.sharding.as_deref(),
+                Some(HloSharding::Single(SingleSharding { metadata: Some(m), .. }))
+                    if m.split_whitespace().collect::<String>() == CSE_PREVENTION_METADATA
+            );
+            if is_cse_prevention {
+                instr.sharding = None;
+                cleared += 1;
+            }
+        }
+    }
+    cleared
 }
 
 /// Replaces each `ShardBarrierFrom`/`ShardBarrierTo` by its operand (which

@@ -614,3 +614,21 @@ ENTRY %e (p: s32[8]) -> s32[8] {
     check(&module, "d", Some("{manual}"));
     check(&module, "n", None);
 }
+
+#[test]
+fn cse_prevention_shardings_are_decided_again() {
+    // A sharding whose only metadata marks it as added for CSE prevention
+    // is dropped and propagated afresh (here from the root's user sharding).
+    let module = propagate(
+        "HloModule m, num_partitions=4
+
+ENTRY %e (p: f32[]) -> f32[4] {
+  %p = f32[] parameter(0), sharding={replicated}
+  %b = f32[4] broadcast(%p), dimensions={}, sharding={devices=[4]0,1,2,3 metadata={op_name=\"_sharding_propagation_cse_prevention\"}}
+  %a = f32[4] add(%b, %b)
+  ROOT %c = f32[4] copy(%a), sharding={devices=[4]3,2,1,0}
+}",
+    );
+    check(&module, "b", Some("{devices=[4]3,2,1,0}"));
+    check(&module, "a", Some("{devices=[4]3,2,1,0}"));
+}
