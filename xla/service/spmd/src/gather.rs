@@ -312,21 +312,37 @@ fn local_out(instr: &HloInstruction, vs: &ValueSharding) -> Shape {
 /// (rows outside a device's tile are skipped by scatter's own bounds rule
 /// once the indices are shifted to the tile) and on window dims the updates
 /// cover whole: a local scatter, no communication. Indices are replicated,
-/// updates follow the operand on their window dims. Other cases fall back.
+/// updates follow the operand on their window dims. A variadic scatter (N
+/// operands, indices, N updates; every output sharded alike) is laid out by
+/// its first operand and update, the others following. Other cases fall
+/// back.
 pub fn scatter(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,
     target: &ValueSharding,
 ) -> HandlerResult {
-    let Some(out) = target.grid().cloned() else {
-        return Ok(None);
-    };
-    if instr.operands.len() != 3 {
+    let count = instr.operands.len();
+    if count < 3 || count % 2 == 0 {
         return Ok(None);
     }
-    let op = p.operand(instr, 0)?;
-    let ix = p.operand(instr, 1)?;
-    let up = p.operand(instr, 2)?;
+    let n = count / 2;
+    let out = match target {
+        ValueSharding::Grid(g) if n == 1 => g.clone(),
+        ValueSharding::Tuple(leaves) if n > 1 && leaves.len() == n => match leaves[0].grid() {
+            Some(g) if leaves.iter().all(|l| l.grid() == Some(g)) => g.clone(),
+            _ => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let inputs: Vec<PValue> = (0..n)
+        .map(|k| p.operand(instr, k))
+        .collect::<Result<_, _>>()?;
+    let ix = p.operand(instr, n)?;
+    let updates: Vec<PValue> = (n + 1..count)
+        .map(|k| p.operand(instr, k))
+        .collect::<Result<_, _>>()?;
+    let op = inputs[0].clone();
+    let up = updates[0].clone();
     let Some(og) = op.vs.grid().cloned() else {
         return Ok(None);
     };
@@ -441,10 +457,11 @@ pub fn scatter(
     let costed: Vec<(Grid, u64)> = cands
         .into_iter()
         .map(|c| {
-            let cost = p.cost(&op, &c)
-                + p.cost(&up, &upd_map(p.grids(), &c))
+            let update_grid = upd_map(p.grids(), &c);
+            let cost = inputs.iter().map(|x| p.cost(x, &c)).sum::<u64>()
+                + updates.iter().map(|u| p.cost(u, &update_grid)).sum::<u64>()
                 + p.cost(&ix, &ix_map(p.grids(), &c))
-                + p.cost_of(&instr.shape, &c, &out);
+                + n as u64 * p.cost_of(&op.shape, &c, &out);
             (c, cost)
         })
         .collect();
@@ -456,13 +473,20 @@ pub fn scatter(
         .find(|x| x.0 == c)
         .map(|x| x.1)
         .unwrap_or(u64::MAX);
-    if ibatch.is_empty() {
+    if ibatch.is_empty() && n == 1 {
         if let Some(v) = scatter_reduce(p, instr, &out, (&op, &ix, &up), &uwd, best)? {
             return Ok(Some(v));
         }
     }
-    let x = p.reshard_to_grid(&op, &c)?;
-    let u = p.reshard_to_grid(&up, &upd_map(p.grids(), &c))?;
+    let xs: Vec<InstrId> = inputs
+        .iter()
+        .map(|x| p.reshard_to_grid(x, &c))
+        .collect::<Result<_, _>>()?;
+    let update_grid = upd_map(p.grids(), &c);
+    let us: Vec<InstrId> = updates
+        .iter()
+        .map(|u| p.reshard_to_grid(u, &update_grid))
+        .collect::<Result<_, _>>()?;
     let mut y = p.reshard_to_grid(&ix, &ix_map(p.grids(), &c))?;
     let shifts: Vec<(usize, usize)> = sdod
         .iter()
@@ -502,11 +526,13 @@ pub fn scatter(
         };
     }
     p.note(instr, "scatter");
-    Ok(Some(p.emit_local(
-        instr,
-        vec![x, y, u],
-        &ValueSharding::Grid(c),
-    )?))
+    let local_operands: Vec<InstrId> = xs.into_iter().chain([y]).chain(us).collect();
+    let sharding = if n == 1 {
+        ValueSharding::Grid(c)
+    } else {
+        ValueSharding::Tuple(vec![ValueSharding::Grid(c); n])
+    };
+    Ok(Some(p.emit_local(instr, local_operands, &sharding)?))
 }
 
 /// The combiner op of a scatter whose `to_apply` is `(x, y) -> op(x, y)`

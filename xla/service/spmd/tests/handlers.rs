@@ -653,3 +653,23 @@ fn full_value_enters_a_manual_region_as_partial_sums() {
         .unwrap_or_else(|e| panic!("{e}\n{}", m.to_text()));
     common::compare(&got, &x, 0.0, &m);
 }
+
+#[test]
+fn variadic_scatter_is_partitioned_like_a_single_one() {
+    // Two operands scattered together (a pair reducer), sharded on a window
+    // dim the updates cover whole: each device scatters its own columns, as
+    // for one operand; no replication.
+    const ADD2: &str = "%add2 (a0: f32[], a1: f32[], b0: f32[], b1: f32[]) -> (f32[], f32[]) {\n  %a0 = f32[] parameter(0)\n  %a1 = f32[] parameter(1)\n  %b0 = f32[] parameter(2)\n  %b1 = f32[] parameter(3)\n  %s0 = f32[] add(%a0, %b0)\n  %s1 = f32[] add(%a1, %b1)\n  ROOT %t = (f32[], f32[]) tuple(%s0, %s1)\n}\n\n";
+    let m = module(
+        "ENTRY %e (t0: f32[60,16], t1: f32[60,16], ids: s32[10,1], u0: f32[10,16], u1: f32[10,16]) -> (f32[60,16], f32[60,16]) {\n  %t0 = f32[60,16] parameter(0), sharding={devices=[1,8]<=[8]}\n  %t1 = f32[60,16] parameter(1), sharding={devices=[1,8]<=[8]}\n  %ids = s32[10,1] parameter(2), sharding={replicated}\n  %u0 = f32[10,16] parameter(3), sharding={devices=[1,8]<=[8]}\n  %u1 = f32[10,16] parameter(4), sharding={devices=[1,8]<=[8]}\n  ROOT %sc = (f32[60,16], f32[60,16]) scatter(%t0, %t1, %ids, %u0, %u1), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add2, sharding={{devices=[1,8]<=[8]}, {devices=[1,8]<=[8]}}\n}\n",
+        ADD2,
+        8,
+    );
+    let (s, _) = check(&m, 8, false, 1e-5, 23);
+    assert_eq!(s.handlers.get("scatter:scatter"), Some(&1), "{s:?}");
+    assert!(
+        !s.handlers.keys().any(|h| h.ends_with(":fallback")),
+        "{s:?}"
+    );
+    assert_eq!(s.collective_bytes, 0, "{s:?}");
+}
