@@ -158,17 +158,35 @@ pub(crate) fn check_structure(module: &HloModule) -> Result<(), String> {
     Ok(())
 }
 
-/// The shape a node's sharding describes: its own, but for an `outfeed`,
-/// whose sharding is that of its operands (data and token) as a tuple.
+/// The shape a node's sharding describes: its own, but for an `outfeed`
+/// that of its operands: the tuple (data, token) when the sharding has a
+/// leaf for the token too, else the data alone (both forms occur in XLA).
 pub(crate) fn sharding_shape<'m>(graph: &Graph<'m>, node: Node) -> Cow<'m, Shape> {
     if graph.opcode(node) == Opcode::Outfeed {
-        let operands = graph
-            .operands(node)
-            .map(|o| graph.shape(o).clone())
-            .collect();
-        return Cow::Owned(Shape::Tuple(operands));
+        if outfeed_sharding_covers_token(graph, node) {
+            let operands = graph
+                .operands(node)
+                .map(|o| graph.shape(o).clone())
+                .collect();
+            return Cow::Owned(Shape::Tuple(operands));
+        }
+        if let Some(data) = graph.operand(node, 0) {
+            return Cow::Borrowed(graph.shape(data));
+        }
     }
     Cow::Borrowed(graph.shape(node))
+}
+
+/// Whether an outfeed's sharding is over (data, token) rather than the
+/// data alone: it has one leaf more than the data has.
+pub(crate) fn outfeed_sharding_covers_token(graph: &Graph, node: Node) -> bool {
+    let Some(sharding) = graph.instr(node).sharding.as_deref() else {
+        return false;
+    };
+    let data_leaves = graph
+        .operand(node, 0)
+        .map_or(0, |d| graph.shape(d).leaves().len());
+    sharding.leaves().len() == data_leaves + 1
 }
 
 /// A node's sharding as the rules see it, checked: every leaf fits its

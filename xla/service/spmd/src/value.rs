@@ -138,13 +138,17 @@ fn leaf_sharding(s: &Sharding, shape: &Shape, n: i64) -> Result<ValueSharding, S
 }
 
 /// The sharding of an instruction (replicated when it has none), through
-/// the module's conversion cache.
+/// the module's conversion cache. An outfeed's sharding describes its
+/// operands, not its token result: the token is replicated.
 pub fn sharding_of(
     instr: &HloInstruction,
     n: i64,
     cache: &ShardingCache,
     grids: &GridCache,
 ) -> Result<ValueSharding, SpmdError> {
+    if instr.opcode == xla_hlo_ir::Opcode::Outfeed {
+        return Ok(ValueSharding::replicated_in(&instr.shape, n, grids));
+    }
     cache
         .convert(grids, instr.sharding.as_deref(), &instr.shape, n)
         .map_err(|e| match e {

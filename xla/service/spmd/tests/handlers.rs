@@ -673,3 +673,28 @@ fn variadic_scatter_is_partitioned_like_a_single_one() {
     );
     assert_eq!(s.collective_bytes, 0, "{s:?}");
 }
+
+#[test]
+fn outfeed_sharded_on_its_data_partitions() {
+    // An outfeed's sharding is its data's (a tuple here); propagation and
+    // partitioning read it so, and the token result is replicated. (Not
+    // executed: the interpreter has no host transfers.)
+    let text = module(
+        "ENTRY %e (d: (f32[16,2], f32[2])) -> token[] {\n  %t = token[] after-all()\n  %d = (f32[16,2], f32[2]) parameter(0), sharding={{devices=[2,1]0,1}, {devices=[2]0,1}}\n  ROOT %o = token[] outfeed(%d, %t), outfeed_shape=(f32[16,2], f32[2]), sharding={{devices=[2,1]0,1}, {devices=[2]0,1}}\n}\n",
+        "",
+        2,
+    );
+    let mut m = xla_hlo_parser::parse_module(&text).unwrap();
+    xla_hlo_pass::Pass::run(
+        &mut xla_sharding_propagation::ShardingPropagation::default(),
+        &mut m,
+    )
+    .unwrap();
+    let options = xla_spmd_partitioner::SpmdOptions {
+        num_partitions: Some(2),
+    };
+    xla_spmd_partitioner::partition_module(&mut m, &options).unwrap();
+    xla_hlo_verifier::verify(&m).unwrap();
+    let root = m.entry_computation().root_instr();
+    assert_eq!(root.opcode, xla_hlo_ir::Opcode::Outfeed);
+}

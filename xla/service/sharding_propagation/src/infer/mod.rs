@@ -297,9 +297,13 @@ impl PropagationState<'_> {
                 user,
                 user_sharding,
             ),
-            // The outfeed's sharding is its operands' (data, token).
+            // The outfeed's sharding is its data's, or its operands' (data, token).
             Opcode::Outfeed if graph.operand(user, 0) == Some(operand) => {
-                user_sharding.sub_sharding(&crate::prepare::sharding_shape(graph, user), 0)
+                if crate::prepare::outfeed_sharding_covers_token(graph, user) {
+                    user_sharding.sub_sharding(&crate::prepare::sharding_shape(graph, user), 0)
+                } else {
+                    Some(user_sharding.clone())
+                }
             }
             Opcode::Outfeed => None,
             elementwise_opcodes!()
