@@ -122,7 +122,7 @@ ENTRY main {
     #[test]
     fn placements_become_internal_targets_and_calls_are_inlined() {
         let mut module = xla_hlo_parser::parse_module(MODULE).unwrap();
-        let stats = run(&mut module);
+        let stats = run(&mut module, true);
         assert_eq!(
             stats,
             PreSpmdStats {
