@@ -105,8 +105,7 @@ REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO_ROOT, "tools"))
 from propagation_suite import (  # noqa: E402
-    COMP, INSTR, PLACEHOLDER, _attr, _balanced, _skip_type, _split_top, split_tests,
-    tokenize_strings)
+    NEW_INSTR, PLACEHOLDER, Module, _attr, _balanced, _split_top, split_tests, tokenize_strings)
 from check_xla_parses import first_line  # noqa: E402
 
 TEST_FILE = os.path.join("xla", "service", "spmd", "spmd_partitioner_test.cc")
@@ -295,66 +294,14 @@ def extract_test(fixture, name, body, strings, helper):
 # operands and attributes.
 
 
-# An instruction's first line (`name = TYPE opcode(...`): continuation
-# lines such as `sharding={...}` or `to_apply=f,` are not.
-NEW_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?:\(|[a-z]\w*\[)")
-
-
-class Hlo:
-    def __init__(self, text):
-        self.computations = collections.OrderedDict()
-        self.instructions = {}
-        self.entry = None
-        lines = []
-        for line in text.splitlines():
-            if NEW_INSTR.match(line) or COMP.match(line) or line.strip() in ("}", "") \
-                    or line.startswith("HloModule") or not lines:
-                lines.append(line)
-            else:
-                lines[-1] += " " + line.strip()
-        current = None
-        for line in lines:
-            c = COMP.match(line)
-            if c and not INSTR.match(line):
-                current = c.group(2)
-                self.computations[current] = []
-                if c.group(1):
-                    self.entry = current
-                continue
-            m = INSTR.match(line)
-            if not m or current is None:
-                continue
-            rest = m.group(3)
-            i = _skip_type(rest, 0)
-            shape = rest[:i].strip()
-            op = re.match(r"\s*([\w\-]+)\(", rest[i:])
-            opcode, operands, attrs = "", [], rest
-            if op:
-                opcode = op.group(1)
-                start = i + op.end() - 1
-                end = _balanced(rest, start, "(", ")")
-                operands = [o.strip().split()[-1].lstrip("%")
-                            for o in _split_top(rest[start + 1:end - 1]) if o.strip()]
-                attrs = rest[end:]
-            instr = {"name": m.group(2), "root": bool(m.group(1)), "opcode": opcode,
-                     "shape": shape, "operands": operands, "computation": current,
-                     "sharding": _attr(attrs, "sharding"), "attrs": attrs}
-            self.computations[current].append(instr)
-            self.instructions[instr["name"]] = instr
-        if self.entry is None and self.computations:
-            self.entry = list(self.computations)[-1]
+class Hlo(Module):
+    """`propagation_suite.Module` with the entry-level views this suite uses."""
 
     def entry_parameters(self):
         params = [i for i in self.computations.get(self.entry, []) if i["opcode"] == "parameter"]
         return sorted(params, key=lambda i: int(i["operands"][0]) if i["operands"] and
                       i["operands"][0].isdigit() else 0)
 
-    def root(self):
-        instrs = self.computations.get(self.entry) or []
-        for instr in instrs:
-            if instr["root"]:
-                return instr
-        return instrs[-1] if instrs else None
 
     def opcodes(self):
         return collections.Counter(i["opcode"] for i in self.instructions.values())

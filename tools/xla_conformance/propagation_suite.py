@@ -323,6 +323,9 @@ def self_test():
 
 
 INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+# An instruction's first line (`name = TYPE opcode(...`): continuation
+# lines such as `sharding={...}` or `to_apply=f,` are not.
+NEW_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?:\(|[a-z]\w*\[)")
 COMP = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->\s*.*)?\{\s*$")
 
 
@@ -360,7 +363,7 @@ class Module:
         self.entry = None
         lines = []
         for line in text.splitlines():
-            if INSTR.match(line) or COMP.match(line) or line.strip() in ("}", "") \
+            if NEW_INSTR.match(line) or COMP.match(line) or line.strip() in ("}", "") \
                     or line.startswith("HloModule") or not lines:
                 lines.append(line)
             else:
@@ -379,6 +382,7 @@ class Module:
                 continue
             rest = m.group(3)
             i = _skip_type(rest, 0)
+            shape = rest[:i].strip()
             op = re.match(r"\s*([\w\-]+)\(", rest[i:])
             opcode, operands, attrs = "", [], rest
             if op:
@@ -389,12 +393,14 @@ class Module:
                             for o in _split_top(rest[start + 1:end - 1]) if o.strip()]
                 attrs = rest[end:]
             instr = {"name": m.group(2), "root": bool(m.group(1)), "opcode": opcode,
-                     "operands": operands, "computation": current,
+                     "shape": shape, "operands": operands, "computation": current,
                      "sharding": _attr(attrs, "sharding"), "attrs": attrs}
             if opcode == "parameter" and operands:
                 instr["parameter_number"] = int(operands[0]) if operands[0].isdigit() else None
             self.computations[current].append(instr)
             self.instructions[instr["name"]] = instr
+        if self.entry is None and self.computations:
+            self.entry = list(self.computations)[-1]
 
     def root(self, comp):
         instrs = self.computations.get(comp) or []

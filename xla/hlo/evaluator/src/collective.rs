@@ -640,19 +640,13 @@ pub fn eval_custom_call(
                 .first()
                 .and_then(|s| s.dims().last().copied())
                 .ok_or_else(|| EvalError::invalid("TopK result has no last dimension"))?;
-            let largest = !instr.to_apply().is_some_and(|c| {
-                let smallest_first = |comp: &HloComputation| {
-                    let root = comp.root_instr();
-                    root.opcode == xla_hlo_ir::Opcode::Compare
-                        && root.ident_attr(AttrKey::Direction) == Some("LT")
-                        && root.operands.len() == 2
-                        && comp.instr(root.operands[0]).parameter_number == Some(0)
-                };
-                ev.module
-                    .computations
-                    .get(c.index())
-                    .is_some_and(smallest_first)
-            });
+            let smallest_first = instr
+                .to_apply()
+                .and_then(|c| crate::reduce::compare_of_params(ev, c))
+                .is_some_and(|(a, _, direction, _)| {
+                    a == 0 && direction == crate::elementwise::Direction::Lt
+                });
+            let largest = !smallest_first;
             let (values, indices) = crate::reduce::topk(&input, k, largest)?;
             Ok(Value::Tuple(vec![
                 Value::Array(values),

@@ -23,6 +23,7 @@ mod scatter;
 mod sort;
 mod window;
 
+pub(crate) use combiner::compare_of_params;
 pub use combiner::{binary_reducer, Elem};
 pub use map::map;
 pub use reduction::reduce;

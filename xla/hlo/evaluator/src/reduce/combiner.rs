@@ -194,7 +194,7 @@ pub fn binary_reducer(ev: &Evaluator, comp: CompId) -> Option<Opcode> {
 }
 
 /// If `comp` is `compare(param_a, param_b, dir)` returns (a, b, dir, total_order).
-pub(super) fn compare_of_params(
+pub(crate) fn compare_of_params(
     ev: &Evaluator,
     comp: CompId,
 ) -> Option<(i64, i64, Direction, bool)> {
