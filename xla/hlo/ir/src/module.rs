@@ -128,6 +128,13 @@ impl HloInstruction {
             _ => None,
         }
     }
+    /// The thread an async op runs its computation on (`main` when not written).
+    pub fn async_execution_thread(&self) -> &str {
+        match self.attr(AttrKey::AsyncExecutionThread) {
+            Some(AttrValue::Str(thread)) => thread,
+            _ => "main",
+        }
+    }
     pub fn computation_attr(&self, key: AttrKey) -> Option<CompId> {
         match self.attr(key)? {
             AttrValue::Computation(c) => Some(*c),

@@ -17,15 +17,7 @@
 
 use crate::{At, Report};
 use std::collections::HashMap;
-use xla_hlo_ir::{AttrKey, AttrValue, CompId, HloInstruction, HloModule, Opcode};
-
-/// The execution thread an async op names (`main` by default).
-fn thread(instr: &HloInstruction) -> &str {
-    match instr.attr(AttrKey::AsyncExecutionThread) {
-        Some(AttrValue::Str(s)) => s,
-        _ => "main",
-    }
-}
+use xla_hlo_ir::{AttrKey, CompId, HloInstruction, HloModule, Opcode};
 
 fn wrapped_computation(instr: &HloInstruction) -> Option<CompId> {
     instr.computation_attr(AttrKey::Calls)
@@ -80,14 +72,14 @@ pub(crate) fn check(at: &At, r: &mut Report) {
         }
     }
     let written = instr.attr(AttrKey::AsyncExecutionThread).is_some();
-    if written && thread(instr) != thread(start) {
+    if written && instr.async_execution_thread() != start.async_execution_thread() {
         at.err(
             r,
             format!(
                 "async_execution_thread is \"{}\" at '{}' but \"{}\" here",
-                thread(start),
+                start.async_execution_thread(),
                 start.name,
-                thread(instr)
+                instr.async_execution_thread()
             ),
         );
     }

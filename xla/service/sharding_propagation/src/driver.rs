@@ -77,13 +77,8 @@ fn apply_output_permissions(
         (saved_root, state.shardings[entry_root as usize].clone())
     {
         if saved.len() == outputs.each.len() {
-            let mut current = current.to_vec();
-            for (i, saved_leaf) in saved.iter().enumerate() {
-                if !outputs.each[i] && !saved_leaf.is_unknown() {
-                    current[i] = saved_leaf.clone();
-                }
-            }
-            state.shardings[entry_root as usize] = Some(InstrSharding::tuple(current));
+            state.shardings[entry_root as usize] =
+                Some(restore_disallowed(&current, saved, &outputs.each));
         }
     }
     let shape = state.graph.shape(entry_root).clone();
@@ -148,19 +143,27 @@ fn apply_tuple_parameter_permissions(
     let Some(InstrSharding::Tuple(current)) = state.shardings[parameter as usize].clone() else {
         return;
     };
-    let mut current = current.to_vec();
-    if let Some(InstrSharding::Tuple(saved)) = saved {
-        for (i, saved_leaf) in saved.iter().enumerate() {
-            if !params.each[i] && !saved_leaf.is_unknown() {
-                current[i] = saved_leaf.clone();
+    let restored = match saved {
+        Some(InstrSharding::Tuple(saved)) => restore_disallowed(&current, saved, &params.each),
+        _ => InstrSharding::Tuple(current),
+    };
+    state.shardings[parameter as usize] = Some(replicate_uneven(&shape, restored, |i| {
+        params.each.get(i).copied().unwrap_or(true)
+    }));
+}
+
+/// `current`'s leaves, but the saved (known) one where `allowed` says the
+/// leaf may not change.
+fn restore_disallowed(current: &[Sharding], saved: &[Sharding], allowed: &[bool]) -> InstrSharding {
+    let mut leaves = current.to_vec();
+    for (i, saved_leaf) in saved.iter().enumerate() {
+        if !allowed.get(i).copied().unwrap_or(true) && !saved_leaf.is_unknown() {
+            if let Some(leaf) = leaves.get_mut(i) {
+                *leaf = saved_leaf.clone();
             }
         }
     }
-    state.shardings[parameter as usize] = Some(replicate_uneven(
-        &shape,
-        InstrSharding::tuple(current),
-        |i| params.each.get(i).copied().unwrap_or(true),
-    ));
+    InstrSharding::tuple(leaves)
 }
 
 /// Runs the whole pass.

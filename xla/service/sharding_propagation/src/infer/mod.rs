@@ -86,7 +86,8 @@ impl PropagationState<'_> {
         let async_elsewhere = matches!(
             opcode,
             Opcode::AsyncStart | Opcode::AsyncUpdate | Opcode::AsyncDone
-        ) && !self.thread_included(async_thread(graph.instr(node)));
+        ) && !self
+            .thread_included(graph.instr(node).async_execution_thread());
         let may_turn_manual = !shape.is_tuple()
             || async_elsewhere
             || matches!(
@@ -503,13 +504,5 @@ fn replicated_like(sharding: &InstrSharding) -> InstrSharding {
         InstrSharding::Tuple(leaves) => {
             InstrSharding::Tuple(vec![Sharding::Replicated; leaves.len()].into())
         }
-    }
-}
-
-/// The thread an async op runs its computation on (`main` by default).
-fn async_thread(instr: &xla_hlo_ir::HloInstruction) -> &str {
-    match instr.attr(xla_hlo_ir::AttrKey::AsyncExecutionThread) {
-        Some(xla_hlo_ir::AttrValue::Str(thread)) => thread,
-        _ => "main",
     }
 }
