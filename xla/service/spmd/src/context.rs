@@ -14,7 +14,7 @@ use crate::plan::{Plan, PlanCache};
 use crate::value::{ShardingCache, ValueSharding};
 use rustc_hash::{FxHashMap, FxHashSet};
 use xla_hlo_ir::{
-    CollectiveDeviceList, CompId, HloComputation, HloInstruction, HloModule, Opcode, PrimitiveType,
+    AttrKey, AttrValue, CollectiveDeviceList, CompId, HloComputation, HloInstruction, HloModule, Opcode, PrimitiveType,
     Shape,
 };
 use xla_hlo_utils::inline::{name_hash, set_suffixed_name};
@@ -168,6 +168,43 @@ impl ModuleContext {
         let id = CompId((self.first_new_comp + self.new_comps.len()) as u32);
         self.new_comps.push(comp);
         self.reducers.insert((op, ty), id);
+        id
+    }
+
+    /// A sort comparator ordering by values of `value_ty` alone with
+    /// compare `direction`: parameters `(v_lhs, v_rhs)`, then `(i_lhs,
+    /// i_rhs)` of `index_ty` when given (a sort of values and indices).
+    pub fn value_comparator(
+        &mut self,
+        value_ty: PrimitiveType,
+        index_ty: Option<PrimitiveType>,
+        direction: &str,
+    ) -> CompId {
+        let name = self.fresh(&format!("compare-{}.spmd", value_ty.name()));
+        let mut comp = HloComputation::new(name);
+        let mut params = Vec::new();
+        let mut types = vec![value_ty, value_ty];
+        types.extend(index_ty.into_iter().flat_map(|t| [t, t]));
+        for (k, ty) in types.into_iter().enumerate() {
+            let mut p = HloInstruction::new(
+                self.fresh(&format!("p{k}")),
+                Opcode::Parameter,
+                Shape::scalar(ty),
+                vec![],
+            );
+            p.parameter_number = Some(k as i64);
+            params.push(comp.add(p));
+        }
+        let mut cmp = HloInstruction::new(
+            self.fresh("compare"),
+            Opcode::Compare,
+            Shape::scalar(PrimitiveType::Pred),
+            vec![params[0], params[1]],
+        );
+        cmp.set_attr(AttrKey::Direction, AttrValue::Ident(direction.into()));
+        comp.root = comp.add(cmp);
+        let id = CompId((self.first_new_comp + self.new_comps.len()) as u32);
+        self.new_comps.push(comp);
         id
     }
 

@@ -39,24 +39,61 @@ pub fn exchange(
             "window starts do not match the tiles".into(),
         ));
     }
-    let (l, r, _) = halos(g, dims, a, starts, len);
-    let multi_hop = l > s || r > s;
-    // Multi-hop halos: the cheapest of gathering the dim, one permute per
-    // tile distance (`ps`), or one permute per row range (`grouped`).
-    let mut ps = Vec::new();
-    let mut use_pieces = false;
-    let mut grouped = None;
-    if multi_hop {
-        let shape = with_dims_of(p, x, dims);
-        let per_row = other_bytes(&shape, g, a);
-        let gather = p.cost_of(&shape, g, &p.grids().replicate_dims(g, &[a]));
-        ps = pieces(starts, len, s, xa);
-        let by_distance = pieces_cost(&ps, per_row);
-        use_pieces = by_distance < gather;
-        grouped = range_groups(starts, len, s, xa)
-            .filter(|rg| rg.cost(per_row) < by_distance.min(gather));
-    }
-    let (buf, base): (InstrId, Vec<i64>) = if let Some(rg) = &grouped {
+    let shape = with_dims_of(p, x, dims);
+    let plan = plan_exchange(p, g, &shape, a, starts, len);
+    let (l, r) = (plan.left, plan.right);
+    let (ps, use_pieces, grouped, multi_hop) = match plan.strategy {
+        Strategy::Neighbours => (Vec::new(), false, None, false),
+        Strategy::Gather => (Vec::new(), false, None, true),
+        Strategy::ByDistance => (pieces(starts, len, s, xa), true, None, true),
+        Strategy::ByRange => (Vec::new(), false, range_groups(starts, len, s, xa), true),
+        Strategy::ByOrder => (Vec::new(), false, None, true),
+    };
+    let ordered = match plan.strategy {
+        Strategy::ByOrder => order_groups(starts, len, s, xa),
+        _ => None,
+    };
+    let (buf, base): (InstrId, Vec<i64>) = if let Some(og) = &ordered {
+        // Group k carries the k-th source tile of every window; the
+        // groups concatenated in order make each window contiguous.
+        let ld = p.b.dims(x);
+        let mut parts = Vec::new();
+        for grp in &og.groups {
+            let mut r: Vec<(i64, i64, i64)> = ld.iter().map(|&d| (0, d, 1)).collect();
+            r[a] = (grp.lo, grp.hi, 1);
+            let sl = p.b.slice(x, &r);
+            let all_local = grp
+                .source
+                .iter()
+                .enumerate()
+                .all(|(i, src)| src.is_none_or(|j| j == i as i64));
+            parts.push(if all_local {
+                sl
+            } else {
+                let pairs = tile_pairs(g, a, &grp.source);
+                p.b.collective_permute(sl, &pairs)
+            });
+        }
+        let y = if parts.len() == 1 {
+            parts[0]
+        } else {
+            p.b.concatenate(parts, a)
+        };
+        let lo0 = og.groups.first().map_or(0, |grp| grp.lo);
+        let base: Vec<i64> = (0..t as usize)
+            .map(|i| {
+                let st = starts[i];
+                let lo = st.max(0);
+                if lo >= (st + len).min(xa) {
+                    return st;
+                }
+                // Buffer position of the window start: `lo` sits at
+                // `lo - j0 * s - lo0`.
+                st - ((lo - (lo / s) * s - lo0) - (lo - st))
+            })
+            .collect();
+        (y, base)
+    } else if let Some(rg) = &grouped {
         // Every window lies in one source tile: one collective-permute per
         // distinct row range (each source tile sends once per permute),
         // plus a local slice for windows in their own tile.
@@ -353,6 +390,68 @@ fn range_groups(starts: &[i64], len: i64, s: i64, xa: i64) -> Option<RangeGroups
     Some(rg)
 }
 
+/// An exchange by source position: group `k` sends, to every tile whose
+/// window covers at least `k + 1` source tiles, rows `[lo, hi)` of its
+/// `k`-th source tile (the hull over those windows). The first piece of a
+/// window that continues ends at the tile end and every later piece
+/// starts at row 0, so each window is contiguous in the concatenation of
+/// the groups.
+struct OrderGroups {
+    groups: Vec<RangeGroup>,
+}
+
+impl OrderGroups {
+    /// Bytes of the groups with a remote source (a group whose every
+    /// window reads its own tile is a local slice).
+    fn cost(&self, per_row: u64) -> u64 {
+        self.groups
+            .iter()
+            .filter(|grp| {
+                grp.source
+                    .iter()
+                    .enumerate()
+                    .any(|(i, src)| src.is_some_and(|j| j != i as i64))
+            })
+            .map(|grp| (grp.hi - grp.lo).max(0) as u64 * per_row)
+            .sum()
+    }
+}
+
+/// Groups the windows by the position of each source tile in them;
+/// `None` when two windows would read the same source tile in the same
+/// group (a collective-permute sends from each device once).
+fn order_groups(starts: &[i64], len: i64, s: i64, xa: i64) -> Option<OrderGroups> {
+    if s <= 0 {
+        return None;
+    }
+    let t = starts.len();
+    let mut groups: Vec<RangeGroup> = Vec::new();
+    for (i, &st) in starts.iter().enumerate() {
+        let (lo, hi) = (st.max(0), (st + len).min(xa));
+        if lo >= hi {
+            continue;
+        }
+        for (k, j) in (lo / s..=(hi - 1) / s).enumerate() {
+            let (r0, r1) = (lo.max(j * s) - j * s, hi.min(j * s + s) - j * s);
+            if groups.len() <= k {
+                groups.push(RangeGroup {
+                    lo: r0,
+                    hi: r1,
+                    source: vec![None; t],
+                });
+            }
+            let grp = &mut groups[k];
+            if grp.source.contains(&Some(j)) {
+                return None;
+            }
+            grp.lo = grp.lo.min(r0);
+            grp.hi = grp.hi.max(r1);
+            grp.source[i] = Some(j);
+        }
+    }
+    (!groups.is_empty()).then_some(OrderGroups { groups })
+}
+
 /// Pairs sending, for every device at tile `i` of dim `a` with
 /// `source[i] = Some(j)`, from the device at tile `j` with the same other
 /// coordinates.
@@ -385,6 +484,79 @@ fn other_bytes(shape: &Shape, g: &Grid, a: usize) -> u64 {
         * bytes
 }
 
+/// How an exchange moves its windows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Strategy {
+    /// One collective-permute from each neighbour of the halo hull.
+    Neighbours,
+    /// Gather the dim.
+    Gather,
+    /// One collective-permute per tile distance (hull of the rows needed).
+    ByDistance,
+    /// One collective-permute per distinct row range (every window lies
+    /// in one source tile).
+    ByRange,
+    /// One collective-permute per position of the source tile in the
+    /// window (its first, second, .. tile), each the hull of those rows.
+    ByOrder,
+}
+
+/// The cheapest way to exchange the windows, its bytes per device, and
+/// the left and right halo sizes.
+struct ExchangePlan {
+    strategy: Strategy,
+    bytes: u64,
+    left: i64,
+    right: i64,
+}
+
+/// Picks the cheapest strategy: neighbour halos only where they fit in a
+/// neighbour's tile; the by-distance and by-range permutes send only the
+/// rows some window needs, which is less than the neighbour hull when the
+/// windows of the tiles that need data are small (a slice to a few rows).
+fn plan_exchange(
+    p: &Part<'_, '_>,
+    g: &Grid,
+    shape: &Shape,
+    a: usize,
+    starts: &[i64],
+    len: i64,
+) -> ExchangePlan {
+    let dims = shape.dims();
+    let (l, r, s) = halos(g, dims, a, starts, len);
+    let per_row = other_bytes(shape, g, a);
+    let gather = p.cost_of(shape, g, &p.grids().replicate_dims(g, &[a]));
+    let mut best = if l <= s && r <= s {
+        (Strategy::Neighbours, (l + r).max(0) as u64 * per_row)
+    } else {
+        (Strategy::Gather, gather)
+    };
+    let mut consider = |st: Strategy, bytes: u64| {
+        if bytes < best.1 {
+            best = (st, bytes);
+        }
+    };
+    consider(Strategy::Gather, gather);
+    // At equal bytes the grouped permutes win: they send only to the
+    // tiles that need rows, where a by-distance permute sends to all.
+    if let Some(rg) = range_groups(starts, len, s, dims[a]) {
+        consider(Strategy::ByRange, rg.cost(per_row));
+    }
+    if let Some(og) = order_groups(starts, len, s, dims[a]) {
+        consider(Strategy::ByOrder, og.cost(per_row));
+    }
+    consider(
+        Strategy::ByDistance,
+        pieces_cost(&pieces(starts, len, s, dims[a]), per_row),
+    );
+    ExchangePlan {
+        strategy: best.0,
+        bytes: best.1,
+        left: l,
+        right: r,
+    }
+}
+
 /// Bytes per device `exchange` moves.
 pub fn exchange_cost(
     p: &Part<'_, '_>,
@@ -394,27 +566,7 @@ pub fn exchange_cost(
     starts: &[i64],
     len: i64,
 ) -> u64 {
-    let dims = shape.dims();
-    let (l, r, s) = halos(g, dims, a, starts, len);
-    if l > s || r > s {
-        let gather = p.cost_of(shape, g, &p.grids().replicate_dims(g, &[a]));
-        let per_row = other_bytes(shape, g, a);
-        let pc = pieces_cost(&pieces(starts, len, s, dims[a]), per_row);
-        let grouped = range_groups(starts, len, s, dims[a]).map_or(u64::MAX, |rg| rg.cost(per_row));
-        return gather.min(pc).min(grouped);
-    }
-    let bytes = shape
-        .element_type()
-        .map(|t| t.byte_width().max(1))
-        .unwrap_or(4) as u64;
-    let ld = crate::grid::local_dims(dims, g);
-    let other: u64 = ld
-        .iter()
-        .enumerate()
-        .filter(|&(k, _)| k != a)
-        .map(|(_, &d)| d.max(0) as u64)
-        .product();
-    (l + r).max(0) as u64 * other * bytes
+    plan_exchange(p, g, shape, a, starts, len).bytes
 }
 
 fn with_dims_of(p: &Part<'_, '_>, x: InstrId, dims: &[i64]) -> Shape {

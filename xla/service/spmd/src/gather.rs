@@ -20,7 +20,9 @@ use crate::helpers::{cheapest, to_ty, HandlerResult};
 use crate::part::Part;
 use crate::value::{local_shape, PValue, ValueSharding};
 use std::rc::Rc;
-use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, PrimitiveType, Shape};
+use xla_hlo_ir::{
+    AttrKey, AttrValue, HloComputation, HloInstruction, InstrId, Opcode, PrimitiveType, Shape,
+};
 
 fn lift(grids: &GridCache, g: &Grid, map: &[Option<usize>], ni: usize) -> Grid {
     let m: Vec<Option<usize>> = (0..ni)
@@ -31,6 +33,177 @@ fn lift(grids: &GridCache, g: &Grid, map: &[Option<usize>], ni: usize) -> Grid {
 
 fn elems(d: &[i64]) -> u64 {
     d.iter().map(|&x| x.max(0) as u64).product()
+}
+
+/// How far [`iota_dim`] follows broadcasts and copies.
+const MAX_IOTA_DEPTH: usize = 16;
+
+/// The dim along which `id` of `comp` counts its own index (an `iota`, a
+/// broadcast or copy of one, or an s32 constant equal to its index along a
+/// dim of size > 1), as XLA's `GetDimensionForIota` (without tracing loop
+/// and branch parameters to their callers).
+fn iota_dim(comp: &HloComputation, id: InstrId, depth: usize) -> Option<usize> {
+    let instr = comp.instructions.get(id.index())?;
+    if depth > MAX_IOTA_DEPTH {
+        return None;
+    }
+    match instr.opcode {
+        Opcode::Iota => instr.int_attr(AttrKey::IotaDimension).map(|d| d as usize),
+        _ if instr.shape.element_type() != Some(PrimitiveType::S32) => None,
+        Opcode::Copy => iota_dim(comp, *instr.operands.first()?, depth + 1),
+        Opcode::Broadcast => {
+            let d = iota_dim(comp, *instr.operands.first()?, depth + 1)?;
+            instr.dimensions().get(d).map(|&d| d as usize)
+        }
+        Opcode::Constant => {
+            let xla_hlo_ir::Literal::Array(lit) = instr.literal.as_deref()? else {
+                return None;
+            };
+            if lit.elided {
+                return None;
+            }
+            let dims = instr.shape.dims();
+            let mut strides = vec![1i64; dims.len()];
+            for d in (0..dims.len().saturating_sub(1)).rev() {
+                strides[d] = strides[d + 1] * dims[d + 1];
+            }
+            (0..dims.len()).find(|&d| {
+                dims[d] > 1
+                    && (0..lit.len()).all(|e| {
+                        lit.get_i128(e) == ((e as i64 / strides[d]) % dims[d]) as i128
+                    })
+            })
+        }
+        _ => None,
+    }
+}
+
+/// An index-parallel dim of a gather or scatter: operand dim `operand`
+/// is addressed by index component `component`, whose value is its own
+/// position along indices dim `indices`, so the two dims can be tiled
+/// alike (XLA's `GetGatherScatterBatchParallelDims`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct ParallelDim {
+    operand: usize,
+    indices: usize,
+    component: usize,
+}
+
+/// The index-parallel dims of a gather or scatter whose indices are
+/// `indices` (looked through copies to a concatenate along the index
+/// vector dim of iotas): components that are an iota along a non-batching
+/// indices dim, addressing an operand dim of slice size 1 and of the same
+/// size. Empty when an indices dim would pair with two operand dims, or
+/// the sizes differ.
+fn parallel_dims(
+    comp: &HloComputation,
+    operand_dims: &[i64],
+    indices: InstrId,
+    slice_sizes: &[i64],
+    ivd: usize,
+    index_map: &[usize],
+    indices_batching: &[usize],
+) -> Vec<ParallelDim> {
+    let Some(ix) = comp.instructions.get(indices.index()) else {
+        return Vec::new();
+    };
+    let index_dims = ix.shape.dims().to_vec();
+    let mut node = indices;
+    while let Some(i) = comp.instructions.get(node.index()) {
+        match (i.opcode, i.operands.first()) {
+            (Opcode::Copy, Some(&o)) => node = o,
+            _ => break,
+        }
+    }
+    let width = |id: InstrId| {
+        comp.instructions
+            .get(id.index())
+            .map(|i| i.shape.dims().get(ivd).copied().unwrap_or(1).max(0) as usize)
+            .unwrap_or(0)
+    };
+    let mut along: Vec<Option<usize>> = vec![None; index_map.len()];
+    let cat = comp.instructions.get(node.index());
+    if let Some(cat) = cat.filter(|c| {
+        c.opcode == Opcode::Concatenate && c.dimensions().first() == Some(&(ivd as i64))
+    }) {
+        let mut at = 0;
+        for &o in &cat.operands {
+            let w = width(o);
+            if let Some(d) = iota_dim(comp, o, 0).filter(|&d| d != ivd) {
+                for k in at..(at + w).min(along.len()) {
+                    along[k] = Some(d);
+                }
+            }
+            at += w;
+        }
+    } else if let Some(d) = iota_dim(comp, indices, 0).filter(|&d| d != ivd) {
+        along.iter_mut().for_each(|a| *a = Some(d));
+    }
+    let mut out: Vec<ParallelDim> = Vec::new();
+    for (k, a) in along.iter().enumerate() {
+        let (Some(j), Some(&d)) = (*a, index_map.get(k)) else {
+            continue;
+        };
+        if out.iter().any(|p| p.indices == j) {
+            return Vec::new();
+        }
+        if slice_sizes.get(d) == Some(&1) && !indices_batching.contains(&j) {
+            if operand_dims.get(d) != index_dims.get(j) {
+                return Vec::new();
+            }
+            out.push(ParallelDim {
+                operand: d,
+                indices: j,
+                component: k,
+            });
+        }
+    }
+    out
+}
+
+/// Subtracts from index components the device's tile offset: `shifts`
+/// lists (component, operand dim), laid out by `g` over operand dims
+/// `od`.
+fn shift_components(
+    p: &mut Part<'_, '_>,
+    y: InstrId,
+    ivd: usize,
+    g: &Grid,
+    od: &[i64],
+    shifts: &[(usize, usize)],
+) -> Result<InstrId, SpmdError> {
+    if shifts.is_empty() {
+        return Ok(y);
+    }
+    let ty = p.b.ty(y)?;
+    let yd = p.b.dims(y);
+    let implicit = ivd >= yd.len();
+    let ncomp = if implicit { 1 } else { yd[ivd] as usize };
+    let mut comps = Vec::new();
+    for k in 0..ncomp {
+        let comp = if implicit {
+            y
+        } else {
+            let mut rg: Vec<(i64, i64, i64)> = yd.iter().map(|&d| (0, d, 1)).collect();
+            rg[ivd] = (k as i64, k as i64 + 1, 1);
+            p.b.slice(y, &rg)
+        };
+        match shifts.iter().find(|s| s.0 == k) {
+            Some(&(_, d)) => {
+                let ts = tile_size(od[d], g.tiles(d));
+                let off = to_ty(p, &p.grids().offsets(g, d, ts), ty)?;
+                let cd = p.b.dims(comp);
+                let ob = p.b.splat(off, &cd);
+                comps.push(p.b.binary(Opcode::Subtract, comp, ob));
+            }
+            None => comps.push(comp),
+        }
+    }
+    Ok(if implicit {
+        comps[0]
+    } else {
+        p.b.concatenate(comps, ivd)
+    })
 }
 
 pub fn gather(
@@ -103,11 +276,24 @@ pub fn gather(
     let offset_operand: Vec<usize> = (0..rop)
         .filter(|d| !collapsed.contains(d) && !obatch.contains(d))
         .collect();
+    let parallel = parallel_dims(
+        p.orig_comp,
+        &od,
+        instr.operands[1],
+        &sizes,
+        ivd,
+        &sim,
+        &ibatch,
+    );
     for d in 0..rop {
         if let Some(i) = obatch.iter().position(|&b| b == d) {
             op_map[d] = ibatch
                 .get(i)
                 .and_then(|&j| idx_map.get(j).copied().flatten());
+        } else if let Some(pd) = parallel.iter().find(|pd| pd.operand == d) {
+            // Index-parallel: tiled like the indices dim, whose index
+            // component is shifted to the tile.
+            op_map[d] = idx_map.get(pd.indices).copied().flatten();
         } else if sim.contains(&d) && sizes[d] == 1 && od[d] > 1 {
             op_map[d] = Some(ro + sliced.len());
             sliced.push(d);
@@ -153,6 +339,12 @@ pub fn gather(
     let go = p.grids().remap(&c, &out_map);
     let x = p.reshard_to_grid(&op, &gop)?;
     let mut y = p.reshard_to_grid(&ix, &gix)?;
+    let parallel_shifts: Vec<(usize, usize)> = parallel
+        .iter()
+        .filter(|pd| gop.tiles(pd.operand) > 1)
+        .map(|pd| (pd.component, pd.operand))
+        .collect();
+    y = shift_components(p, y, ivd, &gop, &od, &parallel_shifts)?;
     let tiled_sliced: Vec<(usize, usize)> = sliced
         .iter()
         .enumerate()
@@ -414,6 +606,34 @@ pub fn scatter(
             .collect::<Vec<_>>()
     })
     .filter(|v| v.len() == ibatch.len() && sibd.iter().all(|&j| j < ix_rank));
+    // Index-parallel dims link like batching dims (operand dim, indices
+    // dim, update dim); the operand dim is also single-row addressed, so
+    // its index component is shifted to the tile.
+    let scatter_sizes: Vec<i64> = wsize.clone();
+    let parallel = if index_batch.len() == update_scatter.len() {
+        parallel_dims(
+            p.orig_comp,
+            &od,
+            instr.operands[n],
+            &scatter_sizes,
+            ivd,
+            &sdod,
+            &sibd,
+        )
+    } else {
+        Vec::new()
+    };
+    let parallel_links: Vec<(usize, usize, usize)> = parallel
+        .iter()
+        .filter_map(|pd| {
+            let m = index_batch.iter().position(|&j| j == pd.indices)?;
+            Some((pd.operand, pd.indices, update_scatter[m]))
+        })
+        .collect();
+    let batch_links = batch_links.map(|mut v| {
+        v.extend(parallel_links.iter().copied());
+        v
+    });
     for d in 0..rop {
         if ibatch.contains(&d) {
             allowed[d] = batch_links.is_some();
@@ -426,9 +646,15 @@ pub fn scatter(
             allowed[d] = true;
         }
     }
+    // An unevenly tiled index-parallel dim would scatter the updates at
+    // the indices' padding positions: kept whole.
     let restrict = |g: &Grid| {
         let bad: Vec<usize> = (0..rop)
-            .filter(|&d| !allowed[d] && g.tiles(d) > 1)
+            .filter(|&d| {
+                g.tiles(d) > 1
+                    && (!allowed[d]
+                        || (parallel_links.iter().any(|l| l.0 == d) && od[d] % g.tiles(d) != 0))
+            })
             .collect();
         p.grids().replicate_dims(g, &bad)
     };
@@ -494,37 +720,7 @@ pub fn scatter(
         .filter(|&(_, &d)| sliced[d] && c.tiles(d) > 1)
         .map(|(k, &d)| (k, d))
         .collect();
-    if !shifts.is_empty() {
-        let ty = p.b.ty(y)?;
-        let yd = p.b.dims(y);
-        let implicit = ivd >= yd.len();
-        let ncomp = if implicit { 1 } else { yd[ivd] as usize };
-        let mut comps = Vec::new();
-        for k in 0..ncomp {
-            let comp = if implicit {
-                y
-            } else {
-                let mut rg: Vec<(i64, i64, i64)> = yd.iter().map(|&d| (0, d, 1)).collect();
-                rg[ivd] = (k as i64, k as i64 + 1, 1);
-                p.b.slice(y, &rg)
-            };
-            match shifts.iter().find(|s| s.0 == k) {
-                Some(&(_, d)) => {
-                    let ts = tile_size(od[d], c.tiles(d));
-                    let off = to_ty(p, &p.grids().offsets(&c, d, ts), ty)?;
-                    let cd = p.b.dims(comp);
-                    let ob = p.b.splat(off, &cd);
-                    comps.push(p.b.binary(Opcode::Subtract, comp, ob));
-                }
-                None => comps.push(comp),
-            }
-        }
-        y = if implicit {
-            comps[0]
-        } else {
-            p.b.concatenate(comps, ivd)
-        };
-    }
+    y = shift_components(p, y, ivd, &c, &od, &shifts)?;
     p.note(instr, "scatter");
     let local_operands: Vec<InstrId> = xs.into_iter().chain([y]).chain(us).collect();
     let sharding = if n == 1 {

@@ -638,6 +638,7 @@ pub fn custom_call(
                 vs: target.clone(),
             }))
         }
+        "TopK" => crate::reorder::topk_custom_call(p, instr, target),
         "LayoutConstraint" | "MoveToHost" | "MoveToDevice" if instr.operands.len() == 1 => {
             elementwise(p, instr, target)
         }

@@ -27,6 +27,8 @@
 //!   select-and-scatter, concatenate), [`dynamic_slice`], [`reorder`]
 //!   (sort, top-k, reverse), [`dot`] (dot, convolution), [`gather`]
 //!   (gather, scatter);
+//! - [`preprocess`]: rewrites of the sharded module before partitioning
+//!   (a pad and the slice of it merged into one pad);
 //! - [`partition`]: the driver (computations in definition order, the
 //!   opcode dispatch, control flow, called computations);
 //! - this file: the `spmd-partitioning` pass.
@@ -78,6 +80,7 @@ pub mod memo;
 pub mod part;
 pub mod partition;
 pub mod plan;
+pub mod preprocess;
 pub mod reorder;
 pub mod reshape;
 pub mod reshard;
@@ -133,7 +136,7 @@ pub fn partition_module(
         entry: module.entry,
     };
     let mut orig = std::mem::replace(module, placeholder);
-    let base_change = sharding_or_header_changes(&orig, n);
+    let base_change = sharding_or_header_changes(&orig, n) | (preprocess::preprocess(&mut orig) > 0);
     let orig_entry: Vec<xla_hlo_ir::Shape> = {
         let e = orig.entry_computation();
         let mut v: Vec<xla_hlo_ir::Shape> = e

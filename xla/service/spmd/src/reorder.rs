@@ -1,5 +1,7 @@
 //! Ops that reorder elements along dims: sort and top-k (computed where the
-//! sorted dim is whole, its tiling dropped or moved to another dim) and
+//! sorted dim is whole, its tiling dropped or moved to another dim; the
+//! `TopK` custom-call also as a local top-k per tile of the sorted dim, the
+//! candidates gathered and merged by a sort, as XLA does) and
 //! reverse (the reversed dims' tiles are mirrored; uneven tiles are
 //! shifted back into place by a window exchange).
 //!
@@ -10,8 +12,9 @@ use crate::exchange::{exchange, exchange_cost};
 use crate::grid::{tile_size, Grid};
 use crate::helpers::{cheapest, unsharded_candidates, HandlerResult};
 use crate::part::Part;
-use crate::value::{PValue, ValueSharding};
-use xla_hlo_ir::{HloInstruction, Shape};
+use crate::value::{local_shape, PValue, ValueSharding};
+use std::rc::Rc;
+use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, Opcode, PrimitiveType, Shape};
 
 pub fn sort(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding) -> HandlerResult {
     let out = match target {
@@ -107,6 +110,234 @@ pub fn topk(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding
     p.note(instr, "topk");
     let vs = ValueSharding::Tuple(vec![ValueSharding::Grid(c.clone()), ValueSharding::Grid(c)]);
     Ok(Some(p.emit_local(instr, vec![x], &vs)?))
+}
+
+/// The `TopK` custom-call (`(values, s32 indices)` of the `k` best along
+/// the last dim, ordered by its comparator, greater-than without one): the
+/// cheapest of computing it where the last dim is whole, as [`topk`], and,
+/// where the operand's tiles of the last dim each hold at least `k`
+/// elements (evenly), a local top-k per tile with the indices moved to
+/// global positions, an all-gather of the `k * t` candidates over the
+/// tiles, a stable sort by the comparator and a slice of the first `k`:
+/// ties keep the lower global index first, as the global top-k does.
+pub fn topk_custom_call(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
+    let ValueSharding::Tuple(targets) = target else {
+        return Ok(None);
+    };
+    let (Some(out_values), Some(out_indices)) = (
+        targets.first().and_then(|t| t.grid()).cloned(),
+        targets.get(1).and_then(|t| t.grid()).cloned(),
+    ) else {
+        return Ok(None);
+    };
+    let [operand] = instr.operands[..] else {
+        return Ok(None);
+    };
+    let Shape::Tuple(leaves) = &instr.shape else {
+        return Ok(None);
+    };
+    let v = p.val(operand)?;
+    let dims = v.shape.dims().to_vec();
+    let rank = dims.len();
+    if rank == 0 || leaves.len() != 2 || leaves.iter().any(|l| l.rank() != rank) {
+        return Ok(None);
+    }
+    let (Some(value_ty), Some(PrimitiveType::S32)) =
+        (leaves[0].element_type(), leaves[1].element_type())
+    else {
+        return Ok(None);
+    };
+    let a = rank - 1;
+    let (n, k) = (dims[a], leaves[0].dims()[a]);
+    let leaf_cost = |p: &Part<'_, '_>, c: &Grid| {
+        p.cost_of(&leaves[0], c, &out_values) + p.cost_of(&leaves[1], c, &out_indices)
+    };
+    let mut whole = unsharded_candidates(p.grids(), &out_values, a, &[&dims]);
+    if let Some(g) = v.vs.grid() {
+        if g.rank() == rank {
+            whole.extend(unsharded_candidates(p.grids(), g, a, &[&dims]));
+        }
+    }
+    let costed: Vec<(Grid, u64)> = whole
+        .into_iter()
+        .map(|c| (c.clone(), p.cost(&v, &c) + leaf_cost(p, &c)))
+        .collect();
+    let best_whole = cheapest(&costed).map(|c| {
+        let cost = costed.iter().find(|x| x.0 == c).map_or(u64::MAX, |x| x.1);
+        (c, cost)
+    });
+    // Only the values are used: the merge sorts the values alone.
+    let values_only = values_only_direction(p, instr);
+    // Split along the last dim: the operand's tiling or the values'.
+    let mut split: Option<(Grid, Grid, u64)> = None;
+    for g in v.vs.grid().into_iter().chain([&out_values]) {
+        let t = g.tiles(a);
+        if g.rank() != rank || t <= 1 || n % t != 0 || k > n / t {
+            continue;
+        }
+        let merged = p.grids().replicate_dims(g, &[a]);
+        let mut cand_dims = leaves[0].dims().to_vec();
+        cand_dims[a] = k * t;
+        let gathered: u64 = leaves
+            .iter()
+            .take(if values_only.is_some() { 1 } else { 2 })
+            .map(|l| {
+                let s = crate::shapes::with_dims(l, &cand_dims);
+                p.cost_of(&s, g, &merged)
+            })
+            .sum();
+        let cost = p.cost(&v, g) + gathered + leaf_cost(p, &merged);
+        if split.as_ref().is_none_or(|s| cost < s.2) {
+            split = Some((g.clone(), merged, cost));
+        }
+    }
+    let use_split = match (&split, &best_whole) {
+        (Some(s), Some(w)) => s.2 < w.1,
+        (Some(_), None) => true,
+        _ => false,
+    };
+    if !use_split {
+        let Some((c, _)) = best_whole else {
+            return Ok(None);
+        };
+        let x = p.reshard_to_grid(&v, &c)?;
+        p.note(instr, "topk");
+        let vs = ValueSharding::Tuple(vec![ValueSharding::Grid(c.clone()), ValueSharding::Grid(c)]);
+        return Ok(Some(p.emit_local(instr, vec![x], &vs)?));
+    }
+    let Some((g, merged, _)) = split else {
+        return Ok(None);
+    };
+    let t = g.tiles(a);
+    let x = p.reshard_to_grid(&v, &g)?;
+    let mut local_dims = p.b.dims(x);
+    local_dims[a] = k;
+    let local_leaves: Vec<Shape> = leaves
+        .iter()
+        .map(|l| crate::shapes::with_dims(l, &local_dims))
+        .collect();
+    let local = p.clone_instr(instr, vec![x], Shape::Tuple(local_leaves.clone()));
+    let values = p.element(local, 0, local_leaves[0].clone());
+    let positions = p.element(local, 1, local_leaves[1].clone());
+    let offsets = p.grids().offsets(&g, a, n / t);
+    let offset = p.b.table(&offsets);
+    let offset = p.b.splat(offset, &local_dims);
+    let indices = p.b.binary(Opcode::Add, positions, offset);
+    let groups = p.grids().factor_groups(&g, &[(a, t)]);
+    let values = p.b.all_gather(values, a, &groups);
+    if let Some(direction) = values_only {
+        // The indices are never read: sort the values alone; the indices
+        // leaf holds the local top-k's positions (the right local shape,
+        // not the global indices).
+        let comparator = p.b.ctx.value_comparator(value_ty, None, direction);
+        let vshape = p.b.shape(values).clone();
+        let sorted = p.b.add(
+            "sort",
+            Opcode::Sort,
+            vshape.clone(),
+            vec![values],
+            vec![
+                (AttrKey::Dimensions, AttrValue::Ints(vec![a as i64])),
+                (AttrKey::IsStable, AttrValue::Bool(true)),
+                (AttrKey::ToApply, AttrValue::Computation(comparator)),
+            ],
+        );
+        let mut ranges: Vec<(i64, i64, i64)> = vshape.dims().iter().map(|&d| (0, d, 1)).collect();
+        ranges[a] = (0, k, 1);
+        let top = p.b.slice(sorted, &ranges);
+        let vs = ValueSharding::Tuple(vec![
+            ValueSharding::Grid(merged.clone()),
+            ValueSharding::Grid(merged.clone()),
+        ]);
+        let shape = local_shape(&instr.shape, &vs);
+        let id = p.b.add("tuple", Opcode::Tuple, shape, vec![top, positions], vec![]);
+        p.note(instr, "topk-merge");
+        return Ok(Some(PValue {
+            id,
+            shape: Rc::new(instr.shape.clone()),
+            vs,
+        }));
+    }
+    let indices = p.b.all_gather(indices, a, &groups);
+    let comparator = match instr.to_apply().or_else(|| instr.called_computations().first().copied()) {
+        Some(c) => c,
+        None => p.b.ctx.value_comparator(value_ty, Some(PrimitiveType::S32), "GT"),
+    };
+    let sorted_leaves: Vec<Shape> = vec![p.b.shape(values).clone(), p.b.shape(indices).clone()];
+    let sorted = p.b.add(
+        "sort",
+        Opcode::Sort,
+        Shape::Tuple(sorted_leaves.clone()),
+        vec![values, indices],
+        vec![
+            (AttrKey::Dimensions, AttrValue::Ints(vec![a as i64])),
+            (AttrKey::IsStable, AttrValue::Bool(true)),
+            (AttrKey::ToApply, AttrValue::Computation(comparator)),
+        ],
+    );
+    let mut parts = Vec::new();
+    for (j, leaf) in sorted_leaves.iter().enumerate() {
+        let e = p.element(sorted, j, leaf.clone());
+        let mut ranges: Vec<(i64, i64, i64)> = leaf.dims().iter().map(|&d| (0, d, 1)).collect();
+        ranges[a] = (0, k, 1);
+        parts.push(p.b.slice(e, &ranges));
+    }
+    let vs = ValueSharding::Tuple(vec![
+        ValueSharding::Grid(merged.clone()),
+        ValueSharding::Grid(merged),
+    ]);
+    let shape = local_shape(&instr.shape, &vs);
+    let id = p.b.add("tuple", Opcode::Tuple, shape, parts, vec![]);
+    p.note(instr, "topk-merge");
+    Ok(Some(PValue {
+        id,
+        shape: Rc::new(instr.shape.clone()),
+        vs,
+    }))
+}
+
+/// The compare direction of a `TopK` custom-call whose indices result is
+/// never read (every user a `get-tuple-element` of the values): its
+/// comparator's `compare(p0, p1)` direction, GT without a comparator;
+/// `None` when the indices are read or the comparator is another function.
+fn values_only_direction(p: &Part<'_, '_>, instr: &HloInstruction) -> Option<&'static str> {
+    let comp = p.orig_comp;
+    let me = comp.instructions.iter().position(|i| std::ptr::eq(i, instr))?;
+    let me = xla_hlo_ir::InstrId(me as u32);
+    if comp.root == me {
+        return None;
+    }
+    for user in comp.instructions.iter().filter(|i| i.operands.contains(&me)) {
+        if user.opcode != Opcode::GetTupleElement || user.int_attr(AttrKey::Index) != Some(0) {
+            return None;
+        }
+    }
+    let Some(c) = instr.to_apply().or_else(|| instr.called_computations().first().copied()) else {
+        return Some("GT");
+    };
+    let cc = p.orig.computations.get(c.index())?;
+    let root = cc.root_instr();
+    let is_param = |id: xla_hlo_ir::InstrId, k: i64| {
+        cc.instructions
+            .get(id.index())
+            .is_some_and(|i| i.opcode == Opcode::Parameter && i.parameter_number == Some(k))
+    };
+    if root.opcode != Opcode::Compare
+        || root.operands.len() != 2
+        || !is_param(root.operands[0], 0)
+        || !is_param(root.operands[1], 1)
+    {
+        return None;
+    }
+    match root.ident_attr(AttrKey::Direction)? {
+        "GT" => Some("GT"),
+        "LT" => Some("LT"),
+        _ => None,
+    }
 }
 
 pub fn reverse(

@@ -698,3 +698,79 @@ fn outfeed_sharded_on_its_data_partitions() {
     let root = m.entry_computation().root_instr();
     assert_eq!(root.opcode, xla_hlo_ir::Opcode::Outfeed);
 }
+
+/// Tiles that need rows from a neighbour get only those rows, not the
+/// neighbour hull: a slice to the first 3 of 256 rows over 4 tiles (tile
+/// 1 and 2 of the output hold one row each, from input tile 0) moves two
+/// rows; a pad to double size over 8 tiles (output tile i reads input
+/// tiles 2i and 2i+1) is one permute per source position.
+#[test]
+fn small_windows_move_only_their_rows() {
+    let m = module(
+        "ENTRY %e (a: f32[256,2], b: f32[8,3]) -> (f32[3,2], f32[16,3]) {\n  %a = f32[256,2] parameter(0), sharding={devices=[8,1]<=[8]}\n  %s = f32[3,2] slice(%a), slice={[0:3], [0:2]}, sharding={devices=[8,1]<=[8]}\n  %b = f32[8,3] parameter(1), sharding={devices=[8,1]<=[8]}\n  %z = f32[] constant(-1)\n  %p = f32[16,3] pad(%b, %z), padding=0_8x0_0, sharding={devices=[8,1]<=[8]}\n  ROOT %o = (f32[3,2], f32[16,3]) tuple(%s, %p), sharding={{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}\n}\n",
+        "",
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 0.0, 29);
+    // Slice: two permutes of a [1,2] row; pad: two of a [1,3] row.
+    assert!(
+        summary.collective_bytes <= 2 * 8 + 2 * 12,
+        "{} bytes\n{}",
+        summary.collective_bytes,
+        part.to_text()
+    );
+}
+
+/// A pad whose result is sliced (through copies) is partitioned as one
+/// pad with the slice folded into its edge padding: one halo exchange.
+#[test]
+fn pad_then_slice_is_one_exchange() {
+    let m = module(
+        "ENTRY %e (x: f32[8,3]) -> f32[8,3] {\n  %x = f32[8,3] parameter(0), sharding={devices=[8,1]<=[8]}\n  %v = f32[] constant(5)\n  %p = f32[11,3] pad(%x, %v), padding=2_1x0_0, sharding={devices=[8,1]<=[8]}\n  %c = f32[11,3] copy(%p), sharding={devices=[8,1]<=[8]}\n  ROOT %s = f32[8,3] slice(%c), slice={[0:8], [0:3]}, sharding={devices=[8,1]<=[8]}\n}\n",
+        "",
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 0.0, 31);
+    // Output tile i is input rows [i-2, i-1): a one-row permute.
+    assert_eq!(summary.collective_bytes, 12, "{}", part.to_text());
+}
+
+/// Gather and scatter whose index component is an iota along an indices
+/// dim (index-parallel, as in `take_along_axis`) tile that dim with the
+/// operand dim it addresses: no communication when both are tiled alike.
+#[test]
+fn index_parallel_gather_and_scatter_stay_local() {
+    let m = module(
+        "ENTRY %e (t: f32[8,6], col: s32[8,1], u: f32[8]) -> (f32[8], f32[8,6]) {\n  %t = f32[8,6] parameter(0), sharding={devices=[8,1]<=[8]}\n  %col = s32[8,1] parameter(1), sharding={devices=[8,1]<=[8]}\n  %row = s32[8,1] iota(), iota_dimension=0, sharding={devices=[8,1]<=[8]}\n  %ids = s32[8,2] concatenate(%row, %col), dimensions={1}, sharding={devices=[8,1]<=[8]}\n  %g = f32[8] gather(%t, %ids), offset_dims={}, collapsed_slice_dims={0,1}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}, sharding={devices=[8]<=[8]}\n  %u = f32[8] parameter(2), sharding={devices=[8]<=[8]}\n  %s = f32[8,6] scatter(%t, %ids, %u), update_window_dims={}, inserted_window_dims={0,1}, scatter_dims_to_operand_dims={0,1}, index_vector_dim=1, to_apply=%add, sharding={devices=[8,1]<=[8]}\n  ROOT %o = (f32[8], f32[8,6]) tuple(%g, %s), sharding={{devices=[8]<=[8]}, {devices=[8,1]<=[8]}}\n}\n",
+        ADD,
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 1e-6, 37);
+    assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
+}
+
+/// A `TopK` custom-call sharded on its last dim: a local top-k per tile,
+/// the candidates gathered and merged by a sort (values and indices, or
+/// the values alone when the indices are never read); values and global
+/// indices match the unpartitioned run, ties included (integral values
+/// repeat often).
+#[test]
+fn topk_custom_call_merges_local_candidates() {
+    const GT: &str = "%gt (a: f32[], b: f32[], i: s32[], j: s32[]) -> pred[] {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  %i = s32[] parameter(2)\n  %j = s32[] parameter(3)\n  ROOT %c = pred[] compare(%a, %b), direction=GT\n}\n\n";
+    let m = module(
+        "ENTRY %e (x: f32[4,64], y: f32[4,64]) -> (f32[4,3], s32[4,3], f32[4,5]) {\n  %x = f32[4,64] parameter(0), sharding={devices=[1,8]<=[8]}\n  %r = f32[4,64] round-nearest-even(%x), sharding={devices=[1,8]<=[8]}\n  %xr = f32[4,64] copy(%r), sharding={devices=[1,8]<=[8]}\n  %t = (f32[4,3], s32[4,3]) custom-call(%xr), custom_call_target=\"TopK\", called_computations={%gt}, sharding={{devices=[1,8]<=[8]}, {devices=[1,8]<=[8]}}\n  %v = f32[4,3] get-tuple-element(%t), index=0, sharding={replicated}\n  %i = s32[4,3] get-tuple-element(%t), index=1, sharding={replicated}\n  %y = f32[4,64] parameter(1), sharding={devices=[2,4]<=[8]}\n  %u = (f32[4,5], s32[4,5]) custom-call(%y), custom_call_target=\"TopK\", sharding={{devices=[2,4]<=[8]}, {devices=[2,4]<=[8]}}\n  %w = f32[4,5] get-tuple-element(%u), index=0, sharding={replicated}\n  ROOT %o = (f32[4,3], s32[4,3], f32[4,5]) tuple(%v, %i, %w), sharding={{replicated}, {replicated}, {replicated}}\n}\n",
+        GT,
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 0.0, 41);
+    assert_eq!(summary.handlers.get("custom-call:topk-merge"), Some(&2), "{summary:?}");
+    // Candidates only: [4, 8 x 3] values and indices (768 bytes), [2, 4 x
+    // 5] values (160), then the [4,5] result gathered over the row tiles
+    // (at most 128): below gathering the two operands (2048).
+    assert!(
+        summary.collective_bytes <= 768 + 160 + 128,
+        "{} bytes\n{}",
+        summary.collective_bytes,
+        part.to_text()
+    );
+}
