@@ -56,6 +56,129 @@ pub enum Step {
     /// elsewhere: for dims mostly padding (an edge row or two over many
     /// tiles), where it moves less than gathering the padded tiles.
     SumGather { dim: usize, to: Grid },
+    /// Retiles dim `dim` (the grids agree on every other dim, device by
+    /// device): each device receives the rows of its `to` tile from the
+    /// devices holding them, one collective-permute per position of the
+    /// source tile in the window (see [`retile`]).
+    Retile { dim: usize, to: Grid },
+}
+
+/// One collective-permute of a [`Retile`]: rows `[lo, hi)` of the source
+/// tile, sent along `pairs` (remote sources only); `own[d]` marks devices
+/// whose piece is in their own tile (taken locally).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetileGroup {
+    pub lo: i64,
+    pub hi: i64,
+    pub pairs: Vec<(i64, i64)>,
+    pub own: Vec<i64>,
+}
+
+/// A retile of one dim: the groups, concatenated in order along the dim,
+/// hold every device's window from `offsets[d]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retile {
+    pub groups: Vec<RetileGroup>,
+    pub offsets: Vec<i64>,
+}
+
+/// Most devices a retile is planned for (it visits every device).
+const MAX_RETILE_DEVICES: i64 = 4096;
+
+/// Plans moving dim `a` (of `x` elements) from `cur`'s tiling to `to`'s
+/// when the two agree on every other data dim device by device: group `k`
+/// carries the `k`-th source tile of every device's window (from the
+/// device itself when it holds it, else from a holder with its other
+/// coordinates not yet sending in that group). `None` when the grids
+/// differ elsewhere or no holder is free.
+pub fn retile(cur: &Grid, to: &Grid, a: usize, x: i64) -> Option<Retile> {
+    let n = cur.num_devices();
+    let rank = cur.rank();
+    if to.num_devices() != n || to.rank() != rank || n > MAX_RETILE_DEVICES || a >= rank {
+        return None;
+    }
+    if (0..rank).any(|b| b != a && cur.tiles(b) != to.tiles(b)) {
+        return None;
+    }
+    let (s1, s2) = (tile_size(x, cur.tiles(a)), tile_size(x, to.tiles(a)));
+    if s1 <= 0 || s2 <= 0 {
+        return None;
+    }
+    let mut holders: std::collections::HashMap<Vec<i64>, Vec<i64>> = Default::default();
+    let coords: Vec<Vec<i64>> = (0..n).map(|d| cur.coords(d)[..rank].to_vec()).collect();
+    for (d, c) in coords.iter().enumerate() {
+        holders.entry(c.clone()).or_default().push(d as i64);
+    }
+    let mut groups: Vec<RetileGroup> = Vec::new();
+    let mut senders: Vec<std::collections::HashSet<i64>> = Vec::new();
+    let mut first_row = vec![None; n as usize];
+    for d in 0..n {
+        let c = &coords[d as usize];
+        if (0..rank).any(|b| b != a && to.coord(d, b) != c[b]) {
+            return None;
+        }
+        let lo = to.coord(d, a) * s2;
+        let hi = (lo + s2).min(x);
+        if lo >= hi {
+            continue;
+        }
+        for (k, i) in (lo / s1..=(hi - 1) / s1).enumerate() {
+            let (r0, r1) = (lo.max(i * s1) - i * s1, hi.min(i * s1 + s1) - i * s1);
+            if groups.len() <= k {
+                groups.push(RetileGroup {
+                    lo: r0,
+                    hi: r1,
+                    pairs: Vec::new(),
+                    own: vec![0; n as usize],
+                });
+                senders.push(Default::default());
+            }
+            if k == 0 {
+                first_row[d as usize] = Some(r0);
+            }
+            let grp = &mut groups[k];
+            grp.lo = grp.lo.min(r0);
+            grp.hi = grp.hi.max(r1);
+            if c[a] == i {
+                grp.own[d as usize] = 1;
+                continue;
+            }
+            let mut key = c.clone();
+            key[a] = i;
+            let source = holders
+                .get(&key)?
+                .iter()
+                .copied()
+                .find(|h| !senders[k].contains(h))?;
+            senders[k].insert(source);
+            grp.pairs.push((source, d));
+        }
+    }
+    let lo0 = groups.first().map_or(0, |g| g.lo);
+    let offsets = first_row
+        .iter()
+        .map(|r| r.map_or(0, |r| r - lo0))
+        .collect();
+    for grp in groups.iter_mut() {
+        grp.pairs.sort_unstable_by_key(|p| p.1);
+    }
+    Some(Retile { groups, offsets })
+}
+
+/// Bytes per device a [`retile`] moves (groups with a remote source).
+fn retile_cost(rt: &Retile, cur: &Grid, a: usize, dims: &[i64], bytes: u64) -> u64 {
+    let local = local_dims(dims, cur);
+    let other: u64 = local
+        .iter()
+        .enumerate()
+        .filter(|&(b, _)| b != a)
+        .map(|(_, &d)| d.max(0) as u64)
+        .product();
+    rt.groups
+        .iter()
+        .filter(|g| !g.pairs.is_empty())
+        .map(|g| (g.hi - g.lo).max(0) as u64 * other * bytes)
+        .sum()
 }
 
 /// A resharding plan and its communication cost (bytes per device).
@@ -395,6 +518,26 @@ fn plan_uncached(
         a2a.append(finish(grids, &cur, tgt, dims, bytes));
         if a2a.cost < best.cost {
             best = a2a;
+        }
+    }
+    // One dim retiled by a window exchange (the grids agree elsewhere).
+    if best.cost > 0 {
+        let differing: Vec<usize> = (0..dims.len())
+            .filter(|&a| src.tiles(a) != tgt.tiles(a) || src.coord_pairs(tgt, a).iter().any(|p| p.0 != p.1))
+            .collect();
+        if let [a] = differing[..] {
+            if let Some(rt) = retile(src, tgt, a, dims[a]) {
+                let cost = retile_cost(&rt, src, a, dims, bytes);
+                if cost < best.cost {
+                    best = Plan {
+                        steps: vec![Step::Retile {
+                            dim: a,
+                            to: tgt.clone(),
+                        }],
+                        cost,
+                    };
+                }
+            }
         }
     }
     // A dim that is mostly padding summed whole first, then the rest.

@@ -97,7 +97,9 @@ fn reshape_groups(in_dims: &[i64], out_dims: &[i64]) -> Option<Vec<(Vec<usize>, 
 /// - split, `[s] -> [s / m, m...]`, the minor factor `m` dividing the tile;
 /// - the major dim of a merge with untiled minor dims of product `m`,
 ///   `[s, m...] -> [s * m]`, where the merged dim's tile is the old tile
-///   times `m`.
+///   times `m`;
+/// - the major dim of a merge then split, `[s, m...] -> [s * m / k, k...]`,
+///   the tile's `ts * m` elements a whole number of output rows.
 ///
 /// With `retile`, a merge whose output tile differs is also accepted: its
 /// output dim is padded to the merged tile instead (`ts * m` per tile) and
@@ -133,6 +135,15 @@ fn padded_reshape_dims(
             (_, 1) if retile.is_some() => {
                 retile.as_mut()?.push(b);
                 ts * minor_in
+            }
+            // A merge then split (`[s, m] -> [s * m / k, k]`): the local
+            // rows of `ts * m` elements make `ts * m / k` output rows.
+            (_, _) if gin.len() > 1 && (ts * minor_in) % minor_out == 0 => {
+                let tile = ts * minor_in / minor_out;
+                if tile_size(out_dims[b], t) != tile {
+                    retile.as_mut()?.push(b);
+                }
+                tile
             }
             _ => return None,
         };

@@ -33,6 +33,7 @@ pub fn emit(
             Step::SlicePermute { via, to } => emit_slice_permute(b, x, &cur, via, to, dims)?,
             Step::Slice { to } => emit_slice(b, x, &cur, to, dims)?,
             Step::SumGather { dim, .. } => emit_sum_gather(b, x, &cur, *dim, dims)?,
+            Step::Retile { dim, to } => emit_retile(b, x, &cur, to, *dim, dims)?,
         };
         cur = match step {
             Step::Gather { to, .. }
@@ -40,10 +41,85 @@ pub fn emit(
             | Step::Permute { to }
             | Step::SlicePermute { to, .. }
             | Step::Slice { to }
-            | Step::SumGather { to, .. } => to.clone(),
+            | Step::SumGather { to, .. }
+            | Step::Retile { to, .. } => to.clone(),
         };
     }
     Ok(x)
+}
+
+/// See [`Step::Retile`]: per group, the local rows `[lo, hi)` of the
+/// tile, permuted from their holders (taken from the own tile where the
+/// device holds its piece); the groups concatenated; each device's window
+/// sliced at its offset.
+fn emit_retile(
+    b: &mut Builder<'_>,
+    x: InstrId,
+    cur: &Grid,
+    to: &Grid,
+    a: usize,
+    dims: &[i64],
+) -> Result<InstrId, SpmdError> {
+    let rt = crate::plan::retile(cur, to, a, dims[a])
+        .ok_or_else(|| SpmdError::Invalid("retile plan no longer holds".into()))?;
+    let local = b.dims(x);
+    if local.get(a) != Some(&tile_size(dims[a], cur.tiles(a))) {
+        return Err(SpmdError::Invalid("retile of a buffer that is not a tile".into()));
+    }
+    let mut parts = Vec::with_capacity(rt.groups.len());
+    for g in &rt.groups {
+        let mut ranges: Vec<(i64, i64, i64)> = local.iter().map(|&d| (0, d, 1)).collect();
+        ranges[a] = (g.lo, g.hi, 1);
+        let own = b.slice(x, &ranges);
+        if g.pairs.is_empty() {
+            parts.push(own);
+            continue;
+        }
+        let moved = b.collective_permute(own, &g.pairs);
+        if g.own.iter().all(|&o| o == 0) {
+            parts.push(moved);
+            continue;
+        }
+        let table: std::sync::Arc<[i64]> = g.own.clone().into();
+        let flag = b.table(&table);
+        let one = b.scalar(xla_hlo_ir::PrimitiveType::S32, 1);
+        let is_own = b.compare(flag, one, "EQ");
+        let pd = b.dims(own);
+        let mask = b.broadcast(is_own, &pd, &[]);
+        parts.push(b.select(mask, own, moved));
+    }
+    let buf = if parts.len() == 1 {
+        parts[0]
+    } else {
+        b.concatenate(parts, a)
+    };
+    let len = tile_size(dims[a], to.tiles(a));
+    let total = b.dims(buf)[a];
+    let short = rt.offsets.iter().map(|&o| o + len - total).max().unwrap_or(0);
+    let buf = if short > 0 {
+        let mut lo_hi = vec![(0, 0); local.len()];
+        lo_hi[a] = (0, short);
+        b.pad_zero(buf, &lo_hi)?
+    } else {
+        buf
+    };
+    let table: std::sync::Arc<[i64]> = rt.offsets.clone().into();
+    let mut starts = Vec::with_capacity(local.len());
+    for d in 0..local.len() {
+        starts.push(if d == a {
+            b.table(&table)
+        } else {
+            b.scalar(xla_hlo_ir::PrimitiveType::S32, 0)
+        });
+    }
+    let mut sizes = b.dims(buf);
+    sizes[a] = len;
+    for (d, size) in sizes.iter_mut().enumerate() {
+        if d != a {
+            *size = local[d];
+        }
+    }
+    Ok(b.dynamic_slice(buf, starts, &sizes))
 }
 
 /// See [`Step::SumGather`]: the local tile (`ts` rows of dim `a`) padded

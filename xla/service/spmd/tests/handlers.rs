@@ -774,3 +774,33 @@ fn topk_custom_call_merges_local_candidates() {
         part.to_text()
     );
 }
+
+/// A reshard that changes only the tile count of one dim (2 tiles of 3
+/// rows, replicated twice -> 4 tiles of 2) moves just the rows that cross
+/// a tile boundary: one collective-permute of a row, not a gather.
+#[test]
+fn retile_of_one_dim_permutes_boundary_rows() {
+    let m = module(
+        "ENTRY %e (x: f32[6,3]) -> f32[6,3] {\n  %x = f32[6,3] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}\n  ROOT %c = f32[6,3] copy(%x), sharding={devices=[4,1]<=[4]}\n}\n",
+        "",
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 0.0, 43);
+    assert_eq!(summary.collective_bytes, 12, "{}", part.to_text());
+}
+
+/// A reshape merging an unevenly tiled dim with its minor dim and splitting
+/// the product again (`[7,10] -> [14,5]` over 2 tiles: local rows of 40
+/// elements make 8 output rows where the output tiles hold 7) is a local
+/// reshape and a permute of the misplaced row.
+#[test]
+fn reshape_merge_then_split_retiles_locally() {
+    let m = module(
+        "ENTRY %e (x: s32[3,7,10]) -> s32[3,14,5] {\n  %x = s32[3,7,10] parameter(0), sharding={devices=[1,2,1]<=[2]}\n  ROOT %r = s32[3,14,5] reshape(%x), sharding={devices=[1,2,1]<=[2]}\n}\n",
+        "",
+        2,
+    );
+    let (summary, part) = check(&m, 2, false, 0.0, 47);
+    // One [3,1,5] row.
+    assert_eq!(summary.collective_bytes, 60, "{}", part.to_text());
+}
