@@ -16,7 +16,7 @@ use crate::part::Part;
 use crate::value::{local_shape, PValue, ValueSharding};
 use std::rc::Rc;
 use xla_hlo_ir::attrs::PaddingDim;
-use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode};
+use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode, Shape};
 
 /// The window each output tile of dim `a` reads when the dim has `t` tiles:
 /// per-tile starts and the uniform length (`None`: not expressible).
@@ -313,12 +313,17 @@ pub fn reduce_window(
 
 /// select-and-scatter (the gradient of max pooling) computed where it is
 /// local: every tiled dim either passes through (window 1, stride 1) or
-/// has non-overlapping windows (size = stride, no padding or dilation)
-/// that never cross a tile, the operand, the source and the result tiled
-/// alike. The grid is the result's, the operand's, or the result's with
-/// the dims that fail that replicated, whichever costs least to reach.
-/// Overlapping windows across tiles (XLA's halo exchange with scattered
-/// contributions sent back) are not handled: those fall back.
+/// has non-overlapping windows (size <= stride, no low padding, no
+/// dilation) whose stride blocks line up with the tiles (an operand tile
+/// is exactly its source tile's windows), the operand, the source and the
+/// result tiled alike. Operand rows past the end (the tile padding the
+/// window's high padding reads) are masked with the select's loser, -inf
+/// for a `GE` select and +inf for `LE`, so they are never chosen; windows
+/// wholly past the end scatter only into padding rows. The grid is the
+/// result's, the operand's, or the result's with the dims that fail that
+/// replicated, whichever costs least to reach. Overlapping windows across
+/// tiles (XLA's halo exchange with scattered contributions sent back) are
+/// not handled: those fall back.
 pub fn select_and_scatter(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,
@@ -340,18 +345,19 @@ pub fn select_and_scatter(
     if win.dims.len() != xd.len() || sd.len() != xd.len() {
         return Ok(None);
     }
+    let loser = select_loser(p, instr);
     let local_dim = |a: usize, t: i64| {
         let w = &win.dims[a];
-        let plain = w.lhs_dilation == 1
-            && w.rhs_dilation == 1
-            && w.padding_low == 0
-            && w.padding_high == 0
-            && !w.reversal;
-        t <= 1
-            || (plain
-                && w.size == w.stride
-                && xd[a] % (t * w.stride) == 0
-                && sd[a] * w.stride == xd[a])
+        if t <= 1 {
+            return true;
+        }
+        let plain = w.lhs_dilation == 1 && w.rhs_dilation == 1 && w.padding_low == 0 && !w.reversal;
+        let (ts, ss) = (tile_size(xd[a], t), tile_size(sd[a], t));
+        let padded_rows = t * ts > xd[a];
+        plain
+            && w.size <= w.stride
+            && ts == ss * w.stride
+            && (!padded_rows || loser.is_some() || w.padding_high == 0 && xd[a] % w.stride == 0)
     };
     let aligned = |c: &Grid| (0..xd.len()).all(|a| local_dim(a, c.tiles(a)));
     let bad: Vec<usize> = (0..xd.len())
@@ -371,17 +377,66 @@ pub fn select_and_scatter(
     let Some((c, _)) = best else {
         return Ok(None);
     };
-    let xl = p.reshard_to_grid(&x, &c)?;
+    let mut xl = p.reshard_to_grid(&x, &c)?;
     let sl = p.reshard_to_grid(&src, &c)?;
     let init = p.replicate(&init)?.id;
+    let mut w = win.clone();
+    for a in c.tiled_dims() {
+        let t = c.tiles(a);
+        w.dims[a].padding_high = 0;
+        if t * tile_size(xd[a], t) > xd[a] {
+            if let Some(v) = loser {
+                let ty = crate::shapes::elem(&x.shape)?;
+                let lv = p.b.constant(crate::shapes::scalar_literal(ty, v), Shape::scalar(ty));
+                let ld = p.b.dims(xl);
+                let offsets = p.grids().offsets(&c, a, tile_size(xd[a], t));
+                let off = p.b.table(&offsets);
+                let valid = p.b.range_mask(&ld, a, off, None, Some(xd[a]));
+                let fill = p.b.splat(lv, &ld);
+                xl = p.b.select(valid, xl, fill);
+            }
+        }
+    }
     let want = local_shape(&instr.shape, &ValueSharding::Grid(c.clone()));
     let id = p.clone_instr(instr, vec![xl, sl, init], want);
+    p.b.comp
+        .instr_mut(id)
+        .set_attr(AttrKey::Window, AttrValue::Window(Box::new(w)));
     p.note(instr, "select-and-scatter");
     Ok(Some(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
         vs: ValueSharding::Grid(c),
     }))
+}
+
+/// The value a float select-and-scatter's `select` never prefers over a
+/// real one: -inf for `compare(a, b) GE` (max, first wins ties), +inf for
+/// `LE`; `None` for other selects or element types.
+fn select_loser(p: &Part<'_, '_>, instr: &HloInstruction) -> Option<f64> {
+    if !instr.shape.element_type()?.is_float() {
+        return None;
+    }
+    let cid = instr.computation_attr(AttrKey::SelectComputation)?;
+    let comp = p.orig.computations.get(cid.index())?;
+    let root = comp.root_instr();
+    let is_param = |id: InstrId, k: i64| {
+        comp.instructions
+            .get(id.index())
+            .is_some_and(|i| i.opcode == Opcode::Parameter && i.parameter_number == Some(k))
+    };
+    if root.opcode != Opcode::Compare
+        || root.operands.len() != 2
+        || !is_param(root.operands[0], 0)
+        || !is_param(root.operands[1], 1)
+    {
+        return None;
+    }
+    match root.ident_attr(AttrKey::Direction)? {
+        "GE" => Some(f64::NEG_INFINITY),
+        "LE" => Some(f64::INFINITY),
+        _ => None,
+    }
 }
 
 pub fn concatenate(

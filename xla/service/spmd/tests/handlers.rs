@@ -804,3 +804,20 @@ fn reshape_merge_then_split_retiles_locally() {
     // One [3,1,5] row.
     assert_eq!(summary.collective_bytes, 60, "{}", part.to_text());
 }
+
+/// select-and-scatter with non-overlapping windows whose stride blocks
+/// line up with uneven tiles (14 rows over 4 tiles of 4, windows of 2
+/// rows, 2 rows of high padding; and windows smaller than their stride)
+/// is local: the padding rows are masked so they are never selected.
+#[test]
+fn select_and_scatter_with_padding_and_gaps_is_local() {
+    const GE: &str = "%ge (a: f32[], b: f32[]) -> pred[] {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %c = pred[] compare(%a, %b), direction=GE\n}\n\n";
+    let m = module(
+        "ENTRY %e (x: f32[14,6], s: f32[8,6], y: f32[16,6], t: f32[4,6]) -> (f32[14,6], f32[16,6]) {\n  %x = f32[14,6] parameter(0), sharding={devices=[4,1]<=[4]}\n  %s = f32[8,6] parameter(1), sharding={devices=[4,1]<=[4]}\n  %z = f32[] constant(0)\n  %r = f32[14,6] select-and-scatter(%x, %s, %z), window={size=2x1 stride=2x1 pad=0_2x0_0}, select=%ge, scatter=%add, sharding={devices=[4,1]<=[4]}\n  %y = f32[16,6] parameter(2), sharding={devices=[4,1]<=[4]}\n  %t = f32[4,6] parameter(3), sharding={devices=[4,1]<=[4]}\n  %q = f32[16,6] select-and-scatter(%y, %t, %z), window={size=1x1 stride=4x1}, select=%ge, scatter=%add, sharding={devices=[4,1]<=[4]}\n  ROOT %o = (f32[14,6], f32[16,6]) tuple(%r, %q), sharding={{devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}}\n}\n",
+        &format!("{ADD}{GE}"),
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 0.0, 53);
+    assert_eq!(summary.handlers.get("select-and-scatter:select-and-scatter"), Some(&2), "{summary:?}");
+    assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
+}
