@@ -393,7 +393,12 @@ pub fn convolution(
         return Ok(None);
     }
     if fgc > 1 && bgc == 1 {
-        if let Some(v) = grouped_on_features(p, instr, &out, &dn, &win, &lhs, &rhs, fgc)? {
+        if let Some(v) = grouped_conv(p, instr, &out, &dn, &win, &lhs, &rhs, fgc, false)? {
+            return Ok(Some(v));
+        }
+    }
+    if bgc > 1 && fgc == 1 {
+        if let Some(v) = grouped_conv(p, instr, &out, &dn, &win, &lhs, &rhs, bgc, true)? {
             return Ok(Some(v));
         }
     }
@@ -491,15 +496,15 @@ fn local_conv(
     instr: &HloInstruction,
     (x, y): (xla_hlo_ir::InstrId, xla_hlo_ir::InstrId),
     window: xla_hlo_ir::attrs::Window,
-    feature_group_count: Option<i64>,
+    group_count: Option<(AttrKey, i64)>,
     vs: &ValueSharding,
 ) -> Result<PValue, SpmdError> {
     let want = crate::value::local_shape(&instr.shape, vs);
     let id = p.clone_instr(instr, vec![x, y], want.clone());
     let local = p.b.comp.instr_mut(id);
     local.set_attr(AttrKey::Window, AttrValue::Window(Box::new(window)));
-    if let Some(g) = feature_group_count {
-        local.set_attr(AttrKey::FeatureGroupCount, AttrValue::Int(g));
+    if let Some((key, g)) = group_count {
+        local.set_attr(key, AttrValue::Int(g));
     }
     let got = p.infer(p.b.comp.instr(id), &[p.b.shape(x), p.b.shape(y)])?;
     if got.dims() != want.dims() {
@@ -669,14 +674,19 @@ fn conv_halos(
     Ok((x, w))
 }
 
-/// A grouped convolution (`feature_group_count` G) whose output features
-/// are sharded t-way with t dividing G: each device convolves its G/t
-/// groups (input features and kernel output features sharded like the
-/// output features, kernel input features whole), with no communication
-/// beyond bringing the operands to that layout; tiled output spatial dims
-/// add a halo exchange of the input, as in the general path.
+/// A grouped convolution (`feature_group_count` or `batch_group_count`
+/// G) whose output features are sharded t-way with t dividing G: each
+/// device convolves its G/t groups (the grouped input dim, input features
+/// or input batch, and the kernel output features sharded like the output
+/// features; kernel input features whole), with no communication beyond
+/// bringing the operands to that layout; tiled output spatial dims add a
+/// halo exchange of the input, as in the general path. The layout is the
+/// cheapest of the output's and those the operands' grouped dims give
+/// (the operands aligned with the lhs or the rhs, as XLA's
+/// `PartitionConvolutionGroupOnFeature`/`OnBatch` do); with batch groups
+/// the output batch is kept whole (each of its rows sums every group).
 #[allow(clippy::too_many_arguments)]
-fn grouped_on_features(
+fn grouped_conv(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,
     out: &Grid,
@@ -684,53 +694,101 @@ fn grouped_on_features(
     win: &xla_hlo_ir::attrs::Window,
     lhs: &PValue,
     rhs: &PValue,
-    fgc: i64,
+    groups: i64,
+    on_batch: bool,
 ) -> HandlerResult {
     let u = |d: i64| d as usize;
     let of = u(dn.output_feature);
-    let t = out.tiles(of);
-    let c_in = lhs.shape.dims()[u(dn.input_feature)];
+    let ob = u(dn.output_batch);
+    let grouped_in = if on_batch {
+        u(dn.input_batch)
+    } else {
+        u(dn.input_feature)
+    };
+    let c_in = lhs.shape.dims()[grouped_in];
     let c_out = rhs.shape.dims()[u(dn.kernel_output_feature)];
-    if t <= 1 || fgc % t != 0 || c_in % t != 0 || c_out % t != 0 {
-        return Ok(None);
-    }
-    // Tiled output spatial dims take a halo exchange, as in the general
-    // path (the same conditions).
     let ns = dn.input_spatial.len();
-    let halo_dims: Vec<usize> = (0..ns)
-        .filter(|&s| out.tiles(u(dn.output_spatial[s])) > 1)
-        .collect();
-    for &s in &halo_dims {
-        let w = &win.dims[s];
-        let t = out.tiles(u(dn.output_spatial[s]));
-        let so = crate::grid::tile_size(instr.shape.dims()[u(dn.output_spatial[s])], t);
-        if w.reversal || (so * w.stride) % w.lhs_dilation.max(1) != 0 {
-            return Ok(None);
+    let out_dims = instr.shape.dims().to_vec();
+    let ro = out_dims.len();
+    // Candidate output layouts: the output's, and the grouped dims' tiles
+    // of each operand moved to the output features.
+    let mut cands: Vec<Grid> = vec![out.clone()];
+    if let Some(lg) = lhs.vs.grid() {
+        let mut map = vec![None; ro];
+        map[of] = Some(grouped_in);
+        if !on_batch {
+            map[ob] = Some(u(dn.input_batch));
+        }
+        cands.push(p.grids().remap(lg, &map));
+    }
+    if let Some(rg) = rhs.vs.grid() {
+        let mut map = vec![None; ro];
+        map[of] = Some(u(dn.kernel_output_feature));
+        cands.push(p.grids().remap(rg, &map));
+    }
+    let mut best: Option<(Grid, Grid, Grid, Vec<usize>, u64)> = None;
+    for mut c in cands {
+        if on_batch && c.tiles(ob) > 1 {
+            c = p.grids().replicate_dims(&c, &[ob]);
+        }
+        let t = c.tiles(of);
+        if t <= 1 || groups % t != 0 || c_in % t != 0 || c_out % t != 0 {
+            continue;
+        }
+        // Tiled output spatial dims take a halo exchange, as in the
+        // general path (the same conditions).
+        let halo_dims: Vec<usize> = (0..ns)
+            .filter(|&s| c.tiles(u(dn.output_spatial[s])) > 1)
+            .collect();
+        let halo_ok = halo_dims.iter().all(|&s| {
+            let w = &win.dims[s];
+            let t = c.tiles(u(dn.output_spatial[s]));
+            let so = crate::grid::tile_size(out_dims[u(dn.output_spatial[s])], t);
+            !w.reversal && (so * w.stride) % w.lhs_dilation.max(1) == 0
+        });
+        if !halo_ok {
+            continue;
+        }
+        let mut lmap = vec![None; lhs.shape.rank()];
+        lmap[grouped_in] = Some(of);
+        if !on_batch {
+            lmap[u(dn.input_batch)] = Some(ob);
+        }
+        for &s in &halo_dims {
+            lmap[u(dn.input_spatial[s])] = Some(u(dn.output_spatial[s]));
+        }
+        let mut rmap = vec![None; rhs.shape.rank()];
+        rmap[u(dn.kernel_output_feature)] = Some(of);
+        let lg = p.grids().remap(&c, &lmap);
+        let rg = p.grids().remap(&c, &rmap);
+        let cost = p.cost(lhs, &lg) + p.cost(rhs, &rg) + p.cost_of(&instr.shape, &c, out);
+        if best.as_ref().is_none_or(|b| cost < b.4) {
+            best = Some((c, lg, rg, halo_dims, cost));
         }
     }
-    let mut lmap = vec![None; lhs.shape.rank()];
-    lmap[u(dn.input_batch)] = Some(u(dn.output_batch));
-    lmap[u(dn.input_feature)] = Some(of);
-    for &s in &halo_dims {
-        lmap[u(dn.input_spatial[s])] = Some(u(dn.output_spatial[s]));
-    }
-    let mut rmap = vec![None; rhs.shape.rank()];
-    rmap[u(dn.kernel_output_feature)] = Some(of);
-    let lg = p.grids().remap(out, &lmap);
-    let rg = p.grids().remap(out, &rmap);
+    let Some((c, lg, rg, halo_dims, _)) = best else {
+        return Ok(None);
+    };
+    let t = c.tiles(of);
     let x = p.reshard_to_grid(lhs, &lg)?;
     let y = p.reshard_to_grid(rhs, &rg)?;
     let (x, w) = conv_halos(
         p,
         x,
         &lg,
-        out,
+        &c,
         (dn, win),
         lhs.shape.dims(),
         instr.shape.dims(),
         &halo_dims,
     )?;
+    let vs = ValueSharding::Grid(c);
+    if on_batch {
+        p.note(instr, "convolution-grouped-batch");
+        let key = Some((AttrKey::BatchGroupCount, groups / t));
+        return Ok(Some(local_conv(p, instr, (x, y), w, key, &vs)?));
+    }
     p.note(instr, "convolution-grouped-features");
-    let vs = ValueSharding::Grid(out.clone());
-    Ok(Some(local_conv(p, instr, (x, y), w, Some(fgc / t), &vs)?))
+    let key = Some((AttrKey::FeatureGroupCount, groups / t));
+    Ok(Some(local_conv(p, instr, (x, y), w, key, &vs)?))
 }

@@ -11,6 +11,7 @@
 //! `[starts[i], starts[i] + len)`; windows are uniform in size on every
 //! device; `exchange_cost` is the bytes `exchange` moves.
 
+use crate::assemble::tile_pairs;
 use crate::error::SpmdError;
 use crate::grid::{tile_size, Grid};
 use crate::part::Part;
@@ -47,8 +48,15 @@ pub fn exchange(
         Strategy::Gather => (Vec::new(), false, None, true),
         Strategy::ByDistance => (pieces(starts, len, s, xa), true, None, true),
         Strategy::ByRange => (Vec::new(), false, range_groups(starts, len, s, xa), true),
-        Strategy::ByOrder => (Vec::new(), false, None, true),
+        Strategy::ByOrder | Strategy::Assemble => (Vec::new(), false, None, true),
     };
+    if plan.strategy == Strategy::Assemble {
+        let valid = vec![len; t as usize];
+        let asm = crate::assemble::plan(starts, &valid, len, xa, false)
+            .ok_or_else(|| SpmdError::Invalid("window assembly no longer plans".into()))?;
+        let y = asm.emit(p, x, g, a)?;
+        return Ok(mask_pad(p, y, g, a, starts, len, xa, pad));
+    }
     let ordered = match plan.strategy {
         Strategy::ByOrder => order_groups(starts, len, s, xa),
         _ => None,
@@ -240,18 +248,34 @@ pub fn exchange(
         sizes[a] = len;
         y = p.b.dynamic_slice(y, tables, &sizes);
     }
-    if let Some(pv) = pad {
-        let needs = starts.iter().any(|&st| st < 0 || st + len > xa);
-        if needs {
-            let tb = p.grids().per_coord(g, a, starts);
-            let off = p.b.table(&tb);
-            let yd = p.b.dims(y);
-            let m = p.b.range_mask(&yd, a, off, Some(0), Some(xa));
-            let pb = p.b.splat(pv, &yd);
-            y = p.b.select(m, y, pb);
-        }
+    Ok(mask_pad(p, y, g, a, starts, len, xa, pad))
+}
+
+/// Sets the window positions outside `[0, xa)` to `pad`, when given and
+/// some window reaches outside.
+#[allow(clippy::too_many_arguments)]
+fn mask_pad(
+    p: &mut Part<'_, '_>,
+    y: InstrId,
+    g: &Grid,
+    a: usize,
+    starts: &[i64],
+    len: i64,
+    xa: i64,
+    pad: Option<InstrId>,
+) -> InstrId {
+    let Some(pv) = pad else {
+        return y;
+    };
+    if !starts.iter().any(|&st| st < 0 || st + len > xa) {
+        return y;
     }
-    Ok(y)
+    let tb = p.grids().per_coord(g, a, starts);
+    let off = p.b.table(&tb);
+    let yd = p.b.dims(y);
+    let m = p.b.range_mask(&yd, a, off, Some(0), Some(xa));
+    let pb = p.b.splat(pv, &yd);
+    p.b.select(m, y, pb)
 }
 
 /// Left and right halo sizes of a window exchange along dim `a` (and the
@@ -452,25 +476,9 @@ fn order_groups(starts: &[i64], len: i64, s: i64, xa: i64) -> Option<OrderGroups
     (!groups.is_empty()).then_some(OrderGroups { groups })
 }
 
-/// Pairs sending, for every device at tile `i` of dim `a` with
-/// `source[i] = Some(j)`, from the device at tile `j` with the same other
-/// coordinates.
-pub fn tile_pairs(g: &Grid, a: usize, source: &[Option<i64>]) -> Vec<(i64, i64)> {
-    let mut pairs = Vec::new();
-    for d in 0..g.num_devices() {
-        let mut c = g.coords(d);
-        let Some(Some(j)) = source.get(c[a] as usize) else {
-            continue;
-        };
-        c[a] = *j;
-        pairs.push((g.device_at(&c), d));
-    }
-    pairs.sort_unstable_by_key(|p| p.1);
-    pairs
-}
 
 /// Bytes of one row (one index along dim `a`) of the local tile.
-fn other_bytes(shape: &Shape, g: &Grid, a: usize) -> u64 {
+pub fn other_bytes(shape: &Shape, g: &Grid, a: usize) -> u64 {
     let bytes = shape
         .element_type()
         .map(|t| t.byte_width().max(1))
@@ -499,6 +507,8 @@ enum Strategy {
     /// One collective-permute per position of the source tile in the
     /// window (its first, second, .. tile), each the hull of those rows.
     ByOrder,
+    /// Pieces placed one by one (see [`crate::assemble`]).
+    Assemble,
 }
 
 /// The cheapest way to exchange the windows, its bytes per device, and
@@ -549,6 +559,11 @@ fn plan_exchange(
         Strategy::ByDistance,
         pieces_cost(&pieces(starts, len, s, dims[a]), per_row),
     );
+    // Last, and only when strictly cheaper: it costs selects per group.
+    let valid = vec![len; starts.len()];
+    if let Some(asm) = crate::assemble::plan(starts, &valid, len, dims[a], false) {
+        consider(Strategy::Assemble, asm.rows_moved().max(0) as u64 * per_row);
+    }
     ExchangePlan {
         strategy: best.0,
         bytes: best.1,

@@ -20,7 +20,8 @@
 //! - [`reshard`]: emitting a reshard plan;
 //! - [`part`]: the partitioning state of one computation (`Part`) and the
 //!   operations handlers use on it (operands, reshards, costs);
-//! - [`exchange`] (window exchanges) and [`helpers`]: what handlers share;
+//! - [`exchange`] (window exchanges, with [`assemble`] placing pieces one
+//!   by one) and [`helpers`]: what handlers share;
 //! - the handlers: [`handlers`] (elementwise, constants, iota, tuples,
 //!   broadcast, transpose, reduce, custom-calls, the generic fallback),
 //!   [`reshape`], [`window`] (slice, pad, reduce-window,
@@ -66,6 +67,7 @@
 // better as written.
 #![allow(clippy::needless_range_loop, clippy::type_complexity)]
 
+pub mod assemble;
 pub mod builder;
 pub mod context;
 pub mod dot;

@@ -9,7 +9,8 @@
 //! a valid output element (it is either masked or outside every window).
 
 use crate::error::SpmdError;
-use crate::exchange::{exchange, exchange_cost, tile_pairs};
+use crate::assemble::tile_pairs;
+use crate::exchange::{exchange, exchange_cost};
 use crate::grid::{tile_size, Grid};
 use crate::helpers::{cheapest, unsharded_candidates, HandlerResult};
 use crate::part::Part;
@@ -458,6 +459,9 @@ pub fn concatenate(
     if let Some(r) = rotate(p, instr, a, &out, &vals)? {
         return Ok(Some(r));
     }
+    if let Some(r) = pad_with_wrap(p, instr, a, &out, &vals)? {
+        return Ok(Some(r));
+    }
     let c = if out.tiles(a) == 1 {
         out.clone()
     } else {
@@ -485,6 +489,159 @@ pub fn concatenate(
     }
     p.note(instr, "concatenate");
     Ok(Some(p.emit_local(instr, ops, &ValueSharding::Grid(c))?))
+}
+
+/// A wrapped window along `a`: output row `r` (of `total`) is operand row
+/// `(r + shift) mod n`, assembled piece by piece (see
+/// [`crate::assemble`]) on the output's tiles; its bytes (the operand
+/// resharded to `out`, then the pieces moved) and the plan. `None` when
+/// `out` does not tile `a`.
+fn wrap_window_plan(
+    p: &Part<'_, '_>,
+    out: &Grid,
+    x: &PValue,
+    a: usize,
+    shift: i64,
+    total: i64,
+) -> Option<(u64, crate::assemble::Assembly)> {
+    let t = out.tiles(a);
+    let n = *x.shape.dims().get(a)?;
+    if t <= 1 || n <= 0 {
+        return None;
+    }
+    let so = tile_size(total, t);
+    let starts: Vec<i64> = (0..t).map(|i| i * so + shift).collect();
+    let valid: Vec<i64> = (0..t).map(|i| (total - i * so).clamp(0, so)).collect();
+    let asm = crate::assemble::plan(&starts, &valid, so, n, true)?;
+    let per_row = crate::exchange::other_bytes(&x.shape, out, a);
+    let cost = p.cost(x, out) + asm.rows_moved().max(0) as u64 * per_row;
+    Some((cost, asm))
+}
+
+/// Emits a [`wrap_window_plan`]; rows of the window below `lhs.0` take the
+/// elementwise ops `lhs.1` and rows from `rhs.0` on take `rhs.1` (the
+/// modifiers of a wrap pad's edges).
+#[allow(clippy::too_many_arguments)]
+fn wrap_window_emit(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    out: &Grid,
+    x: &PValue,
+    a: usize,
+    asm: &crate::assemble::Assembly,
+    total: i64,
+    lhs: (i64, &[InstrId]),
+    rhs: (i64, &[InstrId]),
+) -> HandlerResult {
+    let xl = p.reshard_to_grid(x, out)?;
+    let mut y = asm.emit(p, xl, out, a)?;
+    let so = tile_size(total, out.tiles(a));
+    for (mods, bound, below) in [(lhs.1, lhs.0, true), (rhs.1, rhs.0, false)] {
+        if mods.is_empty() {
+            continue;
+        }
+        let mut m = y;
+        for &id in mods {
+            let op = p.orig_comp.instr(id);
+            let Some(ty) = op.shape.element_type() else {
+                return Ok(None);
+            };
+            let shape = Shape::array(ty, p.b.dims(m));
+            m = p.clone_instr(op, vec![m], shape);
+        }
+        let dims = p.b.dims(y);
+        let offsets = p.grids().offsets(out, a, so);
+        let off = p.b.table(&offsets);
+        let mask = if below {
+            p.b.range_mask(&dims, a, off, None, Some(bound))
+        } else {
+            p.b.range_mask(&dims, a, off, Some(bound), None)
+        };
+        y = p.b.select(mask, m, y);
+    }
+    p.note(instr, "concatenate:wrap");
+    Ok(Some(PValue {
+        id: y,
+        shape: Rc::new(instr.shape.clone()),
+        vs: ValueSharding::Grid(out.clone()),
+    }))
+}
+
+/// A chain of one-operand elementwise ops down from `id` to a slice:
+/// `(slice, ops from the slice up)`.
+fn through_modifiers(p: &Part<'_, '_>, mut id: InstrId) -> Option<(InstrId, Vec<InstrId>)> {
+    let mut mods = Vec::new();
+    loop {
+        let i = p.orig_comp.instructions.get(id.index())?;
+        if i.opcode == Opcode::Slice {
+            mods.reverse();
+            return Some((id, mods));
+        }
+        if !i.opcode.is_elementwise() || i.operands.len() != 1 || mods.len() > 8 {
+            return None;
+        }
+        mods.push(id);
+        id = i.operands[0];
+    }
+}
+
+/// `concatenate(f(slice(x)[n-l:n]), x, g(slice(x)[0:r]))` along `a` (a
+/// pad with wrap, `f` and `g` chains of elementwise ops): output row `q`
+/// is `x[(q - l) mod n]`, the edges modified; assembled as a wrapped
+/// window when cheaper than the generic concatenation.
+fn pad_with_wrap(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    a: usize,
+    out: &Grid,
+    vals: &[PValue],
+) -> HandlerResult {
+    let [left, mid, right] = instr.operands[..] else {
+        return Ok(None);
+    };
+    let (Some((ls, lmods)), Some((rs, rmods))) =
+        (through_modifiers(p, left), through_modifiers(p, right))
+    else {
+        return Ok(None);
+    };
+    let (ls, rs) = (p.orig_comp.instr(ls), p.orig_comp.instr(rs));
+    if ls.operands.first() != Some(&mid) || rs.operands.first() != Some(&mid) {
+        return Ok(None);
+    }
+    let x = p.val(mid)?;
+    let xd = x.shape.dims().to_vec();
+    let (Some(dl), Some(dr)) = (ls.slice_dims(), rs.slice_dims()) else {
+        return Ok(None);
+    };
+    if a >= xd.len() || dl.len() != xd.len() || dr.len() != xd.len() {
+        return Ok(None);
+    }
+    let whole = |d: &xla_hlo_ir::attrs::SliceDim, b: usize| {
+        d.stride == 1 && (b == a || (d.start == 0 && d.limit == xd[b]))
+    };
+    if !(0..xd.len()).all(|b| whole(&dl[b], b) && whole(&dr[b], b)) {
+        return Ok(None);
+    }
+    let n = xd[a];
+    if dl[a].limit != n || dr[a].start != 0 {
+        return Ok(None);
+    }
+    let (l, r) = (n - dl[a].start, dr[a].limit);
+    let total = instr.shape.dims()[a];
+    if l <= 0 || r <= 0 || l + n + r != total {
+        return Ok(None);
+    }
+    let Some((cost, asm)) = wrap_window_plan(p, out, &x, a, -l, total) else {
+        return Ok(None);
+    };
+    let generic: u64 = vals
+        .iter()
+        .map(|v| p.cost(v, &p.grids().replicate_dims(out, &[a])))
+        .sum();
+    if cost >= generic {
+        return Ok(None);
+    }
+    wrap_window_emit(p, instr, out, &x, a, &asm, total, (l, &lmods), (l + n, &rmods))
 }
 
 /// `concatenate(slice(x)[k:n], slice(x)[0:k])` along `a` (`jnp.roll`),
@@ -535,6 +692,37 @@ fn rotate(
     let n = x.shape.dims()[a];
     if t <= 1 {
         return Ok(None);
+    }
+    if let Some((wcost, asm)) = wrap_window_plan(p, out, &x, a, k, n) {
+        let direct = if n % t == 0 {
+            let s = n / t;
+            let (q, r) = (k / s, k % s);
+            // The two-permute rotation moves at most two tile parts.
+            let tile_bytes = p.cost_of(&instr.shape, out, &p.grids().replicate_dims(out, &[a]))
+                / (t as u64 - 1);
+            let part = |from: i64, rows: i64| {
+                if from % t == 0 {
+                    0
+                } else {
+                    tile_bytes * rows as u64 / s as u64
+                }
+            };
+            p.cost(&x, out) + part(q, s - r) + if r > 0 { part(q + 1, r) } else { 0 }
+        } else {
+            let s = tile_size(n, t);
+            let head: Vec<i64> = (0..t).map(|i| i * s + k).collect();
+            let wrapped: Vec<i64> = (0..t).map(|i| i * s + k - n).collect();
+            p.cost(&x, out)
+                + exchange_cost(p, out, &x.shape, a, &head, s)
+                + exchange_cost(p, out, &x.shape, a, &wrapped, s)
+        };
+        let generic: u64 = vals
+            .iter()
+            .map(|v| p.cost(v, &p.grids().replicate_dims(out, &[a])))
+            .sum();
+        if wcost < direct && wcost < generic {
+            return wrap_window_emit(p, instr, out, &x, a, &asm, n, (0, &[]), (n, &[]));
+        }
     }
     if n % t != 0 {
         return rotate_uneven(p, instr, a, out, vals, &x, k);

@@ -524,7 +524,9 @@ fn uneven_reverse_and_rotation_use_permutes() {
 
 /// A depthwise convolution (vmap of `jnp.convolve`) with channels and
 /// width both sharded: each device convolves its channel groups over its
-/// width tile with a halo from its neighbours (XLA: two permutes).
+/// width tile with a halo from its neighbours: XLA sends two permutes
+/// (32 bytes); the halos go opposite ways between two tiles, so one
+/// permute carries both (16).
 #[test]
 fn depthwise_convolution_with_sharded_channels_and_width() {
     let m = module(
@@ -534,7 +536,7 @@ fn depthwise_convolution_with_sharded_channels_and_width() {
     );
     let (s, _) = check(&m, 8, false, 1e-5, 28);
     assert_eq!(s.collectives.get("all-gather"), None, "{s:?}");
-    assert_eq!(s.collective_bytes, 32, "{s:?}");
+    assert_eq!(s.collective_bytes, 16, "{s:?}");
 }
 
 /// Interior padding whose output tiles start at different phases of the
@@ -820,4 +822,40 @@ fn select_and_scatter_with_padding_and_gaps_is_local() {
     let (summary, part) = check(&m, 4, false, 0.0, 53);
     assert_eq!(summary.handlers.get("select-and-scatter:select-and-scatter"), Some(&2), "{summary:?}");
     assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
+}
+
+/// A pad with wrap (`concatenate(neg(x[14:16]), x, exp(x[0:1]))`, as
+/// `jnp.pad(mode="wrap")` lowers with modifiers on the edges) and a roll
+/// of an unevenly tiled dim are assembled piece by piece: only the edge
+/// rows move.
+#[test]
+fn wrap_pad_and_uneven_roll_move_edge_rows() {
+    let m = module(
+        "ENTRY %e (x: f32[16,4], y: f32[6,3]) -> (f32[19,4], f32[6,3]) {\n  %x = f32[16,4] parameter(0), sharding={devices=[4,1]<=[4]}\n  %l = f32[2,4] slice(%x), slice={[14:16], [0:4]}, sharding={devices=[4,1]<=[4]}\n  %nl = f32[2,4] negate(%l), sharding={devices=[4,1]<=[4]}\n  %r = f32[1,4] slice(%x), slice={[0:1], [0:4]}, sharding={devices=[4,1]<=[4]}\n  %er = f32[1,4] exponential(%r), sharding={devices=[4,1]<=[4]}\n  %w = f32[19,4] concatenate(%nl, %x, %er), dimensions={0}, sharding={devices=[4,1]<=[4]}\n  %y = f32[6,3] parameter(1), sharding={devices=[4,1]<=[4]}\n  %a = f32[2,3] slice(%y), slice={[4:6], [0:3]}, sharding={devices=[4,1]<=[4]}\n  %b = f32[4,3] slice(%y), slice={[0:4], [0:3]}, sharding={devices=[4,1]<=[4]}\n  %roll = f32[6,3] concatenate(%a, %b), dimensions={0}, sharding={devices=[4,1]<=[4]}\n  ROOT %o = (f32[19,4], f32[6,3]) tuple(%w, %roll), sharding={{devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}}\n}\n",
+        "",
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 1e-6, 59);
+    assert_eq!(summary.handlers.get("concatenate:concatenate:wrap"), Some(&2), "{summary:?}");
+    // Far below gathering either operand (256 and 72 bytes a device).
+    assert!(summary.collective_bytes < 256, "{}\n{}", summary.collective_bytes, part.to_text());
+}
+
+/// A batch-grouped convolution (the kernel gradient of a depthwise
+/// convolution: `batch_group_count` = channels) with the grouped batch,
+/// the kernel's output features and the output features sharded alike is
+/// local: each device convolves its own groups. The operands arriving
+/// sharded on the grouped dims only (not on the output's layout) are used
+/// as they are.
+#[test]
+fn batch_grouped_convolution_is_local() {
+    let m = module(
+        "ENTRY %e (x: f32[6,10,8], k: f32[6,10,8]) -> (f32[3,1,8], f32[3,1,8]) {\n  %x = f32[6,10,8] parameter(0), sharding={devices=[1,1,4]<=[4]}\n  %k = f32[6,10,8] parameter(1), sharding={devices=[1,1,4]<=[4]}\n  %c = f32[3,1,8] convolution(%x, %k), window={size=10 pad=1_1}, dim_labels=f0b_i0o->0bf, batch_group_count=8, sharding={devices=[1,1,4]<=[4]}\n  %d = f32[3,1,8] convolution(%x, %k), window={size=10 pad=1_1}, dim_labels=f0b_i0o->0bf, batch_group_count=8, sharding={replicated}\n  ROOT %o = (f32[3,1,8], f32[3,1,8]) tuple(%c, %d), sharding={{devices=[1,1,4]<=[4]}, {replicated}}\n}\n",
+        "",
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 1e-5, 61);
+    assert_eq!(summary.handlers.get("convolution:convolution-grouped-batch"), Some(&2), "{summary:?}");
+    // Only the replicated result is gathered: [3,1,8] f32.
+    assert_eq!(summary.collective_bytes, 96, "{}", part.to_text());
 }
