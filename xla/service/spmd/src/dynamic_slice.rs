@@ -114,6 +114,9 @@ pub fn dynamic_update_slice(
     if let Some(r) = dynamic_update_row(p, instr, &out, &v, &u, &cut, best)? {
         return Ok(Some(r));
     }
+    if let Some(r) = dynamic_update_window(p, instr, &out, &v, &u, &cut, best)? {
+        return Ok(Some(r));
+    }
     let x = p.reshard_to_grid(&v, &c)?;
     let y = p.reshard_to_grid(&u, &c)?;
     let mut ops = vec![x, y];
@@ -204,5 +207,111 @@ fn dynamic_update_row(
     let mask = p.b.splat(inside, &ld);
     let id = p.b.select(mask, r.id, x);
     p.note(instr, "dynamic-update-slice:row");
+    Ok(Some(PValue { id, ..r }))
+}
+
+/// A dynamic-update-slice of a window of several rows into dims that stay
+/// tiled: the update is gathered along those dims (it is small next to
+/// the operand), and each device places it at the clamped start less its
+/// tile's offset (the update padded by a tile on both sides, the tile's
+/// window sliced out), writes the placed block over its tile where the
+/// window covers it, and keeps its own rows elsewhere; cut dims that are
+/// not tiled take the update as a plain dynamic-update-slice. Used when
+/// cheaper than `best`.
+fn dynamic_update_window(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    out: &Grid,
+    v: &PValue,
+    u: &PValue,
+    cut: &[usize],
+    best: u64,
+) -> HandlerResult {
+    let dims = v.shape.dims().to_vec();
+    let usz = u.shape.dims().to_vec();
+    let tiled: Vec<usize> = cut.iter().copied().filter(|&a| out.tiles(a) > 1).collect();
+    if tiled.is_empty() || tiled.iter().all(|&a| usz[a] == 1) {
+        return Ok(None);
+    }
+    let whole: Vec<usize> = cut.iter().copied().filter(|a| !tiled.contains(a)).collect();
+    let c = p.grids().replicate_dims(out, &whole);
+    let cu = p.grids().replicate_dims(&c, &tiled);
+    let cost = p.cost(v, &c) + p.cost(u, &cu) + p.cost_of(&instr.shape, &c, out);
+    if cost >= best {
+        return Ok(None);
+    }
+    let x = p.reshard_to_grid(v, &c)?;
+    let mut y = p.reshard_to_grid(u, &cu)?;
+    let ld = p.b.dims(x);
+    let mut ops = Vec::new();
+    let mut mask: Option<InstrId> = None;
+    for a in 0..dims.len() {
+        let iv = p.operand(instr, 2 + a)?;
+        let iv = p.replicate(&iv)?.id;
+        let ty = p.b.ty(iv)?;
+        if !tiled.contains(&a) {
+            ops.push(if cut.contains(&a) { iv } else { p.b.scalar(ty, 0) });
+            continue;
+        }
+        // The clamped global start, then relative to this tile.
+        let lo = p.b.scalar(ty, 0);
+        let hi = p.b.scalar(ty, dims[a] - usz[a]);
+        let start = p.b.binary(Opcode::Maximum, iv, lo);
+        let start = p.b.binary(Opcode::Minimum, start, hi);
+        let ts = tile_size(dims[a], c.tiles(a));
+        let off = crate::helpers::to_ty(p, &p.grids().offsets(&c, a, ts), ty)?;
+        let local = p.b.binary(Opcode::Subtract, start, off);
+        // Placed: the update padded by a tile on both sides, the window at
+        // `ts - local` (in range wherever the window meets the tile).
+        let mut lo_hi = vec![(0, 0); dims.len()];
+        lo_hi[a] = (ts, ts);
+        let padded = p.b.pad_zero(y, &lo_hi)?;
+        let tsc = p.b.scalar(ty, ts);
+        let at = p.b.binary(Opcode::Subtract, tsc, local);
+        let at = if ty == xla_hlo_ir::PrimitiveType::S32 {
+            at
+        } else {
+            p.b.add(
+                "convert",
+                Opcode::Convert,
+                xla_hlo_ir::Shape::scalar(xla_hlo_ir::PrimitiveType::S32),
+                vec![at],
+                vec![],
+            )
+        };
+        let zero = p.b.scalar(xla_hlo_ir::PrimitiveType::S32, 0);
+        let starts: Vec<InstrId> = (0..dims.len()).map(|d| if d == a { at } else { zero }).collect();
+        let mut sizes = p.b.dims(padded);
+        sizes[a] = ts;
+        y = p.b.dynamic_slice(padded, starts, &sizes);
+        // Positions q of the tile with local <= q < local + size.
+        let local = if ty == xla_hlo_ir::PrimitiveType::S32 {
+            local
+        } else {
+            p.b.add(
+                "convert",
+                Opcode::Convert,
+                xla_hlo_ir::Shape::scalar(xla_hlo_ir::PrimitiveType::S32),
+                vec![local],
+                vec![],
+            )
+        };
+        let zero = p.b.scalar(xla_hlo_ir::PrimitiveType::S32, 0);
+        let neg_local = p.b.binary(Opcode::Subtract, zero, local);
+        let m = p.b.range_mask(&ld, a, neg_local, Some(0), Some(usz[a]));
+        mask = Some(match mask {
+            Some(prev) => p.b.binary(Opcode::And, prev, m),
+            None => m,
+        });
+        ops.push(p.b.scalar(ty, 0));
+    }
+    let Some(mask) = mask else {
+        return Ok(None);
+    };
+    let mut operands = vec![x, y];
+    operands.extend(ops);
+    let r = p.emit_local(instr, operands, &ValueSharding::Grid(c))?;
+    let id = p.b.select(mask, r.id, x);
+    p.note(instr, "dynamic-update-slice:window");
     Ok(Some(PValue { id, ..r }))
 }

@@ -859,3 +859,19 @@ fn batch_grouped_convolution_is_local() {
     // Only the replicated result is gathered: [3,1,8] f32.
     assert_eq!(summary.collective_bytes, 96, "{}", part.to_text());
 }
+
+/// A dynamic-update-slice of a multi-row window into a tiled dim: the
+/// small update is gathered and each device writes the part over its
+/// tile, for a window inside one tile, across a tile boundary, clamped at
+/// the end (start 60 of 64 rows for 5 rows) and at a runtime start.
+#[test]
+fn dynamic_update_window_into_tiled_dim() {
+    let m = module(
+        "ENTRY %e (x: f32[64,3], u: f32[5,3], i: s32[]) -> (f32[64,3], f32[64,3], f32[64,3], f32[64,3]) {\n  %x = f32[64,3] parameter(0), sharding={devices=[4,1]<=[4]}\n  %u = f32[5,3] parameter(1), sharding={replicated}\n  %i = s32[] parameter(2), sharding={replicated}\n  %z = s32[] constant(0)\n  %c1 = s32[] constant(2)\n  %c2 = s32[] constant(14)\n  %c3 = s32[] constant(60)\n  %a = f32[64,3] dynamic-update-slice(%x, %u, %c1, %z), sharding={devices=[4,1]<=[4]}\n  %b = f32[64,3] dynamic-update-slice(%x, %u, %c2, %z), sharding={devices=[4,1]<=[4]}\n  %c = f32[64,3] dynamic-update-slice(%x, %u, %c3, %z), sharding={devices=[4,1]<=[4]}\n  %d = f32[64,3] dynamic-update-slice(%x, %u, %i, %z), sharding={devices=[4,1]<=[4]}\n  ROOT %o = (f32[64,3], f32[64,3], f32[64,3], f32[64,3]) tuple(%a, %b, %c, %d), sharding={{devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}}\n}\n",
+        "",
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 0.0, 67);
+    assert_eq!(summary.handlers.get("dynamic-update-slice:dynamic-update-slice:window"), Some(&4), "{summary:?}");
+    assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
+}
