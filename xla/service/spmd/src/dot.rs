@@ -392,16 +392,6 @@ pub fn convolution(
     {
         return Ok(None);
     }
-    if fgc > 1 && bgc == 1 {
-        if let Some(v) = grouped_conv(p, instr, &out, &dn, &win, &lhs, &rhs, fgc, false)? {
-            return Ok(Some(v));
-        }
-    }
-    if bgc > 1 && fgc == 1 {
-        if let Some(v) = grouped_conv(p, instr, &out, &dn, &win, &lhs, &rhs, bgc, true)? {
-            return Ok(Some(v));
-        }
-    }
     let mut lmap = vec![0usize; rl];
     let mut rmap = vec![0usize; rr];
     let mut omap = vec![0usize; ro];
@@ -463,6 +453,16 @@ pub fn convolution(
         },
         whole,
     };
+    // Grouped convolutions split by groups when that costs no more than
+    // the general layout (which keeps the grouped dims whole).
+    if (fgc > 1) != (bgc > 1) {
+        let general = einsum_plan(p, instr, &e, &lhs, &rhs, &out).map_or(u64::MAX, |c| c.cost);
+        let (groups, on_batch) = if bgc > 1 { (bgc, true) } else { (fgc, false) };
+        let args = (groups, on_batch, general);
+        if let Some(v) = grouped_conv(p, instr, &out, &dn, &win, &lhs, &rhs, args)? {
+            return Ok(Some(v));
+        }
+    }
     if halo_dims.is_empty() && fgc == 1 && bgc == 1 {
         if let Some(v) = kernel_window_sharded(p, instr, &e, &dn, &win, &lhs, &rhs, &out)? {
             return Ok(Some(v));
@@ -685,6 +685,7 @@ fn conv_halos(
 /// (the operands aligned with the lhs or the rhs, as XLA's
 /// `PartitionConvolutionGroupOnFeature`/`OnBatch` do); with batch groups
 /// the output batch is kept whole (each of its rows sums every group).
+/// `None` when it would cost more than `bound`.
 #[allow(clippy::too_many_arguments)]
 fn grouped_conv(
     p: &mut Part<'_, '_>,
@@ -694,8 +695,7 @@ fn grouped_conv(
     win: &xla_hlo_ir::attrs::Window,
     lhs: &PValue,
     rhs: &PValue,
-    groups: i64,
-    on_batch: bool,
+    (groups, on_batch, bound): (i64, bool, u64),
 ) -> HandlerResult {
     let u = |d: i64| d as usize;
     let of = u(dn.output_feature);
@@ -766,7 +766,7 @@ fn grouped_conv(
             best = Some((c, lg, rg, halo_dims, cost));
         }
     }
-    let Some((c, lg, rg, halo_dims, _)) = best else {
+    let Some((c, lg, rg, halo_dims, _)) = best.filter(|b| b.4 <= bound) else {
         return Ok(None);
     };
     let t = c.tiles(of);
