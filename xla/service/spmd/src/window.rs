@@ -275,10 +275,13 @@ pub fn reduce_window(
     }
     let window = |a: usize, t: i64| {
         let wd = win.dims[a];
-        if wd.lhs_dilation != 1 || wd.reversal {
+        if wd.reversal {
             return None;
         }
         let so = tile_size(od[a], t);
+        if wd.lhs_dilation != 1 {
+            return dilated_window(&wd, so, t).map(|d| (d.starts, d.rows));
+        }
         let span = (wd.size - 1) * wd.rhs_dilation + 1;
         let starts: Vec<i64> = (0..t)
             .map(|i| i * so * wd.stride - wd.padding_low)
@@ -289,7 +292,44 @@ pub fn reduce_window(
         return Ok(None);
     };
     let mut w = win.clone();
+    let mut x = x;
     for a in c.tiled_dims() {
+        let wd = w.dims[a];
+        if wd.lhs_dilation != 1 {
+            // Dilate the exchanged rows locally, then take each tile's
+            // window at its phase.
+            let Some(dw) = dilated_window(&wd, tile_size(od[a], c.tiles(a)), c.tiles(a)) else {
+                return Ok(None);
+            };
+            let dl = wd.lhs_dilation;
+            let base = (dl - 1) + (dw.rows - 1) * dl + 1;
+            let high = dw.offsets.iter().map(|&o| o + dw.needed - base).max().unwrap_or(0).max(0);
+            let xd = p.b.dims(x);
+            let mut padding = vec![PaddingDim::default(); xd.len()];
+            padding[a] = PaddingDim {
+                low: dl - 1,
+                high,
+                interior: dl - 1,
+            };
+            let mut pd = xd.clone();
+            pd[a] = base + high;
+            let shape = crate::shapes::with_dims(p.b.shape(x), &pd);
+            let padded = p.b.add(
+                "pad",
+                Opcode::Pad,
+                shape,
+                vec![x, init],
+                vec![(AttrKey::Padding, AttrValue::Padding(padding))],
+            );
+            let table = p.grids().per_coord(&c, a, &dw.offsets);
+            let zero = p.b.scalar(xla_hlo_ir::PrimitiveType::S32, 0);
+            let mut starts = vec![zero; xd.len()];
+            starts[a] = p.b.table(&table);
+            let mut sizes = pd;
+            sizes[a] = dw.needed;
+            x = p.b.dynamic_slice(padded, starts, &sizes);
+            w.dims[a].lhs_dilation = 1;
+        }
         w.dims[a].padding_low = 0;
         w.dims[a].padding_high = 0;
     }
@@ -310,6 +350,46 @@ pub fn reduce_window(
         shape: Rc::new(instr.shape.clone()),
         vs: ValueSharding::Grid(c),
     }))
+}
+
+/// The input rows a tile of a base-dilated window reads: per tile the
+/// first input row and the uniform row count, and per tile the offset of
+/// its window in those rows dilated locally (`D - 1` init values in front,
+/// `D - 1` between rows): output tile `i` (of `so` outputs) reads dilated
+/// positions `[lo_i, lo_i + needed)`, `lo_i = i * so * stride - pad_low`,
+/// input row `j` sitting at dilated position `j * D`. Tiles may start at
+/// different phases of the dilation.
+struct DilatedWindow {
+    starts: Vec<i64>,
+    rows: i64,
+    offsets: Vec<i64>,
+    needed: i64,
+}
+
+fn dilated_window(wd: &xla_hlo_ir::attrs::WindowDim, so: i64, t: i64) -> Option<DilatedWindow> {
+    let d = wd.lhs_dilation;
+    if d < 1 || so < 1 {
+        return None;
+    }
+    let span = (wd.size - 1) * wd.rhs_dilation + 1;
+    let needed = (so - 1) * wd.stride + span;
+    let mut starts = Vec::with_capacity(t as usize);
+    let mut offsets = Vec::with_capacity(t as usize);
+    let mut rows = 1;
+    for i in 0..t {
+        let lo = i * so * wd.stride - wd.padding_low;
+        let first = ceil_div(lo, d);
+        let last = (lo + needed - 1).div_euclid(d);
+        rows = rows.max(last - first + 1);
+        starts.push(first);
+        offsets.push(lo - first * d + (d - 1));
+    }
+    Some(DilatedWindow {
+        starts,
+        rows,
+        offsets,
+        needed,
+    })
 }
 
 /// select-and-scatter (the gradient of max pooling) computed where it is

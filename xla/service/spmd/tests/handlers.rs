@@ -875,3 +875,23 @@ fn dynamic_update_window_into_tiled_dim() {
     assert_eq!(summary.handlers.get("dynamic-update-slice:dynamic-update-slice:window"), Some(&4), "{summary:?}");
     assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
 }
+
+/// A reduce-window with base dilation on a tiled dim (the gradient of a
+/// strided pooling): each tile fetches the input rows its dilated window
+/// covers, dilates them locally and reduces at its own phase (tiles of 5
+/// outputs over a dilation of 3 start at different phases).
+#[test]
+fn reduce_window_with_base_dilation_on_tiled_dim() {
+    let m = module(
+        "ENTRY %e (x: f32[2,7,3]) -> f32[2,21,3] {\n  %x = f32[2,7,3] parameter(0), sharding={devices=[1,4,1]<=[4]}\n  %z = f32[] constant(0)\n  ROOT %r = f32[2,21,3] reduce-window(%x, %z), window={size=1x4x1 pad=0_0x3_2x0_0 lhs_dilate=1x3x1}, to_apply=%add, sharding={devices=[1,4,1]<=[4]}\n}\n",
+        ADD,
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 1e-6, 71);
+    assert_eq!(summary.handlers.get("reduce-window:reduce-window"), Some(&1), "{summary:?}");
+    assert!(
+        !summary.collectives.contains_key("all-gather"),
+        "{}",
+        part.to_text()
+    );
+}
