@@ -78,8 +78,8 @@ tests, --timeout bounds each of our runs and --xla-timeout each XLA child.
 
 Usage:
     python3 tools/xla_conformance/partitioner_suite.py --xla PATH_TO_XLA \
-        [--run-hlo-module /tmp/run-hlo-module-snapshot] \
-        [--hlo-opt /tmp/hlo-opt-snapshot2] [--out DIR] [--json FILE] \
+        [--run-hlo-module target/release/run_hlo_module] \
+        [--hlo-opt target/release/hlo-opt] [--out DIR] [--json FILE] \
         [--only REGEX] [--limit N] [-v]
 PATH_TO_XLA is a directory holding xla/service/spmd/spmd_partitioner_test.cc
 (an openxla/xla checkout), or that test file itself. Needs jax/jaxlib 0.10.2
@@ -109,8 +109,8 @@ from propagation_suite import (  # noqa: E402
 from check_xla_parses import first_line  # noqa: E402
 
 TEST_FILE = os.path.join("xla", "service", "spmd", "spmd_partitioner_test.cc")
-DEFAULT_RUN_HLO_MODULE = "/tmp/run-hlo-module-snapshot"
-DEFAULT_HLO_OPT = "/tmp/hlo-opt-snapshot2"
+DEFAULT_RUN_HLO_MODULE = os.path.join(REPO_ROOT, "target", "release", "run_hlo_module")
+DEFAULT_HLO_OPT = os.path.join(REPO_ROOT, "target", "release", "hlo-opt")
 
 # PartitionComputation's parameters after the module, with the test file's
 # defaults; used when its declaration cannot be read.
@@ -1382,10 +1382,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xla", required=True, help="XLA checkout (or the test file)")
     ap.add_argument("--run-hlo-module", default=DEFAULT_RUN_HLO_MODULE,
-                    help="our run_hlo_module (default %s, a snapshot of target/release/run_hlo_module)"
+                    help="our run_hlo_module (default %s, the release build)"
                     % DEFAULT_RUN_HLO_MODULE)
     ap.add_argument("--hlo-opt", default=DEFAULT_HLO_OPT,
-                    help="our hlo-opt (default %s; target/release/hlo-opt is the build)" % DEFAULT_HLO_OPT)
+                    help="our hlo-opt (default %s, the release build)" % DEFAULT_HLO_OPT)
     ap.add_argument("--out", help="directory for the extracted modules, arguments and outputs")
     ap.add_argument("--json", help="write every verdict here")
     ap.add_argument("--only", help="run only tests whose name matches this regex")

@@ -56,7 +56,7 @@ writes every verdict. Exits 0: this is a measurement, not a test.
 
 Usage:
     python3 tools/xla_conformance/propagation_suite.py --xla PATH_TO_XLA \
-        [--hlo-opt /tmp/hlo-opt-snapshot] [--out DIR] [--json FILE] [-v]
+        [--hlo-opt target/release/hlo-opt] [--out DIR] [--json FILE] [-v]
     python3 tools/xla_conformance/propagation_suite.py --self-test
 PATH_TO_XLA is a directory holding xla/service/sharding_propagation_test.cc
 (an openxla/xla checkout), or that test file itself.
@@ -74,7 +74,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 TEST_FILE = os.path.join("xla", "service", "sharding_propagation_test.cc")
-DEFAULT_HLO_OPT = "/tmp/hlo-opt-snapshot"
+DEFAULT_HLO_OPT = os.path.join(REPO_ROOT, "target", "release", "hlo-opt")
 
 # The first instantiation of each parameterized suite.
 PARAMS = {"propagate_metadata": False, "clear_metadata": False,
@@ -1189,7 +1189,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xla", help="XLA checkout (or the test file)")
     ap.add_argument("--hlo-opt", default=DEFAULT_HLO_OPT,
-                    help="our hlo-opt (default %s; target/release/hlo-opt is the build)" % DEFAULT_HLO_OPT)
+                    help="our hlo-opt (default %s, the release build)" % DEFAULT_HLO_OPT)
     ap.add_argument("--out", help="directory for the extracted modules and our outputs")
     ap.add_argument("--json", help="write every verdict here")
     ap.add_argument("--no-header-options", action="store_true",
