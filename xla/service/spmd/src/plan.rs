@@ -42,6 +42,13 @@ pub enum Step {
         f: i64,
         to: Grid,
     },
+    /// One all-to-all making several moves at once (each `(src, tgt, f)`
+    /// as in `AllToAll`, on pairwise distinct dims, every dim even): the
+    /// group spans the moved factors, the first one major.
+    AllToAllMulti {
+        moves: Vec<(usize, usize, i64)>,
+        to: Grid,
+    },
     /// Collective-permute to the same tiling on other devices.
     Permute { to: Grid },
     /// Each device slices, out of its tile, the part of the tile it sends
@@ -625,7 +632,105 @@ fn all_to_alls(
         });
         cur = to;
     }
-    (a2a, cur)
+    (merge_all_to_alls(grids, src, a2a, dims, bytes), cur)
+}
+
+/// Merges runs of consecutive all-to-all steps on pairwise distinct dims
+/// into one all-to-all over the product of their groups: one local tile
+/// moves instead of one per step.
+fn merge_all_to_alls(grids: &GridCache, src: &Grid, plan: Plan, dims: &[i64], bytes: u64) -> Plan {
+    if plan.steps.len() < 2 {
+        return plan;
+    }
+    let mut out = Plan::default();
+    let mut cur = src.clone();
+    let mut i = 0;
+    let steps = &plan.steps;
+    while i < steps.len() {
+        let mut best: Option<(usize, Step)> = None;
+        let mut moves: Vec<(usize, usize, i64)> = Vec::new();
+        for (j, step) in steps.iter().enumerate().skip(i) {
+            let Step::AllToAll { src: a, tgt: b, f, to } = step else {
+                break;
+            };
+            if moves.iter().any(|m| [m.0, m.1].contains(a) || [m.0, m.1].contains(b)) {
+                break;
+            }
+            moves.push((*a, *b, *f));
+            if moves.len() >= 2 && multi_all_to_all_ok(grids, &cur, to, &moves, dims) {
+                best = Some((
+                    j,
+                    Step::AllToAllMulti {
+                        moves: moves.clone(),
+                        to: to.clone(),
+                    },
+                ));
+            }
+        }
+        match best {
+            Some((j, step)) => {
+                out.cost += elems(&local_dims(dims, &cur)) * bytes;
+                if let Step::AllToAllMulti { to, .. } = &step {
+                    cur = to.clone();
+                }
+                out.steps.push(step);
+                i = j + 1;
+            }
+            None => {
+                let step = steps[i].clone();
+                if let Step::AllToAll { tgt, f, to, .. } = &step {
+                    out.cost += all_to_all_cost(&cur, dims, *tgt, *f, bytes);
+                    cur = to.clone();
+                }
+                out.steps.push(step);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Whether one all-to-all over the moved factors' groups takes `cur` to
+/// `to`: every moved dim even (no padding), the group members ordered by
+/// the moved factors' minor coordinates (first move major), and every
+/// device's new minor coordinate on each target dim its old one on the
+/// source dim.
+pub fn multi_all_to_all_ok(
+    grids: &GridCache,
+    cur: &Grid,
+    to: &Grid,
+    moves: &[(usize, usize, i64)],
+    dims: &[i64],
+) -> bool {
+    for &(a, b, f) in moves {
+        if f <= 1 || dims[a] % cur.tiles(a) != 0 || dims[b] % (cur.tiles(b) * f) != 0 {
+            return false;
+        }
+        if cur.tiles(a) % f != 0 {
+            return false;
+        }
+    }
+    let factors: Vec<(usize, i64)> = moves.iter().map(|m| (m.0, m.2)).collect();
+    let groups = grids.factor_groups(cur, &factors);
+    let Some(first) = groups.lists().into_iter().next() else {
+        return false;
+    };
+    let minor = |d: i64, k: usize| cur.coord(d, moves[k].0) % moves[k].2;
+    for (m, &d) in first.iter().enumerate() {
+        let mut pos = 0;
+        for k in 0..moves.len() {
+            pos = pos * moves[k].2 + minor(d, k);
+        }
+        if pos != m as i64 {
+            return false;
+        }
+    }
+    (0..cur.num_devices()).all(|d| {
+        moves
+            .iter()
+            .enumerate()
+            .all(|(k, m)| to.coord(d, m.1) % m.2 == minor(d, k))
+    })
 }
 
 /// A local slice that adds tiling the source holds by replication,

@@ -29,6 +29,7 @@ pub fn emit(
             Step::AllToAll { src: a, tgt, f, to } => {
                 emit_all_to_all(b, x, &cur, *a, *tgt, *f, to, dims)?
             }
+            Step::AllToAllMulti { moves, to } => emit_all_to_all_multi(b, x, &cur, moves, to, dims)?,
             Step::Permute { to } => emit_permute(b, x, &cur, to),
             Step::SlicePermute { via, to } => emit_slice_permute(b, x, &cur, via, to, dims)?,
             Step::Slice { to } => emit_slice(b, x, &cur, to, dims)?,
@@ -38,6 +39,7 @@ pub fn emit(
         cur = match step {
             Step::Gather { to, .. }
             | Step::AllToAll { to, .. }
+            | Step::AllToAllMulti { to, .. }
             | Step::Permute { to }
             | Step::SlicePermute { to, .. }
             | Step::Slice { to }
@@ -277,6 +279,103 @@ fn emit_all_to_all(
         return Ok(b.slice_to(r, &want));
     }
     Ok(r)
+}
+
+/// See [`Step::AllToAllMulti`]: each target dim split into (its moved
+/// factor, the rest), the factors brought to the front and merged into one
+/// chunk dim, one all-to-all on it, the received chunk index split back
+/// into the source members' factors and each placed in front of its source
+/// dim.
+fn emit_all_to_all_multi(
+    b: &mut Builder<'_>,
+    x: InstrId,
+    cur: &Grid,
+    moves: &[(usize, usize, i64)],
+    to: &Grid,
+    dims: &[i64],
+) -> Result<InstrId, SpmdError> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Axis {
+        Factor(usize),
+        Rest(usize),
+        Whole(usize),
+    }
+    let local = b.dims(x);
+    let rank = local.len();
+    let target_of = |i: usize| moves.iter().position(|m| m.1 == i);
+    let source_of = |i: usize| moves.iter().position(|m| m.0 == i);
+    for &(_, t, f) in moves {
+        if local[t] % f != 0 {
+            return Err(SpmdError::Invalid("all-to-all chunks do not line up".into()));
+        }
+    }
+    let size = |ax: Axis| match ax {
+        Axis::Factor(k) => moves[k].2,
+        Axis::Rest(i) => local[i] / moves[target_of(i).unwrap_or(0)].2,
+        Axis::Whole(i) => local[i],
+    };
+    // 1. Split the target dims.
+    let mut split: Vec<Axis> = Vec::new();
+    for i in 0..rank {
+        match target_of(i) {
+            Some(k) => {
+                split.push(Axis::Factor(k));
+                split.push(Axis::Rest(i));
+            }
+            None => split.push(Axis::Whole(i)),
+        }
+    }
+    let y = b.reshape(x, &split.iter().map(|&a| size(a)).collect::<Vec<_>>());
+    // 2. Factors to the front, in move order.
+    let mut front: Vec<Axis> = (0..moves.len()).map(Axis::Factor).collect();
+    let others: Vec<Axis> = split.iter().copied().filter(|a| !matches!(a, Axis::Factor(_))).collect();
+    front.extend(others.iter().copied());
+    let perm: Vec<usize> = front
+        .iter()
+        .map(|a| split.iter().position(|s| s == a).unwrap_or(0))
+        .collect();
+    let y = b.transpose(y, &perm);
+    let chunks: i64 = moves.iter().map(|m| m.2).product();
+    let mut merged = vec![chunks];
+    merged.extend(others.iter().map(|&a| size(a)));
+    let y = b.reshape(y, &merged);
+    // 3. One all-to-all over the moved factors' groups.
+    let factors: Vec<(usize, i64)> = moves.iter().map(|m| (m.0, m.2)).collect();
+    let groups = b.ctx.cache.grids.factor_groups(cur, &factors);
+    let y = b.all_to_all(y, 0, &groups);
+    // 4. The chunk index is now the source member's factors.
+    let y = b.reshape(y, &front.iter().map(|&a| size(a)).collect::<Vec<_>>());
+    let mut order: Vec<Axis> = Vec::new();
+    for i in 0..rank {
+        if let Some(k) = source_of(i) {
+            order.push(Axis::Factor(k));
+        }
+        if target_of(i).is_some() {
+            order.push(Axis::Rest(i));
+        } else {
+            order.push(Axis::Whole(i));
+        }
+    }
+    let perm: Vec<usize> = order
+        .iter()
+        .map(|a| front.iter().position(|s| s == a).unwrap_or(0))
+        .collect();
+    let y = b.transpose(y, &perm);
+    let want = local_dims(dims, to);
+    let mut result = Vec::with_capacity(rank);
+    for i in 0..rank {
+        result.push(match (source_of(i), target_of(i)) {
+            (Some(k), _) => local[i] * moves[k].2,
+            (_, Some(k)) => local[i] / moves[k].2,
+            _ => local[i],
+        });
+    }
+    if result != want {
+        return Err(SpmdError::Invalid(
+            "multi all-to-all result is not the target tile".into(),
+        ));
+    }
+    Ok(b.reshape(y, &result))
 }
 
 fn emit_permute(b: &mut Builder<'_>, x: InstrId, cur: &Grid, to: &Grid) -> InstrId {

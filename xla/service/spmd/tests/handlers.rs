@@ -895,3 +895,19 @@ fn reduce_window_with_base_dilation_on_tiled_dim() {
         part.to_text()
     );
 }
+
+/// A reshard moving two dims' tiles to two other dims (`[2,2,1,1]` ->
+/// `[1,1,2,2]`) is one all-to-all over all four devices, moving one local
+/// tile, not two all-to-alls in turn.
+#[test]
+fn two_dim_moves_in_one_all_to_all() {
+    let m = module(
+        "ENTRY %e (x: f32[8,8,4,4]) -> f32[8,8,4,4] {\n  %x = f32[8,8,4,4] parameter(0), sharding={devices=[2,2,1,1]<=[4]}\n  ROOT %c = f32[8,8,4,4] copy(%x), sharding={devices=[1,1,2,2]<=[4]}\n}\n",
+        "",
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 0.0, 73);
+    assert_eq!(summary.collectives.get("all-to-all"), Some(&1), "{}", part.to_text());
+    // One [4,4,4,4] f32 tile.
+    assert_eq!(summary.collective_bytes, 1024, "{}", part.to_text());
+}
