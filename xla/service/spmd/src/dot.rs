@@ -463,7 +463,16 @@ pub fn convolution(
             return Ok(Some(v));
         }
     }
-    if halo_dims.is_empty() && fgc == 1 && bgc == 1 {
+    let pointwise = |s: usize| {
+        let w = &win.dims[s];
+        w.size == 1
+            && w.stride == 1
+            && w.padding_low == 0
+            && w.padding_high == 0
+            && w.lhs_dilation == 1
+            && w.rhs_dilation == 1
+    };
+    if halo_dims.iter().all(|&s| pointwise(s)) && fgc == 1 && bgc == 1 {
         if let Some(v) = kernel_window_sharded(p, instr, &e, &dn, &win, &lhs, &rhs, &out)? {
             return Ok(Some(v));
         }
@@ -544,8 +553,25 @@ fn kernel_window_sharded(
     if win.dims.iter().any(|w| w.lhs_dilation != 1 || w.reversal) {
         return Ok(None);
     }
+    let kernel_dims = rhs.shape.dims().to_vec();
+    let out_dims = instr.shape.dims().to_vec();
+    let lhs_dims = lhs.shape.dims().to_vec();
+    // Pointwise spatial dims (window 1, stride 1, no padding or dilation)
+    // read input position o for output position o: they tile like batch
+    // dims; the others take the window's tiling.
+    let pointwise: Vec<bool> = (0..ns)
+        .map(|s| {
+            let w = &win.dims[s];
+            w.size == 1
+                && w.stride == 1
+                && w.padding_low == 0
+                && w.padding_high == 0
+                && w.rhs_dilation == 1
+                && lhs_dims[u(dn.input_spatial[s])] == out_dims[u(dn.output_spatial[s])]
+        })
+        .collect();
     let mut lmap = e.lhs.clone();
-    for s in 0..ns {
+    for s in (0..ns).filter(|&s| !pointwise[s]) {
         lmap[u(dn.input_spatial[s])] = 3 + ns + s;
     }
     let eb = Einsum {
@@ -554,11 +580,8 @@ fn kernel_window_sharded(
         rhs: e.rhs.clone(),
         out: e.out.clone(),
         contracted: e.contracted.clone(),
-        whole: (0..ns).map(|s| 3 + s).collect(),
+        whole: (0..ns).filter(|&s| !pointwise[s]).map(|s| 3 + s).collect(),
     };
-    let kernel_dims = rhs.shape.dims().to_vec();
-    let out_dims = instr.shape.dims().to_vec();
-    let lhs_dims = lhs.shape.dims().to_vec();
     // Window tile j of dim s reads input [j*ks*rd - pad_low, ... + len).
     let window = |s: usize, t: i64| {
         let w = &win.dims[s];
@@ -579,7 +602,7 @@ fn kernel_window_sharded(
     let il = project(p.grids(), &b.i, &eb.lhs);
     let mut halo = 0;
     let mut tiled = false;
-    for s in 0..ns {
+    for s in (0..ns).filter(|&s| !pointwise[s]) {
         let ld = u(dn.input_spatial[s]);
         let t = il.tiles(ld);
         if t > 1 {
@@ -599,7 +622,7 @@ fn kernel_window_sharded(
         for s in 0..ns {
             let ld = u(dn.input_spatial[s]);
             let t = lg.tiles(ld);
-            if t <= 1 {
+            if t <= 1 || pointwise[s] {
                 continue;
             }
             let (ks, starts, len) = window(s, t);

@@ -911,3 +911,20 @@ fn two_dim_moves_in_one_all_to_all() {
     // One [4,4,4,4] f32 tile.
     assert_eq!(summary.collective_bytes, 1024, "{}", part.to_text());
 }
+
+/// A convolution whose window covers a whole spatial dim (an einsum
+/// written as a convolution: the window dim is contracted) with that dim
+/// sharded, next to a pointwise spatial dim that is sharded too: each
+/// device convolves its part of the window over its part of the pointwise
+/// dim, then the partial sums are reduced, with no gather of the input.
+#[test]
+fn window_sharded_convolution_with_pointwise_spatial_dim() {
+    let m = module(
+        "ENTRY %e (x: f32[8,4,2,6], k: f32[2,6,10,1]) -> f32[8,4,10,1] {\n  %x = f32[8,4,2,6] parameter(0), sharding={devices=[2,1,2,1]<=[4]}\n  %k = f32[2,6,10,1] parameter(1), sharding={devices=[2,1,1,1,2]<=[4] last_tile_dim_replicate}\n  ROOT %c = f32[8,4,10,1] convolution(%x, %k), window={size=1x2}, dim_labels=0b1f_1io0->0bf1, sharding={devices=[2,1,2,1]<=[4]}\n}\n",
+        "",
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 1e-5, 79);
+    assert_eq!(summary.handlers.get("convolution:convolution-window-sharded"), Some(&1), "{summary:?}");
+    assert!(!summary.collectives.contains_key("all-gather"), "{}", part.to_text());
+}
