@@ -422,10 +422,10 @@ pub fn convolution(
     let mut halo_dims = Vec::new();
     for s in 0..ns {
         let od = u(dn.output_spatial[s]);
-        let w = &win.dims[s];
         let lhs_tiles = lhs.vs.grid().map_or(1, |g| g.tiles(u(dn.input_spatial[s])));
+        // A reversed window reads the same input rows (only the kernel is
+        // flipped), so it takes the same halo exchange.
         if out.tiles(od) > 1
-            && !w.reversal
             && same_phase(s, out.tiles(od))
             && same_phase(s, lhs_tiles)
         {
@@ -767,7 +767,7 @@ fn grouped_conv(
             let w = &win.dims[s];
             let t = c.tiles(u(dn.output_spatial[s]));
             let so = crate::grid::tile_size(out_dims[u(dn.output_spatial[s])], t);
-            !w.reversal && (so * w.stride) % w.lhs_dilation.max(1) == 0
+            (so * w.stride) % w.lhs_dilation.max(1) == 0
         });
         if !halo_ok {
             continue;

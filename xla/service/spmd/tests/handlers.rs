@@ -928,3 +928,19 @@ fn window_sharded_convolution_with_pointwise_spatial_dim() {
     assert_eq!(summary.handlers.get("convolution:convolution-window-sharded"), Some(&1), "{summary:?}");
     assert!(!summary.collectives.contains_key("all-gather"), "{}", part.to_text());
 }
+
+/// A convolution with a reversed window (the input gradient of a strided,
+/// base-dilated convolution) and its output spatial dim tiled takes the
+/// halo exchange an unreversed window would: reversal flips the kernel,
+/// not the input rows read.
+#[test]
+fn reversed_window_convolution_exchanges_halos() {
+    let m = module(
+        "ENTRY %e (x: f32[2,9,3], k: f32[3,3,4]) -> f32[2,9,4] {\n  %x = f32[2,9,3] parameter(0), sharding={devices=[1,4,1]<=[4]}\n  %k = f32[3,3,4] parameter(1), sharding={replicated}\n  ROOT %c = f32[2,9,4] convolution(%x, %k), window={size=3 pad=1_1 rhs_reversal=1}, dim_labels=b0f_0io->b0f, sharding={devices=[1,4,1]<=[4]}\n}\n",
+        "",
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 1e-5, 83);
+    assert_eq!(summary.handlers.get("convolution:convolution-halo"), Some(&1), "{summary:?}");
+    assert!(!summary.collectives.contains_key("all-gather"), "{}", part.to_text());
+}
