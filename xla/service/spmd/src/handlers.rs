@@ -566,6 +566,49 @@ fn reduce_scatter_choice(
     best
 }
 
+/// A bitcast-convert between element types of different widths: the
+/// narrower side has one more, minor dim (the ratio of the widths), which
+/// stays whole; the other dims are laid out alike on both sides, in the
+/// cheapest of the output's layout and the operand's.
+pub fn bitcast_convert_resized(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
+    let Some(out) = target.grid().cloned() else {
+        return Ok(None);
+    };
+    let v = p.operand(instr, 0)?;
+    let Some(vg) = v.vs.grid().cloned() else {
+        return Ok(None);
+    };
+    let (ri, ro) = (v.shape.rank(), instr.shape.rank());
+    if ri.abs_diff(ro) != 1 {
+        return Ok(None);
+    }
+    let lead = ri.min(ro);
+    let to_out: Vec<Option<usize>> = (0..ro).map(|d| (d < lead).then_some(d)).collect();
+    let to_in: Vec<Option<usize>> = (0..ri).map(|d| (d < lead).then_some(d)).collect();
+    let cands = [
+        p.grids().remap(&out, &to_out),
+        p.grids().remap(&vg, &to_out),
+    ];
+    let costed: Vec<(Grid, u64)> = cands
+        .iter()
+        .map(|c| {
+            let og = p.grids().remap(c, &to_in);
+            (c.clone(), p.cost(&v, &og) + p.cost_of(&instr.shape, c, &out))
+        })
+        .collect();
+    let Some(c) = cheapest(&costed) else {
+        return Ok(None);
+    };
+    let og = p.grids().remap(&c, &to_in);
+    let x = p.reshard_to_grid(&v, &og)?;
+    p.note(instr, "bitcast-convert");
+    Ok(Some(p.emit_local(instr, vec![x], &ValueSharding::Grid(c))?))
+}
+
 pub fn custom_call(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,

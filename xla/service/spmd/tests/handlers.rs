@@ -944,3 +944,18 @@ fn reversed_window_convolution_exchanges_halos() {
     assert_eq!(summary.handlers.get("convolution:convolution-halo"), Some(&1), "{summary:?}");
     assert!(!summary.collectives.contains_key("all-gather"), "{}", part.to_text());
 }
+
+/// Bitcast-converts between element types of different widths (the
+/// narrow side has a minor dim of the width ratio) stay tiled on the
+/// shared dims: no replication, exact bits.
+#[test]
+fn bitcast_convert_across_widths_stays_tiled() {
+    let m = module(
+        "ENTRY %e (x: s64[6,3]) -> (s32[6,3,2], s64[6,3]) {\n  %x = s64[6,3] parameter(0), sharding={devices=[4,1]<=[4]}\n  %n = s32[6,3,2] bitcast-convert(%x), sharding={devices=[4,1,1]<=[4]}\n  %w = s64[6,3] bitcast-convert(%n), sharding={devices=[2,2]<=[4]}\n  ROOT %o = (s32[6,3,2], s64[6,3]) tuple(%n, %w), sharding={{devices=[4,1,1]<=[4]}, {devices=[2,2]<=[4]}}\n}\n",
+        "",
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 0.0, 89);
+    assert_eq!(summary.handlers.get("bitcast-convert:bitcast-convert"), Some(&2), "{summary:?}");
+    assert!(!summary.handlers.keys().any(|h| h.ends_with(":fallback")), "{}", part.to_text());
+}

@@ -112,7 +112,7 @@ pub fn dispatch(
         | Opcode::Xor
         | Opcode::Map => handlers::elementwise(p, instr, target),
         // A bitcast-convert between element types of different widths
-        // changes the rank: not elementwise over the dims, computed whole.
+        // adds or drops a minor dim (see the handler).
         Opcode::BitcastConvert => {
             let operand_rank = instr
                 .operands
@@ -120,7 +120,7 @@ pub fn dispatch(
                 .map(|&o| p.orig_comp.instr(o).shape.rank())
                 .unwrap_or(0);
             if instr.shape.rank() != operand_rank {
-                Ok(None)
+                handlers::bitcast_convert_resized(p, instr, target)
             } else {
                 handlers::elementwise(p, instr, target)
             }
