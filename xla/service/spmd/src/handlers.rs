@@ -63,7 +63,8 @@ pub fn in_partial_manual_region(instr: &HloInstruction) -> bool {
     })
 }
 
-/// A collective the user wrote in a partially manual region (a psum or
+/// A cross-replica all-reduce, on the local tiles; or a collective the
+/// user wrote in a partially manual region (a psum or
 /// ppermute over manual axes): operand and result laid out by the target
 /// grid, it runs on the local tiles as written when each replica group or
 /// source-target pair joins devices holding the same tile (it then combines
@@ -77,6 +78,19 @@ pub fn manual_collective(
     let Some(grid) = grid_of(target) else {
         return Ok(None);
     };
+    // A cross-replica all-reduce (no channel: its groups are replicas, and
+    // each partition reduces with its own counterparts) runs on the local
+    // tiles, whatever their layout.
+    if instr.opcode == Opcode::AllReduce
+        && instr.channel_id().is_none()
+        && instr.operands.len() == 1
+        && instr.bool_attr(AttrKey::UseGlobalDeviceIds) != Some(true)
+    {
+        let v = p.operand(instr, 0)?;
+        let v = p.reshard(&v, target)?;
+        p.note(instr, "cross-replica all-reduce on local tiles");
+        return Ok(Some(p.emit_local(instr, vec![v.id], target)?));
+    }
     if !in_partial_manual_region(instr) || instr.operands.len() != 1 {
         return Ok(None);
     }

@@ -959,3 +959,19 @@ fn bitcast_convert_across_widths_stays_tiled() {
     assert_eq!(summary.handlers.get("bitcast-convert:bitcast-convert"), Some(&2), "{summary:?}");
     assert!(!summary.handlers.keys().any(|h| h.ends_with(":fallback")), "{}", part.to_text());
 }
+
+/// A cross-replica all-reduce (no channel) on a tiled value runs on the
+/// local tiles: each partition reduces with its replica counterparts, so
+/// nothing is gathered.
+#[test]
+fn cross_replica_all_reduce_stays_tiled() {
+    let m = module(
+        "ENTRY %e (x: f32[6,3]) -> f32[6,3] {\n  %x = f32[6,3] parameter(0), sharding={devices=[2,1]<=[2]}\n  ROOT %r = f32[6,3] all-reduce(%x), replica_groups={}, to_apply=%add, sharding={devices=[2,1]<=[2]}\n}\n",
+        ADD,
+        2,
+    );
+    let (summary, part) = check(&m, 2, false, 0.0, 97);
+    assert!(!summary.collectives.contains_key("all-gather"), "{}", part.to_text());
+    // The all-reduce of a [3,3] tile.
+    assert_eq!(summary.collective_bytes, 36, "{}", part.to_text());
+}
