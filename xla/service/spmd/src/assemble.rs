@@ -114,20 +114,36 @@ pub fn plan(starts: &[i64], valid: &[i64], len: i64, xa: i64, wrap: bool) -> Opt
 impl Assembly {
     /// Rows the permutes move per device (local groups are free).
     pub fn rows_moved(&self) -> i64 {
-        self.groups.iter().filter(|g| !g.local).map(|g| g.width).sum()
+        self.groups
+            .iter()
+            .filter(|g| !g.local)
+            .map(|g| g.width)
+            .sum()
     }
 
     /// Emits the assembly for local tiles `x` (laid out by `g`, dim `a`).
-    pub fn emit(&self, p: &mut Part<'_, '_>, x: InstrId, g: &Grid, a: usize) -> Result<InstrId, SpmdError> {
+    pub fn emit(
+        &self,
+        p: &mut Part<'_, '_>,
+        x: InstrId,
+        g: &Grid,
+        a: usize,
+    ) -> Result<InstrId, SpmdError> {
         let t = g.tiles(a);
         let ld = p.b.dims(x);
         if ld.get(a) != Some(&self.s) {
-            return Err(SpmdError::Invalid("assembly of a buffer that is not a tile".into()));
+            return Err(SpmdError::Invalid(
+                "assembly of a buffer that is not a tile".into(),
+            ));
         }
         let widest = self.groups.iter().map(|g| g.width).max().unwrap_or(0);
         let mut lo_hi = vec![(0, 0); ld.len()];
         lo_hi[a] = (0, widest);
-        let padded = if widest > 0 { p.b.pad_zero(x, &lo_hi)? } else { x };
+        let padded = if widest > 0 {
+            p.b.pad_zero(x, &lo_hi)?
+        } else {
+            x
+        };
         let mut wd = ld.clone();
         wd[a] = self.len;
         let zero = p.b.zero_of(x)?;
@@ -139,7 +155,13 @@ impl Assembly {
                     .map(|k| {
                         grp.pieces
                             .iter()
-                            .find(|q| if by_source { q.source == k } else { q.dest == k })
+                            .find(|q| {
+                                if by_source {
+                                    q.source == k
+                                } else {
+                                    q.dest == k
+                                }
+                            })
                             .map_or(default, f)
                     })
                     .collect()

@@ -14,8 +14,8 @@ use crate::plan::{Plan, PlanCache};
 use crate::value::{ShardingCache, ValueSharding};
 use rustc_hash::{FxHashMap, FxHashSet};
 use xla_hlo_ir::{
-    AttrKey, AttrValue, CollectiveDeviceList, CompId, HloComputation, HloInstruction, HloModule, Opcode, PrimitiveType,
-    Shape,
+    AttrKey, AttrValue, CollectiveDeviceList, CompId, HloComputation, HloInstruction, HloModule,
+    Opcode, PrimitiveType, Shape,
 };
 use xla_hlo_utils::inline::{name_hash, set_suffixed_name};
 

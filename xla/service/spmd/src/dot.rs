@@ -425,10 +425,7 @@ pub fn convolution(
         let lhs_tiles = lhs.vs.grid().map_or(1, |g| g.tiles(u(dn.input_spatial[s])));
         // A reversed window reads the same input rows (only the kernel is
         // flipped), so it takes the same halo exchange.
-        if out.tiles(od) > 1
-            && same_phase(s, out.tiles(od))
-            && same_phase(s, lhs_tiles)
-        {
+        if out.tiles(od) > 1 && same_phase(s, out.tiles(od)) && same_phase(s, lhs_tiles) {
             halo_dims.push(s);
         }
     }

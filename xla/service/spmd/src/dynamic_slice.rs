@@ -250,7 +250,11 @@ fn dynamic_update_window(
         let iv = p.replicate(&iv)?.id;
         let ty = p.b.ty(iv)?;
         if !tiled.contains(&a) {
-            ops.push(if cut.contains(&a) { iv } else { p.b.scalar(ty, 0) });
+            ops.push(if cut.contains(&a) {
+                iv
+            } else {
+                p.b.scalar(ty, 0)
+            });
             continue;
         }
         // The clamped global start, then relative to this tile.
@@ -280,7 +284,9 @@ fn dynamic_update_window(
             )
         };
         let zero = p.b.scalar(xla_hlo_ir::PrimitiveType::S32, 0);
-        let starts: Vec<InstrId> = (0..dims.len()).map(|d| if d == a { at } else { zero }).collect();
+        let starts: Vec<InstrId> = (0..dims.len())
+            .map(|d| if d == a { at } else { zero })
+            .collect();
         let mut sizes = p.b.dims(padded);
         sizes[a] = ts;
         y = p.b.dynamic_slice(padded, starts, &sizes);

@@ -476,7 +476,6 @@ fn order_groups(starts: &[i64], len: i64, s: i64, xa: i64) -> Option<OrderGroups
     (!groups.is_empty()).then_some(OrderGroups { groups })
 }
 
-
 /// Bytes of one row (one index along dim `a`) of the local tile.
 pub fn other_bytes(shape: &Shape, g: &Grid, a: usize) -> u64 {
     let bytes = shape

@@ -69,9 +69,8 @@ fn iota_dim(comp: &HloComputation, id: InstrId, depth: usize) -> Option<usize> {
             }
             (0..dims.len()).find(|&d| {
                 dims[d] > 1
-                    && (0..lit.len()).all(|e| {
-                        lit.get_i128(e) == ((e as i64 / strides[d]) % dims[d]) as i128
-                    })
+                    && (0..lit.len())
+                        .all(|e| lit.get_i128(e) == ((e as i64 / strides[d]) % dims[d]) as i128)
             })
         }
         _ => None,

@@ -611,7 +611,10 @@ pub fn bitcast_convert_resized(
         .iter()
         .map(|c| {
             let og = p.grids().remap(c, &to_in);
-            (c.clone(), p.cost(&v, &og) + p.cost_of(&instr.shape, c, &out))
+            (
+                c.clone(),
+                p.cost(&v, &og) + p.cost_of(&instr.shape, c, &out),
+            )
         })
         .collect();
     let Some(c) = cheapest(&costed) else {
@@ -620,7 +623,11 @@ pub fn bitcast_convert_resized(
     let og = p.grids().remap(&c, &to_in);
     let x = p.reshard_to_grid(&v, &og)?;
     p.note(instr, "bitcast-convert");
-    Ok(Some(p.emit_local(instr, vec![x], &ValueSharding::Grid(c))?))
+    Ok(Some(p.emit_local(
+        instr,
+        vec![x],
+        &ValueSharding::Grid(c),
+    )?))
 }
 
 pub fn custom_call(

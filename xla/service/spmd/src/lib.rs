@@ -138,7 +138,8 @@ pub fn partition_module(
         entry: module.entry,
     };
     let mut orig = std::mem::replace(module, placeholder);
-    let base_change = sharding_or_header_changes(&orig, n) | (preprocess::preprocess(&mut orig) > 0);
+    let base_change =
+        sharding_or_header_changes(&orig, n) | (preprocess::preprocess(&mut orig) > 0);
     let orig_entry: Vec<xla_hlo_ir::Shape> = {
         let e = orig.entry_computation();
         let mut v: Vec<xla_hlo_ir::Shape> = e

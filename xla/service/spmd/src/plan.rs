@@ -162,10 +162,7 @@ pub fn retile(cur: &Grid, to: &Grid, a: usize, x: i64) -> Option<Retile> {
         }
     }
     let lo0 = groups.first().map_or(0, |g| g.lo);
-    let offsets = first_row
-        .iter()
-        .map(|r| r.map_or(0, |r| r - lo0))
-        .collect();
+    let offsets = first_row.iter().map(|r| r.map_or(0, |r| r - lo0)).collect();
     for grp in groups.iter_mut() {
         grp.pairs.sort_unstable_by_key(|p| p.1);
     }
@@ -530,7 +527,9 @@ fn plan_uncached(
     // One dim retiled by a window exchange (the grids agree elsewhere).
     if best.cost > 0 {
         let differing: Vec<usize> = (0..dims.len())
-            .filter(|&a| src.tiles(a) != tgt.tiles(a) || src.coord_pairs(tgt, a).iter().any(|p| p.0 != p.1))
+            .filter(|&a| {
+                src.tiles(a) != tgt.tiles(a) || src.coord_pairs(tgt, a).iter().any(|p| p.0 != p.1)
+            })
             .collect();
         if let [a] = differing[..] {
             if let Some(rt) = retile(src, tgt, a, dims[a]) {
@@ -650,10 +649,19 @@ fn merge_all_to_alls(grids: &GridCache, src: &Grid, plan: Plan, dims: &[i64], by
         let mut best: Option<(usize, Step)> = None;
         let mut moves: Vec<(usize, usize, i64)> = Vec::new();
         for (j, step) in steps.iter().enumerate().skip(i) {
-            let Step::AllToAll { src: a, tgt: b, f, to } = step else {
+            let Step::AllToAll {
+                src: a,
+                tgt: b,
+                f,
+                to,
+            } = step
+            else {
                 break;
             };
-            if moves.iter().any(|m| [m.0, m.1].contains(a) || [m.0, m.1].contains(b)) {
+            if moves
+                .iter()
+                .any(|m| [m.0, m.1].contains(a) || [m.0, m.1].contains(b))
+            {
                 break;
             }
             moves.push((*a, *b, *f));

@@ -93,9 +93,7 @@ fn merge_pad_slices(comp: &mut HloComputation) -> usize {
                 ok = false;
                 break;
             }
-            if tiles[d] > 1
-                && (pd.low != 0 || pd.high != 0)
-                && slice.shape.dims()[d] != pad_dims[d]
+            if tiles[d] > 1 && (pd.low != 0 || pd.high != 0) && slice.shape.dims()[d] != pad_dims[d]
             {
                 multi_halo = true;
             }
@@ -106,13 +104,13 @@ fn merge_pad_slices(comp: &mut HloComputation) -> usize {
             });
         }
         let removed: Vec<InstrId> = chain.iter().copied().chain([operand]).collect();
-        let control = comp.instructions.iter().any(|i| {
-            i.control_predecessors
-                .iter()
-                .any(|c| removed.contains(c))
-        }) || removed
+        let control = comp
+            .instructions
             .iter()
-            .any(|&r| !comp.instr(r).control_predecessors.is_empty());
+            .any(|i| i.control_predecessors.iter().any(|c| removed.contains(c)))
+            || removed
+                .iter()
+                .any(|&r| !comp.instr(r).control_predecessors.is_empty());
         if !ok || !multi_halo || control {
             continue;
         }

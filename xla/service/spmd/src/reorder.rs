@@ -254,7 +254,8 @@ pub fn topk_custom_call(
             ValueSharding::Grid(merged.clone()),
         ]);
         let shape = local_shape(&instr.shape, &vs);
-        let id = p.b.add("tuple", Opcode::Tuple, shape, vec![top, positions], vec![]);
+        let id =
+            p.b.add("tuple", Opcode::Tuple, shape, vec![top, positions], vec![]);
         p.note(instr, "topk-merge");
         return Ok(Some(PValue {
             id,
@@ -263,9 +264,15 @@ pub fn topk_custom_call(
         }));
     }
     let indices = p.b.all_gather(indices, a, &groups);
-    let comparator = match instr.to_apply().or_else(|| instr.called_computations().first().copied()) {
+    let comparator = match instr
+        .to_apply()
+        .or_else(|| instr.called_computations().first().copied())
+    {
         Some(c) => c,
-        None => p.b.ctx.value_comparator(value_ty, Some(PrimitiveType::S32), "GT"),
+        None => {
+            p.b.ctx
+                .value_comparator(value_ty, Some(PrimitiveType::S32), "GT")
+        }
     };
     let sorted_leaves: Vec<Shape> = vec![p.b.shape(values).clone(), p.b.shape(indices).clone()];
     let sorted = p.b.add(
@@ -306,17 +313,27 @@ pub fn topk_custom_call(
 /// `None` when the indices are read or the comparator is another function.
 fn values_only_direction(p: &Part<'_, '_>, instr: &HloInstruction) -> Option<&'static str> {
     let comp = p.orig_comp;
-    let me = comp.instructions.iter().position(|i| std::ptr::eq(i, instr))?;
+    let me = comp
+        .instructions
+        .iter()
+        .position(|i| std::ptr::eq(i, instr))?;
     let me = xla_hlo_ir::InstrId(me as u32);
     if comp.root == me {
         return None;
     }
-    for user in comp.instructions.iter().filter(|i| i.operands.contains(&me)) {
+    for user in comp
+        .instructions
+        .iter()
+        .filter(|i| i.operands.contains(&me))
+    {
         if user.opcode != Opcode::GetTupleElement || user.int_attr(AttrKey::Index) != Some(0) {
             return None;
         }
     }
-    let Some(c) = instr.to_apply().or_else(|| instr.called_computations().first().copied()) else {
+    let Some(c) = instr
+        .to_apply()
+        .or_else(|| instr.called_computations().first().copied())
+    else {
         return Some("GT");
     };
     let cc = p.orig.computations.get(c.index())?;

@@ -29,7 +29,9 @@ pub fn emit(
             Step::AllToAll { src: a, tgt, f, to } => {
                 emit_all_to_all(b, x, &cur, *a, *tgt, *f, to, dims)?
             }
-            Step::AllToAllMulti { moves, to } => emit_all_to_all_multi(b, x, &cur, moves, to, dims)?,
+            Step::AllToAllMulti { moves, to } => {
+                emit_all_to_all_multi(b, x, &cur, moves, to, dims)?
+            }
             Step::Permute { to } => emit_permute(b, x, &cur, to),
             Step::SlicePermute { via, to } => emit_slice_permute(b, x, &cur, via, to, dims)?,
             Step::Slice { to } => emit_slice(b, x, &cur, to, dims)?,
@@ -66,7 +68,9 @@ fn emit_retile(
         .ok_or_else(|| SpmdError::Invalid("retile plan no longer holds".into()))?;
     let local = b.dims(x);
     if local.get(a) != Some(&tile_size(dims[a], cur.tiles(a))) {
-        return Err(SpmdError::Invalid("retile of a buffer that is not a tile".into()));
+        return Err(SpmdError::Invalid(
+            "retile of a buffer that is not a tile".into(),
+        ));
     }
     let mut parts = Vec::with_capacity(rt.groups.len());
     for g in &rt.groups {
@@ -97,7 +101,12 @@ fn emit_retile(
     };
     let len = tile_size(dims[a], to.tiles(a));
     let total = b.dims(buf)[a];
-    let short = rt.offsets.iter().map(|&o| o + len - total).max().unwrap_or(0);
+    let short = rt
+        .offsets
+        .iter()
+        .map(|&o| o + len - total)
+        .max()
+        .unwrap_or(0);
     let buf = if short > 0 {
         let mut lo_hi = vec![(0, 0); local.len()];
         lo_hi[a] = (0, short);
@@ -306,7 +315,9 @@ fn emit_all_to_all_multi(
     let source_of = |i: usize| moves.iter().position(|m| m.0 == i);
     for &(_, t, f) in moves {
         if local[t] % f != 0 {
-            return Err(SpmdError::Invalid("all-to-all chunks do not line up".into()));
+            return Err(SpmdError::Invalid(
+                "all-to-all chunks do not line up".into(),
+            ));
         }
     }
     let size = |ax: Axis| match ax {
@@ -328,7 +339,11 @@ fn emit_all_to_all_multi(
     let y = b.reshape(x, &split.iter().map(|&a| size(a)).collect::<Vec<_>>());
     // 2. Factors to the front, in move order.
     let mut front: Vec<Axis> = (0..moves.len()).map(Axis::Factor).collect();
-    let others: Vec<Axis> = split.iter().copied().filter(|a| !matches!(a, Axis::Factor(_))).collect();
+    let others: Vec<Axis> = split
+        .iter()
+        .copied()
+        .filter(|a| !matches!(a, Axis::Factor(_)))
+        .collect();
     front.extend(others.iter().copied());
     let perm: Vec<usize> = front
         .iter()

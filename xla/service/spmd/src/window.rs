@@ -8,8 +8,8 @@
 //! uniform in size on every device; padding of uneven tiles never reaches
 //! a valid output element (it is either masked or outside every window).
 
-use crate::error::SpmdError;
 use crate::assemble::tile_pairs;
+use crate::error::SpmdError;
 use crate::exchange::{exchange, exchange_cost};
 use crate::grid::{tile_size, Grid};
 use crate::helpers::{cheapest, unsharded_candidates, HandlerResult};
@@ -303,7 +303,13 @@ pub fn reduce_window(
             };
             let dl = wd.lhs_dilation;
             let base = (dl - 1) + (dw.rows - 1) * dl + 1;
-            let high = dw.offsets.iter().map(|&o| o + dw.needed - base).max().unwrap_or(0).max(0);
+            let high = dw
+                .offsets
+                .iter()
+                .map(|&o| o + dw.needed - base)
+                .max()
+                .unwrap_or(0)
+                .max(0);
             let xd = p.b.dims(x);
             let mut padding = vec![PaddingDim::default(); xd.len()];
             padding[a] = PaddingDim {
@@ -468,7 +474,8 @@ pub fn select_and_scatter(
         if t * tile_size(xd[a], t) > xd[a] {
             if let Some(v) = loser {
                 let ty = crate::shapes::elem(&x.shape)?;
-                let lv = p.b.constant(crate::shapes::scalar_literal(ty, v), Shape::scalar(ty));
+                let lv =
+                    p.b.constant(crate::shapes::scalar_literal(ty, v), Shape::scalar(ty));
                 let ld = p.b.dims(xl);
                 let offsets = p.grids().offsets(&c, a, tile_size(xd[a], t));
                 let off = p.b.table(&offsets);
@@ -721,7 +728,17 @@ fn pad_with_wrap(
     if cost >= generic {
         return Ok(None);
     }
-    wrap_window_emit(p, instr, out, &x, a, &asm, total, (l, &lmods), (l + n, &rmods))
+    wrap_window_emit(
+        p,
+        instr,
+        out,
+        &x,
+        a,
+        &asm,
+        total,
+        (l, &lmods),
+        (l + n, &rmods),
+    )
 }
 
 /// `concatenate(slice(x)[k:n], slice(x)[0:k])` along `a` (`jnp.roll`),
@@ -778,8 +795,8 @@ fn rotate(
             let s = n / t;
             let (q, r) = (k / s, k % s);
             // The two-permute rotation moves at most two tile parts.
-            let tile_bytes = p.cost_of(&instr.shape, out, &p.grids().replicate_dims(out, &[a]))
-                / (t as u64 - 1);
+            let tile_bytes =
+                p.cost_of(&instr.shape, out, &p.grids().replicate_dims(out, &[a])) / (t as u64 - 1);
             let part = |from: i64, rows: i64| {
                 if from % t == 0 {
                     0

@@ -765,7 +765,11 @@ fn topk_custom_call_merges_local_candidates() {
         8,
     );
     let (summary, part) = check(&m, 8, false, 0.0, 41);
-    assert_eq!(summary.handlers.get("custom-call:topk-merge"), Some(&2), "{summary:?}");
+    assert_eq!(
+        summary.handlers.get("custom-call:topk-merge"),
+        Some(&2),
+        "{summary:?}"
+    );
     // Candidates only: [4, 8 x 3] values and indices (768 bytes), [2, 4 x
     // 5] values (160), then the [4,5] result gathered over the row tiles
     // (at most 128): below gathering the two operands (2048).
@@ -820,7 +824,13 @@ fn select_and_scatter_with_padding_and_gaps_is_local() {
         4,
     );
     let (summary, part) = check(&m, 4, false, 0.0, 53);
-    assert_eq!(summary.handlers.get("select-and-scatter:select-and-scatter"), Some(&2), "{summary:?}");
+    assert_eq!(
+        summary
+            .handlers
+            .get("select-and-scatter:select-and-scatter"),
+        Some(&2),
+        "{summary:?}"
+    );
     assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
 }
 
@@ -836,9 +846,18 @@ fn wrap_pad_and_uneven_roll_move_edge_rows() {
         4,
     );
     let (summary, part) = check(&m, 4, false, 1e-6, 59);
-    assert_eq!(summary.handlers.get("concatenate:concatenate:wrap"), Some(&2), "{summary:?}");
+    assert_eq!(
+        summary.handlers.get("concatenate:concatenate:wrap"),
+        Some(&2),
+        "{summary:?}"
+    );
     // Far below gathering either operand (256 and 72 bytes a device).
-    assert!(summary.collective_bytes < 256, "{}\n{}", summary.collective_bytes, part.to_text());
+    assert!(
+        summary.collective_bytes < 256,
+        "{}\n{}",
+        summary.collective_bytes,
+        part.to_text()
+    );
 }
 
 /// A batch-grouped convolution (the kernel gradient of a depthwise
@@ -855,7 +874,13 @@ fn batch_grouped_convolution_is_local() {
         4,
     );
     let (summary, part) = check(&m, 4, false, 1e-5, 61);
-    assert_eq!(summary.handlers.get("convolution:convolution-grouped-batch"), Some(&2), "{summary:?}");
+    assert_eq!(
+        summary
+            .handlers
+            .get("convolution:convolution-grouped-batch"),
+        Some(&2),
+        "{summary:?}"
+    );
     // Only the replicated result is gathered: [3,1,8] f32.
     assert_eq!(summary.collective_bytes, 96, "{}", part.to_text());
 }
@@ -872,7 +897,13 @@ fn dynamic_update_window_into_tiled_dim() {
         4,
     );
     let (summary, part) = check(&m, 4, false, 0.0, 67);
-    assert_eq!(summary.handlers.get("dynamic-update-slice:dynamic-update-slice:window"), Some(&4), "{summary:?}");
+    assert_eq!(
+        summary
+            .handlers
+            .get("dynamic-update-slice:dynamic-update-slice:window"),
+        Some(&4),
+        "{summary:?}"
+    );
     assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
 }
 
@@ -888,7 +919,11 @@ fn reduce_window_with_base_dilation_on_tiled_dim() {
         4,
     );
     let (summary, part) = check(&m, 4, false, 1e-6, 71);
-    assert_eq!(summary.handlers.get("reduce-window:reduce-window"), Some(&1), "{summary:?}");
+    assert_eq!(
+        summary.handlers.get("reduce-window:reduce-window"),
+        Some(&1),
+        "{summary:?}"
+    );
     assert!(
         !summary.collectives.contains_key("all-gather"),
         "{}",
@@ -907,7 +942,12 @@ fn two_dim_moves_in_one_all_to_all() {
         4,
     );
     let (summary, part) = check(&m, 4, false, 0.0, 73);
-    assert_eq!(summary.collectives.get("all-to-all"), Some(&1), "{}", part.to_text());
+    assert_eq!(
+        summary.collectives.get("all-to-all"),
+        Some(&1),
+        "{}",
+        part.to_text()
+    );
     // One [4,4,4,4] f32 tile.
     assert_eq!(summary.collective_bytes, 1024, "{}", part.to_text());
 }
@@ -925,8 +965,18 @@ fn window_sharded_convolution_with_pointwise_spatial_dim() {
         4,
     );
     let (summary, part) = check(&m, 4, false, 1e-5, 79);
-    assert_eq!(summary.handlers.get("convolution:convolution-window-sharded"), Some(&1), "{summary:?}");
-    assert!(!summary.collectives.contains_key("all-gather"), "{}", part.to_text());
+    assert_eq!(
+        summary
+            .handlers
+            .get("convolution:convolution-window-sharded"),
+        Some(&1),
+        "{summary:?}"
+    );
+    assert!(
+        !summary.collectives.contains_key("all-gather"),
+        "{}",
+        part.to_text()
+    );
 }
 
 /// A convolution with a reversed window (the input gradient of a strided,
@@ -941,8 +991,16 @@ fn reversed_window_convolution_exchanges_halos() {
         4,
     );
     let (summary, part) = check(&m, 4, false, 1e-5, 83);
-    assert_eq!(summary.handlers.get("convolution:convolution-halo"), Some(&1), "{summary:?}");
-    assert!(!summary.collectives.contains_key("all-gather"), "{}", part.to_text());
+    assert_eq!(
+        summary.handlers.get("convolution:convolution-halo"),
+        Some(&1),
+        "{summary:?}"
+    );
+    assert!(
+        !summary.collectives.contains_key("all-gather"),
+        "{}",
+        part.to_text()
+    );
 }
 
 /// Bitcast-converts between element types of different widths (the
@@ -956,8 +1014,16 @@ fn bitcast_convert_across_widths_stays_tiled() {
         4,
     );
     let (summary, part) = check(&m, 4, false, 0.0, 89);
-    assert_eq!(summary.handlers.get("bitcast-convert:bitcast-convert"), Some(&2), "{summary:?}");
-    assert!(!summary.handlers.keys().any(|h| h.ends_with(":fallback")), "{}", part.to_text());
+    assert_eq!(
+        summary.handlers.get("bitcast-convert:bitcast-convert"),
+        Some(&2),
+        "{summary:?}"
+    );
+    assert!(
+        !summary.handlers.keys().any(|h| h.ends_with(":fallback")),
+        "{}",
+        part.to_text()
+    );
 }
 
 /// A cross-replica all-reduce (no channel) on a tiled value runs on the
@@ -971,7 +1037,11 @@ fn cross_replica_all_reduce_stays_tiled() {
         2,
     );
     let (summary, part) = check(&m, 2, false, 0.0, 97);
-    assert!(!summary.collectives.contains_key("all-gather"), "{}", part.to_text());
+    assert!(
+        !summary.collectives.contains_key("all-gather"),
+        "{}",
+        part.to_text()
+    );
     // The all-reduce of a [3,3] tile.
     assert_eq!(summary.collective_bytes, 36, "{}", part.to_text());
 }
