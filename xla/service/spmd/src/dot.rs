@@ -424,8 +424,20 @@ pub fn convolution(
         let od = u(dn.output_spatial[s]);
         let lhs_tiles = lhs.vs.grid().map_or(1, |g| g.tiles(u(dn.input_spatial[s])));
         // A reversed window reads the same input rows (only the kernel is
-        // flipped), so it takes the same halo exchange.
-        if out.tiles(od) > 1 && same_phase(s, out.tiles(od)) && same_phase(s, lhs_tiles) {
+        // flipped), so it takes the same halo exchange, when its span fits
+        // in an input tile (a wider reversed window is an einsum written as
+        // a convolution, whose window dims are better kept whole).
+        let w = &win.dims[s];
+        let span = (w.size - 1) * w.rhs_dilation + 1;
+        let input_tile = crate::grid::tile_size(
+            lhs.shape.dims()[u(dn.input_spatial[s])],
+            out.tiles(od).max(lhs_tiles),
+        );
+        if out.tiles(od) > 1
+            && (!w.reversal || span <= input_tile)
+            && same_phase(s, out.tiles(od))
+            && same_phase(s, lhs_tiles)
+        {
             halo_dims.push(s);
         }
     }
