@@ -175,14 +175,8 @@ fn dynamic_update_row(
         let iv = p.replicate(&iv)?.id;
         let ty = p.b.ty(iv)?;
         if rows.contains(&a) {
-            // The clamped global row, then relative to this tile.
-            let lo = p.b.scalar(ty, 0);
-            let hi = p.b.scalar(ty, dims[a] - 1);
-            let row = p.b.binary(Opcode::Maximum, iv, lo);
-            let row = p.b.binary(Opcode::Minimum, row, hi);
             let ts = tile_size(dims[a], c.tiles(a));
-            let off = crate::helpers::to_ty(p, &p.grids().offsets(&c, a, ts), ty)?;
-            let local = p.b.binary(Opcode::Subtract, row, off);
+            let local = tile_start(p, iv, (dims[a], 1), &c, a)?;
             let zero = p.b.scalar(ty, 0);
             let size = p.b.scalar(ty, ts);
             let ge = p.b.compare(local, zero, "GE");
@@ -257,40 +251,8 @@ fn dynamic_update_window(
             });
             continue;
         }
-        // The clamped global start, then relative to this tile.
-        let lo = p.b.scalar(ty, 0);
-        let hi = p.b.scalar(ty, dims[a] - usz[a]);
-        let start = p.b.binary(Opcode::Maximum, iv, lo);
-        let start = p.b.binary(Opcode::Minimum, start, hi);
         let ts = tile_size(dims[a], c.tiles(a));
-        let off = crate::helpers::to_ty(p, &p.grids().offsets(&c, a, ts), ty)?;
-        let local = p.b.binary(Opcode::Subtract, start, off);
-        // Placed: the update padded by a tile on both sides, the window at
-        // `ts - local` (in range wherever the window meets the tile).
-        let mut lo_hi = vec![(0, 0); dims.len()];
-        lo_hi[a] = (ts, ts);
-        let padded = p.b.pad_zero(y, &lo_hi)?;
-        let tsc = p.b.scalar(ty, ts);
-        let at = p.b.binary(Opcode::Subtract, tsc, local);
-        let at = if ty == xla_hlo_ir::PrimitiveType::S32 {
-            at
-        } else {
-            p.b.add(
-                "convert",
-                Opcode::Convert,
-                xla_hlo_ir::Shape::scalar(xla_hlo_ir::PrimitiveType::S32),
-                vec![at],
-                vec![],
-            )
-        };
-        let zero = p.b.scalar(xla_hlo_ir::PrimitiveType::S32, 0);
-        let starts: Vec<InstrId> = (0..dims.len())
-            .map(|d| if d == a { at } else { zero })
-            .collect();
-        let mut sizes = p.b.dims(padded);
-        sizes[a] = ts;
-        y = p.b.dynamic_slice(padded, starts, &sizes);
-        // Positions q of the tile with local <= q < local + size.
+        let local = tile_start(p, iv, (dims[a], usz[a]), &c, a)?;
         let local = if ty == xla_hlo_ir::PrimitiveType::S32 {
             local
         } else {
@@ -302,7 +264,21 @@ fn dynamic_update_window(
                 vec![],
             )
         };
+        // Placed: the update padded by a tile on both sides, the window at
+        // `ts - local` (in range wherever the window meets the tile).
+        let mut lo_hi = vec![(0, 0); dims.len()];
+        lo_hi[a] = (ts, ts);
+        let padded = p.b.pad_zero(y, &lo_hi)?;
+        let tsc = p.b.scalar(xla_hlo_ir::PrimitiveType::S32, ts);
+        let at = p.b.binary(Opcode::Subtract, tsc, local);
         let zero = p.b.scalar(xla_hlo_ir::PrimitiveType::S32, 0);
+        let starts: Vec<InstrId> = (0..dims.len())
+            .map(|d| if d == a { at } else { zero })
+            .collect();
+        let mut sizes = p.b.dims(padded);
+        sizes[a] = ts;
+        y = p.b.dynamic_slice(padded, starts, &sizes);
+        // Positions q of the tile with local <= q < local + size.
         let neg_local = p.b.binary(Opcode::Subtract, zero, local);
         let m = p.b.range_mask(&ld, a, neg_local, Some(0), Some(usz[a]));
         mask = Some(match mask {
@@ -320,4 +296,24 @@ fn dynamic_update_window(
     let id = p.b.select(mask, r.id, x);
     p.note(instr, "dynamic-update-slice:window");
     Ok(Some(PValue { id, ..r }))
+}
+
+/// The start index `iv` of a dynamic-update-slice along dim `a` (of `x`
+/// elements, an update of `size`) clamped as XLA clamps it, less the
+/// device's tile offset under `c`: in the index's own type.
+fn tile_start(
+    p: &mut Part<'_, '_>,
+    iv: InstrId,
+    (x, size): (i64, i64),
+    c: &Grid,
+    a: usize,
+) -> Result<InstrId, crate::error::SpmdError> {
+    let ty = p.b.ty(iv)?;
+    let lo = p.b.scalar(ty, 0);
+    let hi = p.b.scalar(ty, x - size);
+    let start = p.b.binary(Opcode::Maximum, iv, lo);
+    let start = p.b.binary(Opcode::Minimum, start, hi);
+    let ts = tile_size(x, c.tiles(a));
+    let off = crate::helpers::to_ty(p, &p.grids().offsets(c, a, ts), ty)?;
+    Ok(p.b.binary(Opcode::Subtract, start, off))
 }

@@ -1,6 +1,7 @@
 //! Helpers the handlers share: picking the cheapest candidate layout,
-//! reading a target's grid, masking the padding of uneven tiles, and
-//! per-partition tables as scalars of an element type.
+//! reading a target's grid, masking the padding of uneven tiles,
+//! per-partition tables as scalars of an element type, and reading a
+//! comparator's direction.
 //!
 //! Invariant: every helper emits into the computation of the `Part` it is
 //! given and leaves a value with the local shape of its layout.
@@ -9,7 +10,7 @@ use crate::error::SpmdError;
 use crate::grid::{tile_size, Grid, GridCache};
 use crate::part::Part;
 use crate::value::{PValue, ValueSharding};
-use xla_hlo_ir::{InstrId, Opcode, PrimitiveType, Shape};
+use xla_hlo_ir::{AttrKey, CompId, InstrId, Opcode, PrimitiveType, Shape};
 
 /// What a handler returns: the value it computed (in the layout it chose),
 /// or `None` when it declines and the generic fallback runs instead.
@@ -24,6 +25,27 @@ pub fn cheapest<T: Clone>(cands: &[(T, u64)]) -> Option<T> {
         }
     }
     best.map(|b| b.0.clone())
+}
+
+/// The direction of computation `cid` of the original module when it is
+/// `(p0, p1, ..) -> compare(p0, p1)` (a sort, top-k or select comparator
+/// reading only its first pair).
+pub fn compare_direction<'a>(p: &Part<'a, '_>, cid: CompId) -> Option<&'a str> {
+    let comp = p.orig.computations.get(cid.index())?;
+    let root = comp.root_instr();
+    let is_param = |id: InstrId, k: i64| {
+        comp.instructions
+            .get(id.index())
+            .is_some_and(|i| i.opcode == Opcode::Parameter && i.parameter_number == Some(k))
+    };
+    if root.opcode != Opcode::Compare
+        || root.operands.len() != 2
+        || !is_param(root.operands[0], 0)
+        || !is_param(root.operands[1], 1)
+    {
+        return None;
+    }
+    root.ident_attr(AttrKey::Direction)
 }
 
 /// The grid of an array target, or `None` (the handler then falls back).

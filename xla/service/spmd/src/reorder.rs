@@ -336,21 +336,7 @@ fn values_only_direction(p: &Part<'_, '_>, instr: &HloInstruction) -> Option<&'s
     else {
         return Some("GT");
     };
-    let cc = p.orig.computations.get(c.index())?;
-    let root = cc.root_instr();
-    let is_param = |id: xla_hlo_ir::InstrId, k: i64| {
-        cc.instructions
-            .get(id.index())
-            .is_some_and(|i| i.opcode == Opcode::Parameter && i.parameter_number == Some(k))
-    };
-    if root.opcode != Opcode::Compare
-        || root.operands.len() != 2
-        || !is_param(root.operands[0], 0)
-        || !is_param(root.operands[1], 1)
-    {
-        return None;
-    }
-    match root.ident_attr(AttrKey::Direction)? {
+    match crate::helpers::compare_direction(p, c)? {
         "GT" => Some("GT"),
         "LT" => Some("LT"),
         _ => None,

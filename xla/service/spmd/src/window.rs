@@ -506,21 +506,7 @@ fn select_loser(p: &Part<'_, '_>, instr: &HloInstruction) -> Option<f64> {
         return None;
     }
     let cid = instr.computation_attr(AttrKey::SelectComputation)?;
-    let comp = p.orig.computations.get(cid.index())?;
-    let root = comp.root_instr();
-    let is_param = |id: InstrId, k: i64| {
-        comp.instructions
-            .get(id.index())
-            .is_some_and(|i| i.opcode == Opcode::Parameter && i.parameter_number == Some(k))
-    };
-    if root.opcode != Opcode::Compare
-        || root.operands.len() != 2
-        || !is_param(root.operands[0], 0)
-        || !is_param(root.operands[1], 1)
-    {
-        return None;
-    }
-    match root.ident_attr(AttrKey::Direction)? {
+    match crate::helpers::compare_direction(p, cid)? {
         "GE" => Some(f64::NEG_INFINITY),
         "LE" => Some(f64::INFINITY),
         _ => None,
@@ -790,39 +776,15 @@ fn rotate(
     if t <= 1 {
         return Ok(None);
     }
-    if let Some((wcost, asm)) = wrap_window_plan(p, out, &x, a, k, n) {
-        let direct = if n % t == 0 {
-            let s = n / t;
-            let (q, r) = (k / s, k % s);
-            // The two-permute rotation moves at most two tile parts.
-            let tile_bytes =
-                p.cost_of(&instr.shape, out, &p.grids().replicate_dims(out, &[a])) / (t as u64 - 1);
-            let part = |from: i64, rows: i64| {
-                if from % t == 0 {
-                    0
-                } else {
-                    tile_bytes * rows as u64 / s as u64
-                }
-            };
-            p.cost(&x, out) + part(q, s - r) + if r > 0 { part(q + 1, r) } else { 0 }
-        } else {
-            let s = tile_size(n, t);
-            let head: Vec<i64> = (0..t).map(|i| i * s + k).collect();
-            let wrapped: Vec<i64> = (0..t).map(|i| i * s + k - n).collect();
-            p.cost(&x, out)
-                + exchange_cost(p, out, &x.shape, a, &head, s)
-                + exchange_cost(p, out, &x.shape, a, &wrapped, s)
-        };
-        let generic: u64 = vals
-            .iter()
-            .map(|v| p.cost(v, &p.grids().replicate_dims(out, &[a])))
-            .sum();
-        if wcost < direct && wcost < generic {
-            return wrap_window_emit(p, instr, out, &x, a, &asm, n, (0, &[]), (n, &[]));
-        }
-    }
+    // The wrapped-window assembly competes with the two-permute rotation
+    // (or, uneven, the two exchanges) and the generic concatenation.
+    let wrap = wrap_window_plan(p, out, &x, a, k, n);
+    let generic: u64 = vals
+        .iter()
+        .map(|v| p.cost(v, &p.grids().replicate_dims(out, &[a])))
+        .sum();
     if n % t != 0 {
-        return rotate_uneven(p, instr, a, out, vals, &x, k);
+        return rotate_uneven(p, instr, a, out, &x, k, (generic, wrap));
     }
     let s = n / t;
     let (q, r) = (k / s, k % s);
@@ -836,10 +798,11 @@ fn rotate(
         }
     };
     let cost = p.cost(&x, out) + moved(q, s - r) + if r > 0 { moved(q + 1, r) } else { 0 };
-    let generic: u64 = vals
-        .iter()
-        .map(|v| p.cost(v, &p.grids().replicate_dims(out, &[a])))
-        .sum::<u64>();
+    if let Some((wcost, asm)) = &wrap {
+        if *wcost < cost.min(generic) {
+            return wrap_window_emit(p, instr, out, &x, a, asm, n, (0, &[]), (n, &[]));
+        }
+    }
     if cost >= generic {
         return Ok(None);
     }
@@ -876,15 +839,17 @@ fn rotate(
 /// A rotation by `k` along an unevenly tiled dim `a` of `n` elements:
 /// output tile `i` (tile size `s`) is the window `[i*s + k, ... + s)` of
 /// the operand where that stays below `n`, and the window shifted back by
-/// `n` beyond: two window exchanges and a select.
+/// `n` beyond: two window exchanges and a select. Used when cheaper than
+/// `generic`; the wrapped-window assembly `wrap` is used instead when
+/// cheaper still.
 fn rotate_uneven(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,
     a: usize,
     out: &Grid,
-    vals: &[PValue],
     x: &PValue,
     k: i64,
+    (generic, wrap): (u64, Option<(u64, crate::assemble::Assembly)>),
 ) -> HandlerResult {
     let t = out.tiles(a);
     let dims = x.shape.dims().to_vec();
@@ -895,10 +860,11 @@ fn rotate_uneven(
     let cost = p.cost(x, out)
         + exchange_cost(p, out, &x.shape, a, &head, s)
         + exchange_cost(p, out, &x.shape, a, &wrapped, s);
-    let generic: u64 = vals
-        .iter()
-        .map(|v| p.cost(v, &p.grids().replicate_dims(out, &[a])))
-        .sum();
+    if let Some((wcost, asm)) = &wrap {
+        if *wcost < cost.min(generic) {
+            return wrap_window_emit(p, instr, out, x, a, asm, n, (0, &[]), (n, &[]));
+        }
+    }
     if cost >= generic {
         return Ok(None);
     }
