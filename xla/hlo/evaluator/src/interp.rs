@@ -10,7 +10,7 @@
 use crate::collective::{self, DeviceCommunicator};
 use crate::error::{bad, EvalError};
 use crate::value::{Array, Value};
-use crate::{data, dot, elementwise as ew, reduce, rng};
+use crate::{data, dot, elementwise as ew, linalg, reduce, rng};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use xla_hlo_ir::{
@@ -715,6 +715,24 @@ impl<'m> Evaluator<'m> {
                     Value::Array(new_state),
                     Value::Array(bits),
                 ]));
+            }
+            O::Cholesky => {
+                let lower = instr.bool_attr(AttrKey::Lower).unwrap_or(false);
+                linalg::cholesky(arr(0)?, lower)?
+            }
+            O::TriangularSolve => {
+                let transpose_a = linalg::TransposeA::from_name(
+                    instr
+                        .ident_attr(AttrKey::TransposeA)
+                        .unwrap_or("NO_TRANSPOSE"),
+                )?;
+                let options = linalg::TriangularSolveOptions {
+                    left_side: instr.bool_attr(AttrKey::LeftSide).unwrap_or(false),
+                    lower: instr.bool_attr(AttrKey::Lower).unwrap_or(false),
+                    unit_diagonal: instr.bool_attr(AttrKey::UnitDiagonal).unwrap_or(false),
+                    transpose_a,
+                };
+                linalg::triangular_solve(arr(0)?, arr(1)?, options)?
             }
             O::PartitionId => Array::scalar_u32(self.ctx.partition_id as u32),
             O::ReplicaId => Array::scalar_u32(self.ctx.replica_id as u32),

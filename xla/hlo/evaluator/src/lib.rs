@@ -18,6 +18,7 @@ pub mod fastmath;
 pub mod fused;
 pub mod index;
 pub mod interp;
+pub mod linalg;
 pub mod memory;
 pub mod npy;
 pub mod reduce;

@@ -568,3 +568,108 @@ ENTRY e {{
     assert_eq!(f32s(out[0].as_array().unwrap()), vec![1.0, 1.5, -1.0, 0.0]);
     assert_eq!(i32s(out[1].as_array().unwrap()), vec![1, 3, 0, 2]);
 }
+
+#[test]
+fn cholesky_reads_one_triangle_and_fails_per_matrix() {
+    // Matrix 0 is [[4,12,-16],[12,37,-43],[-16,-43,98]], whose factor is
+    // [[2,0,0],[6,1,0],[-8,5,3]]; the unread triangle holds 999. Matrix 1
+    // is not positive definite.
+    let lower_input = [
+        4.0, 999.0, 999.0, 12.0, 37.0, 999.0, -16.0, -43.0, 98.0, //
+        1.0, 999.0, 999.0, 2.0, 1.0, 999.0, 0.0, 0.0, 1.0,
+    ];
+    let mut upper_input = lower_input;
+    for m in 0..2 {
+        for r in 0..3 {
+            for c in 0..3 {
+                upper_input[m * 9 + c * 3 + r] = lower_input[m * 9 + r * 3 + c];
+            }
+        }
+    }
+    for (lower, input) in [(true, lower_input), (false, upper_input)] {
+        let hlo = format!(
+            "HloModule m\nENTRY e {{\n  a = f32[2,3,3] parameter(0)\n  ROOT c = f32[2,3,3] cholesky(a), lower={lower}\n}}"
+        );
+        let out = run(&hlo, vec![fa(&[2, 3, 3], &input)]).unwrap();
+        let v = f32s(out[0].as_array().unwrap());
+        let factor = [2.0, 0.0, 0.0, 6.0, 1.0, 0.0, -8.0, 5.0, 3.0];
+        for r in 0..3 {
+            for c in 0..3 {
+                let (fr, fc) = if lower { (r, c) } else { (c, r) };
+                assert_eq!(v[r * 3 + c], factor[fr * 3 + fc], "lower={lower} ({r},{c})");
+            }
+        }
+        assert!(
+            v[9..].iter().all(|x| x.is_nan()),
+            "lower={lower}: {:?}",
+            &v[9..]
+        );
+    }
+}
+
+#[test]
+fn triangular_solve_every_side_triangle_and_transpose() {
+    // a's used triangle is well conditioned; the other holds 999.
+    let n = 3;
+    let lower_a = [2.0, 999.0, 999.0, 1.0, 3.0, 999.0, -1.0, 0.5, 4.0];
+    let b = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0];
+    for lower in [true, false] {
+        let mut a = lower_a;
+        if !lower {
+            for r in 0..n {
+                for c in 0..n {
+                    a[c * n + r] = lower_a[r * n + c];
+                }
+            }
+        }
+        for left_side in [true, false] {
+            for transpose in ["NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"] {
+                for unit_diagonal in [false, true] {
+                    let hlo = format!(
+                        "HloModule m\nENTRY e {{\n  a = f32[3,3] parameter(0)\n  b = f32[3,3] parameter(1)\n  ROOT x = f32[3,3] triangular-solve(a, b), left_side={left_side}, lower={lower}, unit_diagonal={unit_diagonal}, transpose_a={transpose}\n}}"
+                    );
+                    let out = run(&hlo, vec![fa(&[3, 3], &a), fa(&[3, 3], &b)]).unwrap();
+                    let x = f32s(out[0].as_array().unwrap());
+                    // op(a) as a dense matrix with the unread parts dropped.
+                    let mut t = [0.0f32; 9];
+                    for r in 0..n {
+                        for c in 0..n {
+                            let in_triangle = if lower { r >= c } else { r <= c };
+                            let value = if r == c && unit_diagonal {
+                                1.0
+                            } else if in_triangle {
+                                a[r * n + c]
+                            } else {
+                                0.0
+                            };
+                            let (tr, tc) = if transpose == "NO_TRANSPOSE" {
+                                (r, c)
+                            } else {
+                                (c, r)
+                            };
+                            t[tr * n + tc] = value;
+                        }
+                    }
+                    for r in 0..n {
+                        for c in 0..n {
+                            let product: f32 = (0..n)
+                                .map(|k| {
+                                    if left_side {
+                                        t[r * n + k] * x[k * n + c]
+                                    } else {
+                                        x[r * n + k] * t[k * n + c]
+                                    }
+                                })
+                                .sum();
+                            assert!(
+                                (product - b[r * n + c]).abs() < 1e-4,
+                                "left_side={left_side} lower={lower} {transpose} unit={unit_diagonal}: ({r},{c}) {product} vs {}",
+                                b[r * n + c]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

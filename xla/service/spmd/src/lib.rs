@@ -27,7 +27,7 @@
 //!   [`reshape`], [`window`] (slice, pad, reduce-window,
 //!   select-and-scatter, concatenate), [`dynamic_slice`], [`reorder`]
 //!   (sort, top-k, reverse), [`dot`] (dot, convolution), [`gather`]
-//!   (gather, scatter);
+//!   (gather, scatter), [`linalg`] (cholesky, triangular-solve);
 //! - [`preprocess`]: rewrites of the sharded module before partitioning
 //!   (a pad and the slice of it merged into one pad);
 //! - [`partition`]: the driver (computations in definition order, the
@@ -78,6 +78,7 @@ pub mod gather;
 pub mod grid;
 pub mod handlers;
 pub mod helpers;
+pub mod linalg;
 pub mod memo;
 pub mod part;
 pub mod partition;

@@ -1045,3 +1045,31 @@ fn cross_replica_all_reduce_stays_tiled() {
     // The all-reduce of a [3,3] tile.
     assert_eq!(summary.collective_bytes, 36, "{}", part.to_text());
 }
+
+/// Cholesky and triangular-solve keep their batch tiles (uneven here) and
+/// the solve keeps `b`'s free dim tiled: only the matrix dims are gathered.
+/// The factored matrices are `x x^T + 6 I`, so positive definite.
+#[test]
+fn cholesky_and_triangular_solve_keep_batch_tiles() {
+    let m = module(
+        "ENTRY %e (x: f32[6,5,5], b: f32[6,5,8]) -> (f32[6,5,5], f32[6,5,8], f32[6,8,5]) {\n  %x = f32[6,5,5] parameter(0), sharding={devices=[4,1,1]<=[4]}\n  %b = f32[6,5,8] parameter(1), sharding={devices=[2,2,1]<=[4]}\n  %g = f32[6,5,5] dot(%x, %x), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={2}, sharding={devices=[4,1,1]<=[4]}\n  %r = s32[6,5,5] iota(), iota_dimension=1, sharding={devices=[4,1,1]<=[4]}\n  %c = s32[6,5,5] iota(), iota_dimension=2, sharding={devices=[4,1,1]<=[4]}\n  %eye = pred[6,5,5] compare(%r, %c), direction=EQ, sharding={devices=[4,1,1]<=[4]}\n  %six = f32[] constant(6)\n  %sixes = f32[6,5,5] broadcast(%six), dimensions={}, sharding={devices=[4,1,1]<=[4]}\n  %zero = f32[] constant(0)\n  %zeros = f32[6,5,5] broadcast(%zero), dimensions={}, sharding={devices=[4,1,1]<=[4]}\n  %d = f32[6,5,5] select(%eye, %sixes, %zeros), sharding={devices=[4,1,1]<=[4]}\n  %a = f32[6,5,5] add(%g, %d), sharding={devices=[4,1,1]<=[4]}\n  %l = f32[6,5,5] cholesky(%a), lower=true, sharding={devices=[2,2,1]<=[4]}\n  %s = f32[6,5,8] triangular-solve(%l, %b), left_side=true, lower=true, unit_diagonal=false, transpose_a=NO_TRANSPOSE, sharding={devices=[2,1,2]<=[4]}\n  %bt = f32[6,8,5] transpose(%b), dimensions={0,2,1}, sharding={devices=[2,2,1]<=[4]}\n  %u = f32[6,5,5] cholesky(%a), lower=false, sharding={devices=[4,1,1]<=[4]}\n  %t = f32[6,8,5] triangular-solve(%u, %bt), left_side=false, lower=false, unit_diagonal=false, transpose_a=TRANSPOSE, sharding={devices=[2,2,1]<=[4]}\n  ROOT %o = (f32[6,5,5], f32[6,5,8], f32[6,8,5]) tuple(%l, %s, %t), sharding={{devices=[2,2,1]<=[4]}, {devices=[2,1,2]<=[4]}, {devices=[2,2,1]<=[4]}}\n}\n",
+        "",
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 1e-4, 101);
+    assert_eq!(
+        summary.handlers.get("cholesky:cholesky"),
+        Some(&2),
+        "{summary:?}"
+    );
+    assert_eq!(
+        summary.handlers.get("triangular-solve:triangular-solve"),
+        Some(&2),
+        "{summary:?}"
+    );
+    assert!(
+        !summary.handlers.keys().any(|h| h.ends_with(":fallback")),
+        "{}",
+        part.to_text()
+    );
+}

@@ -11,7 +11,7 @@ use super::control_flow;
 use crate::error::SpmdError;
 use crate::part::Part;
 use crate::value::{PValue, ValueSharding};
-use crate::{dot, dynamic_slice, gather, handlers, reorder, reshape, window};
+use crate::{dot, dynamic_slice, gather, handlers, linalg, reorder, reshape, window};
 use xla_hlo_ir::{HloInstruction, Opcode};
 
 /// Dispatches `instr` to its handler.
@@ -43,6 +43,8 @@ pub fn dispatch(
         Opcode::DynamicSlice => dynamic_slice::dynamic_slice(p, instr, target),
         Opcode::DynamicUpdateSlice => dynamic_slice::dynamic_update_slice(p, instr, target),
         Opcode::Sort => reorder::sort(p, instr, target),
+        Opcode::Cholesky => linalg::cholesky(p, instr, target),
+        Opcode::TriangularSolve => linalg::triangular_solve(p, instr, target),
         Opcode::TopK => reorder::topk(p, instr, target),
         Opcode::Reverse => reorder::reverse(p, instr, target),
         Opcode::Gather => gather::gather(p, instr, target),
@@ -162,16 +164,14 @@ pub fn dispatch(
         | Opcode::CopyStart
         | Opcode::PartitionId
         | Opcode::ReplicaId => Ok(None),
-        // Ops without a partitioned form here are computed whole: linear
-        // algebra beyond dot and convolution, scans and fusions.
+        // Ops without a partitioned form here are computed whole: batch
+        // norms, fft, ragged and scaled dots, scans and fusions.
         Opcode::BatchNormGrad
         | Opcode::BatchNormInference
         | Opcode::BatchNormTraining
-        | Opcode::Cholesky
         | Opcode::Fft
         | Opcode::RaggedDot
         | Opcode::ScaledDot
-        | Opcode::TriangularSolve
         | Opcode::Scan
         | Opcode::Fusion => Ok(None),
         // Bitcasts, domains, shuffles and dynamic shapes: their local form
