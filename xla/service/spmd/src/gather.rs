@@ -21,7 +21,8 @@ use crate::part::Part;
 use crate::value::{local_shape, PValue, ValueSharding};
 use std::rc::Rc;
 use xla_hlo_ir::{
-    AttrKey, AttrValue, HloComputation, HloInstruction, InstrId, Opcode, PrimitiveType, Shape,
+    AttrKey, AttrValue, HloComputation, HloInstruction, HloModule, InstrId, Opcode, PrimitiveType,
+    Shape,
 };
 
 fn lift(grids: &GridCache, g: &Grid, map: &[Option<usize>], ni: usize) -> Grid {
@@ -35,14 +36,88 @@ fn elems(d: &[i64]) -> u64 {
     d.iter().map(|&x| x.max(0) as u64).product()
 }
 
-/// How far [`iota_dim`] follows broadcasts and copies.
+/// How far [`iota_dim`] follows broadcasts, copies and parameters.
 const MAX_IOTA_DEPTH: usize = 16;
 
+/// The one instruction of `module` that calls computation `comp`, if it
+/// has exactly one caller.
+fn only_caller<'m>(
+    module: &'m HloModule,
+    comp: &HloComputation,
+) -> Option<(&'m HloComputation, &'m HloInstruction)> {
+    let id = module
+        .computations
+        .iter()
+        .position(|c| std::ptr::eq(c, comp))?;
+    let mut callers = module.computations.iter().flat_map(|c| {
+        c.instructions
+            .iter()
+            .filter(move |i| i.called_computation_ids().any(|k| k.index() == id))
+            .map(move |i| (c, i))
+    });
+    let first = callers.next()?;
+    callers.next().is_none().then_some(first)
+}
+
+/// The value a `while` body's or a branch's parameter element `index`
+/// (`None`: the whole parameter) holds on entry, in its caller, when that
+/// is the same on every trip: a loop's element is passed through unchanged
+/// by the body, a branch's is read once. The argument must be a `tuple`
+/// instruction to name an element.
+fn parameter_source<'m>(
+    module: &'m HloModule,
+    comp: &HloComputation,
+    use_id: InstrId,
+    index: Option<usize>,
+) -> Option<(&'m HloComputation, InstrId)> {
+    let (caller_comp, caller) = only_caller(module, comp)?;
+    let argument = match caller.opcode {
+        Opcode::While => {
+            if caller.computation_attr(AttrKey::Body).map(|b| b.index())
+                != module
+                    .computations
+                    .iter()
+                    .position(|c| std::ptr::eq(c, comp))
+            {
+                return None;
+            }
+            let root = comp.instr(comp.root);
+            let passed_through = match index {
+                Some(k) => root.opcode == Opcode::Tuple && root.operands.get(k) == Some(&use_id),
+                None => comp.root == use_id,
+            };
+            if !passed_through {
+                return None;
+            }
+            *caller.operands.first()?
+        }
+        Opcode::Conditional => {
+            let id = module
+                .computations
+                .iter()
+                .position(|c| std::ptr::eq(c, comp))?;
+            let branch = caller
+                .called_computation_ids()
+                .position(|c| c.index() == id)?;
+            *caller.operands.get(branch + 1)?
+        }
+        _ => return None,
+    };
+    match index {
+        None => Some((caller_comp, argument)),
+        Some(k) => {
+            let tuple = caller_comp.instructions.get(argument.index())?;
+            (tuple.opcode == Opcode::Tuple).then_some(())?;
+            Some((caller_comp, *tuple.operands.get(k)?))
+        }
+    }
+}
+
 /// The dim along which `id` of `comp` counts its own index (an `iota`, a
-/// broadcast or copy of one, or an s32 constant equal to its index along a
-/// dim of size > 1), as XLA's `GetDimensionForIota` (without tracing loop
-/// and branch parameters to their callers).
-fn iota_dim(comp: &HloComputation, id: InstrId, depth: usize) -> Option<usize> {
+/// broadcast or copy of one, an s32 constant equal to its index along a
+/// dim of size > 1, or a loop or branch parameter (element) that holds one
+/// from the only caller), as XLA's `GetDimensionForIota`.
+fn iota_dim(module: &HloModule, comp: &HloComputation, id: InstrId, depth: usize) -> Option<usize> {
     let instr = comp.instructions.get(id.index())?;
     if depth > MAX_IOTA_DEPTH {
         return None;
@@ -50,10 +125,23 @@ fn iota_dim(comp: &HloComputation, id: InstrId, depth: usize) -> Option<usize> {
     match instr.opcode {
         Opcode::Iota => instr.int_attr(AttrKey::IotaDimension).map(|d| d as usize),
         _ if instr.shape.element_type() != Some(PrimitiveType::S32) => None,
-        Opcode::Copy => iota_dim(comp, *instr.operands.first()?, depth + 1),
+        Opcode::Copy => iota_dim(module, comp, *instr.operands.first()?, depth + 1),
         Opcode::Broadcast => {
-            let d = iota_dim(comp, *instr.operands.first()?, depth + 1)?;
+            let d = iota_dim(module, comp, *instr.operands.first()?, depth + 1)?;
             instr.dimensions().get(d).map(|&d| d as usize)
+        }
+        Opcode::Parameter => {
+            let (caller_comp, source) = parameter_source(module, comp, id, None)?;
+            iota_dim(module, caller_comp, source, depth + 1)
+        }
+        Opcode::GetTupleElement => {
+            let tuple = comp.instructions.get(instr.operands.first()?.index())?;
+            if tuple.opcode != Opcode::Parameter {
+                return None;
+            }
+            let index = usize::try_from(instr.int_attr(AttrKey::Index)?).ok()?;
+            let (caller_comp, source) = parameter_source(module, comp, id, Some(index))?;
+            iota_dim(module, caller_comp, source, depth + 1)
         }
         Opcode::Constant => {
             let xla_hlo_ir::Literal::Array(lit) = instr.literal.as_deref()? else {
@@ -95,6 +183,7 @@ struct ParallelDim {
 /// size. Empty when an indices dim would pair with two operand dims, or
 /// the sizes differ.
 fn parallel_dims(
+    module: &HloModule,
     comp: &HloComputation,
     operand_dims: &[i64],
     indices: InstrId,
@@ -128,14 +217,14 @@ fn parallel_dims(
         let mut at = 0;
         for &o in &cat.operands {
             let w = width(o);
-            if let Some(d) = iota_dim(comp, o, 0).filter(|&d| d != ivd) {
+            if let Some(d) = iota_dim(module, comp, o, 0).filter(|&d| d != ivd) {
                 for k in at..(at + w).min(along.len()) {
                     along[k] = Some(d);
                 }
             }
             at += w;
         }
-    } else if let Some(d) = iota_dim(comp, indices, 0).filter(|&d| d != ivd) {
+    } else if let Some(d) = iota_dim(module, comp, indices, 0).filter(|&d| d != ivd) {
         along.iter_mut().for_each(|a| *a = Some(d));
     }
     let mut out: Vec<ParallelDim> = Vec::new();
@@ -276,6 +365,7 @@ pub fn gather(
         .filter(|d| !collapsed.contains(d) && !obatch.contains(d))
         .collect();
     let parallel = parallel_dims(
+        p.orig,
         p.orig_comp,
         &od,
         instr.operands[1],
@@ -611,6 +701,7 @@ pub fn scatter(
     let scatter_sizes: Vec<i64> = wsize.clone();
     let parallel = if index_batch.len() == update_scatter.len() {
         parallel_dims(
+            p.orig,
             p.orig_comp,
             &od,
             instr.operands[n],

@@ -284,6 +284,19 @@ pub fn pass_through(p: &mut Part<'_, '_>, instr: &HloInstruction) -> HandlerResu
     }))
 }
 
+/// A copy of a tuple (sharding propagation adds one at a root `while`):
+/// the operand is resharded leaf by leaf to the target and copied.
+pub fn tuple_copy(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
+    let v = p.operand(instr, 0)?;
+    let resharded = p.reshard(&v, target)?;
+    p.note(instr, "tuple copy");
+    Ok(Some(p.emit_local(instr, vec![resharded.id], target)?))
+}
+
 pub fn broadcast(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,

@@ -1073,3 +1073,23 @@ fn cholesky_and_triangular_solve_keep_batch_tiles() {
         part.to_text()
     );
 }
+
+/// Gather indices built from an iota that the loop passes through
+/// unchanged (and that a branch receives) are index-parallel: the gathers
+/// stay on each device's rows with no communication. The root `while` is
+/// copied by propagation's rule into a tuple copy, which stays tiled.
+#[test]
+fn iota_indices_traced_through_loop_and_branch_parameters() {
+    let comps = "%cond (cp: (f32[8,4,2], s32[1,8,4], s32[])) -> pred[] {\n  %cp = (f32[8,4,2], s32[1,8,4], s32[]) parameter(0), sharding={{devices=[8,1,1]<=[8]}, {devices=[1,8,1]<=[8]}, {replicated}}\n  %ci = s32[] get-tuple-element(%cp), index=2, sharding={replicated}\n  %three = s32[] constant(3), sharding={replicated}\n  ROOT %lt = pred[] compare(%ci, %three), direction=LT, sharding={replicated}\n}\n\n%body (bp: (f32[8,4,2], s32[1,8,4], s32[])) -> (f32[8,4,2], s32[1,8,4], s32[]) {\n  %bp = (f32[8,4,2], s32[1,8,4], s32[]) parameter(0), sharding={{devices=[8,1,1]<=[8]}, {devices=[1,8,1]<=[8]}, {replicated}}\n  %x = f32[8,4,2] get-tuple-element(%bp), index=0, sharding={devices=[8,1,1]<=[8]}\n  %rows = s32[1,8,4] get-tuple-element(%bp), index=1, sharding={devices=[1,8,1]<=[8]}\n  %cols = s32[1,8,4] iota(), iota_dimension=2, sharding={devices=[1,8,1]<=[8]}\n  %ix = s32[2,8,4] concatenate(%rows, %cols), dimensions={0}, sharding={devices=[1,8,1]<=[8]}\n  %g = f32[8,4,2] gather(%x, %ix), offset_dims={2}, collapsed_slice_dims={0,1}, start_index_map={0,1}, index_vector_dim=0, slice_sizes={1,1,2}, sharding={devices=[8,1,1]<=[8]}\n  %one = f32[] constant(1), sharding={replicated}\n  %ones = f32[8,4,2] broadcast(%one), dimensions={}, sharding={devices=[8,1,1]<=[8]}\n  %y = f32[8,4,2] add(%g, %ones), sharding={devices=[8,1,1]<=[8]}\n  %bi = s32[] get-tuple-element(%bp), index=2, sharding={replicated}\n  %inc = s32[] constant(1), sharding={replicated}\n  %next = s32[] add(%bi, %inc), sharding={replicated}\n  ROOT %bt = (f32[8,4,2], s32[1,8,4], s32[]) tuple(%y, %rows, %next), sharding={{devices=[8,1,1]<=[8]}, {devices=[1,8,1]<=[8]}, {replicated}}\n}\n\n%branch (rp: (f32[8,4,2], s32[1,8,4])) -> f32[8,4,2] {\n  %rp = (f32[8,4,2], s32[1,8,4]) parameter(0), sharding={{devices=[8,1,1]<=[8]}, {devices=[1,8,1]<=[8]}}\n  %rx = f32[8,4,2] get-tuple-element(%rp), index=0, sharding={devices=[8,1,1]<=[8]}\n  %rrows = s32[1,8,4] get-tuple-element(%rp), index=1, sharding={devices=[1,8,1]<=[8]}\n  %rcols = s32[1,8,4] iota(), iota_dimension=2, sharding={devices=[1,8,1]<=[8]}\n  %rix = s32[2,8,4] concatenate(%rrows, %rcols), dimensions={0}, sharding={devices=[1,8,1]<=[8]}\n  ROOT %rg = f32[8,4,2] gather(%rx, %rix), offset_dims={2}, collapsed_slice_dims={0,1}, start_index_map={0,1}, index_vector_dim=0, slice_sizes={1,1,2}, sharding={devices=[8,1,1]<=[8]}\n}\n\n%other (op: (f32[8,4,2], s32[1,8,4])) -> f32[8,4,2] {\n  %op = (f32[8,4,2], s32[1,8,4]) parameter(0), sharding={{devices=[8,1,1]<=[8]}, {devices=[1,8,1]<=[8]}}\n  ROOT %ox = f32[8,4,2] get-tuple-element(%op), index=0, sharding={devices=[8,1,1]<=[8]}\n}\n\n";
+    let m = module(
+        "ENTRY %e (x: f32[8,4,2], pick: pred[]) -> ((f32[8,4,2], s32[1,8,4], s32[]), f32[8,4,2]) {\n  %x = f32[8,4,2] parameter(0), sharding={devices=[8,1,1]<=[8]}\n  %pick = pred[] parameter(1), sharding={replicated}\n  %rows = s32[1,8,4] iota(), iota_dimension=1, sharding={devices=[1,8,1]<=[8]}\n  %zero = s32[] constant(0), sharding={replicated}\n  %init = (f32[8,4,2], s32[1,8,4], s32[]) tuple(%x, %rows, %zero), sharding={{devices=[8,1,1]<=[8]}, {devices=[1,8,1]<=[8]}, {replicated}}\n  %w = (f32[8,4,2], s32[1,8,4], s32[]) while(%init), condition=%cond, body=%body, sharding={{devices=[8,1,1]<=[8]}, {devices=[1,8,1]<=[8]}, {replicated}}\n  %wc = (f32[8,4,2], s32[1,8,4], s32[]) copy(%w), sharding={{devices=[8,1,1]<=[8]}, {devices=[1,8,1]<=[8]}, {replicated}}\n  %arg = (f32[8,4,2], s32[1,8,4]) tuple(%x, %rows), sharding={{devices=[8,1,1]<=[8]}, {devices=[1,8,1]<=[8]}}\n  %c = f32[8,4,2] conditional(%pick, %arg, %arg), true_computation=%branch, false_computation=%other, sharding={devices=[8,1,1]<=[8]}\n  ROOT %o = ((f32[8,4,2], s32[1,8,4], s32[]), f32[8,4,2]) tuple(%wc, %c), sharding={{devices=[8,1,1]<=[8]}, {devices=[1,8,1]<=[8]}, {replicated}, {devices=[8,1,1]<=[8]}}\n}\n",
+        comps,
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 0.0, 103);
+    assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
+    assert!(
+        !summary.handlers.keys().any(|h| h.ends_with(":fallback")),
+        "{summary:?}"
+    );
+}

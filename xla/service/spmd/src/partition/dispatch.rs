@@ -50,6 +50,7 @@ pub fn dispatch(
         Opcode::Gather => gather::gather(p, instr, target),
         Opcode::Scatter => gather::scatter(p, instr, target),
         Opcode::OptimizationBarrier => handlers::pass_through(p, instr),
+        Opcode::Copy if instr.shape.is_tuple() => handlers::tuple_copy(p, instr, target),
         Opcode::AllReduce | Opcode::CollectivePermute => {
             handlers::manual_collective(p, instr, target)
         }
