@@ -363,12 +363,12 @@ pub fn convolution(
     };
     let fgc = instr.int_attr(AttrKey::FeatureGroupCount).unwrap_or(1);
     let bgc = instr.int_attr(AttrKey::BatchGroupCount).unwrap_or(1);
-    let (Some(dn), Some(win)) = (
-        instr.conv_dimension_numbers().cloned(),
-        instr.window().cloned(),
-    ) else {
+    // A convolution without spatial dims (a dot written as one) has no
+    // window attribute.
+    let Some(dn) = instr.conv_dimension_numbers().cloned() else {
         return Ok(None);
     };
+    let win = instr.window().cloned().unwrap_or_default();
     let lhs = p.operand(instr, 0)?;
     let rhs = p.operand(instr, 1)?;
     let ns = dn.input_spatial.len();
@@ -520,7 +520,9 @@ fn local_conv(
     let want = crate::value::local_shape(&instr.shape, vs);
     let id = p.clone_instr(instr, vec![x, y], want.clone());
     let local = p.b.comp.instr_mut(id);
-    local.set_attr(AttrKey::Window, AttrValue::Window(Box::new(window)));
+    if !window.dims.is_empty() {
+        local.set_attr(AttrKey::Window, AttrValue::Window(Box::new(window)));
+    }
     if let Some((key, g)) = group_count {
         local.set_attr(key, AttrValue::Int(g));
     }

@@ -1093,3 +1093,21 @@ fn iota_indices_traced_through_loop_and_branch_parameters() {
         "{summary:?}"
     );
 }
+
+/// A convolution without spatial dims (a dot written as one, no `window`
+/// attribute) is partitioned as an einsum rather than replicated.
+#[test]
+fn convolution_without_spatial_dims_is_an_einsum() {
+    let m = module(
+        "ENTRY %e (a: f32[16,8], b: f32[8,12]) -> f32[16,12] {\n  %a = f32[16,8] parameter(0), sharding={devices=[1,2]<=[2]}\n  %b = f32[8,12] parameter(1), sharding={devices=[2,1]<=[2]}\n  ROOT %c = f32[16,12] convolution(%a, %b), dim_labels=bf_io->bf, sharding={devices=[1,2]<=[2]}\n}\n",
+        "",
+        2,
+    );
+    let (summary, part) = check(&m, 2, false, 1e-5, 107);
+    assert!(
+        !summary.handlers.keys().any(|h| h.ends_with(":fallback")),
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+    assert!(!part.to_text().contains("window={}"), "{}", part.to_text());
+}
