@@ -14,7 +14,7 @@ use crate::context::ModuleContext;
 use crate::error::{invalid, SpmdError};
 use crate::grid::Groups;
 use crate::shapes::{arr, elem, scalar_literal, with_dims};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use xla_hlo_ir::attrs::{PaddingDim, SliceDim};
 use xla_hlo_ir::literal::ArrayLiteral;
 use xla_hlo_ir::{
@@ -29,6 +29,8 @@ pub struct Builder<'c> {
     pid: Option<InstrId>,
     tables: FxHashMap<usize, (std::sync::Arc<[i64]>, InstrId)>,
     consts: FxHashMap<(PrimitiveType, i64), InstrId>,
+    /// Instructions some emitted instruction takes as an operand.
+    used: FxHashSet<InstrId>,
 }
 
 impl<'c> Builder<'c> {
@@ -41,6 +43,7 @@ impl<'c> Builder<'c> {
             pid: None,
             tables: FxHashMap::default(),
             consts: FxHashMap::default(),
+            used: FxHashSet::default(),
         }
     }
 
@@ -63,7 +66,18 @@ impl<'c> Builder<'c> {
     /// Appends a fully built instruction.
     #[inline]
     pub fn push(&mut self, instr: HloInstruction) -> InstrId {
+        self.append(instr)
+    }
+
+    /// Appends `instr`, recording its operands as used.
+    fn append(&mut self, instr: HloInstruction) -> InstrId {
+        self.used.extend(instr.operands.iter().copied());
         self.comp.add(instr)
+    }
+
+    /// Whether an emitted instruction takes `id` as an operand.
+    pub fn is_used(&self, id: InstrId) -> bool {
+        self.used.contains(&id)
     }
 
     /// Appends a new instruction named after `base`.
@@ -80,7 +94,7 @@ impl<'c> Builder<'c> {
             i.set_attr(k, v);
         }
         self.ctx.changes += 1;
-        self.comp.add(i)
+        self.append(i)
     }
 
     pub fn constant(&mut self, lit: Literal, shape: Shape) -> InstrId {
@@ -88,7 +102,7 @@ impl<'c> Builder<'c> {
             HloInstruction::new(self.ctx.fresh("constant"), Opcode::Constant, shape, vec![]);
         i.literal = Some(Box::new(lit));
         self.ctx.changes += 1;
-        self.comp.add(i)
+        self.append(i)
     }
 
     /// A scalar constant (cached per type and integral value).

@@ -9,6 +9,12 @@
 //! first local value of the same global array), its global dims and the
 //! target grid; every value `emit_local` returns has the local shape of its
 //! sharding.
+//!
+//! Speculative reshards: the driver reshards every handler's result to the
+//! instruction's own sharding. Until an emitted instruction uses that
+//! reshard, it is dead code (removed at the end), so a cost that reads it
+//! counts its bytes, and a reshard from it that is cheaper from its source
+//! starts from the source instead.
 
 use crate::builder::Builder;
 use crate::error::{invalid, unsupported, SpmdError};
@@ -49,6 +55,17 @@ pub struct Part<'a, 'c> {
     /// Local values holding partial sums over device groups (unreduced
     /// shardings; see `unreduced`).
     pub partial: FxHashMap<InstrId, Groups>,
+    /// The driver's reshards of handler results, by local value.
+    speculative: FxHashMap<InstrId, Speculation>,
+}
+
+/// A reshard the driver emitted to an instruction's sharding: its source
+/// value and layout, and its bytes per device.
+#[derive(Clone, Debug)]
+struct Speculation {
+    source: InstrId,
+    source_grid: Grid,
+    bytes: u64,
 }
 
 impl<'a, 'c> Part<'a, 'c> {
@@ -64,7 +81,38 @@ impl<'a, 'c> Part<'a, 'c> {
             class_of: FxHashMap::default(),
             in_partial_manual: false,
             partial: FxHashMap::default(),
+            speculative: FxHashMap::default(),
         }
+    }
+
+    /// Reshards a handler's result to the instruction's own sharding,
+    /// remembering the reshard as speculative (see the module header).
+    pub fn reshard_result(&mut self, v: &PValue, t: &ValueSharding) -> Result<PValue, SpmdError> {
+        let pending = match (&v.vs, t) {
+            (ValueSharding::Grid(s), ValueSharding::Grid(g)) if s != g => {
+                Some((s.clone(), self.cost(v, g)))
+            }
+            _ => None,
+        };
+        let r = self.reshard(v, t)?;
+        if let Some((source_grid, bytes)) = pending {
+            if bytes > 0 && r.id != v.id && !self.b.is_used(r.id) {
+                self.speculative.insert(
+                    r.id,
+                    Speculation {
+                        source: v.id,
+                        source_grid,
+                        bytes,
+                    },
+                );
+            }
+        }
+        Ok(r)
+    }
+
+    /// The speculative reshard `x` is, while nothing uses it.
+    fn pending(&self, x: InstrId) -> Option<&Speculation> {
+        self.speculative.get(&x).filter(|_| !self.b.is_used(x))
     }
 
     #[inline]
@@ -199,6 +247,16 @@ impl<'a, 'c> Part<'a, 'c> {
         }
         let bytes = elem(shape)?.byte_width().max(1) as u64;
         let plan = self.b.ctx.cache.plan(s, t, shape.dims(), bytes);
+        if let Some(spec) = self.pending(x).cloned() {
+            let from_source = self
+                .b
+                .ctx
+                .cache
+                .plan(&spec.source_grid, t, shape.dims(), bytes);
+            if from_source.cost < plan.cost + spec.bytes {
+                return self.reshard_grid(spec.source, &spec.source_grid, t, shape);
+            }
+        }
         if self.in_partial_manual
             && plan.steps.iter().any(|step| {
                 matches!(
@@ -234,15 +292,32 @@ impl<'a, 'c> Part<'a, 'c> {
         match &v.vs {
             ValueSharding::Grid(s) => {
                 let key = (self.class(v.id), v.shape.dims().to_vec(), t.clone());
-                if s == t || self.reshards.contains_key(&key) || self.splat_source(v.id).is_some() {
+                if self.splat_source(v.id).is_some() {
                     return 0;
+                }
+                if let Some(&hit) = self.reshards.get(&key).filter(|_| s != t) {
+                    return self.pending(hit).map_or(0, |spec| spec.bytes);
+                }
+                let pending = self.pending(v.id);
+                if s == t {
+                    return pending.map_or(0, |spec| spec.bytes);
                 }
                 let bytes = v
                     .shape
                     .element_type()
                     .map(|e| e.byte_width().max(1))
                     .unwrap_or(4) as u64;
-                self.b.ctx.cache.plan(s, t, v.shape.dims(), bytes).cost
+                let direct = self.b.ctx.cache.plan(s, t, v.shape.dims(), bytes).cost;
+                match pending {
+                    Some(spec) => (direct + spec.bytes).min(
+                        self.b
+                            .ctx
+                            .cache
+                            .plan(&spec.source_grid, t, v.shape.dims(), bytes)
+                            .cost,
+                    ),
+                    None => direct,
+                }
             }
             _ => 0,
         }

@@ -1111,3 +1111,23 @@ fn convolution_without_spatial_dims_is_an_einsum() {
     );
     assert!(!part.to_text().contains("window={}"), "{}", part.to_text());
 }
+
+/// A value whose own sharding is replicated but whose only user slices a
+/// corner of it: the all-gather to its sharding is never used (the slice
+/// reads the tiled source and only the corner moves), so it is dead code.
+#[test]
+fn unused_reshard_to_an_instruction_sharding_is_not_paid_for() {
+    let m = module(
+        "ENTRY %e (a: f32[8,256]) -> f32[8,2] {\n  %a = f32[8,256] parameter(0), sharding={devices=[1,4]<=[4]}\n  %t = (f32[8,256]) tuple(%a), sharding={{devices=[1,4]<=[4]}}\n  %n = f32[8,256] get-tuple-element(%t), index=0, sharding={replicated}\n  %s = f32[8,2] slice(%n), slice={[0:8], [0:2]}, sharding={devices=[1,4]<=[4]}\n  ROOT %r = f32[8,2] copy(%s), sharding={replicated}\n}\n",
+        "",
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 0.0, 109);
+    // The 8x2 corner moves (a permute and an all-reduce of it), not the
+    // 8x256 array (8 KiB).
+    assert!(
+        summary.collective_bytes <= 128,
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+}

@@ -282,7 +282,7 @@ impl<'a, 'c> Part<'a, 'c> {
         }
         let v = dispatch::dispatch(self, instr, &target)?;
         // Every handler's result ends in the instruction's own sharding.
-        let v = self.reshard(&v, &target)?;
+        let v = self.reshard_result(&v, &target)?;
         if let Some(groups) = stays_partial {
             self.partial.insert(v.id, groups);
         }
