@@ -790,7 +790,8 @@ pub fn scatter(
         .map(|x| x.1)
         .unwrap_or(u64::MAX);
     if ibatch.is_empty() && n == 1 {
-        if let Some(v) = scatter_reduce(p, instr, &out, (&op, &ix, &up), &uwd, best)? {
+        let reduce_args = (sliced.as_slice(), best);
+        if let Some(v) = scatter_reduce(p, instr, &out, (&op, &ix, &up), &uwd, reduce_args)? {
             return Ok(Some(v));
         }
     }
@@ -860,17 +861,22 @@ fn add_like_combiner(
 
 /// Scatter with an add-like combiner as a local scatter of each device's
 /// update shard (tiled on update scatter dims only, evenly) into an
-/// identity-filled buffer of the whole operand, an all-reduce over the
-/// devices holding different shards, then `op(operand, sum)` laid out by
-/// `out`. Taken only when its bytes (resharding updates and indices, the
-/// all-reduce, resharding the operand to `out`) are below `best`.
+/// identity-filled buffer, an all-reduce over the devices holding different
+/// shards, then `op(operand, sum)` laid out by `out`. The buffer is the
+/// whole operand, or a tile of it evenly split on dims the indices address
+/// one row at a time (`out`'s or the operand's tiling there, XLA's
+/// "trivially sliced operand"), when every all-reduce group holds one
+/// buffer tile: the index components are shifted to the tile and updates
+/// outside it are skipped, as scatter skips out-of-bounds windows. Taken
+/// only when its bytes (resharding updates and indices, the all-reduce,
+/// resharding the operand and the sum to `out`) are below `best`.
 fn scatter_reduce(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,
     out: &Grid,
     (op, ix, up): (&PValue, &PValue, &PValue),
     uwd: &[usize],
-    best: u64,
+    (sliced, best): (&[bool], u64),
 ) -> HandlerResult {
     let Some(ty) = instr.shape.element_type() else {
         return Ok(None);
@@ -914,42 +920,77 @@ fn scatter_reduce(
     }
     let n = p.n();
     let repl = p.grids().replicated(od.len(), n);
-    let ar_bytes =
-        od.iter().map(|&d| d.max(0) as u64).product::<u64>() * ty.byte_width().max(1) as u64;
+    // Buffer layouts: replicated, and `out`'s and the operand's tiling of
+    // the evenly split single-row dims.
+    let mut buffers = vec![repl];
+    for g in [Some(out), op.vs.grid()].into_iter().flatten() {
+        let drop: Vec<usize> = (0..od.len())
+            .filter(|&d| g.tiles(d) > 1 && (!sliced[d] || od[d] % g.tiles(d) != 0))
+            .collect();
+        let b = p.grids().replicate_dims(g, &drop);
+        if b.rank() == od.len() && !buffers.contains(&b) {
+            buffers.push(b);
+        }
+    }
+    let bytes = ty.byte_width().max(1) as u64;
     let ix_map: Vec<Option<usize>> = (0..xd.len())
         .map(|j| isd.iter().position(|&i| i == j).map(|k| usd[k]))
         .collect();
-    let mut chosen: Option<(Grid, Grid, u64)> = None;
+    let mut chosen: Option<(Grid, Grid, Grid, u64)> = None;
     for gu in cands {
         if gu.is_replicated() {
             continue;
         }
+        let factors: Vec<(usize, i64)> =
+            gu.tiled_dims().iter().map(|&d| (d, gu.tiles(d))).collect();
+        let groups = p.grids().factor_groups(&gu, &factors);
         let gi = p.grids().remap(&gu, &ix_map);
-        let cost = p.cost(up, &gu)
-            + p.cost(ix, &gi)
-            + ar_bytes
-            + p.cost(op, out)
-            + p.cost_of(&instr.shape, &repl, out);
-        if cost < best && !matches!(&chosen, Some(c) if c.2 <= cost) {
-            chosen = Some((gu, gi, cost));
+        for gb in &buffers {
+            let one_tile_per_group = groups.lists().iter().all(|group| {
+                group
+                    .windows(2)
+                    .all(|w| (0..od.len()).all(|d| gb.coord(w[0], d) == gb.coord(w[1], d)))
+            });
+            if !one_tile_per_group {
+                continue;
+            }
+            let ar_bytes = elems(&local_dims(&od, gb)) * bytes;
+            let cost = p.cost(up, &gu)
+                + p.cost(ix, &gi)
+                + ar_bytes
+                + p.cost(op, out)
+                + p.cost_of(&instr.shape, gb, out);
+            if cost < best && !matches!(&chosen, Some(c) if c.3 <= cost) {
+                chosen = Some((gu.clone(), gi.clone(), gb.clone(), cost));
+            }
         }
     }
-    let Some((gu, gi, _)) = chosen else {
+    let Some((gu, gi, gb, _)) = chosen else {
         return Ok(None);
     };
     let factors: Vec<(usize, i64)> = gu.tiled_dims().iter().map(|&d| (d, gu.tiles(d))).collect();
     let groups = p.grids().factor_groups(&gu, &factors);
     let u = p.reshard_to_grid(up, &gu)?;
-    let y = p.reshard_to_grid(ix, &gi)?;
+    let mut y = p.reshard_to_grid(ix, &gi)?;
+    let shifts: Vec<(usize, usize)> = dn
+        .scatter_dims_to_operand_dims
+        .iter()
+        .enumerate()
+        .filter(|&(_, &d)| gb.tiles(d as usize) > 1)
+        .map(|(k, &d)| (k, d as usize))
+        .collect();
+    y = shift_components(p, y, ivd, &gb, &od, &shifts)?;
     let init =
         p.b.constant(crate::shapes::scalar_literal(ty, ident), Shape::scalar(ty));
-    let buf = p.b.splat(init, &od);
-    let local = p.clone_instr(instr, vec![buf, y, u], instr.shape.clone());
+    let local_od = local_dims(&od, &gb);
+    let buf = p.b.splat(init, &local_od);
+    let local_shape = local_shape(&instr.shape, &ValueSharding::Grid(gb.clone()));
+    let local = p.clone_instr(instr, vec![buf, y, u], local_shape);
     let sum = p.b.all_reduce(local, &groups, cop)?;
     let summed = PValue {
         id: sum,
         shape: Rc::new(instr.shape.clone()),
-        vs: ValueSharding::Grid(repl),
+        vs: ValueSharding::Grid(gb),
     };
     let s = p.reshard_to_grid(&summed, out)?;
     let o = p.reshard_to_grid(op, out)?;

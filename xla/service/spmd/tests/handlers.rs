@@ -1131,3 +1131,25 @@ fn unused_reshard_to_an_instruction_sharding_is_not_paid_for() {
         part.to_text()
     );
 }
+
+/// A scatter-add whose operand is split on the row dim the indices address
+/// and whose updates are split on their scatter dim over the other mesh
+/// axis: each device scatters its updates into its own rows (indices
+/// shifted, the rest skipped) and only the row tile is all-reduced over
+/// the update shards. Indices are 0..=8, so 8 (out of bounds) is skipped.
+#[test]
+fn scatter_add_into_row_tiles_reduces_only_the_tile() {
+    let m = module(
+        "ENTRY %e (x: f32[8,6], r: s32[4,5,1], u: f32[4,5,6]) -> f32[8,6] {\n  %x = f32[8,6] parameter(0), sharding={devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}\n  %r = s32[4,5,1] parameter(1), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}\n  %a = s32[4,5,1] abs(%r), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}\n  %nine = s32[] constant(9)\n  %nines = s32[4,5,1] broadcast(%nine), dimensions={}, sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}\n  %i = s32[4,5,1] remainder(%a, %nines), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}\n  %u = f32[4,5,6] parameter(2), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}\n  ROOT %s = f32[8,6] scatter(%x, %i, %u), update_window_dims={2}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=2, to_apply=%add, sharding={devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}\n}\n",
+        ADD,
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 1e-5, 113);
+    // The all-reduce of one [2,6] f32 tile.
+    assert_eq!(
+        summary.collective_bytes,
+        48,
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+}
