@@ -472,16 +472,7 @@ pub fn convolution(
             return Ok(Some(v));
         }
     }
-    let pointwise = |s: usize| {
-        let w = &win.dims[s];
-        w.size == 1
-            && w.stride == 1
-            && w.padding_low == 0
-            && w.padding_high == 0
-            && w.lhs_dilation == 1
-            && w.rhs_dilation == 1
-    };
-    if halo_dims.iter().all(|&s| pointwise(s)) && fgc == 1 && bgc == 1 {
+    if fgc == 1 && bgc == 1 {
         if let Some(v) = kernel_window_sharded(p, instr, &e, &dn, &win, &lhs, &rhs, &out)? {
             return Ok(Some(v));
         }
@@ -561,9 +552,6 @@ fn kernel_window_sharded(
 ) -> HandlerResult {
     let u = |d: i64| d as usize;
     let ns = dn.input_spatial.len();
-    if win.dims.iter().any(|w| w.lhs_dilation != 1 || w.reversal) {
-        return Ok(None);
-    }
     let kernel_dims = rhs.shape.dims().to_vec();
     let out_dims = instr.shape.dims().to_vec();
     let lhs_dims = lhs.shape.dims().to_vec();
@@ -594,12 +582,22 @@ fn kernel_window_sharded(
         whole: (0..ns).filter(|&s| !pointwise[s]).map(|s| 3 + s).collect(),
     };
     // Window tile j of dim s reads input [j*ks*rd - pad_low, ... + len).
+    // Reversed, its kernel rows serve window positions K - (j+1)*ks .. K -
+    // j*ks (the tile's padding rows the first of them, against zeros).
     let window = |s: usize, t: i64| {
         let w = &win.dims[s];
-        let ks = crate::grid::tile_size(kernel_dims[u(dn.kernel_spatial[s])], t);
+        let kernel_size = kernel_dims[u(dn.kernel_spatial[s])];
+        let ks = crate::grid::tile_size(kernel_size, t);
         let o = out_dims[u(dn.output_spatial[s])];
         let starts: Vec<i64> = (0..t)
-            .map(|j| j * ks * w.rhs_dilation - w.padding_low)
+            .map(|j| {
+                let first = if w.reversal {
+                    kernel_size - (j + 1) * ks
+                } else {
+                    j * ks
+                };
+                first * w.rhs_dilation - w.padding_low
+            })
             .collect();
         (
             ks,
@@ -617,6 +615,10 @@ fn kernel_window_sharded(
         let ld = u(dn.input_spatial[s]);
         let t = il.tiles(ld);
         if t > 1 {
+            // A tiled window must read undilated input.
+            if win.dims[s].lhs_dilation != 1 {
+                return Ok(None);
+            }
             tiled = true;
             let (_, starts, len) = window(s, t);
             halo += crate::exchange::exchange_cost(p, &il, &lhs.shape, ld, &starts, len);

@@ -57,6 +57,10 @@ pub struct Part<'a, 'c> {
     pub partial: FxHashMap<InstrId, Groups>,
     /// The driver's reshards of handler results, by local value.
     speculative: FxHashMap<InstrId, Speculation>,
+    /// Per original instruction: a small array computed from constants
+    /// only, which the driver computes replicated (what XLA's constant
+    /// folding gives), so every layout of it is free.
+    pub constant_derived: Vec<bool>,
 }
 
 /// A reshard the driver emitted to an instruction's sharding: its source
@@ -82,6 +86,7 @@ impl<'a, 'c> Part<'a, 'c> {
             in_partial_manual: false,
             partial: FxHashMap::default(),
             speculative: FxHashMap::default(),
+            constant_derived: Vec::new(),
         }
     }
 

@@ -1153,3 +1153,44 @@ fn scatter_add_into_row_tiles_reduces_only_the_tile() {
         part.to_text()
     );
 }
+
+/// A reversed convolution window tiled like its input (the kernel gradient
+/// form): each device convolves its kernel rows, reversed, with the input
+/// rows they meet (uneven kernel tiles, a window wider than the output),
+/// and the partial outputs are all-reduced.
+#[test]
+fn reversed_window_sharded_convolution_sums_partial_outputs() {
+    let m = module(
+        "ENTRY %e (x: f32[6,8,4], k: f32[5,8,3]) -> f32[2,4,3] {\n  %x = f32[6,8,4] parameter(0), sharding={devices=[2,1,1]<=[2]}\n  %k = f32[5,8,3] parameter(1), sharding={devices=[2,1,1]<=[2]}\n  ROOT %c = f32[2,4,3] convolution(%x, %k), window={size=5 rhs_reversal=1}, dim_labels=0fb_0io->0bf, sharding={replicated}\n}\n",
+        "",
+        2,
+    );
+    let (summary, part) = check(&m, 2, false, 1e-4, 127);
+    assert_eq!(
+        summary
+            .handlers
+            .get("convolution:convolution-window-sharded"),
+        Some(&1),
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+}
+
+/// Small arrays computed from constants and iotas only are computed
+/// replicated and sliced to their shardings, so nothing moves when a user
+/// needs another layout (XLA folds them to constants).
+#[test]
+fn constant_derived_values_move_nothing() {
+    let m = module(
+        "ENTRY %e (x: f32[8]) -> (f32[], f32[8]) {\n  %x = f32[8] parameter(0), sharding={devices=[8]<=[8]}\n  %c = f32[1,8] constant({{0,1,2,3,4,5,6,7}}), sharding={devices=[1,8]<=[8]}\n  %i = f32[1,8] iota(), iota_dimension=1, sharding={devices=[1,8]<=[8]}\n  %m = f32[1,8] multiply(%c, %i), sharding={devices=[1,8]<=[8]}\n  %s = f32[1,1] slice(%m), slice={[0:1], [3:4]}, sharding={devices=[1,8]<=[8]}\n  %r = f32[] reshape(%s), sharding={replicated}\n  %rb = f32[8] reshape(%m), sharding={devices=[2,4]<=[8] last_tile_dim_replicate}\n  %y = f32[8] add(%x, %rb), sharding={devices=[8]<=[8]}\n  ROOT %t = (f32[], f32[8]) tuple(%r, %y), sharding={{replicated}, {devices=[8]<=[8]}}\n}\n",
+        "",
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 0.0, 131);
+    assert_eq!(
+        summary.collective_bytes,
+        0,
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+}

@@ -24,7 +24,8 @@ use crate::part::Part;
 use crate::value::{local_shape, target_like_manual, PValue, ValueSharding};
 use std::rc::Rc;
 use xla_hlo_ir::{
-    AttrKey, AttrValue, CompId, HloComputation, HloInstruction, HloModule, InstrId, Opcode,
+    AttrKey, AttrValue, Category, CompId, HloComputation, HloInstruction, HloModule, InstrId,
+    Opcode,
 };
 
 /// Partitions computation `cid` of `orig` with parameter shardings
@@ -41,6 +42,7 @@ pub fn partition_computation(
     let orig_comp = orig.comp(cid);
     let b = Builder::new(ctx, name, orig_comp.instructions.len() * 2 + 16);
     let mut p = Part::new(orig, orig_comp, b);
+    p.constant_derived = constant_derived(orig_comp);
     for id in orig_comp.ids() {
         let instr = orig_comp.instr(id);
         let v = if instr.opcode == Opcode::Parameter {
@@ -66,6 +68,49 @@ pub fn partition_computation(
     let removed = dce(&mut comp);
     p.b.ctx.changes += removed;
     Ok((comp, rv.vs))
+}
+
+/// The most elements a constant-derived array may have (see
+/// `Part::constant_derived`).
+const MAX_CONSTANT_DERIVED_ELEMENTS: i64 = 1 << 16;
+
+/// Which instructions of `comp` are small arrays computed from constants
+/// (and iotas) only, by ops without side effects or calls other than a
+/// reducer: XLA folds them to constants after partitioning.
+fn constant_derived(comp: &HloComputation) -> Vec<bool> {
+    let mut derived = vec![false; comp.instructions.len()];
+    for id in comp.ids() {
+        let instr = comp.instr(id);
+        let small = instr.shape.is_array()
+            && instr
+                .shape
+                .dims()
+                .iter()
+                .map(|&d| d.max(0))
+                .product::<i64>()
+                <= MAX_CONSTANT_DERIVED_ELEMENTS;
+        let pure = match instr.opcode {
+            Opcode::Constant | Opcode::Iota => true,
+            Opcode::Reduce | Opcode::Map | Opcode::ReduceWindow => true,
+            Opcode::Bitcast
+            | Opcode::Domain
+            | Opcode::DynamicReshape
+            | Opcode::GetDimensionSize
+            | Opcode::SetDimensionSize
+            | Opcode::Shuffle => false,
+            op => {
+                instr.called_computation_ids().next().is_none()
+                    && (op.is_elementwise() || op.category() == Category::DataMovement)
+            }
+        };
+        derived[id.index()] = small
+            && pure
+            && instr
+                .operands
+                .iter()
+                .all(|o| derived.get(o.index()).copied().unwrap_or(false));
+    }
+    derived
 }
 
 fn annotate(e: SpmdError, instr: &HloInstruction) -> SpmdError {
@@ -280,7 +325,17 @@ impl<'a, 'c> Part<'a, 'c> {
             self.note(instr, "manual");
             return self.manual(instr, target);
         }
-        let v = dispatch::dispatch(self, instr, &target)?;
+        // A constant-derived array is computed replicated, then sliced.
+        let computed_in = match &target {
+            ValueSharding::Grid(g)
+                if !self.in_partial_manual
+                    && self.constant_derived.get(id.index()) == Some(&true) =>
+            {
+                ValueSharding::Grid(self.grids().replicate_dims(g, &g.tiled_dims()))
+            }
+            _ => target.clone(),
+        };
+        let v = dispatch::dispatch(self, instr, &computed_in)?;
         // Every handler's result ends in the instruction's own sharding.
         let v = self.reshard_result(&v, &target)?;
         if let Some(groups) = stays_partial {
