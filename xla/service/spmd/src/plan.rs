@@ -58,11 +58,11 @@ pub enum Step {
     SlicePermute { via: Grid, to: Grid },
     /// Local (dynamic-)slice: every target tile lies in the source tile.
     Slice { to: Grid },
-    /// Makes dim `dim` whole by an all-reduce (sum, or `or` for pred) of
+    /// Makes `dims` whole by one all-reduce (sum, or `or` for pred) of
     /// each device's rows placed at their global positions, zeros
     /// elsewhere: for dims mostly padding (an edge row or two over many
     /// tiles), where it moves less than gathering the padded tiles.
-    SumGather { dim: usize, to: Grid },
+    SumGather { dims: Vec<usize>, to: Grid },
     /// Retiles dim `dim` (the grids agree on every other dim, device by
     /// device): each device receives the rows of its `to` tile from the
     /// devices holding them, one collective-permute per position of the
@@ -546,19 +546,29 @@ fn plan_uncached(
             }
         }
     }
-    // A dim that is mostly padding summed whole first, then the rest.
+    // Dims that are mostly padding summed whole first (each alone, and all
+    // of them in one all-reduce), then the rest.
     if best.cost > 0 {
-        for a in src.tiled_dims() {
-            let t = src.tiles(a);
-            if tgt.tiles(a) != 1 || 2 * dims[a] > t * tile_size(dims[a], t) {
-                continue;
-            }
-            let Some(to) = grids.gathered(src, &[(a, t)]) else {
+        let padding_dims: Vec<usize> = src
+            .tiled_dims()
+            .into_iter()
+            .filter(|&a| {
+                let t = src.tiles(a);
+                tgt.tiles(a) == 1 && 2 * dims[a] <= t * tile_size(dims[a], t)
+            })
+            .collect();
+        let mut sets: Vec<Vec<usize>> = padding_dims.iter().map(|&a| vec![a]).collect();
+        if padding_dims.len() > 1 {
+            sets.push(padding_dims.clone());
+        }
+        for set in sets {
+            let factors: Vec<(usize, i64)> = set.iter().map(|&a| (a, src.tiles(a))).collect();
+            let Some(to) = grids.gathered(src, &factors) else {
                 continue;
             };
             let mut sg = Plan {
                 steps: vec![Step::SumGather {
-                    dim: a,
+                    dims: set,
                     to: to.clone(),
                 }],
                 cost: elems(&local_dims(dims, &to)) * bytes,

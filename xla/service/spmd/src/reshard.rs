@@ -35,7 +35,7 @@ pub fn emit(
             Step::Permute { to } => emit_permute(b, x, &cur, to),
             Step::SlicePermute { via, to } => emit_slice_permute(b, x, &cur, via, to, dims)?,
             Step::Slice { to } => emit_slice(b, x, &cur, to, dims)?,
-            Step::SumGather { dim, .. } => emit_sum_gather(b, x, &cur, *dim, dims)?,
+            Step::SumGather { dims: sum_dims, .. } => emit_sum_gather(b, x, &cur, sum_dims, dims)?,
             Step::Retile { dim, to } => emit_retile(b, x, &cur, to, *dim, dims)?,
         };
         cur = match step {
@@ -133,43 +133,47 @@ fn emit_retile(
     Ok(b.dynamic_slice(buf, starts, &sizes))
 }
 
-/// See [`Step::SumGather`]: the local tile (`ts` rows of dim `a`) padded
-/// by `n` zero rows on both sides, the window of the `n` global rows taken
-/// at each device's offset (tiles wholly in the padding take zeros), then
-/// summed over the tiles of `a`.
+/// See [`Step::SumGather`]: the local tile padded by `n` zero rows on
+/// both sides of each summed dim (`n` its global size), the window of the
+/// `n` global rows taken at each device's offset (tiles wholly in the
+/// padding take zeros), then summed over the tiles of the summed dims.
 fn emit_sum_gather(
     b: &mut Builder<'_>,
     x: InstrId,
     cur: &Grid,
-    a: usize,
+    sum_dims: &[usize],
     dims: &[i64],
 ) -> Result<InstrId, SpmdError> {
-    let t = cur.tiles(a);
-    let n = dims[a];
-    let ts = tile_size(n, t);
     let local = b.dims(x);
-    if local.get(a) != Some(&ts) {
-        return Err(SpmdError::Invalid(
-            "sum-gather of a buffer that is not a tile".into(),
-        ));
-    }
     let mut lo_hi = vec![(0, 0); local.len()];
-    lo_hi[a] = (n, n);
+    for &a in sum_dims {
+        if local.get(a) != Some(&tile_size(dims[a], cur.tiles(a))) {
+            return Err(SpmdError::Invalid(
+                "sum-gather of a buffer that is not a tile".into(),
+            ));
+        }
+        lo_hi[a] = (dims[a], dims[a]);
+    }
     let padded = b.pad_zero(x, &lo_hi)?;
-    let starts: Vec<i64> = (0..t).map(|i| n - i * ts).collect();
-    let table = b.ctx.cache.grids.per_coord(cur, a, &starts);
     let mut offsets = Vec::with_capacity(local.len());
     for d in 0..local.len() {
-        offsets.push(if d == a {
+        offsets.push(if sum_dims.contains(&d) {
+            let (n, t) = (dims[d], cur.tiles(d));
+            let ts = tile_size(n, t);
+            let starts: Vec<i64> = (0..t).map(|i| n - i * ts).collect();
+            let table = b.ctx.cache.grids.per_coord(cur, d, &starts);
             b.table(&table)
         } else {
             b.scalar(xla_hlo_ir::PrimitiveType::S32, 0)
         });
     }
     let mut sizes = local;
-    sizes[a] = n;
+    for &a in sum_dims {
+        sizes[a] = dims[a];
+    }
     let placed = b.dynamic_slice(padded, offsets, &sizes);
-    let groups = b.ctx.cache.grids.factor_groups(cur, &[(a, t)]);
+    let factors: Vec<(usize, i64)> = sum_dims.iter().map(|&a| (a, cur.tiles(a))).collect();
+    let groups = b.ctx.cache.grids.factor_groups(cur, &factors);
     b.all_reduce(placed, &groups, xla_hlo_ir::Opcode::Add)
 }
 

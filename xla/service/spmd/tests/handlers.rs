@@ -1194,3 +1194,27 @@ fn constant_derived_values_move_nothing() {
         part.to_text()
     );
 }
+
+/// An array whose tiled dims are mostly padding on both dims is made whole
+/// by one all-reduce of the element placed at its global position, not by
+/// one step per dim.
+#[test]
+fn padding_dims_are_summed_whole_in_one_all_reduce() {
+    let m = module(
+        "ENTRY %e (x: f32[1,1]) -> f32[1,1] {\n  %x = f32[1,1] parameter(0), sharding={devices=[2,2]<=[4]}\n  ROOT %c = f32[1,1] copy(%x), sharding={replicated}\n}\n",
+        "",
+        4,
+    );
+    let (summary, part) = check(&m, 4, false, 0.0, 137);
+    assert_eq!(
+        summary.collective_bytes,
+        4,
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+    assert_eq!(
+        summary.collectives.get("all-reduce"),
+        Some(&1),
+        "{summary:?}"
+    );
+}
