@@ -1218,3 +1218,26 @@ fn padding_dims_are_summed_whole_in_one_all_reduce() {
         "{summary:?}"
     );
 }
+
+/// A manual element of a tuple parameter is read by a manual
+/// get-tuple-element, and an outfeed of a manual tuple stays manual: both
+/// partition with no communication (they used to be refused as reshards
+/// between tiled and manual values).
+#[test]
+fn manual_tuple_elements_and_outfeeds_partition() {
+    let m = module(
+        "ENTRY %e (p: (f32[8,2], f32[4,2])) -> ((f32[4,2]), token[]) {\n  %p = (f32[8,2], f32[4,2]) parameter(0), sharding={{devices=[2,1]0,1}, {manual}}\n  %p0 = f32[8,2] get-tuple-element(%p), index=0, sharding={devices=[2,1]0,1}\n  %p1 = f32[4,2] get-tuple-element(%p), index=1, sharding={manual}\n  %s = f32[4,2] custom-call(%p0), custom_call_target=\"SPMDFullToShardShape\", sharding={manual}\n  %a = f32[4,2] add(%s, %p1), sharding={manual}\n  %t = (f32[4,2]) tuple(%a), sharding={{manual}}\n  %tok = token[] after-all()\n  %o = token[] outfeed(%t, %tok), outfeed_shape=(f32[4,2]), sharding={{manual}, {manual}}\n  ROOT %r = ((f32[4,2]), token[]) tuple(%t, %o), sharding={{manual}, {manual}}\n}\n",
+        "",
+        2,
+    );
+    let mut part = common::parse(&m);
+    let summary = xla_spmd_partitioner::partition_module(
+        &mut part,
+        &xla_spmd_partitioner::SpmdOptions {
+            num_partitions: Some(2),
+        },
+    )
+    .unwrap_or_else(|e| panic!("partitioning failed: {e}"));
+    xla_hlo_verifier::verify(&part).unwrap();
+    assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
+}

@@ -320,17 +320,21 @@ impl<'a, 'c> Part<'a, 'c> {
         let target = self.target(instr)?;
         self.in_partial_manual = crate::handlers::in_partial_manual_region(instr);
         let stays_partial = self.settle_partial_operands(instr)?;
-        // Manual regions: the op already works on local data.
-        if target.is_manual() && !is_spmd_boundary(instr) {
+        // Manual regions: the op already works on local data (an outfeed
+        // of a manual value too: its result is a token). A
+        // get-tuple-element takes its element's layout whatever it is.
+        let manual_outfeed = instr.opcode == Opcode::Outfeed
+            && self.operand(instr, 0).is_ok_and(|v| v.vs.is_manual());
+        if (target.is_manual() || manual_outfeed)
+            && !is_spmd_boundary(instr)
+            && instr.opcode != Opcode::GetTupleElement
+        {
             self.note(instr, "manual");
             return self.manual(instr, target);
         }
         // A constant-derived array is computed replicated, then sliced.
         let computed_in = match &target {
-            ValueSharding::Grid(g)
-                if !self.in_partial_manual
-                    && self.constant_derived.get(id.index()) == Some(&true) =>
-            {
+            ValueSharding::Grid(g) if self.constant_derived.get(id.index()) == Some(&true) => {
                 ValueSharding::Grid(self.grids().replicate_dims(g, &g.tiled_dims()))
             }
             _ => target.clone(),
