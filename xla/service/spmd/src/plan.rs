@@ -568,7 +568,7 @@ fn plan_uncached(
             };
             let mut sg = Plan {
                 steps: vec![Step::SumGather {
-                    dims: set,
+                    dims: set.clone(),
                     to: to.clone(),
                 }],
                 cost: elems(&local_dims(dims, &to)) * bytes,
@@ -579,6 +579,44 @@ fn plan_uncached(
             sg.append(cache.plan(grids, &to, tgt, dims, bytes));
             if sg.cost < best.cost {
                 best = sg;
+            }
+            // The other dims the target keeps whole gathered first, so the
+            // sum moves the padded dims' rows once, not per other tile.
+            let others: Vec<(usize, i64)> = src
+                .tiled_dims()
+                .into_iter()
+                .filter(|a| !set.contains(a) && tgt.tiles(*a) == 1)
+                .map(|a| (a, src.tiles(a)))
+                .collect();
+            if others.is_empty() {
+                continue;
+            }
+            let Some(mid) = grids.gathered(src, &others) else {
+                continue;
+            };
+            let Some(to) = grids.gathered(&mid, &factors) else {
+                continue;
+            };
+            let mut gs = Plan {
+                steps: vec![
+                    Step::Gather {
+                        factors: others.clone(),
+                        to: mid.clone(),
+                    },
+                    Step::SumGather {
+                        dims: set.clone(),
+                        to: to.clone(),
+                    },
+                ],
+                cost: gather_cost(src, &others, dims, bytes)
+                    + elems(&local_dims(dims, &to)) * bytes,
+            };
+            if gs.cost >= best.cost {
+                continue;
+            }
+            gs.append(cache.plan(grids, &to, tgt, dims, bytes));
+            if gs.cost < best.cost {
+                best = gs;
             }
         }
     }

@@ -1241,3 +1241,22 @@ fn manual_tuple_elements_and_outfeeds_partition() {
     xla_hlo_verifier::verify(&part).unwrap();
     assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
 }
+
+/// Replicating an array whose first dim is mostly padding over its tiles
+/// gathers the whole second dim first, then sums the first dim's rows in
+/// one all-reduce: 8 + 24 bytes, not a sum per column tile then a gather.
+#[test]
+fn other_dims_gathered_before_summing_padding_dims() {
+    let m = module(
+        "ENTRY %e (x: f32[3,2]) -> f32[3,2] {\n  %x = f32[3,2] parameter(0), sharding={devices=[8,2]<=[16]}\n  ROOT %c = f32[3,2] copy(%x), sharding={replicated}\n}\n",
+        "",
+        16,
+    );
+    let (summary, part) = check(&m, 16, false, 0.0, 139);
+    assert_eq!(
+        summary.collective_bytes,
+        32,
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+}
