@@ -765,10 +765,29 @@ pub fn scatter(
             .collect();
         grids.remap(g, &map)
     };
+    // The updates' and the indices' layouts carried back to operand dims.
+    let from_updates: Vec<Option<usize>> = (0..rop)
+        .map(|d| {
+            upd_of[d]
+                .filter(|_| !sliced[d])
+                .or_else(|| links.iter().find(|l| l.0 == d).map(|l| l.2))
+        })
+        .collect();
+    let from_indices: Vec<Option<usize>> = (0..rop)
+        .map(|d| links.iter().find(|l| l.0 == d).map(|l| l.1))
+        .collect();
     let mut cands = vec![restrict(&out)];
-    let c2 = restrict(&og);
-    if c2 != cands[0] {
-        cands.push(c2);
+    let mut others = vec![restrict(&og)];
+    if let Some(g) = up.vs.grid().filter(|g| g.rank() == ud.len()) {
+        others.push(restrict(&p.grids().remap(g, &from_updates)));
+    }
+    if let Some(g) = ix.vs.grid().filter(|g| g.rank() == ix_rank) {
+        others.push(restrict(&p.grids().remap(g, &from_indices)));
+    }
+    for c in others {
+        if !cands.contains(&c) {
+            cands.push(c);
+        }
     }
     let costed: Vec<(Grid, u64)> = cands
         .into_iter()

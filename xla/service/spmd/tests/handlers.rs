@@ -1260,3 +1260,24 @@ fn other_dims_gathered_before_summing_padding_dims() {
         part.to_text()
     );
 }
+
+/// An index-parallel scatter takes the updates' tiling as a candidate: the
+/// partially replicated operand is sliced to it locally, each device
+/// scatters its own rows, and only the result is gathered.
+#[test]
+fn index_parallel_scatter_follows_the_updates_tiling() {
+    let comps = "%sadd (a: s32[], b: s32[]) -> s32[] {\n  %a = s32[] parameter(0)\n  %b = s32[] parameter(1)\n  ROOT %s = s32[] add(%a, %b)\n}\n\n";
+    let m = module(
+        "ENTRY %e (x: s32[8,2], u: s32[8,2]) -> s32[8,2] {\n  %x = s32[8,2] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}\n  %i = s32[8,1] iota(), iota_dimension=0, sharding={devices=[8,1]<=[8]}\n  %u = s32[8,2] parameter(1), sharding={devices=[8,1]<=[8]}\n  ROOT %s = s32[8,2] scatter(%x, %i, %u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%sadd, sharding={replicated}\n}\n",
+        comps,
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 0.0, 149);
+    // The all-gather of the [8,2] s32 result.
+    assert_eq!(
+        summary.collective_bytes,
+        64,
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+}
