@@ -808,8 +808,20 @@ pub fn scatter(
         .find(|x| x.0 == c)
         .map(|x| x.1)
         .unwrap_or(u64::MAX);
-    if ibatch.is_empty() && n == 1 {
-        let reduce_args = (sliced.as_slice(), best);
+    // Operand batching dims with their update dims.
+    let batch: Option<Vec<(usize, usize)>> = if ibatch.is_empty() {
+        Some(Vec::new())
+    } else {
+        batch_links.as_ref().map(|links| {
+            links
+                .iter()
+                .filter(|l| ibatch.contains(&l.0))
+                .map(|l| (l.0, l.2))
+                .collect()
+        })
+    };
+    if let (Some(batch), 1) = (batch, n) {
+        let reduce_args = (sliced.as_slice(), batch.as_slice(), best);
         if let Some(v) = scatter_reduce(p, instr, &out, (&op, &ix, &up), &uwd, reduce_args)? {
             return Ok(Some(v));
         }
@@ -878,6 +890,17 @@ fn add_like_combiner(
     }
 }
 
+/// The tiled dims of update grid `gu` (with their tile counts) other than
+/// the update dims of operand batching dims (`batch`: operand dim, update
+/// dim).
+fn reduced_factors(gu: &Grid, batch: &[(usize, usize)]) -> Vec<(usize, i64)> {
+    gu.tiled_dims()
+        .into_iter()
+        .filter(|d| !batch.iter().any(|b| b.1 == *d))
+        .map(|d| (d, gu.tiles(d)))
+        .collect()
+}
+
 /// Scatter with an add-like combiner as a local scatter of each device's
 /// update shard (tiled on update scatter dims only, evenly) into an
 /// identity-filled buffer, an all-reduce over the devices holding different
@@ -886,7 +909,10 @@ fn add_like_combiner(
 /// one row at a time (`out`'s or the operand's tiling there, XLA's
 /// "trivially sliced operand"), when every all-reduce group holds one
 /// buffer tile: the index components are shifted to the tile and updates
-/// outside it are skipped, as scatter skips out-of-bounds windows. Taken
+/// outside it are skipped, as scatter skips out-of-bounds windows. With
+/// operand batching dims whose update dims are tiled, the buffer is the
+/// operand tiled like them there (each device's batch rows) and only the
+/// other update tiles are summed. Taken
 /// only when its bytes (resharding updates and indices, the all-reduce,
 /// resharding the operand and the sum to `out`) are below `best`.
 fn scatter_reduce(
@@ -895,7 +921,7 @@ fn scatter_reduce(
     out: &Grid,
     (op, ix, up): (&PValue, &PValue, &PValue),
     uwd: &[usize],
-    (sliced, best): (&[bool], u64),
+    (sliced, batch, best): (&[bool], &[(usize, usize)], u64),
 ) -> HandlerResult {
     let Some(ty) = instr.shape.element_type() else {
         return Ok(None);
@@ -956,15 +982,26 @@ fn scatter_reduce(
         .map(|j| isd.iter().position(|&i| i == j).map(|k| usd[k]))
         .collect();
     let mut chosen: Option<(Grid, Grid, Grid, u64)> = None;
+    let batch_map: Vec<Option<usize>> = (0..od.len())
+        .map(|d| batch.iter().find(|b| b.0 == d).map(|b| b.1))
+        .collect();
     for gu in cands {
-        if gu.is_replicated() {
+        // Update batch dims' tiles stay apart (the buffer is tiled like
+        // them); the other update dims' tiles are summed.
+        let factors = reduced_factors(&gu, batch);
+        if factors.is_empty() {
             continue;
         }
-        let factors: Vec<(usize, i64)> =
-            gu.tiled_dims().iter().map(|&d| (d, gu.tiles(d))).collect();
         let groups = p.grids().factor_groups(&gu, &factors);
         let gi = p.grids().remap(&gu, &ix_map);
-        for gb in &buffers {
+        let batch_tiled = p.grids().remap(&gu, &batch_map);
+        let batch_buffers = [batch_tiled.clone()];
+        let candidates: &[Grid] = if batch_tiled.is_replicated() {
+            &buffers
+        } else {
+            &batch_buffers
+        };
+        for gb in candidates {
             let one_tile_per_group = groups.lists().iter().all(|group| {
                 group
                     .windows(2)
@@ -987,7 +1024,7 @@ fn scatter_reduce(
     let Some((gu, gi, gb, _)) = chosen else {
         return Ok(None);
     };
-    let factors: Vec<(usize, i64)> = gu.tiled_dims().iter().map(|&d| (d, gu.tiles(d))).collect();
+    let factors = reduced_factors(&gu, batch);
     let groups = p.grids().factor_groups(&gu, &factors);
     let u = p.reshard_to_grid(up, &gu)?;
     let mut y = p.reshard_to_grid(ix, &gi)?;

@@ -1281,3 +1281,25 @@ fn index_parallel_scatter_follows_the_updates_tiling() {
         part.to_text()
     );
 }
+
+/// A scatter-min with explicit batch dims: the updates stay tiled on the
+/// batch dim and on their scatter dim; each device scatters into its batch
+/// rows of an identity buffer and the rows are reduced over the scatter
+/// dim's tiles only, instead of gathering the updates.
+#[test]
+fn batched_scatter_reduces_within_batch_tiles() {
+    let comps = "%fmin (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %m = f32[] minimum(%a, %b)\n}\n\n";
+    let m = module(
+        "ENTRY %e (x: f32[2,7,4], r: s32[2,8,1], u: f32[2,8,4]) -> f32[2,7,4] {\n  %x = f32[2,7,4] parameter(0), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}\n  %r = s32[2,8,1] parameter(1), sharding={devices=[2,4,1]<=[8]}\n  %a = s32[2,8,1] abs(%r), sharding={devices=[2,4,1]<=[8]}\n  %seven = s32[] constant(7)\n  %sevens = s32[2,8,1] broadcast(%seven), dimensions={}, sharding={devices=[2,4,1]<=[8]}\n  %i = s32[2,8,1] remainder(%a, %sevens), sharding={devices=[2,4,1]<=[8]}\n  %u = f32[2,8,4] parameter(2), sharding={devices=[2,4,1]<=[8]}\n  ROOT %s = f32[2,7,4] scatter(%x, %i, %u), update_window_dims={2}, inserted_window_dims={1}, scatter_dims_to_operand_dims={1}, input_batching_dims={0}, scatter_indices_batching_dims={0}, index_vector_dim=2, to_apply=%fmin, sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}\n}\n",
+        comps,
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 0.0, 151);
+    // One all-reduce of a [1,7,4] f32 batch tile.
+    assert_eq!(
+        summary.collective_bytes,
+        112,
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+}
