@@ -61,6 +61,12 @@ pub struct Part<'a, 'c> {
     /// only, which the driver computes replicated (what XLA's constant
     /// folding gives), so every layout of it is free.
     pub constant_derived: Vec<bool>,
+    /// Per original instruction: the dims along which its value is
+    /// constant (a broadcast's new dims, through elementwise ops and
+    /// transposes).
+    pub broadcast_dims: Vec<Vec<usize>>,
+    /// Local value class -> its original instruction's broadcast dims.
+    class_broadcast_dims: FxHashMap<InstrId, Vec<usize>>,
 }
 
 /// A reshard the driver emitted to an instruction's sharding: its source
@@ -87,6 +93,8 @@ impl<'a, 'c> Part<'a, 'c> {
             partial: FxHashMap::default(),
             speculative: FxHashMap::default(),
             constant_derived: Vec::new(),
+            broadcast_dims: Vec::new(),
+            class_broadcast_dims: FxHashMap::default(),
         }
     }
 
@@ -113,6 +121,37 @@ impl<'a, 'c> Part<'a, 'c> {
             }
         }
         Ok(r)
+    }
+
+    /// Records that local value `x` holds an array constant along `dims`.
+    pub fn set_broadcast_dims(&mut self, x: InstrId, dims: &[usize]) {
+        if !dims.is_empty() {
+            let class = self.class(x);
+            self.class_broadcast_dims
+                .entry(class)
+                .or_insert_with(|| dims.to_vec());
+        }
+    }
+
+    /// Whether local value `x`, laid out by `s`, already is its layout by
+    /// `t`: the two agree device by device on every dim but the ones the
+    /// array is constant along, where they have the same even tile count
+    /// (any tile of such a dim holds the same data).
+    fn relabels(&self, x: InstrId, s: &Grid, t: &Grid, dims: &[i64]) -> bool {
+        let Some(constant) = self.class_broadcast_dims.get(&self.class(x)) else {
+            return false;
+        };
+        if s.rank() != t.rank() || s.num_devices() != t.num_devices() || s.rank() != dims.len() {
+            return false;
+        }
+        let rank = s.rank();
+        (0..rank).all(|a| {
+            s.tiles(a) == t.tiles(a) && (!constant.contains(&a) || dims[a] % s.tiles(a).max(1) == 0)
+        }) && (0..s.num_devices()).all(|d| {
+            (0..rank)
+                .filter(|a| !constant.contains(a))
+                .all(|a| s.coord(d, a) == t.coord(d, a))
+        })
     }
 
     /// The speculative reshard `x` is, while nothing uses it.
@@ -250,6 +289,10 @@ impl<'a, 'c> Part<'a, 'c> {
         if let Some(&hit) = self.reshards.get(&(class, dims.clone(), t.clone())) {
             return Ok(hit);
         }
+        if self.relabels(x, s, t, &dims) {
+            self.reshards.insert((class, dims, t.clone()), x);
+            return Ok(x);
+        }
         let bytes = elem(shape)?.byte_width().max(1) as u64;
         let plan = self.b.ctx.cache.plan(s, t, shape.dims(), bytes);
         if let Some(spec) = self.pending(x).cloned() {
@@ -304,7 +347,7 @@ impl<'a, 'c> Part<'a, 'c> {
                     return self.pending(hit).map_or(0, |spec| spec.bytes);
                 }
                 let pending = self.pending(v.id);
-                if s == t {
+                if s == t || self.relabels(v.id, s, t, v.shape.dims()) {
                     return pending.map_or(0, |spec| spec.bytes);
                 }
                 let bytes = v

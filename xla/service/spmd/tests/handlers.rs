@@ -1303,3 +1303,23 @@ fn batched_scatter_reduces_within_batch_tiles() {
         part.to_text()
     );
 }
+
+/// Values constant along broadcast dims (a broadcast, an elementwise op of
+/// broadcasts, a transpose and a reshape of one) move nothing between
+/// layouts whose devices differ only in those dims: any tile there holds
+/// the same data.
+#[test]
+fn layouts_differing_only_in_broadcast_dims_move_nothing() {
+    let m = module(
+        "ENTRY %e (a: f32[2,3], b: f32[2,3,4]) -> (f32[4,2,4,3,4], f32[2,4,2,6,4], f32[2,3,4,4,4]) {\n  %a = f32[2,3] parameter(0), sharding={replicated}\n  %b = f32[2,3,4] parameter(1), sharding={replicated}\n  %ba = f32[4,2,4,3,4] broadcast(%a), dimensions={1,3}, sharding={devices=[2,1,2,1,2]<=[8]}\n  %bb = f32[4,2,4,3,4] broadcast(%b), dimensions={1,3,4}, sharding={devices=[2,1,2,1,2]<=[8]}\n  %s = f32[4,2,4,3,4] add(%ba, %bb), sharding={devices=[2,1,2,1,2]<=[8]}\n  %r = f32[2,4,2,6,4] reshape(%ba), sharding={devices=[2,1,2,1,2]<=[8]}\n  %t = f32[2,3,4,4,4] transpose(%ba), dimensions={1,3,0,2,4}, sharding={devices=[1,1,2,2,2]<=[8]}\n  %cs = f32[4,2,4,3,4] copy(%s), sharding={devices=[2,1,2,1,2]6,7,2,3,4,5,0,1}\n  %cr = f32[2,4,2,6,4] copy(%r), sharding={devices=[2,1,2,1,2]6,7,4,5,2,3,0,1}\n  %ct = f32[2,3,4,4,4] copy(%t), sharding={devices=[1,1,2,2,2]6,7,4,5,2,3,0,1}\n  ROOT %o = (f32[4,2,4,3,4], f32[2,4,2,6,4], f32[2,3,4,4,4]) tuple(%cs, %cr, %ct), sharding={{devices=[2,1,2,1,2]6,7,2,3,4,5,0,1}, {devices=[2,1,2,1,2]6,7,4,5,2,3,0,1}, {devices=[1,1,2,2,2]6,7,4,5,2,3,0,1}}\n}\n",
+        "",
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 0.0, 157);
+    assert_eq!(
+        summary.collective_bytes,
+        0,
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+}

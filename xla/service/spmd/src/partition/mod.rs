@@ -43,6 +43,7 @@ pub fn partition_computation(
     let b = Builder::new(ctx, name, orig_comp.instructions.len() * 2 + 16);
     let mut p = Part::new(orig, orig_comp, b);
     p.constant_derived = constant_derived(orig_comp);
+    p.broadcast_dims = broadcast_dims(orig_comp);
     for id in orig_comp.ids() {
         let instr = orig_comp.instr(id);
         let v = if instr.opcode == Opcode::Parameter {
@@ -111,6 +112,95 @@ fn constant_derived(comp: &HloComputation) -> Vec<bool> {
                 .all(|o| derived.get(o.index()).copied().unwrap_or(false));
     }
     derived
+}
+
+/// Per instruction of `comp`, the dims along which its array is constant:
+/// a broadcast's added dims (and its operand's, mapped), kept by
+/// transposes and by elementwise ops where all their array operands have
+/// them.
+fn broadcast_dims(comp: &HloComputation) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); comp.instructions.len()];
+    for id in comp.ids() {
+        let instr = comp.instr(id);
+        if !instr.shape.is_array() {
+            continue;
+        }
+        let of = |k: usize| -> &[usize] {
+            instr
+                .operands
+                .get(k)
+                .and_then(|o| out.get(o.index()))
+                .map_or(&[], |v| v.as_slice())
+        };
+        let dims: Vec<usize> = match instr.opcode {
+            Opcode::Broadcast => {
+                let kept = instr.dimensions();
+                (0..instr.shape.rank())
+                    .filter(|&d| match kept.iter().position(|&k| k == d as i64) {
+                        None => true,
+                        Some(k) => of(0).contains(&k),
+                    })
+                    .collect()
+            }
+            Opcode::Reshape => {
+                let input = comp.instr(instr.operands[0]).shape.dims().to_vec();
+                reshape_constant_dims(&input, of(0), instr.shape.dims())
+            }
+            Opcode::Transpose => {
+                let perm = instr.dimensions();
+                let operand = of(0);
+                (0..perm.len())
+                    .filter(|&i| operand.contains(&(perm[i] as usize)))
+                    .collect()
+            }
+            op if op.is_elementwise() && !instr.operands.is_empty() => {
+                let rank = instr.shape.rank();
+                let arrays: Vec<usize> = (0..instr.operands.len())
+                    .filter(|&k| comp.instr(instr.operands[k]).shape.rank() == rank)
+                    .collect();
+                if arrays.is_empty() {
+                    Vec::new()
+                } else {
+                    (0..rank)
+                        .filter(|d| arrays.iter().all(|&k| of(k).contains(d)))
+                        .collect()
+                }
+            }
+            _ => Vec::new(),
+        };
+        out[id.index()] = dims;
+    }
+    out
+}
+
+/// The dims of a reshape's result (`output` dims) along which it is
+/// constant, given the input's constant dims: output dim `o` (row-major
+/// stride `S`, size `n`) leaves the digit of every other input dim `k`
+/// (stride `T`, size `m`) unchanged when it lies wholly below it (`T` a
+/// multiple of `S n`) or wholly above it (`S` a multiple of `T m`).
+fn reshape_constant_dims(input: &[i64], constant: &[usize], output: &[i64]) -> Vec<usize> {
+    let strides = |dims: &[i64]| {
+        let mut s = vec![1i64; dims.len()];
+        for d in (0..dims.len().saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * dims[d + 1].max(1);
+        }
+        s
+    };
+    if constant.is_empty() {
+        return Vec::new();
+    }
+    let (in_strides, out_strides) = (strides(input), strides(output));
+    (0..output.len())
+        .filter(|&o| {
+            let (so, no) = (out_strides[o], output[o].max(1));
+            (0..input.len())
+                .filter(|k| !constant.contains(k) && input[*k] > 1)
+                .all(|k| {
+                    let (tk, mk) = (in_strides[k], input[k]);
+                    tk % (so * no) == 0 || so % (tk * mk) == 0
+                })
+        })
+        .collect()
 }
 
 fn annotate(e: SpmdError, instr: &HloInstruction) -> SpmdError {
@@ -340,6 +430,9 @@ impl<'a, 'c> Part<'a, 'c> {
             _ => target.clone(),
         };
         let v = dispatch::dispatch(self, instr, &computed_in)?;
+        if let Some(dims) = self.broadcast_dims.get(id.index()).cloned() {
+            self.set_broadcast_dims(v.id, &dims);
+        }
         // Every handler's result ends in the instruction's own sharding.
         let v = self.reshard_result(&v, &target)?;
         if let Some(groups) = stays_partial {
