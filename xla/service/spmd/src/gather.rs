@@ -176,6 +176,17 @@ struct ParallelDim {
     component: usize,
 }
 
+/// How a gather or scatter addresses its operand through its indices:
+/// the slice (or window) size per operand dim, the index vector dim, the
+/// operand dim each index component addresses, and the indices' batching
+/// dims.
+struct IndexAddressing<'a> {
+    slice_sizes: &'a [i64],
+    index_vector_dim: usize,
+    index_map: &'a [usize],
+    indices_batching: &'a [usize],
+}
+
 /// The index-parallel dims of a gather or scatter whose indices are
 /// `indices` (looked through copies to a concatenate along the index
 /// vector dim of iotas): components that are an iota along a non-batching
@@ -187,11 +198,14 @@ fn parallel_dims(
     comp: &HloComputation,
     operand_dims: &[i64],
     indices: InstrId,
-    slice_sizes: &[i64],
-    ivd: usize,
-    index_map: &[usize],
-    indices_batching: &[usize],
+    addressing: &IndexAddressing<'_>,
 ) -> Vec<ParallelDim> {
+    let IndexAddressing {
+        slice_sizes,
+        index_vector_dim: ivd,
+        index_map,
+        indices_batching,
+    } = *addressing;
     let Some(ix) = comp.instructions.get(indices.index()) else {
         return Vec::new();
     };
@@ -369,10 +383,12 @@ pub fn gather(
         p.orig_comp,
         &od,
         instr.operands[1],
-        &sizes,
-        ivd,
-        &sim,
-        &ibatch,
+        &IndexAddressing {
+            slice_sizes: &sizes,
+            index_vector_dim: ivd,
+            index_map: &sim,
+            indices_batching: &ibatch,
+        },
     );
     for d in 0..rop {
         if let Some(i) = obatch.iter().position(|&b| b == d) {
@@ -705,10 +721,12 @@ pub fn scatter(
             p.orig_comp,
             &od,
             instr.operands[n],
-            &scatter_sizes,
-            ivd,
-            &sdod,
-            &sibd,
+            &IndexAddressing {
+                slice_sizes: &scatter_sizes,
+                index_vector_dim: ivd,
+                index_map: &sdod,
+                indices_batching: &sibd,
+            },
         )
     } else {
         Vec::new()
