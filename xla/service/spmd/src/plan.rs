@@ -524,6 +524,13 @@ fn plan_uncached(
             best = a2a;
         }
     }
+    if best.cost > 0 {
+        if let Some(direct) = direct_all_to_all_multi(grids, src, tgt, dims, bytes) {
+            if direct.cost < best.cost {
+                best = direct;
+            }
+        }
+    }
     // One dim retiled by a window exchange (the grids agree elsewhere).
     if best.cost > 0 {
         let differing: Vec<usize> = (0..dims.len())
@@ -741,6 +748,90 @@ fn merge_all_to_alls(grids: &GridCache, src: &Grid, plan: Plan, dims: &[i64], by
                 out.steps.push(step);
                 i += 1;
             }
+        }
+    }
+    out
+}
+
+/// Most dims one direct all-to-all pairs (bijections and move orders are
+/// enumerated).
+const MAX_DIRECT_MOVES: usize = 4;
+
+/// One all-to-all straight to `tgt` when the two grids differ only in
+/// dims tiled by one of them alone, paired source-to-target by equal tile
+/// counts with every device keeping its coordinate (XLA's all-to-all with
+/// several source and target dims): one local tile moves, where the
+/// greedy minor-factor moves may take several steps and a permute.
+fn direct_all_to_all_multi(
+    grids: &GridCache,
+    src: &Grid,
+    tgt: &Grid,
+    dims: &[i64],
+    bytes: u64,
+) -> Option<Plan> {
+    if src.rank() != tgt.rank() || src.num_devices() != tgt.num_devices() {
+        return None;
+    }
+    let (mut from, mut onto) = (Vec::new(), Vec::new());
+    for a in 0..dims.len() {
+        match (src.tiles(a), tgt.tiles(a)) {
+            (s, t) if s == t => {}
+            (s, 1) if s > 1 => from.push(a),
+            (1, t) if t > 1 => onto.push(a),
+            _ => return None,
+        }
+    }
+    if from.len() < 2 || from.len() != onto.len() || from.len() > MAX_DIRECT_MOVES {
+        return None;
+    }
+    let mut best: Option<Plan> = None;
+    for pairing in permutations(onto.len()) {
+        let moves: Vec<(usize, usize, i64)> = from
+            .iter()
+            .zip(&pairing)
+            .map(|(&a, &k)| (a, onto[k], src.tiles(a)))
+            .collect();
+        if moves.iter().any(|m| tgt.tiles(m.1) != m.2) {
+            continue;
+        }
+        for order in permutations(moves.len()) {
+            let ordered: Vec<(usize, usize, i64)> = order.iter().map(|&k| moves[k]).collect();
+            let mut cur = src.clone();
+            for &(a, b, f) in &ordered {
+                match grids.all_to_all(&cur, a, b, f) {
+                    Some(next) => cur = next,
+                    None => break,
+                }
+            }
+            if &cur != tgt || !multi_all_to_all_ok(grids, src, &cur, &ordered, dims) {
+                continue;
+            }
+            let cost = elems(&local_dims(dims, src)) * bytes;
+            if best.as_ref().is_none_or(|b| cost < b.cost) {
+                best = Some(Plan {
+                    steps: vec![Step::AllToAllMulti {
+                        moves: ordered,
+                        to: tgt.clone(),
+                    }],
+                    cost,
+                });
+            }
+        }
+    }
+    best
+}
+
+/// Every ordering of `0..n` (n small).
+fn permutations(n: usize) -> Vec<Vec<usize>> {
+    if n == 0 {
+        return vec![Vec::new()];
+    }
+    let mut out = Vec::new();
+    for rest in permutations(n - 1) {
+        for at in 0..=rest.len() {
+            let mut p = rest.clone();
+            p.insert(at, n - 1);
+            out.push(p);
         }
     }
     out

@@ -1323,3 +1323,29 @@ fn layouts_differing_only_in_broadcast_dims_move_nothing() {
         part.to_text()
     );
 }
+
+/// Two tiled dims moving to two other dims, every device keeping its
+/// coordinates: one all-to-all over all 8 devices moves one local tile
+/// (XLA's all-to-all with several source and target dims), instead of
+/// several minor-factor all-to-alls and a permute.
+#[test]
+fn two_dims_move_in_one_all_to_all() {
+    let m = module(
+        "ENTRY %e (p: s32[4,8,4,8]) -> s32[4,8,4,8] {\n  %p = s32[4,8,4,8] parameter(0), sharding={devices=[1,4,2,1]<=[8]}\n  ROOT %c = s32[4,8,4,8] copy(%p), sharding={devices=[2,1,1,4]<=[4,2]T(1,0)}\n}\n",
+        "",
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 0.0, 158);
+    // One all-to-all of the [4,2,2,8] s32 tile.
+    assert_eq!(
+        summary.collective_bytes,
+        512,
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+    assert_eq!(
+        summary.collectives.get("all-to-all"),
+        Some(&1),
+        "{summary:?}"
+    );
+}
