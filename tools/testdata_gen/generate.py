@@ -77,6 +77,7 @@ NP_TO_HLO = {
     "bool": "pred", "int8": "s8", "uint8": "u8", "int16": "s16", "uint16": "u16",
     "float16": "f16", "bfloat16": "bf16", "int32": "s32", "uint32": "u32",
     "float32": "f32", "int64": "s64", "uint64": "u64", "float64": "f64",
+    "complex64": "c64", "complex128": "c128",
 }
 
 
@@ -768,6 +769,48 @@ def _cumsum(c):
         s3 = lax.reduce_window(x, 0.0, lax.add, (1, 3), (1, 1), "SAME") / 3.0
         m4 = lax.reduce_window(x, -jnp.inf, lax.max, (1, 4), (1, 4), "VALID")
         return cs, cm, s3, m4
+    return f
+
+
+# --- FFT / complex --------------------------------------------------------------------
+
+@case("fft2_spectral_filter_batch",
+      "Spectral filter: x [8,6,8] f32 batch-sharded 8-way; rfft2 over the last two dims "
+      "(c64 [8,6,5]), multiplied by a complex filter built from two replicated f32 [6,5] "
+      "weights (complex(a, b)), irfft2 back to f32 [8,6,8]; also |X| summed over the batch "
+      "(an all-reduce of f32 magnitudes). Batch-parallel transforms need no communication.",
+      (8,), ("batch",), rtol=1e-4, atol=1e-4)
+def _fft2_filter(c):
+    c.arg("x", (8, 6, 8), "f32", P("batch", None, None))
+    c.arg("a", (6, 5), "f32", P(None, None))
+    c.arg("b", (6, 5), "f32", P(None, None), scale=0.5)
+    c.out("y", P("batch", None, None))
+    c.out("mag", P(None, None))
+
+    def f(x, a, b):
+        spec = jnp.fft.rfft2(x)
+        filt = lax.complex(a, b)
+        y = jnp.fft.irfft2(spec * filt, s=(6, 8))
+        return y, jnp.sum(jnp.abs(spec), axis=0)
+    return f
+
+
+@case("fft_along_sharded_dim_2x4",
+      "x [4,16] f32 on a 2x4 mesh, sharded ('data', 'model'): a complex fft along the "
+      "sharded dim 1 (the transform needs the whole row), the c64 spectrum times its "
+      "conjugate's imag flipped (x*conj via complex(real, -imag)), an ifft back and the "
+      "c64 result kept ('data', 'model'); the real part also returned.",
+      (2, 4), ("data", "model"), rtol=1e-4, atol=1e-4)
+def _fft_sharded(c):
+    c.arg("x", (4, 16), "f32", P("data", "model"))
+    c.out("z", P("data", "model"))
+    c.out("re", P("data", "model"))
+
+    def f(x):
+        spec = jnp.fft.fft(x.astype(jnp.complex64), axis=1)
+        power = spec * lax.complex(jnp.real(spec), -jnp.imag(spec))
+        z = jnp.fft.ifft(power * 0.125, axis=1)
+        return z, jnp.real(z) + jnp.imag(z)
     return f
 
 
@@ -4918,10 +4961,10 @@ def run_case(name, out_root):
         for (o, hlo), r in zip(host_outs, ref):
             r, _ = _host(r)
             if o.dtype == np.bool_ or np.issubdtype(o.dtype, np.integer):
-                d = float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) if o.size else 0.0
+                d = float(np.max(np.abs(o.astype(np.complex128 if np.iscomplexobj(o) else np.float64) - r.astype(np.complex128 if np.iscomplexobj(r) else np.float64)))) if o.size else 0.0
                 ok = ok and d == 0.0
             else:
-                d = float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) if o.size else 0.0
+                d = float(np.max(np.abs(o.astype(np.complex128 if np.iscomplexobj(o) else np.float64) - r.astype(np.complex128 if np.iscomplexobj(r) else np.float64)))) if o.size else 0.0
                 ok = ok and bool(np.allclose(o, r, rtol=c.rtol, atol=c.atol))
             diffs.append(d)
         sdc = {"max_abs_diff": diffs, "within_rtol_atol": bool(ok)}

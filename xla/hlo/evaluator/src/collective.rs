@@ -150,6 +150,7 @@ pub fn to_buffer(a: &Array) -> Result<DeviceBuffer, EvalError> {
         Data::Bf16(v) => HostBytes::from_typed(v),
         Data::F32(v) => HostBytes::from_typed(v),
         Data::F64(v) => HostBytes::from_typed(v),
+        Data::C64(_) | Data::C128(_) => HostBytes::from_slice(&crate::elementwise::to_bytes(a)),
     };
     DeviceBuffer::new(a.ty, a.dims.clone(), bytes)
         .map_err(|e| EvalError::Internal(format!("array to buffer: {e}")))
@@ -178,6 +179,7 @@ pub fn from_buffer(b: &DeviceBuffer) -> Result<Array, EvalError> {
         Storage::F32 => Data::F32(typed(b)?),
         Storage::F64 => Data::F64(typed(b)?),
         Storage::F8 => Data::F8(typed(b)?),
+        Storage::C64 | Storage::C128 => crate::elementwise::from_bytes(ty, b.bytes())?,
     };
     Array::new(ty, b.dims().to_vec(), data)
 }
@@ -679,6 +681,8 @@ macro_rules! with_elements {
             Data::F32($v) => Data::F32($e),
             Data::F64($v) => Data::F64($e),
             Data::F8($v) => Data::F8($e),
+            Data::C64($v) => Data::C64($e),
+            Data::C128($v) => Data::C128($e),
         }
     };
 }
@@ -751,7 +755,9 @@ pub fn assemble_array(
             }
         };
     }
-    let data = assemble_as!(Pred, S8, S16, S32, S64, U8, U16, U32, U64, F16, Bf16, F32, F64, F8);
+    let data = assemble_as!(
+        Pred, S8, S16, S32, S64, U8, U16, U32, U64, F16, Bf16, F32, F64, F8, C64, C128
+    );
     if !matches!(s.kind, ShardingKind::Tiled { .. }) {
         return Ok(first.clone());
     }

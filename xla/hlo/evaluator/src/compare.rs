@@ -1,6 +1,7 @@
 //! Output comparison with XLA-test semantics: integers and pred exactly,
 //! floats within `|a - b| <= atol + rtol * |b|`, NaN only matching NaN and
-//! infinities only matching themselves.
+//! infinities only matching themselves; complex elements part by part
+//! (real and imaginary each as a float).
 //!
 //! Invariant: `matched` is true exactly when `mismatches == 0` and the
 //! shapes agree.
@@ -38,28 +39,38 @@ pub fn compare(got: &Array, expected: &Array, rtol: f64, atol: f64) -> Compariso
     if !c.shape_ok {
         return c;
     }
-    let exact = !got.ty.is_float();
+    let complex = got.ty.is_complex();
+    let exact = !got.ty.is_float() && !complex;
     let wide_int = matches!(got.ty, PrimitiveType::U64 | PrimitiveType::S64);
+    let float_ok = |x: f64, y: f64| {
+        if x.is_nan() || y.is_nan() {
+            x.is_nan() && y.is_nan()
+        } else if x.is_infinite() || y.is_infinite() {
+            x == y
+        } else {
+            (x - y).abs() <= atol + rtol * y.abs()
+        }
+    };
     for i in 0..got.len() {
         let (x, y) = (got.get_f64(i), expected.get_f64(i));
+        let both = [(x, y), (got.get_imag(i), expected.get_imag(i))];
+        let pairs = &both[..if complex { 2 } else { 1 }];
         let ok = if exact {
             if wide_int {
                 got.get_i64(i) == expected.get_i64(i)
             } else {
                 x == y
             }
-        } else if x.is_nan() || y.is_nan() {
-            x.is_nan() && y.is_nan()
-        } else if x.is_infinite() || y.is_infinite() {
-            x == y
         } else {
-            (x - y).abs() <= atol + rtol * y.abs()
+            pairs.iter().all(|&(p, q)| float_ok(p, q))
         };
-        if x.is_finite() && y.is_finite() {
-            let d = (x - y).abs();
-            c.max_abs_err = c.max_abs_err.max(d);
-            if y != 0.0 {
-                c.max_rel_err = c.max_rel_err.max(d / y.abs());
+        for &(p, q) in pairs {
+            if p.is_finite() && q.is_finite() {
+                let d = (p - q).abs();
+                c.max_abs_err = c.max_abs_err.max(d);
+                if q != 0.0 {
+                    c.max_rel_err = c.max_rel_err.max(d / q.abs());
+                }
             }
         }
         if !ok {

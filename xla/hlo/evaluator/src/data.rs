@@ -314,6 +314,8 @@ pub fn concatenate(parts: &[&Array], dim: i64) -> Result<Array, EvalError> {
         Storage::F32 => go!(F32),
         Storage::F64 => go!(F64),
         Storage::F8 => go!(F8),
+        Storage::C64 => go!(C64),
+        Storage::C128 => go!(C128),
     }
     Ok(Array::from_parts(first.ty, out_dims, data))
 }
@@ -341,7 +343,7 @@ pub fn iota(ty: PrimitiveType, dims: &[i64], dim: i64) -> Result<Array, EvalErro
         Storage::Bf16 => Data::Bf16((0..n).map(|i| bf16::from_f64(idx(i) as f64)).collect()),
         Storage::F32 => Data::F32((0..n).map(|i| idx(i) as f32).collect()),
         Storage::F64 => Data::F64((0..n).map(|i| idx(i) as f64).collect()),
-        Storage::F8 => {
+        Storage::F8 | Storage::C64 | Storage::C128 => {
             let v: Vec<f64> = (0..n).map(|i| idx(i) as f64).collect();
             return Array::from_f64s(ty, dims.to_vec(), &v);
         }

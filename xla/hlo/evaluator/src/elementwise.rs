@@ -217,6 +217,9 @@ pub fn unary(op: Opcode, a: &Array) -> Result<Array, EvalError> {
             Data::Pred(out),
         ));
     }
+    if let Some(r) = crate::complex::unary(op, a) {
+        return r;
+    }
     let unsupported = || bad(format!("{} of {} is not supported", op, a.ty));
     let unsup = || EvalError::Invalid(format!("{} of {} is not supported", op, a.ty));
     let data = match &*a.data {
@@ -248,6 +251,7 @@ pub fn unary(op: Opcode, a: &Array) -> Result<Array, EvalError> {
         Data::U16(v) => Data::U16((|| int_unary_impl!(u16, false, op, v))().ok_or_else(unsup)?),
         Data::U32(v) => Data::U32((|| int_unary_impl!(u32, false, op, v))().ok_or_else(unsup)?),
         Data::U64(v) => Data::U64((|| int_unary_impl!(u64, false, op, v))().ok_or_else(unsup)?),
+        Data::C64(_) | Data::C128(_) => return unsupported(),
     };
     Ok(Array::from_parts(a.ty, a.dims.clone(), data))
 }
@@ -416,6 +420,9 @@ macro_rules! int_binary_impl {
 /// a scalar operand is broadcast).
 pub fn binary(op: Opcode, a: &Array, b: &Array) -> Result<Array, EvalError> {
     let (a, b) = broadcast_scalars(a, b)?;
+    if let Some(r) = crate::complex::binary(op, &a, &b) {
+        return r;
+    }
     let unsupported = || bad(format!("{} of {} is not supported", op, a.ty));
     let unsup = || EvalError::Invalid(format!("{} of {} is not supported", op, a.ty));
     let data = match (&*a.data, &*b.data) {
@@ -559,6 +566,20 @@ pub fn compare(
             map2($x, $y, |p, q| dir.holds(p, q))
         };
     }
+    if a.ty.is_complex() {
+        let equal = match dir {
+            Direction::Eq => true,
+            Direction::Ne => false,
+            _ => return bad(format!("compare {dir:?} of {} is not supported", a.ty)),
+        };
+        if let Some(r) = crate::complex::compare(&a, &b, equal) {
+            return Ok(Array::from_parts(
+                PrimitiveType::Pred,
+                a.dims.clone(),
+                Data::Pred(r),
+            ));
+        }
+    }
     let out: Vec<bool> = match (&*a.data, &*b.data) {
         (Data::F32(x), Data::F32(y)) => {
             if total_order {
@@ -693,6 +714,9 @@ pub fn convert(a: &Array, ty: PrimitiveType) -> Result<Array, EvalError> {
     if a.ty == ty {
         return Ok(a.clone());
     }
+    if let Some(r) = crate::complex::convert(a, ty) {
+        return r;
+    }
     let dims = a.dims.clone();
     // Fast paths for the conversions hot in real models.
     let fast = match (&*a.data, storage_of(ty)?) {
@@ -763,6 +787,14 @@ pub(crate) fn to_bytes(a: &Array) -> Vec<u8> {
         Data::F32(v) => v.iter().for_each(|&x| out.extend(x.to_le_bytes())),
         Data::F64(v) => v.iter().for_each(|&x| out.extend(x.to_le_bytes())),
         Data::F8(v) => out.extend_from_slice(v),
+        Data::C64(v) => v.iter().for_each(|z| {
+            out.extend(z.re.to_le_bytes());
+            out.extend(z.im.to_le_bytes());
+        }),
+        Data::C128(v) => v.iter().for_each(|z| {
+            out.extend(z.re.to_le_bytes());
+            out.extend(z.im.to_le_bytes());
+        }),
     }
     out
 }
@@ -799,6 +831,24 @@ pub(crate) fn from_bytes(ty: PrimitiveType, b: &[u8]) -> Result<Data, EvalError>
         Storage::F32 => Data::F32(chunks!(f32, 4)),
         Storage::F64 => Data::F64(chunks!(f64, 8)),
         Storage::F8 => Data::F8(b.to_vec()),
+        Storage::C64 => {
+            let parts: Vec<f32> = chunks!(f32, 4);
+            Data::C64(
+                parts
+                    .chunks_exact(2)
+                    .map(|p| crate::value::Complex32::new(p[0], p[1]))
+                    .collect(),
+            )
+        }
+        Storage::C128 => {
+            let parts: Vec<f64> = chunks!(f64, 8);
+            Data::C128(
+                parts
+                    .chunks_exact(2)
+                    .map(|p| crate::value::Complex64::new(p[0], p[1]))
+                    .collect(),
+            )
+        }
     })
 }
 

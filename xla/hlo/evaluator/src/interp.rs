@@ -890,6 +890,15 @@ impl<'m> Evaluator<'m> {
                 instr.int_attr(AttrKey::ExponentBits).unwrap_or(8),
                 instr.int_attr(AttrKey::MantissaBits).unwrap_or(23),
             )?,
+            O::Complex => crate::complex::make_complex(arr(0)?, arr(1)?)?,
+            O::Fft => {
+                let (ty, dims) = out_array_shape()?;
+                let name = instr.ident_attr(AttrKey::FftType).unwrap_or("FFT");
+                let kind = crate::complex::FftType::parse(name)
+                    .ok_or_else(|| EvalError::invalid(format!("fft: unknown fft_type {name}")))?;
+                let lengths = instr.ints_attr(AttrKey::FftLength).unwrap_or(&[]);
+                crate::complex::fft(arr(0)?, kind, lengths, ty, &dims)?
+            }
             O::Add
             | O::Subtract
             | O::Multiply

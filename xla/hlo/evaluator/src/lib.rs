@@ -10,6 +10,7 @@
 
 pub mod collective;
 pub mod compare;
+pub mod complex;
 pub mod data;
 pub mod dot;
 pub mod elementwise;

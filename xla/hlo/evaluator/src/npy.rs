@@ -50,6 +50,11 @@ pub fn read_npy_bytes(bytes: &[u8]) -> Result<Array, String> {
         (TypeChar::Float, 2) => (PrimitiveType::F16, Data::F16(rd!(half::f16))),
         (TypeChar::Float, 4) => (PrimitiveType::F32, Data::F32(rd!(f32))),
         (TypeChar::Float, 8) => (PrimitiveType::F64, Data::F64(rd!(f64))),
+        (TypeChar::Complex, 8) => (PrimitiveType::C64, Data::C64(rd!(crate::value::Complex32))),
+        (TypeChar::Complex, 16) => (
+            PrimitiveType::C128,
+            Data::C128(rd!(crate::value::Complex64)),
+        ),
         (c, s) => return Err(format!("unsupported dtype {}{s}", c.to_str())),
     };
     if fortran && shape.len() > 1 {
@@ -126,6 +131,8 @@ pub fn write_npy(path: &Path, a: &Array) -> Result<(), EvalError> {
         Data::F16(v) => wr!(half::f16, v),
         Data::F32(v) => wr!(f32, v),
         Data::F64(v) => wr!(f64, v),
+        Data::C64(v) => wr!(crate::value::Complex32, v),
+        Data::C128(v) => wr!(crate::value::Complex64, v),
         Data::Bf16(_) | Data::F8(_) => {
             let w32 = convert(a, PrimitiveType::F32)?;
             match &*w32.data {

@@ -3,14 +3,15 @@
 //! Invariants:
 //! - `Array::data.len() == product(dims)` and the `Data` variant matches
 //!   `Array::ty` (`storage_of(ty)`): pred is `Pred(Vec<bool>)`, f8 kinds are
-//!   `F8(Vec<u8>)` holding bit patterns, every other supported type has its
-//!   own native vector.
+//!   `F8(Vec<u8>)` holding bit patterns, c64/c128 are `num_complex`
+//!   pairs, every other supported type has its own native vector.
 //! - Array storage is shared (`Arc`), so reshape, bitcast, copy, tuple and
 //!   get-tuple-element never copy elements; mutation goes through
 //!   `Arc::make_mut`, which copies only when the storage is shared.
 
 use crate::error::EvalError;
 use half::{bf16, f16};
+pub use num_complex::{Complex32, Complex64};
 use std::sync::Arc;
 use xla_hlo_ir::literal::{float_from_bits, float_to_bits, ArrayLiteral};
 use xla_hlo_ir::{Literal, PrimitiveType, Shape};
@@ -33,6 +34,8 @@ pub enum Data {
     F64(Vec<f64>),
     /// Bit patterns of one of the f8 kinds (the array's `ty` says which).
     F8(Vec<u8>),
+    C64(Vec<Complex32>),
+    C128(Vec<Complex64>),
 }
 
 /// Applies a type-generic expression to the vector inside a `Data`,
@@ -56,6 +59,8 @@ macro_rules! map_data {
             $crate::value::Data::F32($v) => $crate::value::Data::F32($e),
             $crate::value::Data::F64($v) => $crate::value::Data::F64($e),
             $crate::value::Data::F8($v) => $crate::value::Data::F8($e),
+            $crate::value::Data::C64($v) => $crate::value::Data::C64($e),
+            $crate::value::Data::C128($v) => $crate::value::Data::C128($e),
         }
     };
 }
@@ -80,6 +85,8 @@ macro_rules! with_data {
             $crate::value::Data::F32($v) => $e,
             $crate::value::Data::F64($v) => $e,
             $crate::value::Data::F8($v) => $e,
+            $crate::value::Data::C64($v) => $e,
+            $crate::value::Data::C128($v) => $e,
         }
     };
 }
@@ -104,6 +111,8 @@ macro_rules! zip_data {
             ($crate::value::Data::F32($x), $crate::value::Data::F32($y)) => $e,
             ($crate::value::Data::F64($x), $crate::value::Data::F64($y)) => $e,
             ($crate::value::Data::F8($x), $crate::value::Data::F8($y)) => $e,
+            ($crate::value::Data::C64($x), $crate::value::Data::C64($y)) => $e,
+            ($crate::value::Data::C128($x), $crate::value::Data::C128($y)) => $e,
             _ => $f,
         }
     };
@@ -158,6 +167,12 @@ macro_rules! zip_map_data {
             ($crate::value::Data::F8($x), $crate::value::Data::F8($y)) => {
                 $crate::value::Data::F8($e)
             }
+            ($crate::value::Data::C64($x), $crate::value::Data::C64($y)) => {
+                $crate::value::Data::C64($e)
+            }
+            ($crate::value::Data::C128($x), $crate::value::Data::C128($y)) => {
+                $crate::value::Data::C128($e)
+            }
             _ => $f,
         }
     };
@@ -187,6 +202,8 @@ impl Data {
             Storage::F32 => Data::F32(vec![0.0; n]),
             Storage::F64 => Data::F64(vec![0.0; n]),
             Storage::F8 => Data::F8(vec![0; n]),
+            Storage::C64 => Data::C64(vec![Complex32::new(0.0, 0.0); n]),
+            Storage::C128 => Data::C128(vec![Complex64::new(0.0, 0.0); n]),
         })
     }
     /// An empty vector of the same variant with room for `n` elements.
@@ -212,10 +229,12 @@ pub enum Storage {
     F32,
     F64,
     F8,
+    C64,
+    C128,
 }
 
 /// The storage of an element type, or an error for types the interpreter
-/// does not hold (sub-byte integers, f6/f4, complex, token, opaque).
+/// does not hold (sub-byte integers, f6/f4, token, opaque).
 pub fn storage_of(ty: PrimitiveType) -> Result<Storage, EvalError> {
     use PrimitiveType as P;
     Ok(match ty {
@@ -240,6 +259,8 @@ pub fn storage_of(ty: PrimitiveType) -> Result<Storage, EvalError> {
         | P::F8E5M2FNUZ
         | P::F8E4M3FNUZ
         | P::F8E8M0FNU => Storage::F8,
+        P::C64 => Storage::C64,
+        P::C128 => Storage::C128,
         other => return Err(EvalError::UnsupportedType(other)),
     })
 }
@@ -334,7 +355,8 @@ impl Array {
             _ => self.get_f64(i) as i64,
         }
     }
-    /// Element `i` as f64 (exact for every type but 64-bit integers).
+    /// Element `i` as f64 (exact for every type but 64-bit integers; the
+    /// real part of a complex element).
     pub fn get_f64(&self, i: usize) -> f64 {
         match &*self.data {
             Data::Pred(v) => v[i] as u8 as f64,
@@ -351,6 +373,16 @@ impl Array {
             Data::F32(v) => v[i] as f64,
             Data::F64(v) => v[i],
             Data::F8(v) => float_from_bits(self.ty, v[i] as u128).unwrap_or(f64::NAN),
+            Data::C64(v) => v[i].re as f64,
+            Data::C128(v) => v[i].re,
+        }
+    }
+    /// The imaginary part of element `i` as f64 (0 for real types).
+    pub fn get_imag(&self, i: usize) -> f64 {
+        match &*self.data {
+            Data::C64(v) => v[i].im as f64,
+            Data::C128(v) => v[i].im,
+            _ => 0.0,
         }
     }
     /// All elements as f64 (for comparisons and reports).
@@ -381,6 +413,22 @@ impl Array {
             Storage::F32 => Data::F32((0..n).map(|i| f32::from_bits(lit.bits(i) as u32)).collect()),
             Storage::F64 => Data::F64((0..n).map(|i| f64::from_bits(lit.bits(i) as u64)).collect()),
             Storage::F8 => Data::F8((0..n).map(|i| lit.bits(i) as u8).collect()),
+            Storage::C64 => Data::C64(
+                (0..n)
+                    .map(|i| {
+                        let (re, im) = lit.get_complex(i);
+                        Complex32::new(re as f32, im as f32)
+                    })
+                    .collect(),
+            ),
+            Storage::C128 => Data::C128(
+                (0..n)
+                    .map(|i| {
+                        let (re, im) = lit.get_complex(i);
+                        Complex64::new(re, im)
+                    })
+                    .collect(),
+            ),
         };
         Ok(Array::from_parts(ty, lit.shape.dims.clone(), data))
     }
@@ -389,6 +437,17 @@ impl Array {
     pub fn to_literal(&self) -> ArrayLiteral {
         let mut lit = ArrayLiteral::zeros(xla_hlo_ir::ArrayShape::new(self.ty, self.dims.clone()));
         for i in 0..self.len() {
+            match &*self.data {
+                Data::C64(v) => {
+                    lit.set_complex(i, v[i].re as f64, v[i].im as f64);
+                    continue;
+                }
+                Data::C128(v) => {
+                    lit.set_complex(i, v[i].re, v[i].im);
+                    continue;
+                }
+                _ => {}
+            }
             let bits: u128 = match &*self.data {
                 Data::Pred(v) => v[i] as u128,
                 Data::S8(v) => v[i] as u8 as u128,
@@ -404,13 +463,15 @@ impl Array {
                 Data::F32(v) => v[i].to_bits() as u128,
                 Data::F64(v) => v[i].to_bits() as u128,
                 Data::F8(v) => v[i] as u128,
+                Data::C64(_) | Data::C128(_) => unreachable!("complex elements set above"),
             };
             lit.set_bits(i, bits);
         }
         lit
     }
 
-    /// Builds an array of type `ty` from f64 values (rounded to nearest even).
+    /// Builds an array of type `ty` from f64 values (rounded to nearest
+    /// even; complex types take them as real parts).
     pub fn from_f64s(ty: PrimitiveType, dims: Vec<i64>, v: &[f64]) -> Result<Array, EvalError> {
         let data = match storage_of(ty)? {
             Storage::Pred => Data::Pred(v.iter().map(|&x| x != 0.0).collect()),
@@ -431,6 +492,8 @@ impl Array {
                     .map(|&x| float_to_bits(ty, x).unwrap_or(0) as u8)
                     .collect(),
             ),
+            Storage::C64 => Data::C64(v.iter().map(|&x| Complex32::new(x as f32, 0.0)).collect()),
+            Storage::C128 => Data::C128(v.iter().map(|&x| Complex64::new(x, 0.0)).collect()),
         };
         Array::new(ty, dims, data)
     }
@@ -453,6 +516,8 @@ pub fn data_storage(d: &Data) -> Storage {
         Data::F32(_) => Storage::F32,
         Data::F64(_) => Storage::F64,
         Data::F8(_) => Storage::F8,
+        Data::C64(_) => Storage::C64,
+        Data::C128(_) => Storage::C128,
     }
 }
 

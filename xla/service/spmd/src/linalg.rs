@@ -1,6 +1,8 @@
-//! Batched linear algebra beyond dot: `cholesky` and `triangular-solve`,
-//! computed per device on whole matrices. The batch dims (all but the minor
-//! two) keep their tiling, as XLA keeps them; `triangular-solve`'s
+//! Batched linear algebra beyond dot: `cholesky`, `triangular-solve` and
+//! `fft`, computed per device on whole matrices (whole transforms for
+//! `fft`: its last `fft_length.len()` dims). The batch dims (all but the
+//! minor two, or the transform dims) keep their tiling, as XLA keeps them;
+//! `triangular-solve`'s
 //! right-hand side also keeps the tiling of its free dim (the columns of
 //! `b` when `left_side`, its rows otherwise), since each column (row) of
 //! the solution depends only on the same column (row) of `b`.
@@ -63,6 +65,39 @@ pub fn cholesky(
     Ok(Some(p.emit_local(
         instr,
         vec![local_a],
+        &ValueSharding::Grid(c),
+    )?))
+}
+
+/// `fft`: each device transforms the whole transforms of its batch tiles
+/// (the operand and the result share one grid: the transform dims, whose
+/// sizes differ between them for RFFT and IRFFT, are replicated in it).
+pub fn fft(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding) -> HandlerResult {
+    let Some(out) = target.grid() else {
+        return Ok(None);
+    };
+    let x = p.operand(instr, 0)?;
+    let rank = x.shape.rank();
+    let transform = instr.ints_attr(AttrKey::FftLength).map_or(0, |l| l.len());
+    if transform == 0 || transform > rank || out.rank() != rank {
+        return Ok(None);
+    }
+    let whole: Vec<usize> = (rank - transform..rank).collect();
+    let costed: Vec<(Grid, u64)> = candidates(p, out, x.vs.grid(), &whole)
+        .into_iter()
+        .map(|c| {
+            let cost = p.cost(&x, &c) + p.cost_of(&instr.shape, &c, out);
+            (c, cost)
+        })
+        .collect();
+    let Some(c) = cheapest(&costed) else {
+        return Ok(None);
+    };
+    let local_x = p.reshard_to_grid(&x, &c)?;
+    p.note(instr, "fft");
+    Ok(Some(p.emit_local(
+        instr,
+        vec![local_x],
         &ValueSharding::Grid(c),
     )?))
 }

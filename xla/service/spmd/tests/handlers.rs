@@ -1349,3 +1349,30 @@ fn two_dims_move_in_one_all_to_all() {
         "{summary:?}"
     );
 }
+
+/// fft keeps its batch tiles and makes only the transform dims whole: an
+/// RFFT whose transform dim is tiled gathers just that dim (within each
+/// batch tile), and the IRFFT back runs on the batch tiles alone.
+#[test]
+fn fft_keeps_batch_tiles() {
+    let m = module(
+        "ENTRY %e (x: f32[8,6]) -> (c64[8,4], f32[8,6]) {\n  %x = f32[8,6] parameter(0), sharding={devices=[4,2]<=[8]}\n  %f = c64[8,4] fft(%x), fft_type=RFFT, fft_length={6}, sharding={devices=[4,2]<=[8]}\n  %i = f32[8,6] fft(%f), fft_type=IRFFT, fft_length={6}, sharding={devices=[8,1]<=[8]}\n  ROOT %t = (c64[8,4], f32[8,6]) tuple(%f, %i), sharding={{devices=[4,2]<=[8]}, {devices=[8,1]<=[8]}}\n}\n",
+        "",
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 1e-5, 159);
+    assert!(
+        !summary.handlers.contains_key("fft:fallback"),
+        "{summary:?}"
+    );
+    // The RFFT's all-gather of the transform dim ([2,3] f32 tiles into
+    // [2,6]) only: the IRFFT reads the RFFT's result in the layout it was
+    // computed in (batch tiles of 2 rows, transform dim whole), from which
+    // its [8,1] rows are local slices.
+    assert_eq!(
+        summary.collective_bytes,
+        48,
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+}

@@ -44,6 +44,7 @@ pub fn dispatch(
         Opcode::DynamicUpdateSlice => dynamic_slice::dynamic_update_slice(p, instr, target),
         Opcode::Sort => reorder::sort(p, instr, target),
         Opcode::Cholesky => linalg::cholesky(p, instr, target),
+        Opcode::Fft => linalg::fft(p, instr, target),
         Opcode::TriangularSolve => linalg::triangular_solve(p, instr, target),
         Opcode::TopK => reorder::topk(p, instr, target),
         Opcode::Reverse => reorder::reverse(p, instr, target),
@@ -166,11 +167,10 @@ pub fn dispatch(
         | Opcode::PartitionId
         | Opcode::ReplicaId => Ok(None),
         // Ops without a partitioned form here are computed whole: batch
-        // norms, fft, ragged and scaled dots, scans and fusions.
+        // norms, ragged and scaled dots, scans and fusions.
         Opcode::BatchNormGrad
         | Opcode::BatchNormInference
         | Opcode::BatchNormTraining
-        | Opcode::Fft
         | Opcode::RaggedDot
         | Opcode::ScaledDot
         | Opcode::Scan

@@ -118,7 +118,7 @@ pub fn compare(got: &Value, want: &Value, tol: f64, m: &HloModule) {
     assert_eq!(g.len(), w.len());
     for (k, (a, b)) in g.iter().zip(&w).enumerate() {
         assert_eq!(a.dims, b.dims, "output {k} shape");
-        if tol == 0.0 || !a.ty.is_float() {
+        if tol == 0.0 || !(a.ty.is_float() || a.ty.is_complex()) {
             assert!(a == b, "output {k} differs\n{}", m.to_text());
         } else {
             let c = xla_hlo_evaluator::compare::compare(a, b, tol, tol);
