@@ -84,6 +84,7 @@ pub mod part;
 pub mod partition;
 pub mod plan;
 pub mod preprocess;
+pub mod redistribute;
 pub mod reorder;
 pub mod reshape;
 pub mod reshard;

@@ -25,6 +25,7 @@
 
 use crate::grid::{gcd, local_dims, tile_size, Grid, GridCache};
 use crate::memo::{hash_of, MemoTable};
+use crate::redistribute::{redistribute, redistribute_cost};
 use std::sync::Arc;
 
 /// One step of a resharding plan; `to` is the grid after the step.
@@ -68,6 +69,9 @@ pub enum Step {
     /// devices holding them, one collective-permute per position of the
     /// source tile in the window (see [`retile`]).
     Retile { dim: usize, to: Grid },
+    /// Moves several dims at once, each device receiving its target
+    /// tile's pieces from their holders (see [`crate::redistribute`]).
+    Redistribute { dims: Vec<usize>, to: Grid },
 }
 
 /// One collective-permute of a [`Retile`]: rows `[lo, hi)` of the source
@@ -531,13 +535,28 @@ fn plan_uncached(
             }
         }
     }
-    // One dim retiled by a window exchange (the grids agree elsewhere).
+    // Dims retiled by a window exchange (the grids agree elsewhere): one
+    // dim by a retile, several by a redistribution.
     if best.cost > 0 {
         let differing: Vec<usize> = (0..dims.len())
             .filter(|&a| {
                 src.tiles(a) != tgt.tiles(a) || src.coord_pairs(tgt, a).iter().any(|p| p.0 != p.1)
             })
             .collect();
+        if differing.len() >= 2 {
+            if let Some(rd) = redistribute(src, tgt, &differing, dims) {
+                let cost = redistribute_cost(&rd, src, dims, bytes);
+                if cost < best.cost {
+                    best = Plan {
+                        steps: vec![Step::Redistribute {
+                            dims: differing.clone(),
+                            to: tgt.clone(),
+                        }],
+                        cost,
+                    };
+                }
+            }
+        }
         if let [a] = differing[..] {
             if let Some(rt) = retile(src, tgt, a, dims[a]) {
                 let cost = retile_cost(&rt, src, a, dims, bytes);

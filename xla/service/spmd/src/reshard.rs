@@ -37,6 +37,9 @@ pub fn emit(
             Step::Slice { to } => emit_slice(b, x, &cur, to, dims)?,
             Step::SumGather { dims: sum_dims, .. } => emit_sum_gather(b, x, &cur, sum_dims, dims)?,
             Step::Retile { dim, to } => emit_retile(b, x, &cur, to, *dim, dims)?,
+            Step::Redistribute { dims: moved, to } => {
+                emit_redistribute(b, x, &cur, to, moved, dims)?
+            }
         };
         cur = match step {
             Step::Gather { to, .. }
@@ -46,7 +49,8 @@ pub fn emit(
             | Step::SlicePermute { to, .. }
             | Step::Slice { to }
             | Step::SumGather { to, .. }
-            | Step::Retile { to, .. } => to.clone(),
+            | Step::Retile { to, .. }
+            | Step::Redistribute { to, .. } => to.clone(),
         };
     }
     Ok(x)
@@ -131,6 +135,140 @@ fn emit_retile(
         }
     }
     Ok(b.dynamic_slice(buf, starts, &sizes))
+}
+
+/// A per-device `table` compared with `value`, broadcast to `dims`: the
+/// mask of the devices whose entry is `value`.
+fn table_mask(b: &mut Builder<'_>, table: &[i64], value: i64, dims: &[i64]) -> InstrId {
+    let table: std::sync::Arc<[i64]> = table.to_vec().into();
+    let entry = b.table(&table);
+    let v = b.scalar(xla_hlo_ir::PrimitiveType::S32, value);
+    let is = b.compare(entry, v, "EQ");
+    b.broadcast(is, dims, &[])
+}
+
+/// See [`Step::Redistribute`] and [`crate::redistribute`]: the tile padded
+/// at the front, each group's piece sliced (at per-device starts) and
+/// permuted round by round (or taken from the own tile), the groups
+/// concatenated dim by dim, and each device's window sliced out.
+fn emit_redistribute(
+    b: &mut Builder<'_>,
+    x: InstrId,
+    cur: &Grid,
+    to: &Grid,
+    moved: &[usize],
+    dims: &[i64],
+) -> Result<InstrId, SpmdError> {
+    let rd = crate::redistribute::redistribute(cur, to, moved, dims)
+        .ok_or_else(|| SpmdError::Invalid("redistribution plan no longer holds".into()))?;
+    let local = b.dims(x);
+    if moved
+        .iter()
+        .any(|&a| local.get(a) != Some(&tile_size(dims[a], cur.tiles(a))))
+    {
+        return Err(SpmdError::Invalid(
+            "redistribution of a buffer that is not a tile".into(),
+        ));
+    }
+    let mut lo_hi = vec![(0, 0); local.len()];
+    for (j, &a) in rd.dims.iter().enumerate() {
+        lo_hi[a] = (rd.front[j], 0);
+    }
+    let padded = if rd.front.iter().any(|&f| f > 0) {
+        b.pad_zero(x, &lo_hi)?
+    } else {
+        x
+    };
+    let mut parts = Vec::with_capacity(rd.groups.len());
+    for g in &rd.groups {
+        let mut sizes = local.clone();
+        for (j, &a) in rd.dims.iter().enumerate() {
+            sizes[a] = rd.extents[j][g.k[j]];
+        }
+        let slice_at = |b: &mut Builder<'_>, starts: &[Vec<i64>]| {
+            let idx: Vec<InstrId> = (0..local.len())
+                .map(|a| match rd.dims.iter().position(|&m| m == a) {
+                    Some(j) => {
+                        let t: std::sync::Arc<[i64]> = starts[j].clone().into();
+                        b.table(&t)
+                    }
+                    None => b.scalar(xla_hlo_ir::PrimitiveType::S32, 0),
+                })
+                .collect();
+            b.dynamic_slice(padded, idx, &sizes)
+        };
+        let mut acc: Option<InstrId> = None;
+        for (r, round) in g.rounds.iter().enumerate() {
+            let piece = slice_at(b, &round.send_starts);
+            let arrived = b.collective_permute(piece, &round.pairs);
+            acc = Some(match acc {
+                None => arrived,
+                Some(prev) => {
+                    let mask = table_mask(b, &g.round_of, r as i64, &sizes);
+                    b.select(mask, arrived, prev)
+                }
+            });
+        }
+        if g.own.iter().any(|&o| o == 1) || acc.is_none() {
+            let own = slice_at(b, &g.own_starts);
+            acc = Some(match acc {
+                None => own,
+                Some(prev) => {
+                    let mask = table_mask(b, &g.own, 1, &sizes);
+                    b.select(mask, own, prev)
+                }
+            });
+        }
+        parts.extend(acc);
+    }
+    // Groups are in row-major order of their piece indices: concatenate
+    // along the last moved dim first.
+    for (j, &a) in rd.dims.iter().enumerate().rev() {
+        let width = rd.extents[j].len().max(1);
+        parts = parts
+            .chunks(width)
+            .map(|c| {
+                if c.len() == 1 {
+                    c[0]
+                } else {
+                    b.concatenate(c.to_vec(), a)
+                }
+            })
+            .collect();
+    }
+    let [buf] = parts[..] else {
+        return Err(SpmdError::Invalid(
+            "redistribution assembled no single buffer".into(),
+        ));
+    };
+    let mut end_pad = vec![(0, 0); local.len()];
+    let mut window = local.clone();
+    for (j, &a) in rd.dims.iter().enumerate() {
+        let len = tile_size(dims[a], to.tiles(a));
+        window[a] = len;
+        let total: i64 = rd.extents[j].iter().sum();
+        let short = rd.offsets[j]
+            .iter()
+            .map(|&o| o + len - total)
+            .max()
+            .unwrap_or(0);
+        end_pad[a] = (0, short.max(0));
+    }
+    let buf = if end_pad.iter().any(|p| p.1 > 0) {
+        b.pad_zero(buf, &end_pad)?
+    } else {
+        buf
+    };
+    let starts: Vec<InstrId> = (0..local.len())
+        .map(|a| match rd.dims.iter().position(|&m| m == a) {
+            Some(j) => {
+                let t: std::sync::Arc<[i64]> = rd.offsets[j].clone().into();
+                b.table(&t)
+            }
+            None => b.scalar(xla_hlo_ir::PrimitiveType::S32, 0),
+        })
+        .collect();
+    Ok(b.dynamic_slice(buf, starts, &window))
 }
 
 /// See [`Step::SumGather`]: the local tile padded by `n` zero rows on

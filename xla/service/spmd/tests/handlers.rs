@@ -1376,3 +1376,26 @@ fn fft_keeps_batch_tiles() {
         part.to_text()
     );
 }
+
+/// A transposed mesh on uneven dims (5x5 in 4x2 tiles, transposed to 2x4
+/// and back): each device receives its tile's pieces from their holders
+/// in collective-permutes (several dims redistributed at once) instead of
+/// gathering the whole array.
+#[test]
+fn uneven_transposed_tiles_are_redistributed_piecewise() {
+    let m = module(
+        "ENTRY %e (x: f32[5,5]) -> f32[5,5] {\n  %x = f32[5,5] parameter(0), sharding={devices=[4,2]<=[8]}\n  %a = f32[5,5] add(%x, %x), sharding={devices=[4,2]<=[8]}\n  %t = f32[5,5] transpose(%a), dimensions={1,0}, sharding={devices=[2,4]<=[4,2]T(1,0)}\n  ROOT %s = f32[5,5] add(%a, %t), sharding={devices=[4,2]<=[8]}\n}\n",
+        "",
+        8,
+    );
+    let (summary, part) = check(&m, 8, false, 0.0, 160);
+    // Pieces of 2x2, 2x1, 1x2 and 1x1 elements; the first two in two
+    // rounds each (a source holds the pieces of two receivers): 15 f32.
+    assert_eq!(
+        summary.collective_bytes,
+        60,
+        "{summary:?}\n{}",
+        part.to_text()
+    );
+    assert_eq!(summary.collectives.get("all-gather"), None, "{summary:?}");
+}
