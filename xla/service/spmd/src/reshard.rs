@@ -209,7 +209,7 @@ fn emit_redistribute(
                 }
             });
         }
-        if g.own.iter().any(|&o| o == 1) || acc.is_none() {
+        if g.own.contains(&1) || acc.is_none() {
             let own = slice_at(b, &g.own_starts);
             acc = Some(match acc {
                 None => own,
