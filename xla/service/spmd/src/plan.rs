@@ -25,7 +25,7 @@
 
 use crate::grid::{gcd, local_dims, tile_size, Grid, GridCache};
 use crate::memo::{hash_of, MemoTable};
-use crate::redistribute::{redistribute, redistribute_cost};
+use crate::redistribute::{redistribute_cost, redistribute_within};
 use std::sync::Arc;
 
 /// One step of a resharding plan; `to` is the grid after the step.
@@ -544,7 +544,9 @@ fn plan_uncached(
             })
             .collect();
         if differing.len() >= 2 {
-            if let Some(rd) = redistribute(src, tgt, &differing, dims) {
+            if let Some(rd) =
+                redistribute_within(src, tgt, &differing, dims, Some((bytes, best.cost)))
+            {
                 let cost = redistribute_cost(&rd, src, dims, bytes);
                 if cost < best.cost {
                     best = Plan {

@@ -90,6 +90,19 @@ pub fn redistribute(
     dims: &[usize],
     sizes: &[i64],
 ) -> Option<Redistribution> {
+    redistribute_within(cur, to, dims, sizes, None)
+}
+
+/// [`redistribute`], giving up (`None`) as soon as the groups planned so
+/// far cost at least `budget` = (bytes per element, bytes to beat): the
+/// plan, when returned, is the same as without a budget.
+pub fn redistribute_within(
+    cur: &Grid,
+    to: &Grid,
+    dims: &[usize],
+    sizes: &[i64],
+    budget: Option<(u64, u64)>,
+) -> Option<Redistribution> {
     let n = cur.num_devices();
     let rank = cur.rank();
     if to.num_devices() != n || to.rank() != rank || n > MAX_DEVICES || dims.len() < 2 {
@@ -241,6 +254,15 @@ pub fn redistribute(
         if groups.iter().map(|g| g.rounds.len()).sum::<usize>() > MAX_ROUNDS {
             return None;
         }
+        if let Some((bytes, to_beat)) = budget {
+            let so_far: u64 = groups
+                .iter()
+                .map(|g| group_cost(g, &extents, dims, cur, sizes, bytes))
+                .sum();
+            if so_far >= to_beat {
+                return None;
+            }
+        }
     }
     Some(Redistribution {
         dims: dims.to_vec(),
@@ -251,22 +273,32 @@ pub fn redistribute(
     })
 }
 
+/// Bytes per device one group moves: each round one piece of its shape.
+fn group_cost(
+    g: &Group,
+    extents: &[Vec<i64>],
+    dims: &[usize],
+    cur: &Grid,
+    sizes: &[i64],
+    bytes: u64,
+) -> u64 {
+    let other: u64 = (0..sizes.len())
+        .filter(|a| !dims.contains(a))
+        .map(|a| tile_size(sizes[a], cur.tiles(a)).max(0) as u64)
+        .product();
+    let piece: u64 =
+        g.k.iter()
+            .enumerate()
+            .map(|(j, &k)| extents[j][k].max(0) as u64)
+            .product();
+    g.rounds.len() as u64 * piece * other * bytes
+}
+
 /// Bytes per device a [`redistribute`] moves: each round moves one piece
 /// of its group's shape.
 pub fn redistribute_cost(rd: &Redistribution, cur: &Grid, sizes: &[i64], bytes: u64) -> u64 {
-    let other: u64 = (0..sizes.len())
-        .filter(|a| !rd.dims.contains(a))
-        .map(|a| tile_size(sizes[a], cur.tiles(a)).max(0) as u64)
-        .product();
     rd.groups
         .iter()
-        .map(|g| {
-            let piece: u64 =
-                g.k.iter()
-                    .enumerate()
-                    .map(|(j, &k)| rd.extents[j][k].max(0) as u64)
-                    .product();
-            g.rounds.len() as u64 * piece * other * bytes
-        })
+        .map(|g| group_cost(g, &rd.extents, &rd.dims, cur, sizes, bytes))
         .sum()
 }
