@@ -22,8 +22,11 @@
 use crate::grid::{tile_size, Grid};
 use std::collections::HashMap;
 
-/// Most devices a redistribution is planned for (it visits every device).
-const MAX_DEVICES: i64 = 4096;
+/// Most devices a redistribution is planned for: it visits every device
+/// once per piece group, which at hundreds of devices and the many
+/// reshards of a real step costs more planning time than it saves bytes
+/// on the small uneven tilings it is for.
+const MAX_DEVICES: i64 = 32;
 
 /// Most collective-permutes one redistribution may take: past it the many
 /// small transfers cost more in latency than the bytes they save.
@@ -129,6 +132,27 @@ pub fn redistribute_within(
     if s1.iter().chain(&s2).any(|&s| s <= 0) {
         return None;
     }
+    // Piece extents depend only on the target tile along each dim; a
+    // group with a remote piece takes a round, so past `MAX_ROUNDS` groups
+    // the plan is given up before visiting the devices.
+    let mut extents: Vec<Vec<i64>> = vec![Vec::new(); dims.len()];
+    for (j, &a) in dims.iter().enumerate() {
+        for t in 0..to.tiles(a) {
+            let lo = t * s2[j];
+            for (k, &(_, r0, r1)) in pieces(lo, (lo + s2[j]).min(sizes[a]), s1[j])
+                .iter()
+                .enumerate()
+            {
+                if extents[j].len() <= k {
+                    extents[j].push(0);
+                }
+                extents[j][k] = extents[j][k].max(r1 - r0);
+            }
+        }
+    }
+    if extents.iter().map(|e| e.len()).product::<usize>() > MAX_ROUNDS {
+        return None;
+    }
     // Every device's pieces per dim (empty: a padding tile, nothing needed).
     let per_device: Vec<Vec<Pieces>> = (0..n)
         .map(|d| {
@@ -141,17 +165,6 @@ pub fn redistribute_within(
                 .collect()
         })
         .collect();
-    let mut extents: Vec<Vec<i64>> = vec![Vec::new(); dims.len()];
-    for pd in &per_device {
-        for (j, p) in pd.iter().enumerate() {
-            for (k, &(_, r0, r1)) in p.iter().enumerate() {
-                if extents[j].len() <= k {
-                    extents[j].push(0);
-                }
-                extents[j][k] = extents[j][k].max(r1 - r0);
-            }
-        }
-    }
     // The sent slice's start within the source tile: the first piece ends
     // at its end row, later ones start at row 0.
     let start = |j: usize, k: usize, piece: (i64, i64, i64)| {
