@@ -7,7 +7,9 @@
 //!   tiling on replicated devices);
 //! - all-to-all moves of a minor tile factor from one dim to another (row to
 //!   column sharding, 8-way -> 4x2), then the rest; or one dim gathered
-//!   whole first, then such moves (its tiles sat on the wrong devices);
+//!   whole first, then such moves (its tiles sat on the wrong devices); or
+//!   one all-to-all straight to the target when tiled dims move to other
+//!   dims with every device keeping its coordinates;
 //! - one all-gather of the minor factors the target does not want (the whole
 //!   dim when the partial gather would not line up with the target's padded
 //!   tiles), then a collective-permute when the devices sit at other tiles,
@@ -15,6 +17,9 @@
 //! - a dim that is mostly padding (at most half of its padded tiles is
 //!   data) made whole by a sum of the placed rows (XLA's all-reduce of a
 //!   masked slice), then the rest;
+//! - dims retiled where the grids agree elsewhere: one dim by its boundary
+//!   rows (`Retile`), several at once by pieces sent straight from their
+//!   holders (`Redistribute`, small meshes only);
 //! - as a last resort, replicate (all-gather everything) and slice.
 //!
 //! Invariant: after every step the local buffer is exactly the padded tile
@@ -805,7 +810,6 @@ fn direct_all_to_all_multi(
     if from.len() < 2 || from.len() != onto.len() || from.len() > MAX_DIRECT_MOVES {
         return None;
     }
-    let mut best: Option<Plan> = None;
     for pairing in permutations(onto.len()) {
         let moves: Vec<(usize, usize, i64)> = from
             .iter()
@@ -827,19 +831,16 @@ fn direct_all_to_all_multi(
             if &cur != tgt || !multi_all_to_all_ok(grids, src, &cur, &ordered, dims) {
                 continue;
             }
-            let cost = elems(&local_dims(dims, src)) * bytes;
-            if best.as_ref().is_none_or(|b| cost < b.cost) {
-                best = Some(Plan {
-                    steps: vec![Step::AllToAllMulti {
-                        moves: ordered,
-                        to: tgt.clone(),
-                    }],
-                    cost,
-                });
-            }
+            return Some(Plan {
+                steps: vec![Step::AllToAllMulti {
+                    moves: ordered,
+                    to: tgt.clone(),
+                }],
+                cost: elems(&local_dims(dims, src)) * bytes,
+            });
         }
     }
-    best
+    None
 }
 
 /// Every ordering of `0..n` (n small).
