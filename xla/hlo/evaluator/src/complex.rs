@@ -200,27 +200,39 @@ pub fn convert(a: &Array, ty: PrimitiveType) -> Option<Result<Array, EvalError>>
             _ => None,
         };
     }
-    let parts: Vec<(f64, f64)> = match &*a.data {
+    let data = data_from_parts(ty, &parts_of(a))?;
+    Some(Array::new(ty, a.dims.clone(), data))
+}
+
+/// Every element as a (real, imaginary) f64 pair (real types: imaginary 0).
+fn parts_of(a: &Array) -> Vec<(f64, f64)> {
+    match &*a.data {
         Data::C64(v) => v.iter().map(|z| z.parts()).collect(),
         Data::C128(v) => v.iter().map(|z| z.parts()).collect(),
         _ => a.to_f64_vec().into_iter().map(|x| (x, 0.0)).collect(),
-    };
-    let data = if ty == PrimitiveType::C64 {
-        Data::C64(
+    }
+}
+
+/// Storage of `ty` built from (real, imaginary) pairs, rounded once; real
+/// float types keep the real parts. `None` for other types.
+fn data_from_parts(ty: PrimitiveType, parts: &[(f64, f64)]) -> Option<Data> {
+    Some(match ty {
+        PrimitiveType::C64 => Data::C64(
             parts
                 .iter()
                 .map(|&(r, i)| Complex32::from_parts(r, i))
                 .collect(),
-        )
-    } else {
-        Data::C128(
+        ),
+        PrimitiveType::C128 => Data::C128(
             parts
                 .iter()
                 .map(|&(r, i)| Complex64::from_parts(r, i))
                 .collect(),
-        )
-    };
-    Some(Array::new(ty, a.dims.clone(), data))
+        ),
+        PrimitiveType::F32 => Data::F32(parts.iter().map(|&(r, _)| r as f32).collect()),
+        PrimitiveType::F64 => Data::F64(parts.iter().map(|&(r, _)| r).collect()),
+        _ => return None,
+    })
 }
 
 /// The kinds of `fft`.
@@ -296,11 +308,7 @@ pub fn fft(
     }
     // Every element as an f64 pair, laid out on the full transform grid
     // (`lengths`), the last dim completed by symmetry for IRFFT.
-    let values: Vec<(f64, f64)> = match &*a.data {
-        Data::C64(v) => v.iter().map(|z| z.parts()).collect(),
-        Data::C128(v) => v.iter().map(|z| z.parts()).collect(),
-        _ => a.to_f64_vec().into_iter().map(|x| (x, 0.0)).collect(),
-    };
+    let values = parts_of(a);
     let batch = element_count(&a.dims[..rank - k]);
     let per_in = element_count(inner);
     let full = element_count(lengths);
@@ -333,20 +341,8 @@ pub fn fft(
             out.extend(grid);
         }
     }
-    let data = match out_ty {
-        PrimitiveType::C64 => Data::C64(
-            out.iter()
-                .map(|&(r, i)| Complex32::from_parts(r, i))
-                .collect(),
-        ),
-        PrimitiveType::C128 => Data::C128(
-            out.iter()
-                .map(|&(r, i)| Complex64::from_parts(r, i))
-                .collect(),
-        ),
-        PrimitiveType::F32 => Data::F32(out.iter().map(|&(r, _)| r as f32).collect()),
-        PrimitiveType::F64 => Data::F64(out.iter().map(|&(r, _)| r).collect()),
-        other => return bad(format!("fft into {other} is not supported")),
+    let Some(data) = data_from_parts(out_ty, &out) else {
+        return bad(format!("fft into {out_ty} is not supported"));
     };
     Array::new(out_ty, out_dims.to_vec(), data)
 }

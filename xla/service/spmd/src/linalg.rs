@@ -36,53 +36,25 @@ fn candidates(
     out
 }
 
-/// `cholesky`: each device factors the matrices of its batch tiles.
-pub fn cholesky(
+/// A one-operand op computed per device on its whole minor `count` dims:
+/// the operand and the result share the cheapest grid with those dims
+/// replicated, the other (batch) dims keeping their tiling.
+fn local_on_whole_minor_dims(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,
     target: &ValueSharding,
+    count: usize,
+    note: &'static str,
 ) -> HandlerResult {
-    let Some(out) = target.grid() else {
-        return Ok(None);
-    };
-    let a = p.operand(instr, 0)?;
-    let rank = a.shape.rank();
-    if rank < 2 || out.rank() != rank {
-        return Ok(None);
-    }
-    let costed: Vec<(Grid, u64)> = candidates(p, out, a.vs.grid(), &[rank - 2, rank - 1])
-        .into_iter()
-        .map(|c| {
-            let cost = p.cost(&a, &c) + p.cost_of(&instr.shape, &c, out);
-            (c, cost)
-        })
-        .collect();
-    let Some(c) = cheapest(&costed) else {
-        return Ok(None);
-    };
-    let local_a = p.reshard_to_grid(&a, &c)?;
-    p.note(instr, "cholesky");
-    Ok(Some(p.emit_local(
-        instr,
-        vec![local_a],
-        &ValueSharding::Grid(c),
-    )?))
-}
-
-/// `fft`: each device transforms the whole transforms of its batch tiles
-/// (the operand and the result share one grid: the transform dims, whose
-/// sizes differ between them for RFFT and IRFFT, are replicated in it).
-pub fn fft(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding) -> HandlerResult {
     let Some(out) = target.grid() else {
         return Ok(None);
     };
     let x = p.operand(instr, 0)?;
     let rank = x.shape.rank();
-    let transform = instr.ints_attr(AttrKey::FftLength).map_or(0, |l| l.len());
-    if transform == 0 || transform > rank || out.rank() != rank {
+    if count == 0 || count > rank || out.rank() != rank {
         return Ok(None);
     }
-    let whole: Vec<usize> = (rank - transform..rank).collect();
+    let whole: Vec<usize> = (rank - count..rank).collect();
     let costed: Vec<(Grid, u64)> = candidates(p, out, x.vs.grid(), &whole)
         .into_iter()
         .map(|c| {
@@ -94,12 +66,29 @@ pub fn fft(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding)
         return Ok(None);
     };
     let local_x = p.reshard_to_grid(&x, &c)?;
-    p.note(instr, "fft");
+    p.note(instr, note);
     Ok(Some(p.emit_local(
         instr,
         vec![local_x],
         &ValueSharding::Grid(c),
     )?))
+}
+
+/// `cholesky`: each device factors the matrices of its batch tiles.
+pub fn cholesky(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    target: &ValueSharding,
+) -> HandlerResult {
+    local_on_whole_minor_dims(p, instr, target, 2, "cholesky")
+}
+
+/// `fft`: each device transforms the whole transforms of its batch tiles
+/// (the operand and the result share one grid: the transform dims, whose
+/// sizes differ between them for RFFT and IRFFT, are replicated in it).
+pub fn fft(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding) -> HandlerResult {
+    let transform = instr.ints_attr(AttrKey::FftLength).map_or(0, |l| l.len());
+    local_on_whole_minor_dims(p, instr, target, transform, "fft")
 }
 
 /// `triangular-solve(a, b)`: `b` and the result keep their batch and free

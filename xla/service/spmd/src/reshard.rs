@@ -186,15 +186,7 @@ fn emit_redistribute(
             sizes[a] = rd.extents[j][g.k[j]];
         }
         let slice_at = |b: &mut Builder<'_>, starts: &[Vec<i64>]| {
-            let idx: Vec<InstrId> = (0..local.len())
-                .map(|a| match rd.dims.iter().position(|&m| m == a) {
-                    Some(j) => {
-                        let t: std::sync::Arc<[i64]> = starts[j].clone().into();
-                        b.table(&t)
-                    }
-                    None => b.scalar(xla_hlo_ir::PrimitiveType::S32, 0),
-                })
-                .collect();
+            let idx = table_starts(b, local.len(), &rd.dims, starts);
             b.dynamic_slice(padded, idx, &sizes)
         };
         let mut acc: Option<InstrId> = None;
@@ -259,16 +251,27 @@ fn emit_redistribute(
     } else {
         buf
     };
-    let starts: Vec<InstrId> = (0..local.len())
-        .map(|a| match rd.dims.iter().position(|&m| m == a) {
+    let starts = table_starts(b, local.len(), &rd.dims, &rd.offsets);
+    Ok(b.dynamic_slice(buf, starts, &window))
+}
+
+/// Dynamic-slice starts for a rank-`rank` buffer: dim `dims[j]` starts at
+/// the device's entry of `tables[j]`, every other dim at 0.
+fn table_starts(
+    b: &mut Builder<'_>,
+    rank: usize,
+    dims: &[usize],
+    tables: &[Vec<i64>],
+) -> Vec<InstrId> {
+    (0..rank)
+        .map(|a| match dims.iter().position(|&m| m == a) {
             Some(j) => {
-                let t: std::sync::Arc<[i64]> = rd.offsets[j].clone().into();
+                let t: std::sync::Arc<[i64]> = tables[j].clone().into();
                 b.table(&t)
             }
             None => b.scalar(xla_hlo_ir::PrimitiveType::S32, 0),
         })
-        .collect();
-    Ok(b.dynamic_slice(buf, starts, &window))
+        .collect()
 }
 
 /// See [`Step::SumGather`]: the local tile padded by `n` zero rows on
