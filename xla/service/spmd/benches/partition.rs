@@ -10,7 +10,9 @@
 //! an 8-way batch sharding becomes an N-way one.
 //!
 //! Run: `cargo bench -p xla-spmd-partitioner --bench partition`
-//! (`BENCH_FILTER=maxtext` to pick modules). Absent files are skipped.
+//! (`BENCH_FILTER=maxtext` to pick modules, `BENCH_N=2048` one count,
+//! `BENCH_FINGERPRINT=1` a hash of each partitioned module's text).
+//! Absent files are skipped.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -125,6 +127,21 @@ fn time(module: &HloModule) -> Result<(Duration, Duration, usize), String> {
     Ok((samples[0], samples[samples.len() / 2], samples.len()))
 }
 
+/// With `BENCH_FINGERPRINT` set: a hash of the partitioned module's text,
+/// to check that a speed change leaves the output alone at every count.
+fn print_fingerprint(name: &str, n: i64, module: &HloModule) {
+    use std::hash::{Hash, Hasher};
+    let mut m = module.clone();
+    match partition_module(&mut m, &SpmdOptions::default()) {
+        Ok(_) => {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            m.to_string().hash(&mut h);
+            println!("fingerprint {name} N={n}: {:016x}", h.finish());
+        }
+        Err(e) => println!("fingerprint {name} N={n}: error {e}"),
+    }
+}
+
 fn main() {
     let root = shared();
     let mut files: Vec<(String, PathBuf, Option<f64>)> = vec![(
@@ -176,6 +193,9 @@ fn main() {
                 continue;
             }
             let m = with_partitions(&module, n);
+            if std::env::var_os("BENCH_FINGERPRINT").is_some() {
+                print_fingerprint(&name, n, &m);
+            }
             match time(&m) {
                 Ok((t, median, runs)) => {
                     let ms = t.as_secs_f64() * 1e3;

@@ -449,7 +449,10 @@ fn order_groups(starts: &[i64], len: i64, s: i64, xa: i64) -> Option<OrderGroups
         return None;
     }
     let t = starts.len();
+    let source_tiles = ((xa + s - 1) / s).max(0) as usize;
     let mut groups: Vec<RangeGroup> = Vec::new();
+    // used[k][j]: source tile j already sends in group k.
+    let mut used: Vec<Vec<bool>> = Vec::new();
     for (i, &st) in starts.iter().enumerate() {
         let (lo, hi) = (st.max(0), (st + len).min(xa));
         if lo >= hi {
@@ -463,9 +466,10 @@ fn order_groups(starts: &[i64], len: i64, s: i64, xa: i64) -> Option<OrderGroups
                     hi: r1,
                     source: vec![None; t],
                 });
+                used.push(vec![false; source_tiles]);
             }
             let grp = &mut groups[k];
-            if grp.source.contains(&Some(j)) {
+            if std::mem::replace(&mut used[k][j as usize], true) {
                 return None;
             }
             grp.lo = grp.lo.min(r0);

@@ -120,61 +120,123 @@ pub fn retile(cur: &Grid, to: &Grid, a: usize, x: i64) -> Option<Retile> {
     if s1 <= 0 || s2 <= 0 {
         return None;
     }
-    let mut holders: std::collections::HashMap<Vec<i64>, Vec<i64>> = Default::default();
-    let coords: Vec<Vec<i64>> = (0..n).map(|d| cur.coords(d)[..rank].to_vec()).collect();
-    for (d, c) in coords.iter().enumerate() {
-        holders.entry(c.clone()).or_default().push(d as i64);
+    // The `to.repl()` devices of one target tile want the same source
+    // tile in each group; at most `cur.repl()` of them hold it, and its
+    // `cur.repl()` holders send it once each.
+    if to.repl() > 2 * cur.repl() {
+        return None;
     }
-    let mut groups: Vec<RetileGroup> = Vec::new();
-    let mut senders: Vec<std::collections::HashSet<i64>> = Vec::new();
-    let mut first_row = vec![None; n as usize];
-    for d in 0..n {
-        let c = &coords[d as usize];
-        if (0..rank).any(|b| b != a && to.coord(d, b) != c[b]) {
-            return None;
-        }
-        let lo = to.coord(d, a) * s2;
-        let hi = (lo + s2).min(x);
-        if lo >= hi {
-            continue;
-        }
-        for (k, i) in (lo / s1..=(hi - 1) / s1).enumerate() {
-            let (r0, r1) = (lo.max(i * s1) - i * s1, hi.min(i * s1 + s1) - i * s1);
-            if groups.len() <= k {
-                groups.push(RetileGroup {
-                    lo: r0,
-                    hi: r1,
-                    pairs: Vec::new(),
-                    own: vec![0; n as usize],
-                });
-                senders.push(Default::default());
+    // A device's tile key: its `cur` coordinates on the data dims in mixed
+    // radix, so the tile `i` along `a` of the same row is
+    // `key + (i - coord) * strides[a]`.
+    let mut strides = vec![0i64; rank];
+    let mut num_keys = 1i64;
+    for b in (0..rank).rev() {
+        strides[b] = num_keys;
+        num_keys *= cur.tiles(b);
+    }
+    let nu = n as usize;
+    let (cur_coords, to_coords) = (cur.coord_table(), to.coord_table());
+    let width = rank + 1;
+    let mut key = vec![0i64; nu];
+    let mut coord_a = vec![0i64; nu];
+    let mut to_a = vec![0i64; nu];
+    for d in 0..nu {
+        let (c, t) = (
+            &cur_coords[d * width..][..rank],
+            &to_coords[d * width..][..rank],
+        );
+        let mut k = 0;
+        for b in 0..rank {
+            if b != a && t[b] != c[b] {
+                return None;
             }
-            if k == 0 {
-                first_row[d as usize] = Some(r0);
-            }
-            let grp = &mut groups[k];
-            grp.lo = grp.lo.min(r0);
-            grp.hi = grp.hi.max(r1);
-            if c[a] == i {
-                grp.own[d as usize] = 1;
+            k += c[b] as i64 * strides[b];
+        }
+        key[d] = k;
+        coord_a[d] = c[a] as i64;
+        to_a[d] = t[a] as i64;
+    }
+    // Holders of each key in device order (a counting sort): key `k`'s
+    // holders are `holders[start[k]..start[k + 1]]`.
+    let mut start = vec![0usize; num_keys as usize + 1];
+    for &k in &key {
+        start[k as usize + 1] += 1;
+    }
+    for k in 0..num_keys as usize {
+        start[k + 1] += start[k];
+    }
+    let mut holders = vec![0i64; nu];
+    let mut fill = start.clone();
+    for (d, &k) in key.iter().enumerate() {
+        holders[fill[k as usize]] = d as i64;
+        fill[k as usize] += 1;
+    }
+    // Every device's window along `a` and the first source tile in it.
+    let windows: Vec<Option<(i64, i64)>> = to_a
+        .iter()
+        .map(|&t| {
+            let lo = t * s2;
+            let hi = (lo + s2).min(x);
+            (lo < hi).then_some((lo, hi))
+        })
+        .collect();
+    let num_groups = windows
+        .iter()
+        .flatten()
+        .map(|&(lo, hi)| (hi - 1) / s1 - lo / s1 + 1)
+        .max()
+        .unwrap_or(0);
+    // Group by group, so a group with too few holders stops the plan
+    // early; within a group each holder sends once, the receivers asking
+    // the same key taking its holders in device order.
+    let mut groups: Vec<RetileGroup> = Vec::with_capacity(num_groups as usize);
+    let mut taken = vec![0usize; num_keys as usize];
+    let mut touched: Vec<usize> = Vec::new();
+    let mut first_row = vec![None; nu];
+    for k in 0..num_groups {
+        let mut grp = RetileGroup {
+            lo: i64::MAX,
+            hi: i64::MIN,
+            pairs: Vec::new(),
+            own: vec![0; nu],
+        };
+        for d in 0..nu {
+            let Some((lo, hi)) = windows[d] else {
+                continue;
+            };
+            let i = lo / s1 + k;
+            if i > (hi - 1) / s1 {
                 continue;
             }
-            let mut key = c.clone();
-            key[a] = i;
-            let source = holders
-                .get(&key)?
-                .iter()
-                .copied()
-                .find(|h| !senders[k].contains(h))?;
-            senders[k].insert(source);
-            grp.pairs.push((source, d));
+            let (r0, r1) = (lo.max(i * s1) - i * s1, hi.min(i * s1 + s1) - i * s1);
+            if k == 0 {
+                first_row[d] = Some(r0);
+            }
+            grp.lo = grp.lo.min(r0);
+            grp.hi = grp.hi.max(r1);
+            if coord_a[d] == i {
+                grp.own[d] = 1;
+                continue;
+            }
+            let source_key = (key[d] + (i - coord_a[d]) * strides[a]) as usize;
+            let slot = start[source_key] + taken[source_key];
+            if slot >= start[source_key + 1] {
+                return None;
+            }
+            if taken[source_key] == 0 {
+                touched.push(source_key);
+            }
+            taken[source_key] += 1;
+            grp.pairs.push((holders[slot], d as i64));
         }
+        for t in touched.drain(..) {
+            taken[t] = 0;
+        }
+        groups.push(grp);
     }
     let lo0 = groups.first().map_or(0, |g| g.lo);
     let offsets = first_row.iter().map(|r| r.map_or(0, |r| r - lo0)).collect();
-    for grp in groups.iter_mut() {
-        grp.pairs.sort_unstable_by_key(|p| p.1);
-    }
     Some(Retile { groups, offsets })
 }
 

@@ -36,8 +36,9 @@ pub use groups::{DevGroups, Groups};
 use crate::error::SpmdError;
 use digits::DigitForm;
 use rustc_hash::FxHasher;
+use std::cell::OnceCell;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, OnceLock};
+use std::rc::Rc;
 use xla_hlo_ir::sharding::SubgroupType;
 use xla_hlo_utils::{Sharding, TileArray};
 
@@ -53,11 +54,14 @@ struct GridData {
     /// operation is O(rank) and no device list is built unless asked for).
     digits: Option<DigitForm>,
     /// Devices, row-major over `dims` (built on demand for digit forms).
-    devs: OnceLock<Vec<i64>>,
+    devs: OnceCell<Vec<i64>>,
     /// Device -> flat index into `devs` (explicit grids only).
-    pos: OnceLock<Vec<u32>>,
+    pos: OnceCell<Vec<u32>>,
+    /// Every device's coordinates, device-major (`dims.len()` per device;
+    /// built on demand, for planners that visit every device).
+    coord_table: OnceCell<Vec<u32>>,
     /// The canonical sharding (built on demand).
-    sharding: OnceLock<Sharding>,
+    sharding: OnceCell<Sharding>,
     /// Hash of `dims` and the digit form or `devs` (cheap inequality).
     hash: u64,
 }
@@ -67,13 +71,17 @@ struct GridData {
 /// [`GridCache`] memoizes derived grids by value and interns them, so equal
 /// grids it hands out share storage and compare by pointer first.
 #[derive(Clone, Debug)]
-pub struct Grid(Arc<GridData>);
+pub struct Grid(Rc<GridData>);
 
 impl PartialEq for Grid {
     #[inline]
     fn eq(&self, other: &Grid) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-            || (self.0.dims == other.0.dims && same_devices(&self.0, &other.0))
+        Rc::ptr_eq(&self.0, &other.0)
+            // Hashes agree between grids of one form (digits or devices).
+            || ((self.0.hash == other.0.hash
+                || self.0.digits.is_some() != other.0.digits.is_some())
+                && self.0.dims == other.0.dims
+                && same_devices(&self.0, &other.0))
     }
 }
 impl Eq for Grid {}
@@ -166,14 +174,15 @@ impl Grid {
         dims.hash(&mut h);
         devs.hash(&mut h);
         let hash = h.finish();
-        Some(Grid(Arc::new(GridData {
+        Some(Grid(Rc::new(GridData {
             strides: strides(&dims),
             n,
             dims,
             digits: None,
-            devs: OnceLock::from(devs),
-            pos: OnceLock::from(pos),
-            sharding: OnceLock::new(),
+            devs: OnceCell::from(devs),
+            pos: OnceCell::from(pos),
+            coord_table: OnceCell::new(),
+            sharding: OnceCell::new(),
             hash,
         })))
     }
@@ -186,14 +195,15 @@ impl Grid {
         let mut h = FxHasher::default();
         g.dims().hash(&mut h);
         g.devs().hash(&mut h);
-        Grid(Arc::new(GridData {
+        Grid(Rc::new(GridData {
             strides: strides(g.dims()),
             n: g.num_devices(),
             dims: g.dims().to_vec(),
             digits: None,
-            devs: OnceLock::from(g.devs().to_vec()),
-            pos: OnceLock::new(),
-            sharding: OnceLock::new(),
+            devs: OnceCell::from(g.devs().to_vec()),
+            pos: OnceCell::new(),
+            coord_table: OnceCell::new(),
+            sharding: OnceCell::new(),
             hash: h.finish(),
         }))
     }
@@ -216,14 +226,15 @@ impl Grid {
         dims.hash(&mut h);
         s.hash(&mut h);
         let hash = h.finish();
-        Grid(Arc::new(GridData {
+        Grid(Rc::new(GridData {
             strides: strides(&dims),
             n: dims.iter().product(),
             dims,
             digits: Some(s),
-            devs: OnceLock::new(),
-            pos: OnceLock::new(),
-            sharding: OnceLock::new(),
+            devs: OnceCell::new(),
+            pos: OnceCell::new(),
+            coord_table: OnceCell::new(),
+            sharding: OnceCell::new(),
             hash,
         }))
     }
@@ -362,6 +373,28 @@ impl Grid {
     /// The coordinates (data dims then replica index) of device `d`.
     pub fn coords(&self, d: i64) -> Vec<i64> {
         (0..self.0.dims.len()).map(|a| self.coord(d, a)).collect()
+    }
+    /// Every device's coordinates (data dims then replica index),
+    /// device-major: device `d`'s are `[d * (rank + 1)..][..rank + 1]`.
+    /// O(devices) once per grid, then a lookup per coordinate.
+    pub fn coord_table(&self) -> &[u32] {
+        self.0.coord_table.get_or_init(|| {
+            let dims = &self.0.dims;
+            let width = dims.len();
+            let mut table = vec![0u32; self.0.n as usize * width];
+            let mut coords = vec![0u32; width];
+            for &d in self.devs() {
+                table[d as usize * width..][..width].copy_from_slice(&coords);
+                for b in (0..width).rev() {
+                    coords[b] += 1;
+                    if (coords[b] as i64) < dims[b] {
+                        break;
+                    }
+                    coords[b] = 0;
+                }
+            }
+            table
+        })
     }
     /// The coordinate of device `d` along data dim `a`.
     pub fn coord(&self, d: i64, a: usize) -> i64 {
