@@ -461,6 +461,7 @@ pub struct PlanCache {
     plans: MemoTable<(Grid, Grid, Vec<i64>, u64), Plan>,
     slice_summaries: MemoTable<(Grid, Grid, usize, i64), (Option<i64>, i64)>,
     slice_tables: MemoTable<(Grid, Grid, usize, i64), Arc<[i64]>>,
+    retiles: MemoTable<(Grid, Grid, usize, i64), Option<std::rc::Rc<Retile>>>,
 }
 
 impl PlanCache {
@@ -482,6 +483,16 @@ impl PlanCache {
             |k| k.0 == *src && k.1 == *tgt && k.2 == dims && k.3 == bytes,
             || (src.clone(), tgt.clone(), dims.to_vec(), bytes),
             || plan_uncached(self, grids, src, tgt, dims, bytes),
+        )
+    }
+
+    /// [`retile`], memoized (the planner costs it, the emitter emits it).
+    pub fn retile(&self, cur: &Grid, to: &Grid, a: usize, x: i64) -> Option<std::rc::Rc<Retile>> {
+        self.retiles.get_or_insert_with(
+            hash_of((cur, to, a, x)),
+            |k| k.0 == *cur && k.1 == *to && (k.2, k.3) == (a, x),
+            || (cur.clone(), to.clone(), a, x),
+            || retile(cur, to, a, x).map(std::rc::Rc::new),
         )
     }
 
@@ -627,7 +638,7 @@ fn plan_uncached(
             }
         }
         if let [a] = differing[..] {
-            if let Some(rt) = retile(src, tgt, a, dims[a]) {
+            if let Some(rt) = cache.retile(src, tgt, a, dims[a]) {
                 let cost = retile_cost(&rt, src, a, dims, bytes);
                 if cost < best.cost {
                     best = Plan {

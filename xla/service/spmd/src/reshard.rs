@@ -68,7 +68,11 @@ fn emit_retile(
     a: usize,
     dims: &[i64],
 ) -> Result<InstrId, SpmdError> {
-    let rt = crate::plan::retile(cur, to, a, dims[a])
+    let rt = b
+        .ctx
+        .cache
+        .plans
+        .retile(cur, to, a, dims[a])
         .ok_or_else(|| SpmdError::Invalid("retile plan no longer holds".into()))?;
     let local = b.dims(x);
     if local.get(a) != Some(&tile_size(dims[a], cur.tiles(a))) {
