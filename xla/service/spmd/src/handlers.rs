@@ -150,18 +150,24 @@ pub fn elementwise(
             return Ok(None);
         }
     }
-    let costed: Vec<(Grid, u64)> = cands
-        .into_iter()
-        .map(|c| {
-            let mut cost = p.cost_of(&instr.shape, &c, &out);
-            for v in &vals {
-                if v.shape.rank() == rank && rank > 0 {
-                    cost += p.cost(v, &c);
+    // One candidate (every operand already laid out as the result) needs
+    // no costing.
+    let costed: Vec<(Grid, u64)> = if cands.len() == 1 {
+        cands.into_iter().map(|c| (c, 0)).collect()
+    } else {
+        cands
+            .into_iter()
+            .map(|c| {
+                let mut cost = p.cost_of(&instr.shape, &c, &out);
+                for v in &vals {
+                    if v.shape.rank() == rank && rank > 0 {
+                        cost += p.cost(v, &c);
+                    }
                 }
-            }
-            (c, cost)
-        })
-        .collect();
+                (c, cost)
+            })
+            .collect()
+    };
     let Some(c) = cheapest(&costed) else {
         return Ok(None);
     };

@@ -339,10 +339,13 @@ impl<'a, 'c> Part<'a, 'c> {
     pub fn cost(&self, v: &PValue, t: &Grid) -> u64 {
         match &v.vs {
             ValueSharding::Grid(s) => {
-                let key = (self.class(v.id), v.shape.dims().to_vec(), t.clone());
                 if self.splat_source(v.id).is_some() {
                     return 0;
                 }
+                if s == t {
+                    return self.pending(v.id).map_or(0, |spec| spec.bytes);
+                }
+                let key = (self.class(v.id), v.shape.dims().to_vec(), t.clone());
                 if let Some(&hit) = self.reshards.get(&key).filter(|_| s != t) {
                     return self.pending(hit).map_or(0, |spec| spec.bytes);
                 }
