@@ -320,17 +320,26 @@ pub fn broadcast(
     if bdims.len() != v.shape.rank() || bdims.iter().any(|&d| d >= out_rank) {
         return Ok(None);
     }
-    // Candidate 1: the operand follows the output (result is `out`).
-    let op_from_out: Vec<Option<usize>> = bdims.iter().map(|&d| Some(d)).collect();
-    let p1 = p.grids().remap(&out, &op_from_out);
-    let c1 = p.cost(&v, &p1);
-    // Candidate 2: the operand as it is.
-    let out_from_op: Vec<Option<usize>> = (0..out_rank)
-        .map(|j| bdims.iter().position(|&d| d == j))
-        .collect();
-    let r2 = p.grids().remap(&vg, &out_from_op);
-    let c2 = p.cost_of(&instr.shape, &r2, &out);
-    let (pg, rg) = if c2 < c1 { (vg, r2) } else { (p1, out) };
+    let (pg, rg) = if vg.is_replicated() && out.is_replicated() {
+        // Both candidates below are these grids then.
+        (vg, out)
+    } else {
+        // Candidate 1: the operand follows the output (result is `out`).
+        let op_from_out: Vec<Option<usize>> = bdims.iter().map(|&d| Some(d)).collect();
+        let p1 = p.grids().remap(&out, &op_from_out);
+        let c1 = p.cost(&v, &p1);
+        // Candidate 2: the operand as it is.
+        let out_from_op: Vec<Option<usize>> = (0..out_rank)
+            .map(|j| bdims.iter().position(|&d| d == j))
+            .collect();
+        let r2 = p.grids().remap(&vg, &out_from_op);
+        let c2 = p.cost_of(&instr.shape, &r2, &out);
+        if c2 < c1 {
+            (vg, r2)
+        } else {
+            (p1, out)
+        }
+    };
     let x = p.reshard_to_grid(&v, &pg)?;
     p.note(instr, "broadcast");
     let vs = ValueSharding::Grid(rg);

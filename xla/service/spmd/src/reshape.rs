@@ -15,6 +15,7 @@ use crate::helpers::{cheapest, grid_of, HandlerResult};
 use crate::part::Part;
 use crate::shapes::with_dims;
 use crate::value::{local_shape, PValue, ValueSharding};
+use crate::SpmdError;
 use std::rc::Rc;
 use xla_hlo_ir::HloInstruction;
 
@@ -190,6 +191,10 @@ pub fn reshape(
     let Some(vg) = v.vs.grid().cloned() else {
         return Ok(None);
     };
+    if vg.is_replicated() && out.is_replicated() {
+        // Every candidate below is the same local reshape then.
+        return Ok(Some(local_reshape(p, instr, &v, vg, out.clone())?));
+    }
     let n = p.n();
     let in_dims = v.shape.dims().to_vec();
     let out_dims = instr.shape.dims().to_vec();
@@ -236,15 +241,26 @@ pub fn reshape(
     let Some((pg, rg)) = cheapest(&cands) else {
         return Ok(None);
     };
-    let x = p.reshard_to_grid(&v, &pg)?;
+    Ok(Some(local_reshape(p, instr, &v, pg, rg)?))
+}
+
+/// `v` resharded to `pg`, then reshaped locally to a result on `rg`.
+fn local_reshape(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    v: &PValue,
+    pg: Grid,
+    rg: Grid,
+) -> Result<PValue, SpmdError> {
+    let x = p.reshard_to_grid(v, &pg)?;
     let shape = local_shape(&instr.shape, &ValueSharding::Grid(rg.clone()));
     let id = p.clone_instr(instr, vec![x], shape);
     p.note(instr, "reshape");
-    Ok(Some(PValue {
+    Ok(PValue {
         id,
         shape: Rc::new(instr.shape.clone()),
         vs: ValueSharding::Grid(rg),
-    }))
+    })
 }
 
 /// A reshape merging an unevenly tiled dim with whole minor dims whose
