@@ -11,6 +11,7 @@ use crate::replica_groups::CollectiveDeviceList;
 use crate::shape::Shape;
 use crate::CompId;
 use std::fmt;
+use std::sync::Arc;
 
 /// How the text of an attribute's value is read and written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,8 +212,11 @@ pub enum AttrValue {
     ReplicaGroups(Box<CollectiveDeviceList>),
     Shapes(Vec<Shape>),
     Shape(Box<Shape>),
-    /// Verbatim source text of the value (braces or quotes included).
-    Raw(String),
+    /// Verbatim source text of the value (braces or quotes included),
+    /// shared: metadata text is the bulk of an instruction's attributes, and
+    /// the passes copy instructions (inlining, partitioning) without
+    /// changing it.
+    Raw(Arc<str>),
     /// An attribute the table does not know: its name and verbatim value.
     Unknown {
         name: String,

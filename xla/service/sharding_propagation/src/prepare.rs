@@ -32,7 +32,8 @@ const UNSPECIFIED_DIMS_KEY: &str = "unspecified_dims=[";
 /// config (sorted).
 fn unspecified_dims(instr: &HloInstruction) -> Vec<usize> {
     let text = match instr.attr(AttrKey::BackendConfig) {
-        Some(AttrValue::Raw(text)) | Some(AttrValue::Str(text)) => text.as_str(),
+        Some(AttrValue::Raw(text)) => &**text,
+        Some(AttrValue::Str(text)) => text.as_str(),
         _ => return vec![],
     };
     let Some(position) = text.find(UNSPECIFIED_DIMS_KEY) else {

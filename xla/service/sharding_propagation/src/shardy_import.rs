@@ -861,7 +861,7 @@ fn rebuild(
                 if let Some(dims) = unspecified_dims {
                     copy.set_attr(
                         AttrKey::BackendConfig,
-                        AttrValue::Raw(format!("\"unspecified_dims=[{dims}]\"")),
+                        AttrValue::Raw(format!("\"unspecified_dims=[{dims}]\"").into()),
                     );
                 }
                 if let Some(sharding) = sharding {
@@ -983,7 +983,7 @@ fn inline_call(
 
 fn copy_other_frontend_attributes(from: &HloInstruction, to: &mut HloInstruction) {
     if let Some(raw) = raw_frontend_attributes(from) {
-        to.set_attr(AttrKey::FrontendAttributes, AttrValue::Raw(raw.to_string()));
+        to.set_attr(AttrKey::FrontendAttributes, AttrValue::Raw(raw.into()));
         strip_shardy_attributes(to);
     }
 }
@@ -1002,7 +1002,10 @@ fn strip_shardy_attributes(instr: &mut HloInstruction) {
             if a.is_empty() {
                 instr.remove_attr(AttrKey::FrontendAttributes);
             } else {
-                instr.set_attr(AttrKey::FrontendAttributes, AttrValue::Raw(a.to_string()));
+                instr.set_attr(
+                    AttrKey::FrontendAttributes,
+                    AttrValue::Raw(a.to_string().into()),
+                );
             }
         }
         Err(_) => {

@@ -161,9 +161,9 @@ impl<'a> Parser<'a> {
                 self.c.skip_ws();
                 let start = self.c.pos;
                 self.shaped_literal()?;
-                AttrValue::Raw(self.c.src[start..self.c.pos].to_string())
+                AttrValue::Raw(self.c.src[start..self.c.pos].into())
             }
-            ValueKind::Raw => AttrValue::Raw(self.c.raw_value()?.to_string()),
+            ValueKind::Raw => AttrValue::Raw(self.c.raw_value()?.into()),
         };
         check_value(key, &value).map_err(|m| self.err(value_pos, m))?;
         instr.attrs.push(Attribute { key, value });

@@ -363,7 +363,7 @@ struct AttributeMemo<'m> {
 }
 
 /// Raw frontend-attribute text -> the shardings of one key in it.
-type ParsedByText = FxHashMap<String, Option<Vec<SdySharding>>>;
+type ParsedByText = FxHashMap<std::sync::Arc<str>, Option<Vec<SdySharding>>>;
 
 impl AttributeMemo<'_> {
     fn new(meshes: &[(String, SdyMesh)]) -> AttributeMemo<'_> {
@@ -407,12 +407,7 @@ impl AttributeMemo<'_> {
         if !raw.contains("xla.sdy.") {
             return None;
         }
-        if let Some(hit) = self
-            .parsed
-            .borrow()
-            .get(key)
-            .and_then(|m| m.get(raw.as_str()))
-        {
+        if let Some(hit) = self.parsed.borrow().get(key).and_then(|m| m.get(&**raw)) {
             return hit.clone();
         }
         let parsed = frontend_attributes(instr)
@@ -1334,7 +1329,7 @@ fn set_frontend_attribute(instr: &mut HloInstruction, key: &str, value: String) 
     attributes.set(key, value);
     instr.set_attr(
         AttrKey::FrontendAttributes,
-        AttrValue::Raw(attributes.to_string()),
+        AttrValue::Raw(attributes.to_string().into()),
     );
 }
 
