@@ -21,6 +21,7 @@ use crate::replica_groups::CollectiveDeviceList;
 use crate::shape::Shape;
 use crate::sharding::HloSharding;
 use std::fmt;
+use std::sync::Arc;
 
 macro_rules! entity_id {
     ($name:ident, $prefix:literal) => {
@@ -53,9 +54,11 @@ pub struct HloInstruction {
     pub operands: Vec<InstrId>,
     /// `key=value` attributes other than sharding and control predecessors.
     pub attrs: Vec<Attribute>,
-    /// Boxed: most instructions of a large module have none, and an inline
-    /// sharding would more than double the size of every instruction.
-    pub sharding: Option<Box<HloSharding>>,
+    /// Behind a pointer: most instructions of a large module have none, and
+    /// an inline sharding would more than double the size of every
+    /// instruction. Shared: propagation gives one sharding to many
+    /// instructions (`Arc::make_mut` to change one instruction's copy).
+    pub sharding: Option<Arc<HloSharding>>,
     pub control_predecessors: Vec<InstrId>,
     /// `parameter(N)`
     pub parameter_number: Option<i64>,

@@ -50,7 +50,7 @@ impl Pass for ShardingCompletion {
             }
             for instr in &mut comp.instructions {
                 if instr.sharding.is_none() && !instr.shape.is_token() {
-                    instr.sharding = Some(Box::new(replicated_for(&instr.shape)));
+                    instr.sharding = Some(std::sync::Arc::new(replicated_for(&instr.shape)));
                     changed = true;
                 }
             }

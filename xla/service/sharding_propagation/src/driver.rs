@@ -22,6 +22,7 @@ use crate::prepare::{
 };
 use crate::state::PropagationState;
 use rustc_hash::FxHashMap;
+use std::sync::Arc;
 use xla_hlo_ir::sharding::SingleSharding;
 use xla_hlo_ir::{CompId, HloModule, HloSharding, InstrId, Opcode, Shape};
 use xla_hlo_utils::{InstrSharding, Sharding, Tiled};
@@ -354,18 +355,12 @@ fn write_back(
     copies: &[(CompId, InstrId, String)],
     root_copy: &Option<(InstrId, String)>,
 ) {
-    let mut ir_cache: FxHashMap<*const Tiled, SingleSharding> = FxHashMap::default();
+    let mut shared = SharedIrShardings::default();
     for (comp, id, node) in updates.changed {
         let instr = module.comp_mut(comp).instr_mut(id);
         instr.sharding = updates.shardings[node as usize]
             .as_ref()
-            .map(|sharding| Box::new(to_ir_cached(sharding, &mut ir_cache)));
-        // Shard groups are consumed by propagation.
-        if let Some(HloSharding::Single(SingleSharding { shard_group, .. })) =
-            instr.sharding.as_deref_mut()
-        {
-            *shard_group = None;
-        }
+            .map(|sharding| shared.ir_form(sharding));
     }
     for (comp, id, name) in copies {
         let instr = module.comp_mut(*comp).instr_mut(*id);
@@ -380,24 +375,55 @@ fn write_back(
     }
 }
 
-/// IR form of a sharding; tiled leaves shared between instructions (the
-/// same `Arc`) are converted once.
-fn to_ir_cached(
-    sharding: &InstrSharding,
-    cache: &mut FxHashMap<*const Tiled, SingleSharding>,
-) -> HloSharding {
-    let mut leaf_to_ir = |leaf: &Sharding| -> SingleSharding {
+/// IR forms of the propagated shardings, shared between instructions: a
+/// sharding whose tiled leaves are the same `Arc` is converted once and
+/// stored once. Shard groups are consumed by propagation, so a single
+/// sharding is written without its group.
+#[derive(Default)]
+struct SharedIrShardings {
+    leaves: FxHashMap<*const Tiled, SingleSharding>,
+    singles: FxHashMap<*const Tiled, Arc<HloSharding>>,
+    replicated: Option<Arc<HloSharding>>,
+}
+
+impl SharedIrShardings {
+    fn ir_form(&mut self, sharding: &InstrSharding) -> Arc<HloSharding> {
+        match sharding {
+            InstrSharding::Single(Sharding::Tiled(tiled)) => {
+                if let Some(hit) = self.singles.get(&Arc::as_ptr(tiled)) {
+                    return hit.clone();
+                }
+                let mut leaf = self.leaf(&Sharding::Tiled(tiled.clone()));
+                leaf.shard_group = None;
+                let ir = Arc::new(HloSharding::Single(leaf));
+                self.singles.insert(Arc::as_ptr(tiled), ir.clone());
+                ir
+            }
+            InstrSharding::Single(Sharding::Replicated) => self
+                .replicated
+                .get_or_insert_with(|| Arc::new(HloSharding::Single(Sharding::Replicated.to_ir())))
+                .clone(),
+            InstrSharding::Single(leaf) => {
+                let mut leaf = leaf.to_ir();
+                leaf.shard_group = None;
+                Arc::new(HloSharding::Single(leaf))
+            }
+            InstrSharding::Tuple(leaves) => Arc::new(HloSharding::Tuple(
+                leaves.iter().map(|leaf| self.leaf(leaf)).collect(),
+            )),
+        }
+    }
+
+    /// The IR form of one leaf, tiled ones converted once.
+    fn leaf(&mut self, leaf: &Sharding) -> SingleSharding {
         match leaf {
-            Sharding::Tiled(tiled) => cache
-                .entry(std::sync::Arc::as_ptr(tiled))
+            Sharding::Tiled(tiled) => self
+                .leaves
+                .entry(Arc::as_ptr(tiled))
                 .or_insert_with(|| leaf.to_ir())
                 .clone(),
             _ => leaf.to_ir(),
         }
-    };
-    match sharding {
-        InstrSharding::Single(leaf) => HloSharding::Single(leaf_to_ir(leaf)),
-        InstrSharding::Tuple(leaves) => HloSharding::Tuple(leaves.iter().map(leaf_to_ir).collect()),
     }
 }
 

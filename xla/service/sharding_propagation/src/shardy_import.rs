@@ -37,6 +37,7 @@
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::cell::RefCell;
+use std::sync::Arc;
 use xla_hlo_ir::attrs::{AttrKey, AttrValue};
 use xla_hlo_ir::mesh::AxisRef;
 use xla_hlo_ir::sdy::{self, FrontendAttributes, MeshRef, SdyMesh, SdySharding};
@@ -757,7 +758,7 @@ fn rebuild(
                         AttrKey::CustomCallTarget,
                         AttrValue::Str(second_target.into()),
                     );
-                    reshape.sharding = second_sharding.map(Box::new);
+                    reshape.sharding = second_sharding.map(Arc::new);
                     values.push(out.add(reshape));
                 }
                 if matches!(instr.shape, Shape::Tuple(_)) {
@@ -777,7 +778,7 @@ fn rebuild(
                             _ => None,
                         })
                         .collect();
-                    tuple.sharding = leaves.map(|l| Box::new(HloSharding::Tuple(l)));
+                    tuple.sharding = leaves.map(|l| Arc::new(HloSharding::Tuple(l)));
                     out.add(tuple)
                 } else {
                     values[0]
@@ -865,7 +866,7 @@ fn rebuild(
                     );
                 }
                 if let Some(sharding) = sharding {
-                    copy.sharding = sharding.map(Box::new);
+                    copy.sharding = sharding.map(Arc::new);
                 }
                 strip_shardy_attributes(&mut copy);
                 out.add(copy)
@@ -885,7 +886,7 @@ fn rebuild(
                 let sharding = meshes
                     .for_shape(&open, &shape, manual, true)
                     .map_err(|e| error(name, &out.instr(new_id).name, e))?;
-                out.instr_mut(new_id).sharding = sharding.map(Box::new);
+                out.instr_mut(new_id).sharding = sharding.map(Arc::new);
             }
         }
         if context.mode == ImportMode::AfterShardyPropagation {
@@ -899,7 +900,7 @@ fn rebuild(
                 {
                     if let Some(leaf) = leaves.get(index) {
                         let leaf = leaf.clone();
-                        out.instr_mut(new_id).sharding = Some(Box::new(HloSharding::Single(leaf)));
+                        out.instr_mut(new_id).sharding = Some(Arc::new(HloSharding::Single(leaf)));
                     }
                 }
             }
@@ -951,7 +952,7 @@ fn sharding_custom_call(
 ) -> HloInstruction {
     let mut cc = HloInstruction::new(name, Opcode::CustomCall, shape.clone(), vec![operand]);
     cc.set_attr(AttrKey::CustomCallTarget, AttrValue::Str("Sharding".into()));
-    cc.sharding = Some(Box::new(sharding.unwrap_or_else(HloSharding::replicated)));
+    cc.sharding = Some(Arc::new(sharding.unwrap_or_else(HloSharding::replicated)));
     cc
 }
 

@@ -88,7 +88,7 @@ fn mutate(module: &mut HloModule, rng: &mut Lcg) {
                 SHARDINGS[(rng.next() as usize) % SHARDINGS.len()].to_string()
             };
             let sharding: HloSharding = xla_hlo_parser::parse_sharding(&text).unwrap();
-            instr.sharding = Some(Box::new(sharding));
+            instr.sharding = Some(std::sync::Arc::new(sharding));
         }
     }
 }

@@ -103,7 +103,7 @@ fn with_partitions(m: &HloModule, new: i64) -> HloModule {
         for c in m.computations.iter_mut() {
             for i in c.instructions.iter_mut() {
                 if let Some(s) = i.sharding.as_mut() {
-                    rescale(s, old, new);
+                    rescale(std::sync::Arc::make_mut(s), old, new);
                 }
             }
         }

@@ -230,7 +230,7 @@ fn partition_owned(
         ec.root_instr()
             .sharding
             .clone()
-            .unwrap_or_else(|| Box::new(root_vs.to_ir())),
+            .unwrap_or_else(|| std::sync::Arc::new(root_vs.to_ir())),
     );
     let mut comps = Vec::with_capacity(orig.computations.len() + ctx.new_comps.len());
     for i in 0..orig.computations.len() {

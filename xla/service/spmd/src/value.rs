@@ -13,6 +13,7 @@ use crate::memo::MemoTable;
 use rustc_hash::FxHasher;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
+use std::sync::Arc;
 use xla_hlo_ir::{HloInstruction, HloSharding, InstrId, Shape};
 use xla_hlo_utils::{InstrSharding, Sharding};
 
@@ -150,7 +151,7 @@ pub fn sharding_of(
         return Ok(ValueSharding::replicated_in(&instr.shape, n, grids));
     }
     cache
-        .convert(grids, instr.sharding.as_deref(), &instr.shape, n)
+        .convert_shared(grids, instr.sharding.as_ref(), &instr.shape, n)
         .map_err(|e| match e {
             SpmdError::Sharding { message, .. } => SpmdError::Sharding {
                 instruction: instr.name.clone(),
@@ -177,12 +178,47 @@ pub fn sharding_from_ir(
 /// kinds, whether it is a tuple, the structure of the shape (see
 /// `skeleton`) and the partition count. One cache lives as long as the
 /// partitioning of one module.
+///
+/// Instructions that share one IR sharding (the same `Arc`, as propagation
+/// writes them) are also found by pointer, without hashing the sharding;
+/// that table holds a clone of each `Arc`, so a pointer is never reused
+/// for another sharding while the cache lives.
 #[derive(Default)]
 pub struct ShardingCache {
     table: MemoTable<(HloSharding, Vec<i64>, i64), ValueSharding>,
+    shared: MemoTable<(Arc<HloSharding>, Vec<i64>, i64), ValueSharding>,
 }
 
 impl ShardingCache {
+    /// [`ShardingCache::convert`], found first by the sharding's pointer.
+    pub fn convert_shared(
+        &self,
+        grids: &GridCache,
+        s: Option<&Arc<HloSharding>>,
+        shape: &Shape,
+        n: i64,
+    ) -> Result<ValueSharding, SpmdError> {
+        let Some(s) = s else {
+            return self.convert(grids, None, shape, n);
+        };
+        let mut h = FxHasher::default();
+        Arc::as_ptr(s).hash(&mut h);
+        skeleton(shape, &mut |x| x.hash(&mut h));
+        n.hash(&mut h);
+        let hk = h.finish();
+        let matches = |k: &(Arc<HloSharding>, Vec<i64>, i64)| {
+            Arc::ptr_eq(&k.0, s) && k.2 == n && skeleton_is(shape, &k.1)
+        };
+        if let Some(v) = self.shared.get(hk, matches) {
+            return Ok(v);
+        }
+        let v = self.convert(grids, Some(s), shape, n)?;
+        let mut sk = Vec::new();
+        skeleton(shape, &mut |x| sk.push(x));
+        self.shared.insert(hk, (s.clone(), sk, n), v.clone());
+        Ok(v)
+    }
+
     /// [`sharding_from_ir`], memoized (errors are not), its grids interned in
     /// `grids`.
     pub fn convert(

@@ -34,7 +34,7 @@ impl<'a> Parser<'a> {
                 if instr.sharding.is_some() {
                     return Err(self.err(key_pos, "duplicate attribute 'sharding'"));
                 }
-                instr.sharding = Some(Box::new(self.sharding()?));
+                instr.sharding = Some(std::sync::Arc::new(self.sharding()?));
                 return Ok(());
             }
             "control-predecessors" => {

@@ -142,8 +142,8 @@ fn never_panics_on_random_mutations() {
                     let d = dims_pool[(next() as usize) % dims_pool.len()].to_vec();
                     let r = dims_pool[(next() as usize) % dims_pool.len()].to_vec();
                     let perm = dims_pool[(next() as usize) % dims_pool.len()].to_vec();
-                    ins.sharding = Some(Box::new(HloSharding::Single(SingleSharding::new(
-                        ShardingKind::Tiled {
+                    ins.sharding = Some(std::sync::Arc::new(HloSharding::Single(
+                        SingleSharding::new(ShardingKind::Tiled {
                             tile_assignment: TileAssignment::Iota {
                                 dims: d,
                                 reshape_dims: r,
@@ -151,8 +151,8 @@ fn never_panics_on_random_mutations() {
                             },
                             replicate_on_last_tile_dim: next() % 2 == 0,
                             last_tile_dims: vec![],
-                        },
-                    ))));
+                        }),
+                    )));
                 }
                 5 => ins.shape = Shape::tuple(vec![ins.shape.clone()]),
                 _ => ins.parameter_number = Some((next() % 5) as i64 - 1),
