@@ -88,6 +88,7 @@ pub mod redistribute;
 pub mod reorder;
 pub mod reshape;
 pub mod reshard;
+pub mod rng;
 pub mod shapes;
 pub mod unreduced;
 pub mod value;

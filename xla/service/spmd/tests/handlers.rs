@@ -1399,3 +1399,71 @@ fn uneven_transposed_tiles_are_redistributed_piecewise() {
     );
     assert_eq!(summary.collectives.get("all-gather"), None, "{summary:?}");
 }
+
+/// `rng-bit-generator` with a tiled result: every device generates its
+/// tile of the global stream, bit-equal to the unpartitioned program, with
+/// no collective, for each algorithm, element width, state length and
+/// tiling (rows, columns, both, uneven, partially replicated).
+#[test]
+fn rng_bit_generator_tiles_are_the_global_stream() {
+    let cases: [(&str, i64, &str); 6] = [
+        ("[16,8]", 2, "{devices=[2,1]<=[2]}"),
+        ("[8,12]", 4, "{devices=[1,4]<=[4]}"),
+        ("[8,16]", 8, "{devices=[2,4]<=[8]}"),
+        ("[10,6]", 4, "{devices=[4,1]<=[4]}"),
+        ("[7,9]", 8, "{devices=[2,4]<=[8]}"),
+        (
+            "[5,3,6]",
+            8,
+            "{devices=[2,1,2,2]<=[8] last_tile_dim_replicate}",
+        ),
+    ];
+    let mut seed = 200;
+    for algorithm in ["rng_default", "rng_philox", "rng_three_fry"] {
+        for ty in ["u32", "f32", "u64", "f64", "bf16", "u8", "s16"] {
+            for state_len in [2, 3] {
+                for (dims, n, sharding) in cases {
+                    // Floats come back as their bits: random bits make NaNs,
+                    // which no equality test would pass.
+                    let bits_ty = match ty {
+                        "f32" => "u32",
+                        "f64" => "u64",
+                        "bf16" | "s16" => "u16",
+                        other => other,
+                    };
+                    let m = module(
+                        &format!(
+                            "ENTRY %e (s: u64[{state_len}]) -> (u64[{state_len}], {bits_ty}{dims}) {{\n  %s = u64[{state_len}] parameter(0), sharding={{replicated}}\n  %r = (u64[{state_len}], {ty}{dims}) rng-bit-generator(%s), algorithm={algorithm}, sharding={{{{replicated}}, {sharding}}}\n  %state = u64[{state_len}] get-tuple-element(%r), index=0, sharding={{replicated}}\n  %values = {ty}{dims} get-tuple-element(%r), index=1, sharding={sharding}\n  %bits = {bits_ty}{dims} bitcast-convert(%values), sharding={sharding}\n  ROOT %t = (u64[{state_len}], {bits_ty}{dims}) tuple(%state, %bits), sharding={{{{replicated}}, {sharding}}}\n}}\n"
+                        ),
+                        "",
+                        n,
+                    );
+                    seed += 1;
+                    eprintln!(
+                        "case: {algorithm} {ty}{dims} state u64[{state_len}] on {n}: {sharding}"
+                    );
+                    let (summary, part) = check(&m, n, false, 0.0, seed);
+                    assert_eq!(
+                        summary.handlers.get("rng-bit-generator:global-stream-tile"),
+                        Some(&1),
+                        "{summary:?}\n{m}"
+                    );
+                    assert_eq!(summary.collective_bytes, 0, "{}", part.to_text());
+                }
+            }
+        }
+    }
+}
+
+/// A Philox counter whose low word wraps inside the array carries into
+/// the high word on the devices past the wrap, as in the global stream.
+#[test]
+fn rng_bit_generator_counter_carries_across_tiles() {
+    let m = module(
+        "ENTRY %e () -> (u64[3], u32[16,4]) {\n  %s = u64[3] constant({12345, 18446744073709551613, 41}), sharding={replicated}\n  ROOT %r = (u64[3], u32[16,4]) rng-bit-generator(%s), algorithm=rng_philox, sharding={{replicated}, {devices=[8,1]<=[8]}}\n}\n",
+        "",
+        8,
+    );
+    let (summary, _) = check(&m, 8, false, 0.0, 300);
+    assert_eq!(summary.collective_bytes, 0);
+}

@@ -11,7 +11,7 @@ use super::control_flow;
 use crate::error::SpmdError;
 use crate::part::Part;
 use crate::value::{PValue, ValueSharding};
-use crate::{dot, dynamic_slice, gather, handlers, linalg, reorder, reshape, window};
+use crate::{dot, dynamic_slice, gather, handlers, linalg, reorder, reshape, rng, window};
 use xla_hlo_ir::{HloInstruction, Opcode};
 
 /// Dispatches `instr` to its handler.
@@ -132,9 +132,11 @@ pub fn dispatch(
         // Every other opcode falls back (operands replicated, the op run on
         // the global shape).
         //
-        // Random numbers are generated whole, so every device sees the
-        // values of the unpartitioned program.
-        Opcode::Rng | Opcode::RngBitGenerator | Opcode::RngGetAndUpdateState => Ok(None),
+        // Each device generates its tile of the global bit stream (see
+        // `rng`); other random numbers are generated whole, so every device
+        // sees the values of the unpartitioned program.
+        Opcode::RngBitGenerator => rng::rng_bit_generator(p, instr, target),
+        Opcode::Rng | Opcode::RngGetAndUpdateState => Ok(None),
         // Side effects, tokens and host transfers run as in the
         // unpartitioned program, on replicated operands.
         Opcode::AddDependency
