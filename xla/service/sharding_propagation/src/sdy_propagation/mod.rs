@@ -42,7 +42,7 @@ use crate::shardy_import::{
 };
 use factors::{propagate_step, Direction, StepInput, StepScratch};
 use rules::{Rule, RuleCache};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::cell::RefCell;
 use std::rc::Rc;
 use xla_hlo_ir::attrs::{AttrKey, AttrValue};
@@ -1247,6 +1247,20 @@ fn write_back(
     g: &Graph,
 ) -> PropagatedShardings {
     let mut propagated = PropagatedShardings::default();
+    // XLA's export shards every value of a while loop (Shardy's data-flow
+    // edges: the loop, its operand tuple, its results, and the body's and
+    // condition's parameters and results), replicated when propagation
+    // left it open.
+    let loop_regions: FxHashSet<CompId> = flow
+        .iter()
+        .flat_map(|&c| module.comp(c).instructions.iter())
+        .filter(|i| i.opcode == Opcode::While)
+        .flat_map(|i| i.called_computations())
+        .collect();
+    let fallback_mesh = memo
+        .meshes
+        .first()
+        .map(|(name, _)| MeshRef::Named(name.clone()));
     for &c in flow {
         // A tuple made for a while loop's operand is sharded as the loop
         // (XLA's export builds it from the loop's shardings).
@@ -1259,10 +1273,26 @@ fn write_back(
             .filter(|(_, i)| module.comp(c).instr(i.operands[0]).opcode == Opcode::Tuple)
             .map(|(w, i)| (i.operands[0], InstrId(w as u32)))
             .collect();
+        let in_loop_region = loop_regions.contains(&c);
         let n = module.comp(c).instructions.len();
         for i in 0..n {
             let id = InstrId(i as u32);
             let values = g.values_owned(c, id);
+            let is_loop_edge = {
+                let comp = module.comp(c);
+                let instr = comp.instr(id);
+                let reads = |opcode: Opcode| {
+                    instr.operands.first().map(|&o| comp.instr(o).opcode) == Some(opcode)
+                };
+                instr.opcode == Opcode::While
+                    || loop_of_init.contains_key(&id)
+                    || (instr.opcode == Opcode::GetTupleElement && reads(Opcode::While))
+                    || (in_loop_region
+                        && (instr.opcode == Opcode::Parameter
+                            || (instr.opcode == Opcode::GetTupleElement
+                                && reads(Opcode::Parameter))
+                            || (id == comp.root && instr.opcode == Opcode::Tuple)))
+            };
             let instr = module.comp(c).instr(id);
             let target = custom_call_target(instr).map(str::to_string);
             match target.as_deref() {
@@ -1291,12 +1321,12 @@ fn write_back(
                     && s.unreduced.is_empty())
                     || s.dims.is_empty()
             };
-            let Some(mesh) = shardings
+            let mesh = shardings
                 .iter()
                 .flatten()
                 .find(|s| meaningful(s))
-                .map(|s| s.mesh.clone())
-            else {
+                .map(|s| s.mesh.clone());
+            let Some(mesh) = mesh.or_else(|| fallback_mesh.clone().filter(|_| is_loop_edge)) else {
                 continue;
             };
             let leaves: Vec<SdySharding> = shardings
