@@ -14,7 +14,10 @@ is a module with `xla.sdy.*` frontend attributes and custom calls.  Per case:
     xla_partitioned.hlo  `after_spmd-partitioning` (per-device program)
     args/arg<i>.npy, expected/out<i>.npy, case.json
 
-plus <out>/index.json.  See testdata/shardy_cases/README.md.
+plus <out>/index.json.  See testdata/shardy_cases/README.md.  Cases made with
+case(..., expected_from_single_device=True) (the rng-bit-generator cases) store
+the single-device rerun's outputs in expected/ instead of XLA's sharded ones
+(case.json "expected_source": "single_device").
 
 Usage:
     python3 tools/testdata_gen/generate_shardy.py              # -> testdata/shardy_cases/
@@ -25,6 +28,7 @@ Usage:
 
 import argparse
 import atexit
+import contextlib
 import itertools
 import os
 import re
@@ -80,19 +84,31 @@ CASES = {}
 
 
 def case(name, description, mesh_shape, axis_names, rtol=1e-5, atol=1e-5, manual=False,
-         device_ids=None, explicit=False, logical_device_ids=None):
+         device_ids=None, explicit=False, logical_device_ids=None,
+         expected_from_single_device=False, x64=False):
     """device_ids: the mesh is Mesh(jax.devices()[device_ids]) (non-iota device
     order); explicit: all mesh axes are AxisType.Explicit and the case runs
     under jax.set_mesh; logical_device_ids: the in_shardings are
     NamedSharding(mesh, spec, _logical_device_ids=...) (what jax.device_put
-    builds when it moves an array between meshes of different device order)."""
+    builds when it moves an array between meshes of different device order).
+    A mesh_shape with fewer than 8 devices (and no device_ids) uses jax devices
+    0..n-1, and the module has num_partitions=n.
+    expected_from_single_device: expected/out*.npy are the outputs of the same
+    program jitted on ONE device with every sharding removed (the
+    single-device rerun), not of XLA's sharded run; case.json gets
+    "expected_source": "single_device" (used for rng-bit-generator, whose
+    partitioned values XLA does not promise to keep).  x64: the whole case
+    (sharded compile and single-device rerun) runs under
+    jax.enable_x64(True); case.json gets "jax_enable_x64": true."""
     def deco(builder):
         assert name not in CASES, name
         CASES[name] = (builder, dict(description=description, mesh_shape=mesh_shape,
                                      axis_names=axis_names, rtol=rtol, atol=atol,
                                      manual=manual),
                        dict(device_ids=device_ids, explicit=explicit,
-                            logical_device_ids=logical_device_ids))
+                            logical_device_ids=logical_device_ids,
+                            expected_from_single_device=expected_from_single_device,
+                            x64=x64))
         return builder
     return deco
 
@@ -1026,6 +1042,174 @@ def _heldout_offload(c):
 
 
 
+# --- rng-bit-generator (JAX's rbg / unsafe_rbg PRNGs) --------------------------
+#
+# jax.random with impl="rbg" / "unsafe_rbg" lowers random bits to the HLO op
+# rng-bit-generator (u32[4] key data bitcast to the u64[2] state).  XLA does not
+# promise the single-device stream when that op is partitioned, while our
+# partitioner computes each device's tile of the global stream, so these cases
+# store the single-device outputs as expected (expected_from_single_device) and
+# are compared bitwise (rtol = atol = 0).  The key is an input (raw key data,
+# u32[4] replicated; any 4 words are a valid rbg key) or, in the last case,
+# derived in the program from an s32 seed; the PRNG implementation is named
+# per call (wrap_key_data / key(impl=...)), so JAX's default is not touched.
+
+def _key_arg(c):
+    c.arg("key", (4,), "u32", P(), lo=0, hi=1 << 32)
+
+
+def _rbg(kd, impl="rbg"):
+    return jax.random.wrap_key_data(kd, impl=impl)
+
+
+@case("rbg_bits_u32_rows_2",
+      "rbg PRNG: random bits u32[16,8] from a replicated u32[4] key (rng-bit-generator), "
+      "constrained to rows on a 2-device mesh. Expected = single-device outputs.",
+      (2,), ("x",), rtol=0.0, atol=0.0, expected_from_single_device=True)
+def _rbg_bits_rows(c):
+    _key_arg(c)
+    c.out("bits", P("x", None))
+
+    def f(kd):
+        return (wsc(jax.random.bits(_rbg(kd), (16, 8), jnp.uint32), P("x", None)),)
+    return f
+
+
+@case("rbg_uniform_f32_cols_4",
+      "rbg PRNG: jax.random.uniform f32[8,12] (rng-bit-generator u32 bits -> shift/or/"
+      "bitcast - 1) constrained to columns on a 4-device mesh. Expected = single-device "
+      "outputs.",
+      (4,), ("x",), rtol=0.0, atol=0.0, expected_from_single_device=True)
+def _rbg_uniform_cols(c):
+    _key_arg(c)
+    c.out("u", P(None, "x"))
+
+    def f(kd):
+        return (wsc(jax.random.uniform(_rbg(kd), (8, 12), jnp.float32), P(None, "x")),)
+    return f
+
+
+@case("unsafe_rbg_bits_u32_both_dims_2x4",
+      "unsafe_rbg PRNG: random bits u32[8,16] constrained to P(a,b) on a 2x4 mesh (both "
+      "dims sharded). Expected = single-device outputs.",
+      (2, 4), ("a", "b"), rtol=0.0, atol=0.0, expected_from_single_device=True)
+def _urbg_bits_2d(c):
+    _key_arg(c)
+    c.out("bits", P("a", "b"))
+
+    def f(kd):
+        return (wsc(jax.random.bits(_rbg(kd, "unsafe_rbg"), (8, 16), jnp.uint32),
+                    P("a", "b")),)
+    return f
+
+
+@case("rbg_bits_uneven_rows_4",
+      "rbg PRNG: random bits u32[10,6] constrained to rows on a 4-device mesh (uneven: "
+      "tiles of 3,3,3,1 rows); outputs the bits replicated and zero-padded to [12,6] with "
+      "rows on x (jit outputs must divide evenly; the pad keeps the tile boundaries). "
+      "Expected = single-device outputs.",
+      (4,), ("x",), rtol=0.0, atol=0.0, expected_from_single_device=True)
+def _rbg_uneven_rows(c):
+    _key_arg(c)
+    c.out("bits", P(None, None))
+    c.out("padded", P("x", None))
+
+    def f(kd):
+        b = wsc(jax.random.bits(_rbg(kd), (10, 6), jnp.uint32), P("x", None))
+        return b, jnp.pad(b, ((0, 2), (0, 0)))
+    return f
+
+
+@case("rbg_bits_uneven_both_dims_2x4",
+      "rbg PRNG: random bits u32[7,9] constrained to P(a,b) on a 2x4 mesh (uneven on both "
+      "dims: rows 4,3, columns 3,3,3,0); outputs the bits replicated and zero-padded to "
+      "[8,12] P(a,b) (same tile boundaries). Expected = single-device outputs.",
+      (2, 4), ("a", "b"), rtol=0.0, atol=0.0, expected_from_single_device=True)
+def _rbg_uneven_2d(c):
+    _key_arg(c)
+    c.out("bits", P(None, None))
+    c.out("padded", P("a", "b"))
+
+    def f(kd):
+        b = wsc(jax.random.bits(_rbg(kd), (7, 9), jnp.uint32), P("a", "b"))
+        return b, jnp.pad(b, ((0, 1), (0, 3)))
+    return f
+
+
+@case("rbg_split_fold_in_bits_u8_u16_2x4",
+      "rbg PRNG: key split in two (threefry on the key halves), the second folded in with "
+      "7; u8[16,8] bits from the first constrained to P(a,None) (replicated over b), "
+      "u16[8,12] bits from the folded key constrained to P(None,b) (replicated over a): "
+      "two rng-bit-generators with 8- and 16-bit outputs. Expected = single-device outputs.",
+      (2, 4), ("a", "b"), rtol=0.0, atol=0.0, expected_from_single_device=True)
+def _rbg_split_fold(c):
+    _key_arg(c)
+    c.out("bits8", P("a", None))
+    c.out("bits16", P(None, "b"))
+
+    def f(kd):
+        k1, k2 = jax.random.split(_rbg(kd))
+        k3 = jax.random.fold_in(k2, 7)
+        return (wsc(jax.random.bits(k1, (16, 8), jnp.uint8), P("a", None)),
+                wsc(jax.random.bits(k3, (8, 12), jnp.uint16), P(None, "b")))
+    return f
+
+
+@case("rbg_fold_in_bits_u64_x64_2x4",
+      "rbg PRNG under jax_enable_x64 (this case only): fold_in(key, 3) then u64[8,6] bits "
+      "(a u64 rng-bit-generator) constrained to P(b,a) (b major on rows), and u32[4,8] bits "
+      "from the unfolded key constrained to P(a,b). Expected = single-device outputs.",
+      (2, 4), ("a", "b"), rtol=0.0, atol=0.0, expected_from_single_device=True, x64=True)
+def _rbg_u64(c):
+    _key_arg(c)
+    c.out("bits64", P("b", "a"))
+    c.out("bits32", P("a", "b"))
+
+    def f(kd):
+        k = _rbg(kd)
+        return (wsc(jax.random.bits(jax.random.fold_in(k, 3), (8, 6), jnp.uint64), P("b", "a")),
+                wsc(jax.random.bits(k, (4, 8), jnp.uint32), P("a", "b")))
+    return f
+
+
+@case("rbg_dropout_mask_2x4",
+      "dropout-like: x f32[16,16] P(a,b) times (uniform(rbg key, x.shape) > 0.5); the "
+      "uniform and mask have no constraint (their sharding comes from x / out_shardings "
+      "P(a,b)). Expected = single-device outputs.",
+      (2, 4), ("a", "b"), rtol=0.0, atol=0.0, expected_from_single_device=True)
+def _rbg_dropout(c):
+    c.arg("x", (16, 16), "f32", P("a", "b"))
+    _key_arg(c)
+    c.out("y", P("a", "b"))
+
+    def f(x, kd):
+        return (x * (jax.random.uniform(_rbg(kd), x.shape, jnp.float32) > 0.5),)
+    return f
+
+
+@case("unsafe_rbg_seed_split_fold_in_uniform_2x4",
+      "unsafe_rbg PRNG with the key made in the program from an s32 seed "
+      "(jax.random.key(seed, impl='unsafe_rbg'): threefry seed), split in two (an "
+      "rng-bit-generator u32[20,4] + stride-10 slice), the first folded in with 5 (an "
+      "rng-bit-generator u32[10,4] from a constant-seeded key, xor); uniform f32[8,8] from "
+      "the folded key P(b,a), u32[12,4] bits from the second key P(a,None). Expected = "
+      "single-device outputs.",
+      (2, 4), ("a", "b"), rtol=0.0, atol=0.0, expected_from_single_device=True)
+def _urbg_seed_split_fold(c):
+    c.arg("seed", (), "s32", P(), lo=0, hi=1 << 20)
+    c.out("u", P("b", "a"))
+    c.out("bits", P("a", None))
+
+    def f(seed):
+        k = jax.random.key(seed, impl="unsafe_rbg")
+        k1, k2 = jax.random.split(k)
+        k1 = jax.random.fold_in(k1, 5)
+        return (wsc(jax.random.uniform(k1, (8, 8), jnp.float32), P("b", "a")),
+                wsc(jax.random.bits(k2, (12, 4), jnp.uint32), P("a", None)))
+    return f
+
+
+
 def _module_dumps(fn_name):
     pat = re.compile(r"^module_\d+\.jit_%s\.(.*\.txt)$" % re.escape(fn_name))
     found = {}
@@ -1053,7 +1237,7 @@ def _pick(dumps, needle):
 
 
 def _make_mesh(c, extra):
-    ids = extra["device_ids"] or list(range(NUM_DEVICES))
+    ids = extra["device_ids"] or list(range(int(np.prod(c.mesh_shape))))
     devices = np.array([jax.devices()[i] for i in ids]).reshape(c.mesh_shape)
     kw = {}
     if extra["explicit"]:
@@ -1067,7 +1251,11 @@ def _in_sharding(mesh, spec, extra):
     return NamedSharding(mesh, spec)
 
 
-def _single_device_check(builder, meta, c, host_outs, name):
+def _single_device_check(builder, meta, c, host_outs, name, warn=True):
+    """Reruns the case on one device without shardings (wsc / shard_alike /
+    offload vanish, no in/out shardings) and compares with host_outs.
+    Returns (summary for case.json, the single-device outputs as
+    [(array, hlo type)])."""
     Ctx.single = True
     try:
         fn1 = builder(Case(name, **meta))
@@ -1080,21 +1268,32 @@ def _single_device_check(builder, meta, c, host_outs, name):
         ref = jax.tree_util.tree_leaves(jax.jit(fn1)(*args1))
     finally:
         Ctx.single = False
-    diffs, ok = [], True
+    diffs, ok, ref_host = [], True, []
     for (o, _), r in zip(host_outs, ref):
-        r, _ = G._host(r)
+        r, r_hlo = G._host(r)
+        ref_host.append((r, r_hlo))
+        if o.dtype != r.dtype or o.shape != r.shape:
+            raise RuntimeError("%s: single-device output %s%s vs sharded %s%s"
+                               % (name, r.dtype, r.shape, o.dtype, o.shape))
         d = float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) if o.size else 0.0
         if o.dtype == np.bool_ or np.issubdtype(o.dtype, np.integer):
             ok = ok and d == 0.0
         else:
             ok = ok and bool(np.allclose(o, r, rtol=c.rtol, atol=c.atol))
         diffs.append(d)
-    if not ok:
+    if not ok and warn:
         print("WARNING: %s: single-device rerun differs: %r" % (name, diffs), file=sys.stderr)
-    return {"max_abs_diff": diffs, "within_rtol_atol": bool(ok)}
+    return {"max_abs_diff": diffs, "within_rtol_atol": bool(ok)}, ref_host
 
 
 def run_case(name, out_root):
+    extra = CASES[name][2]
+    ctx = jax.enable_x64(True) if extra["x64"] else contextlib.nullcontext()
+    with ctx:
+        return _run_case(name, out_root)
+
+
+def _run_case(name, out_root):
     builder, meta, extra = CASES[name]
     c = Case(name, **meta)
     mesh, device_ids = _make_mesh(c, extra)
@@ -1137,8 +1336,19 @@ def run_case(name, out_root):
 
     if c.manual:
         sdc = {"skipped": "shard_map needs the 8-device mesh"}
+    elif extra["expected_from_single_device"]:
+        # expected/ holds the single-device outputs; the check records how
+        # XLA's sharded outputs (not stored) compare with them.
+        sdc, single_outs = _single_device_check(builder, meta, c, host_outs, name, warn=False)
+        same = [d == 0.0 for d in sdc["max_abs_diff"]]
+        sdc = {"compared": "XLA's sharded outputs (not stored) against expected/ (the "
+                           "single-device outputs)",
+               "max_abs_diff": sdc["max_abs_diff"],
+               "xla_sharded_equals_single_device": same}
+        print("  %s: XLA sharded output == single-device output: %s" % (name, same))
+        host_outs = single_outs
     else:
-        sdc = _single_device_check(builder, meta, c, host_outs, name)
+        sdc, _ = _single_device_check(builder, meta, c, host_outs, name)
     _clear_dumps()
 
     # ---- write the case directory -----------------------------------------
@@ -1175,14 +1385,15 @@ def run_case(name, out_root):
         order = ("jax devices %s reshaped row-major to mesh_shape (non-iota); the HLO's "
                  "logical partition i runs on device device_ids[i]" % device_ids)
     else:
-        order = "row-major iota over the mesh: devices 0..7 reshaped to mesh_shape"
+        order = ("row-major iota over the mesh: devices 0..%d reshaped to mesh_shape"
+                 % (len(device_ids) - 1))
     meta_json = {
         "name": name,
         "description": c.description,
         "mesh_shape": c.mesh_shape,
         "axis_names": c.axis_names,
         "device_order": order,
-        "num_partitions": NUM_DEVICES,
+        "num_partitions": len(device_ids),
         "in_specs": [a["spec"] for a in args_json],
         "out_specs": [o["spec"] for o in outs_json],
         "args": args_json,
@@ -1215,6 +1426,10 @@ def run_case(name, out_root):
         "axis_types": ["explicit" if extra["explicit"] else "auto"] * len(c.axis_names),
         "in_logical_device_ids": extra["logical_device_ids"],
     }
+    if extra["expected_from_single_device"]:
+        meta_json["expected_source"] = "single_device"
+    if extra["x64"]:
+        meta_json["jax_enable_x64"] = True
     with open(os.path.join(case_dir, "case.json"), "w", encoding="utf-8", newline="\n") as f:
         f.write(G.format_case_json(meta_json))
     return meta_json
