@@ -1187,6 +1187,34 @@ def _rbg_dropout(c):
     return f
 
 
+@case("threefry_dropout_uneven_2x4",
+      "JAX's default PRNG (threefry2x32, partitionable: elementwise over an iota counter, "
+      "no rng-bit-generator): dropout of x f32[12,8] P(a,b) with a bernoulli mask and a "
+      "normal-noise term, plus uniform f32[6,10] constrained P(a,b) (uneven columns), "
+      "under value_and_grad. Expected = single-device outputs, compared within 1e-5: the "
+      "random values are exact, but the loss is a sum over sharded dims (another order) and "
+      "XLA's CPU code rounds the gradient's x / 0.75 differently from the interpreter.",
+      (2, 4), ("a", "b"), rtol=1e-5, atol=1e-5, expected_from_single_device=True)
+def _threefry_dropout(c):
+    c.arg("x", (12, 8), "f32", P("a", "b"))
+    c.arg("seed", (), "s32", P(), lo=0, hi=1 << 20)
+    c.out("loss", P())
+    c.out("grad", P("a", "b"))
+
+    def f(x, seed):
+        key = jax.random.key(seed, impl="threefry2x32")
+        k1, k2 = jax.random.split(key)
+
+        def loss(x):
+            keep = jax.random.bernoulli(k1, 0.75, x.shape)
+            noise = 0.01 * jax.random.normal(k2, x.shape, jnp.float32)
+            y = jnp.where(keep, x / 0.75, 0.0) + noise
+            extra = wsc(jax.random.uniform(k2, (6, 10), jnp.float32), P("a", "b"))
+            return jnp.sum(y * y) + jnp.sum(extra * extra)
+        return jax.value_and_grad(loss)(x)
+    return f
+
+
 @case("unsafe_rbg_seed_split_fold_in_uniform_2x4",
       "unsafe_rbg PRNG with the key made in the program from an s32 seed "
       "(jax.random.key(seed, impl='unsafe_rbg'): threefry seed), split in two (an "
