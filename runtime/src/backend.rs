@@ -25,6 +25,10 @@ pub struct DeviceContext<'a> {
     pub num_replicas: i64,
     pub num_partitions: i64,
     pub communicator: Option<&'a DeviceCommunicator>,
+    /// Consistent mode: reductions in the order of
+    /// `xla_hlo_utils::reduction_order` (see `EvalContext::consistent`); a
+    /// backend that cannot honour it refuses to execute.
+    pub consistent: bool,
 }
 
 impl DeviceContext<'_> {
@@ -36,6 +40,7 @@ impl DeviceContext<'_> {
             num_replicas: 1,
             num_partitions: 1,
             communicator: None,
+            consistent: false,
         }
     }
 }

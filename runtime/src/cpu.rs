@@ -53,6 +53,7 @@ impl Executable for CpuExecutable {
             num_replicas: Some(device.num_replicas),
             collectives: device.communicator,
             memory_limit: None,
+            consistent: device.consistent,
         };
         let values = args
             .iter()

@@ -18,7 +18,7 @@
 //! once with an error naming the lost device and its process; only process
 //! 0 returns results.
 
-use crate::backend::{DeviceCommunicator, DeviceContext, Executable};
+use crate::backend::{DeviceCommunicator, Executable};
 use crate::error::{first_failure, RuntimeError};
 use crate::launcher::{assemble_results, split_arguments, LaunchPlan};
 use crate::literal::Literal;
@@ -314,13 +314,7 @@ fn run_on<T: Transport + Send + 'static>(
 ) -> Result<Option<Vec<Literal>>, RuntimeError> {
     let n = plan.num_partitions.max(1);
     let communicator = Mutex::new(StagedCommunicator::new(transport));
-    let ctx = DeviceContext {
-        replica_id: 0,
-        partition_id: device as i64,
-        num_replicas: 1,
-        num_partitions: n as i64,
-        communicator: Some(&communicator as &DeviceCommunicator),
-    };
+    let ctx = crate::launcher::device_context(device, plan, &communicator as &DeviceCommunicator);
     let args = split_arguments(global_args, plan, device as i64)?;
     let outputs = exe.execute(&ctx, &args)?;
     let mut transport = communicator.into_inner().unwrap_or_else(|e| e.into_inner());

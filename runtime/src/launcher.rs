@@ -56,6 +56,8 @@ pub struct LaunchPlan {
     /// Assembling checks that every device holding a tile (or a replicated
     /// result) holds the same data; a disagreement is an error.
     pub check_replicas: bool,
+    /// Devices run in consistent mode (`DeviceContext::consistent`).
+    pub consistent: bool,
 }
 
 impl LaunchPlan {
@@ -81,6 +83,7 @@ impl LaunchPlan {
             result_shape,
             timeout: DEFAULT_TIMEOUT,
             check_replicas: false,
+            consistent: false,
         })
     }
 
@@ -100,6 +103,7 @@ impl LaunchPlan {
             result_shape: global_result_shape,
             timeout: DEFAULT_TIMEOUT,
             check_replicas: true,
+            consistent: false,
         }
     }
 
@@ -115,6 +119,7 @@ impl LaunchPlan {
             result_shape: entry.root_instr().shape.clone(),
             timeout: DEFAULT_TIMEOUT,
             check_replicas: false,
+            consistent: false,
         }
     }
 }
@@ -162,6 +167,7 @@ impl LaunchPlan {
             result_shape: root.shape.clone(),
             timeout: DEFAULT_TIMEOUT,
             check_replicas: false,
+            consistent: false,
         })
     }
 }
@@ -359,18 +365,19 @@ pub fn assemble_results(
     Ok(results)
 }
 
-/// The context of device `device` of a plan's `n` devices (replica 0).
-pub fn device_context(
+/// The context of device `device` of `plan`'s devices (replica 0).
+pub fn device_context<'a>(
     device: usize,
-    n: usize,
-    communicator: &DeviceCommunicator,
-) -> DeviceContext<'_> {
+    plan: &LaunchPlan,
+    communicator: &'a DeviceCommunicator,
+) -> DeviceContext<'a> {
     DeviceContext {
         replica_id: 0,
         partition_id: device as i64,
         num_replicas: 1,
-        num_partitions: n as i64,
+        num_partitions: plan.num_partitions.max(1) as i64,
         communicator: Some(communicator),
+        consistent: plan.consistent,
     }
 }
 
@@ -386,7 +393,7 @@ pub fn run_spmd(
     // Arguments are checked before any device starts.
     split_arguments(global_args, plan, 0)?;
     let outcomes = collectives::run_world(n, plan.timeout, |device, comm| {
-        let ctx = device_context(device, n, comm as &DeviceCommunicator);
+        let ctx = device_context(device, plan, comm as &DeviceCommunicator);
         let args = split_arguments(global_args, plan, device as i64)?;
         exe.execute(&ctx, &args)
     })

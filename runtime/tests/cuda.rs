@@ -60,6 +60,7 @@ fn interpret(m: &HloModule, args: &[Value]) -> Vec<Value> {
         num_replicas: Some(1),
         collectives: None,
         memory_limit: None,
+        consistent: false,
     };
     evaluate(m, args, &ctx).unwrap()
 }

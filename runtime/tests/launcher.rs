@@ -86,6 +86,7 @@ proptest! {
             result_shape: Shape::array(ty, dims),
             timeout: Duration::from_secs(60),
             check_replicas: true,
+            consistent: false,
         };
         let out = run_spmd(exe.as_ref(), &[lit(&full)], &plan).unwrap();
         prop_assert_eq!(out.len(), 1);

@@ -433,6 +433,11 @@ impl Executable for CudaExecutable {
                 "the CUDA backend runs single-device programs only (no NCCL collectives yet)",
             ));
         }
+        if device.consistent {
+            return Err(exec_err(
+                "the CUDA backend has no consistent mode (its kernels do not follow the tree reduction order); run with --backend cpu",
+            ));
+        }
         let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         catch_unwind(AssertUnwindSafe(|| self.run(args)))
             .map_err(|_| exec_err("cudarc panicked during execution"))?

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use xla_hlo_evaluator::npy::{load_argument, read_npy, write_npy};
 use xla_hlo_evaluator::{evaluate, needs_spmd, Array, EvalContext, Value};
 use xla_hlo_ir::HloModule;
-use xla_runtime::{Executable, LaunchPlan, ProcessGroup};
+use xla_runtime::{Backend, Executable, LaunchPlan, ProcessGroup};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -141,6 +141,22 @@ struct Cli {
     /// feature).
     #[arg(long, default_value = "tcp", value_parser = ["tcp", "nccl"])]
     collectives: String,
+    /// Consistent mode (single-device consistency): the interpreter combines
+    /// every floating-point reduction (reduce, dot, convolution, all-reduce,
+    /// reduce-scatter) by one pairwise-tree order, on any number of devices;
+    /// with --partition the partitioner splits a reduction across devices
+    /// only where that reproduces the order, so outputs are bitwise those of
+    /// the single-device run in this mode. Slower than the default. With
+    /// --partition the JSON line gains "consistency": collective bytes and
+    /// simulated time against the default mode.
+    #[arg(long)]
+    consistent: bool,
+    /// Also run the unpartitioned module (FILE, or the --shardings-from
+    /// module) on one device in the same mode and require every output to
+    /// be bitwise equal to it (exit 1 otherwise); the JSON line gains
+    /// "single_device": {"identical", "differing_outputs"}.
+    #[arg(long)]
+    compare_single_device: bool,
 }
 
 impl Cli {
@@ -273,6 +289,74 @@ fn check_argument_bytes(
     }
 }
 
+/// Runs `reference` (an unpartitioned module) with global semantics and
+/// compares each of `outputs` with its result bit for bit: on one device,
+/// or, for a module whose collectives or manual regions need its devices
+/// (a shard_map written with explicit collectives), on its
+/// `num_partitions` devices each given the whole arguments. Shardy
+/// annotations are imported first; a Shardy manual computation is written
+/// in per-device shapes and has no global run, which is an error.
+fn compare_with_single_device(
+    reference: &HloModule,
+    args: &[Value],
+    outputs: &[Array],
+    memory_limit: u64,
+    consistent: bool,
+) -> Result<Json> {
+    use xla_pipelines::shardy_import;
+    let context = "the single-device run (--compare-single-device)";
+    let mut imported;
+    let mut reference = reference;
+    if shardy_import::has_shardy_annotations(reference) {
+        if shardy_import::has_manual_computation(reference) {
+            bail!("{context}: the module has Shardy manual computations (shard_map), written in per-device shapes, so it has no single-device run to compare with");
+        }
+        imported = reference.clone();
+        shardy_import::import(&mut imported).map_err(anyhow::Error::msg)?;
+        reference = &imported;
+    }
+    let results = if needs_spmd(reference) {
+        let exe = xla_runtime::CpuBackend.compile(reference)?;
+        let mut plan =
+            LaunchPlan::replicated(reference, reference.num_partitions().max(1) as usize);
+        plan.consistent = consistent;
+        let literals = xla_runtime::cpu::literals_from_values(args)?;
+        xla_runtime::cpu::values_from_literals(
+            &xla_runtime::run_spmd(exe.as_ref(), &literals, &plan).context(context)?,
+        )?
+    } else {
+        let ctx = EvalContext {
+            num_partitions: Some(1),
+            num_replicas: Some(1),
+            memory_limit: Some(memory_limit),
+            consistent,
+            ..EvalContext::default()
+        };
+        evaluate(reference, args, &ctx).context(context)?
+    };
+    let want: Vec<Array> = results
+        .iter()
+        .flat_map(|v| v.leaves().into_iter().cloned())
+        .collect();
+    if want.len() != outputs.len() {
+        bail!(
+            "the single-device run has {} outputs, the run {}",
+            want.len(),
+            outputs.len()
+        );
+    }
+    let bits = |a: &Array| -> Result<Vec<u8>> {
+        Ok(xla_hlo_evaluator::collective::to_buffer(a)?.to_vec())
+    };
+    let mut differing = Vec::new();
+    for (i, (got, want)) in outputs.iter().zip(&want).enumerate() {
+        if got.ty != want.ty || got.dims != want.dims || bits(got)? != bits(want)? {
+            differing.push(i);
+        }
+    }
+    Ok(json!({"identical": differing.is_empty(), "differing_outputs": differing}))
+}
+
 fn load_json(path: &Path) -> Result<Json> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -347,6 +431,7 @@ fn run(cli: &Cli) -> Result<bool> {
             &module,
             cli.devices,
             cli.schedule,
+            cli.consistent,
         )?)
     } else {
         None
@@ -371,6 +456,10 @@ fn run(cli: &Cli) -> Result<bool> {
     } else {
         None
     };
+    let launch = launch.map(|(exe, mut plan)| {
+        plan.consistent = cli.consistent;
+        (exe, plan)
+    });
     let timeout = Duration::try_from_secs_f64(cli.timeout.max(0.001))
         .map_err(|e| anyhow!("--timeout {}: {e}", cli.timeout))?;
     let processes = process_group(cli, timeout)?;
@@ -418,6 +507,7 @@ fn run(cli: &Cli) -> Result<bool> {
                     num_partitions: Some(1),
                     num_replicas: Some(1),
                     memory_limit: Some(memory_limit),
+                    consistent: cli.consistent,
                     ..EvalContext::default()
                 };
                 evaluate(&module, &args, &ctx)?
@@ -456,6 +546,18 @@ fn run(cli: &Cli) -> Result<bool> {
             write_npy(&dir.join(format!("out{i}.npy")), a)?;
         }
     }
+    let single_device = if cli.compare_single_device {
+        let reference = global.as_ref().unwrap_or(&module);
+        Some(compare_with_single_device(
+            reference,
+            &args,
+            &flat,
+            memory_limit,
+            cli.consistent,
+        )?)
+    } else {
+        None
+    };
     let case_tol = |k: &str| case.as_ref().and_then(|c| c.get(k)).and_then(Json::as_f64);
     let rtol = cli.rtol.or_else(|| case_tol("rtol")).unwrap_or(1e-5);
     let atol = cli.atol.or_else(|| case_tol("atol")).unwrap_or(1e-5);
@@ -518,6 +620,11 @@ fn run(cli: &Cli) -> Result<bool> {
     if compared {
         line["all_matched"] = json!(all_ok);
     }
+    let mut single_device_ok = true;
+    if let Some(report) = single_device {
+        single_device_ok = report["identical"].as_bool().unwrap_or(false);
+        line["single_device"] = report;
+    }
     if cli.bench_xla {
         match generate::bench_xla(cli.file(), &args, cli.repeat.max(1)) {
             Ok(xla_s) => {
@@ -528,7 +635,7 @@ fn run(cli: &Cli) -> Result<bool> {
         }
     }
     println!("{line}");
-    Ok(!compared || all_ok)
+    Ok((!compared || all_ok) && single_device_ok)
 }
 
 /// This process's place in a multi-process run (`--num-processes`), if any.

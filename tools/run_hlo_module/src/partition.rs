@@ -23,10 +23,18 @@ pub struct Partitioned {
 impl Partitioned {
     /// Propagates shardings and partitions `module` for `devices` (default:
     /// the module's `num_partitions`).
-    pub fn new(module: &HloModule, devices: Option<i64>, schedule: bool) -> Result<Partitioned> {
+    /// With `consistent`, the partitioner runs in consistent mode and the
+    /// statistics gain what that cost (see [`consistency_cost`]).
+    pub fn new(
+        module: &HloModule,
+        devices: Option<i64>,
+        schedule: bool,
+        consistent: bool,
+    ) -> Result<Partitioned> {
         let n = devices.unwrap_or_else(|| module.num_partitions()).max(1);
         let options = xla_pipelines::PipelineOptions {
             num_partitions: Some(n),
+            consistent,
             ..Default::default()
         };
         let mut m = module.clone();
@@ -73,6 +81,9 @@ impl Partitioned {
         if let Some(r) = schedule_report {
             stats["schedule"] = r;
         }
+        if consistent {
+            stats["consistency"] = consistency_cost(module, n, &m, &s, &options)?;
+        }
         Ok(Partitioned {
             module: m,
             devices: n,
@@ -91,6 +102,56 @@ impl Partitioned {
     pub fn stats(&self) -> Json {
         self.stats.clone()
     }
+}
+
+/// What consistent mode cost for `module` on `n` devices: its partitioned
+/// program `consistent_module` (summary `consistent`) beside the default
+/// mode's, in collective bytes per device and simulated step time (the
+/// options' cost model, every collective synchronous, program order), and
+/// the instructions that reduce whole instead of split (`exact_gathers`).
+fn consistency_cost(
+    module: &HloModule,
+    n: i64,
+    consistent_module: &HloModule,
+    consistent: &xla_spmd_partitioner::PartitionSummary,
+    options: &xla_pipelines::PipelineOptions,
+) -> Result<Json> {
+    let default_options = xla_pipelines::PipelineOptions {
+        num_partitions: Some(n),
+        ..Default::default()
+    };
+    let mut default_module = module.clone();
+    xla_pipelines::spmd_pipeline(&default_options, false).run(&mut default_module)?;
+    let default = default_options
+        .partition_summary
+        .borrow()
+        .clone()
+        .ok_or_else(|| anyhow!("the partitioner returned no summary"))?;
+    let simulated_us = |m: &HloModule| -> Result<f64> {
+        let lanes = &options.scheduler.overlap_limits;
+        Ok(xla_latency_hiding_scheduler::simulator::simulate_module(
+            m,
+            options.cost_model.as_ref(),
+            lanes,
+            false,
+        )?
+        .entry
+        .sequential)
+    };
+    let gathers: serde_json::Map<String, Json> = consistent
+        .handlers
+        .iter()
+        .filter(|(k, _)| k.ends_with(xla_spmd_partitioner::consistent::GATHER_NOTE))
+        .map(|(k, &v)| (k.clone(), json!(v)))
+        .collect();
+    Ok(json!({
+        "default_collective_bytes": default.collective_bytes,
+        "collective_bytes": consistent.collective_bytes,
+        "extra_bytes": consistent.collective_bytes as i64 - default.collective_bytes as i64,
+        "default_simulated_us": simulated_us(&default_module)?,
+        "simulated_us": simulated_us(consistent_module)?,
+        "exact_gathers": gathers,
+    }))
 }
 
 /// Schedules `m` with the latency-hiding scheduler (the options' cost

@@ -25,7 +25,7 @@ fn main() {
     };
     for _ in 0..3 {
         let t = Instant::now();
-        let r = dot(&a, &b, &dn, PrimitiveType::F32).unwrap();
+        let r = dot(&a, &b, &dn, PrimitiveType::F32, Default::default()).unwrap();
         let s = t.elapsed().as_secs_f64();
         println!(
             "{} ms, {:.1} GFLOP/s ({})",

@@ -12,8 +12,10 @@
 //! device alone is computed locally and anything larger is an error naming
 //! the instruction. All-reduce and reduce-scatter whose reducer is not one
 //! of the communicator's kinds (add, multiply, min, max, and, or) gather
-//! every member's operands and fold them here with the reducer, in rank
-//! order. Custom calls `Sharding` (and other annotation targets) are the
+//! every member's operands and fold them here with the reducer, by the
+//! pairwise tree over the members in group order; in consistent mode every
+//! all-reduce and reduce-scatter does so, which fixes the combine order
+//! whatever the transport (loopback, TCP, NCCL). Custom calls `Sharding` (and other annotation targets) are the
 //! identity; `SPMDFullToShardShape` takes this device's tile of its
 //! operand's sharding; `SPMDShardToFullShape` gathers every partition's tile.
 
@@ -33,6 +35,7 @@ use xla_hlo_ir::{
     AttrKey, AttrValue, CollectiveDeviceList, HloComputation, HloInstruction, HloModule, Opcode,
     Shape,
 };
+use xla_hlo_utils::reduction_order::fold_values;
 use xla_hlo_utils::tiling;
 
 /// A device's communicator as the interpreter holds it (collectives are
@@ -63,7 +66,7 @@ pub fn evaluate_on_devices(
             num_partitions: Some(n),
             num_replicas: Some(1),
             collectives: Some(comm as &DeviceCommunicator),
-            memory_limit: None,
+            ..EvalContext::default()
         };
         crate::interp::evaluate(module, &args, &ctx)
     })
@@ -334,9 +337,11 @@ fn run_alone(
     Ok(operands.to_vec())
 }
 
-/// All-reduce or reduce-scatter with a reducer the communicator lacks:
-/// gather every member's operands, fold them in rank order with the
-/// reducer, and (reduce-scatter) keep this member's part of `dim`.
+/// All-reduce or reduce-scatter with a reducer the communicator lacks, or
+/// any of them in consistent mode: gather every member's operands, fold
+/// them with the reducer by the pairwise tree of
+/// `xla_hlo_utils::reduction_order` over the members in group order (never
+/// arrival order), and (reduce-scatter) keep this member's part of `dim`.
 fn reduce_by_gathering(
     ev: &Evaluator,
     instr: &HloInstruction,
@@ -353,14 +358,9 @@ fn reduce_by_gathering(
     let mut out = Vec::with_capacity(operands.len());
     for (a, g) in operands.iter().zip(&gathered) {
         let members = g.dims.first().copied().unwrap_or(1).max(1) as usize;
-        let mut acc: Option<Array> = None;
-        for part in unstack(g, members, &a.dims)? {
-            acc = Some(match acc {
-                None => part,
-                Some(x) => combine(ev, instr, &x, &part)?,
-            });
-        }
-        let acc = acc.ok_or_else(|| EvalError::invalid("empty collective group"))?;
+        let parts = unstack(g, members, &a.dims)?;
+        let acc = fold_values(parts, &mut |x, y| combine(ev, instr, &x, &y))?
+            .ok_or_else(|| EvalError::invalid("empty collective group"))?;
         out.push(match scatter_dim {
             None => acc,
             Some(dim) => {
@@ -484,7 +484,7 @@ pub fn eval_collective(
     let rank = ops.first().map(|a| a.rank()).unwrap_or(0);
     match op {
         Opcode::AllReduce => {
-            let outs = match reduction_kind(ev, instr) {
+            let outs = match reduction_kind(ev, instr).filter(|_| !ev.ctx.consistent) {
                 Some(kind) => run(ev, instr, &HloCollective::AllReduce(kind), &ops)?,
                 None => reduce_by_gathering(ev, instr, &ops, None)?,
             };
@@ -502,7 +502,7 @@ pub fn eval_collective(
         }
         Opcode::ReduceScatter => {
             let dimension = dim_attr(instr, rank)?;
-            let outs = match reduction_kind(ev, instr) {
+            let outs = match reduction_kind(ev, instr).filter(|_| !ev.ctx.consistent) {
                 Some(kind) => run(
                     ev,
                     instr,

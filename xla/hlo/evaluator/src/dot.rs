@@ -7,6 +7,14 @@
 //! to the result type (XLA's CPU behaviour for bf16/f16 dots); integer
 //! products accumulate in i64 with wrapping and are truncated to the result
 //! type. Operand layouts that gemm can read through strides are not copied.
+//! With [`Accumulation::Tree`] (consistent mode) floating-point dots and
+//! convolutions instead combine each output element's products by the
+//! pairwise tree of `xla_hlo_utils::reduction_order` (a dot: over the
+//! contracting index, row-major in the listed order; a convolution: over
+//! the input feature, then the kernel's spatial positions, padding and
+//! holes contributing zero times the kernel value), products and sums
+//! rounded to the accumulation type, so the bits do not depend on the
+//! other dims' sizes or the thread count.
 
 use crate::elementwise::{convert, widen_f32};
 use crate::error::{bad, EvalError};
@@ -16,6 +24,61 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 use xla_hlo_ir::attrs::{ConvDimensionNumbers, DotDimensionNumbers, Window};
 use xla_hlo_ir::PrimitiveType;
+use xla_hlo_utils::reduction_order::fold_rows_in_place;
+
+/// How dots and convolutions accumulate floating-point products.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Accumulation {
+    /// Blocked GEMM (fast; the order depends on the shapes and threads).
+    #[default]
+    Gemm,
+    /// The consistent order: a pairwise tree per output element.
+    Tree,
+}
+
+/// Floats the tree kernels accumulate in.
+trait TreeScalar:
+    Copy + Send + Sync + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
+{
+    const ZERO: Self;
+}
+impl TreeScalar for f32 {
+    const ZERO: f32 = 0.0;
+}
+impl TreeScalar for f64 {
+    const ZERO: f64 = 0.0;
+}
+
+/// `[batch, m, k] x [batch, k, n]` (both contiguous) by the pairwise tree
+/// over `k` per output element.
+fn dot_tree<T: TreeScalar>(batch: usize, m: usize, n: usize, k: usize, l: &[T], r: &[T]) -> Vec<T> {
+    let mut out = vec![T::ZERO; batch * m * n];
+    if n == 0 || k == 0 {
+        return out;
+    }
+    out.par_chunks_mut(n).enumerate().for_each_init(
+        Vec::new,
+        |products: &mut Vec<T>, (row, dst)| {
+            let (b, i) = (row / m.max(1), row % m.max(1));
+            products.clear();
+            for kk in 0..k {
+                let a = l[(b * m + i) * k + kk];
+                products.extend(r[(b * k + kk) * n..][..n].iter().map(|&x| a * x));
+            }
+            fold_rows_in_place(products, n, &|x, y| x + y);
+            dst.copy_from_slice(&products[..n]);
+        },
+    );
+    out
+}
+
+/// The operand of a tree dot as a contiguous `[batch, rows, cols]` array in
+/// the accumulation type: dims `perm` (batch, then row dims, then column
+/// dims) transposed to the front in that order.
+fn tree_operand(a: &Array, perm: &[usize], kind: Kind) -> Result<Num, EvalError> {
+    let perm: Vec<i64> = perm.iter().map(|&d| d as i64).collect();
+    to_num(&crate::data::transpose(a, &perm)?, kind)
+}
 
 /// Compute representation of an operand.
 enum Num {
@@ -291,6 +354,7 @@ pub fn dot(
     rhs: &Array,
     dn: &DotDimensionNumbers,
     out_ty: PrimitiveType,
+    accumulation: Accumulation,
 ) -> Result<Array, EvalError> {
     let lb = check_dims(&dn.lhs_batch, lhs.rank(), "lhs batch")?;
     let rb = check_dims(&dn.rhs_batch, rhs.rank(), "rhs batch")?;
@@ -322,6 +386,19 @@ pub fn dot(
     out_dims.extend(rf.iter().map(|&d| rhs.dims[d]));
     let kind = compute_kind(lhs.ty, rhs.ty, out_ty);
     let total = batch * m * n;
+    if accumulation == Accumulation::Tree && kind != Kind::I64 {
+        let lperm: Vec<usize> = lb.iter().chain(&lf).chain(&lc).copied().collect();
+        let rperm: Vec<usize> = rb.iter().chain(&rc).chain(&rf).copied().collect();
+        let result = match (
+            tree_operand(lhs, &lperm, kind)?,
+            tree_operand(rhs, &rperm, kind)?,
+        ) {
+            (Num::F32(l), Num::F32(r)) => Num::F32(dot_tree(batch, m, n, k, &l, &r)),
+            (Num::F64(l), Num::F64(r)) => Num::F64(dot_tree(batch, m, n, k, &l, &r)),
+            _ => return bad("internal: tree dot operands"),
+        };
+        return from_num(result, out_dims, out_ty);
+    }
     let result = match kind {
         Kind::F32 => {
             let lo;
@@ -387,6 +464,7 @@ pub fn convolution(
     batch_groups: i64,
     out_ty: PrimitiveType,
     out_dims: &[i64],
+    accumulation: Accumulation,
 ) -> Result<Array, EvalError> {
     let ns = dn.input_spatial.len();
     if dn.kernel_spatial.len() != ns || dn.output_spatial.len() != ns || window.dims.len() != ns {
@@ -507,7 +585,10 @@ pub fn convolution(
                 unreachable!()
             };
             let mut out = vec![0f32; n_out * out_sp_total * k_out];
-            conv_gemm(&geom, &x, &w, &mut out);
+            match accumulation {
+                Accumulation::Gemm => conv_gemm(&geom, &x, &w, &mut out),
+                Accumulation::Tree => conv_tree(&geom, &x, &w, &mut out),
+            }
             Num::F32(out)
         }
         Kind::F64 => {
@@ -518,7 +599,10 @@ pub fn convolution(
                 unreachable!()
             };
             let mut out = vec![0f64; n_out * out_sp_total * k_out];
-            conv_gemm(&geom, &x, &w, &mut out);
+            match accumulation {
+                Accumulation::Gemm => conv_gemm(&geom, &x, &w, &mut out),
+                Accumulation::Tree => conv_tree(&geom, &x, &w, &mut out),
+            }
             Num::F64(out)
         }
         Kind::I64 => {
@@ -658,6 +742,76 @@ fn conv_gemm<T: GemmScalar>(geom: &ConvGeom, x: &[T], w: &[T], out: &mut [T]) {
             }
         }
     }
+}
+
+/// Convolution in the consistent order: per output element, the products
+/// over (input feature within the group, kernel position) combined by the
+/// pairwise tree; a padding or hole position contributes zero times the
+/// kernel value.
+fn conv_tree<T: TreeScalar>(geom: &ConvGeom, x: &[T], w: &[T], out: &mut [T]) {
+    let ns = geom.ns;
+    let ksz: usize = geom.k_sp.iter().product();
+    let osz: usize = geom.o_sp.iter().product();
+    let isz: usize = geom.in_sp.iter().product();
+    let cg = geom.cg;
+    let blocks = geom.g * geom.bg;
+    let oblk = geom.k_out / blocks.max(1);
+    if geom.k_out == 0 || oblk == 0 {
+        return;
+    }
+    let mut in_sp_strides = vec![1usize; ns];
+    for d in (0..ns.saturating_sub(1)).rev() {
+        in_sp_strides[d] = in_sp_strides[d + 1] * geom.in_sp[d + 1];
+    }
+    out.par_chunks_mut(geom.k_out).enumerate().for_each_init(
+        || (Vec::new(), Vec::new()),
+        |(positions, products): &mut (Vec<Option<usize>>, Vec<T>), (row, dst)| {
+            let n = row / osz.max(1);
+            let opos = row % osz.max(1);
+            let mut oidx = vec![0usize; ns];
+            crate::index::unflatten(opos, &geom.o_sp, &mut oidx);
+            positions.clear();
+            let mut kidx = vec![0usize; ns];
+            for _ in 0..ksz {
+                let mut ipos = 0usize;
+                let mut valid = true;
+                for d in 0..ns {
+                    match geom.input_pos(d, oidx[d], kidx[d]) {
+                        Some(i) => ipos += i * in_sp_strides[d],
+                        None => {
+                            valid = false;
+                            break;
+                        }
+                    }
+                }
+                positions.push(valid.then_some(ipos));
+                crate::index::next_index(&mut kidx, &geom.k_sp);
+            }
+            for blk in 0..blocks {
+                let (bgi, gi) = (blk / geom.g, blk % geom.g);
+                let nin = bgi * geom.n_out + n;
+                let o0 = blk * oblk;
+                products.clear();
+                for c in 0..cg {
+                    for (kp, pos) in positions.iter().enumerate() {
+                        let xv = match pos {
+                            Some(ipos) => x[(nin * isz + ipos) * geom.c_in + gi * cg + c],
+                            None => T::ZERO,
+                        };
+                        let wrow = &w[(kp * cg + c) * geom.k_out + o0..][..oblk];
+                        products.extend(wrow.iter().map(|&wv| xv * wv));
+                    }
+                }
+                let dst = &mut dst[o0..o0 + oblk];
+                if products.is_empty() {
+                    dst.fill(T::ZERO);
+                    continue;
+                }
+                fold_rows_in_place(products, oblk, &|a, b| a + b);
+                dst.copy_from_slice(&products[..oblk]);
+            }
+        },
+    );
 }
 
 fn conv_naive_i64(geom: &ConvGeom, x: &[i64], w: &[i64], out: &mut [i64]) {

@@ -32,6 +32,12 @@ pub struct EvalContext<'a> {
     /// Bytes one instruction's result may take (see `memory`); `None`: the
     /// memory the machine has available when evaluation starts.
     pub memory_limit: Option<u64>,
+    /// Consistent mode: every floating-point reduction (reduce, dot,
+    /// convolution, all-reduce, reduce-scatter) combines its elements in the
+    /// order of `xla_hlo_utils::reduction_order`, independent of array sizes
+    /// and threads, so a program split across devices along aligned tiles
+    /// reproduces the single-device bits. Slower than the default.
+    pub consistent: bool,
 }
 
 /// Evaluates `module`'s entry computation on `args`. The result is the
@@ -150,6 +156,15 @@ impl<'m> Evaluator<'m> {
                 .memory_limit
                 .or_else(crate::memory::available_memory_bytes)
                 .unwrap_or(u64::MAX),
+        }
+    }
+
+    /// How dots and convolutions accumulate (the tree in consistent mode).
+    pub fn accumulation(&self) -> dot::Accumulation {
+        if self.ctx.consistent {
+            dot::Accumulation::Tree
+        } else {
+            dot::Accumulation::Gemm
         }
     }
 
@@ -832,7 +847,13 @@ impl<'m> Evaluator<'m> {
             O::SetDimensionSize => arr(0)?.clone(),
             O::Dot => {
                 let (ty, dims) = out_array_shape()?;
-                let r = dot::dot(arr(0)?, arr(1)?, &instr.dot_dimension_numbers(), ty)?;
+                let r = dot::dot(
+                    arr(0)?,
+                    arr(1)?,
+                    &instr.dot_dimension_numbers(),
+                    ty,
+                    self.accumulation(),
+                )?;
                 if r.dims != dims {
                     return bad(format!(
                         "dot result {:?} differs from the declared shape {:?}",
@@ -865,6 +886,7 @@ impl<'m> Evaluator<'m> {
                     instr.int_attr(AttrKey::BatchGroupCount).unwrap_or(1),
                     ty,
                     &dims,
+                    self.accumulation(),
                 )?
             }
             O::Compare => {

@@ -673,3 +673,112 @@ fn triangular_solve_every_side_triangle_and_transpose() {
         }
     }
 }
+
+fn run_consistent(hlo: &str, args: Vec<Array>) -> Vec<Value> {
+    let m = xla_hlo_parser::parse_module(hlo).unwrap_or_else(|e| panic!("parse: {e}"));
+    let args: Vec<Value> = args.into_iter().map(Value::Array).collect();
+    let ctx = EvalContext {
+        consistent: true,
+        ..EvalContext::default()
+    };
+    evaluate(&m, &args, &ctx).unwrap()
+}
+
+/// Floats of very different magnitudes, so that every order of summation
+/// shows in the bits.
+fn spread(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed);
+            let mantissa = (x % 1000) as f32 / 999.0 - 0.5;
+            mantissa * 10f32.powi((x / 1000 % 9) as i32 - 4)
+        })
+        .collect()
+}
+
+fn tree_sum(v: Vec<f32>) -> f32 {
+    xla_hlo_utils::reduction_order::fold_values::<_, ()>(v, &mut |a, b| Ok(a + b))
+        .unwrap()
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn consistent_reduce_follows_the_pairwise_tree() {
+    let hlo = r#"HloModule m
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e { x = f32[3,7,5] parameter(0)  z = f32[] constant(0)
+  ROOT r = f32[7] reduce(x, z), dimensions={0,2}, to_apply=add }"#;
+    let x = spread(105, 7);
+    let out = run_consistent(hlo, vec![fa(&[3, 7, 5], &x)]);
+    let got = f32s(out[0].as_array().unwrap());
+    for j in 0..7 {
+        // Row-major over the reduced dims (0, then 2), tree-combined, then
+        // the init.
+        let elems: Vec<f32> = (0..3)
+            .flat_map(|i| (0..5).map(move |k| (i, k)))
+            .map(|(i, k)| x[(i * 7 + j) * 5 + k])
+            .collect();
+        assert_eq!(
+            got[j].to_bits(),
+            (0.0 + tree_sum(elems)).to_bits(),
+            "column {j}"
+        );
+    }
+}
+
+#[test]
+fn consistent_dot_rows_do_not_depend_on_the_other_dims() {
+    let dot = |m: usize| {
+        format!(
+            r#"HloModule m
+ENTRY e {{ a = f32[{m},33] parameter(0)  b = f32[33,5] parameter(1)
+  ROOT d = f32[{m},5] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}} }}"#
+        )
+    };
+    let a = spread(8 * 33, 1);
+    let b = spread(33 * 5, 2);
+    let full = run_consistent(&dot(8), vec![fa(&[8, 33], &a), fa(&[33, 5], &b)]);
+    let full = f32s(full[0].as_array().unwrap());
+    let rows = run_consistent(
+        &dot(2),
+        vec![fa(&[2, 33], &a[3 * 33..5 * 33]), fa(&[33, 5], &b)],
+    );
+    let rows = f32s(rows[0].as_array().unwrap());
+    for (k, (g, w)) in rows.iter().zip(&full[15..25]).enumerate() {
+        assert_eq!(g.to_bits(), w.to_bits(), "element {k}");
+    }
+    let products: Vec<f32> = (0..33).map(|k| a[4 * 33 + k] * b[k * 5 + 2]).collect();
+    assert_eq!(full[4 * 5 + 2].to_bits(), tree_sum(products).to_bits());
+}
+
+#[test]
+fn consistent_convolution_sums_features_then_window_positions() {
+    let hlo = r#"HloModule m
+ENTRY e { x = f32[1,6,4] parameter(0)  w = f32[3,4,2] parameter(1)
+  ROOT c = f32[1,6,2] convolution(x, w), window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f }"#;
+    let x = spread(24, 3);
+    let w = spread(24, 4);
+    let out = run_consistent(hlo, vec![fa(&[1, 6, 4], &x), fa(&[3, 4, 2], &w)]);
+    let got = f32s(out[0].as_array().unwrap());
+    for pos in [0usize, 3, 5] {
+        for o in 0..2 {
+            let mut products = Vec::new();
+            for c in 0..4 {
+                for k in 0..3 {
+                    let i = pos as i64 + k as i64 - 1;
+                    let xv = if (0..6).contains(&i) {
+                        x[i as usize * 4 + c]
+                    } else {
+                        0.0
+                    };
+                    products.push(xv * w[(k * 4 + c) * 2 + o]);
+                }
+            }
+            assert_eq!(
+                got[pos * 2 + o].to_bits(),
+                tree_sum(products).to_bits(),
+                "{pos} {o}"
+            );
+        }
+    }
+}

@@ -13,6 +13,8 @@
 //!   by a sharding (the project's one split/assemble).
 //! - [`named`]: JAX/Shardy-style named meshes and partition specs.
 //! - [`compare`]: comparing two modules' shardings instruction by instruction.
+//! - [`reduction_order`]: the consistent reduction order (a pairwise tree)
+//!   and which splits across devices reproduce it.
 //!
 //! Invariants: the crate depends only on the IR; nothing panics on malformed
 //! input (errors are `ShardingError`); every `Sharding` value is canonical,
@@ -25,6 +27,7 @@ pub mod layout;
 pub mod merge;
 pub mod named;
 pub mod ops;
+pub mod reduction_order;
 pub mod sharding;
 pub mod tile;
 pub mod tiling;

@@ -45,6 +45,8 @@ pub struct PipelineOptions {
     pub partition_summary: SummaryCell,
     /// Options of `sharding-propagation` (XLA's `is_spmd`, permissions, ...).
     pub propagation: ShardingPropagationOptions,
+    /// `spmd-partitioning` in consistent mode (`SpmdOptions::consistent`).
+    pub consistent: bool,
 }
 
 impl Default for PipelineOptions {
@@ -57,6 +59,7 @@ impl Default for PipelineOptions {
             cost_model: default_cost_model(),
             partition_summary: SummaryCell::default(),
             propagation: Default::default(),
+            consistent: false,
         }
     }
 }
@@ -95,6 +98,7 @@ pub fn registry(options: &PipelineOptions) -> PassRegistry {
     );
     let spmd_options = SpmdOptions {
         num_partitions: options.num_partitions,
+        consistent: options.consistent,
     };
     let summary = options.partition_summary.clone();
     registry.register(

@@ -69,6 +69,8 @@ pub struct ModuleContext {
     pub handler_counts: FxHashMap<(Opcode, &'static str), usize>,
     /// Memo tables of the module's partitioning.
     pub cache: PartitionCache,
+    /// Consistent mode (`SpmdOptions::consistent`).
+    pub consistent: bool,
 }
 
 impl ModuleContext {
@@ -98,6 +100,7 @@ impl ModuleContext {
             handler_counts: Default::default(),
             changes: 0,
             cache: PartitionCache::default(),
+            consistent: false,
         }
     }
 

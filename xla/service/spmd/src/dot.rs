@@ -16,6 +16,7 @@
 //! Invariant: uneven contracted dims are masked to zero in both operands
 //! before the local dot, so padding never reaches a sum.
 
+use crate::consistent;
 use crate::error::SpmdError;
 use crate::grid::{local_dims, Grid, GridCache};
 use crate::helpers::{mask_padding, HandlerResult};
@@ -75,6 +76,48 @@ pub struct Choice {
     i: Grid,
     post: Post,
     pub cost: u64,
+    /// Consistent mode ruled out the layout the default mode would take (a
+    /// split of the contraction that does not reproduce the order).
+    exact_gather: bool,
+}
+
+/// The iteration-space size of each contracted dim (in `e.contracted`'s
+/// order), read from the operand that has it.
+fn contracted_sizes(e: &Einsum, lhs: &[i64], rhs: &[i64]) -> Vec<i64> {
+    e.contracted
+        .iter()
+        .map(|&d| {
+            let from =
+                |map: &[usize], dims: &[i64]| map.iter().position(|&x| x == d).map(|a| dims[a]);
+            from(&e.lhs, lhs).or_else(|| from(&e.rhs, rhs)).unwrap_or(1)
+        })
+        .collect()
+}
+
+/// In consistent mode, layout `c` with its contracted dims replicated when
+/// splitting them would not reproduce the single-device order (see
+/// `consistent`), and whether that happened.
+fn consistent_layout(
+    p: &Part<'_, '_>,
+    instr: &HloInstruction,
+    e: &Einsum,
+    sizes: &[i64],
+    c: Grid,
+) -> (Grid, bool) {
+    let ty = instr
+        .shape
+        .element_type()
+        .unwrap_or(xla_hlo_ir::PrimitiveType::F32);
+    if !p.b.ctx.consistent || !consistent::order_sensitive(ty) {
+        return (c, false);
+    }
+    let tiles: Vec<i64> = e.contracted.iter().map(|&d| c.tiles(d)).collect();
+    if tiles.iter().all(|&t| t == 1)
+        || (consistent::holds_accumulation(ty) && consistent::split_is_exact(sizes, &tiles))
+    {
+        return (c, false);
+    }
+    (p.grids().replicate_dims(&c, &e.contracted), true)
 }
 
 /// Partitions an einsum-like op: `emit(p, lhs, rhs, out_vs)` emits the
@@ -130,18 +173,38 @@ pub fn einsum_plan(
         let non_k: Vec<usize> = (0..ni).filter(|d| !e.contracted.contains(d)).collect();
         cands.extend(p.grids().merge(&m, &i_o, &non_k));
     }
-    let mut best: Option<(Choice, i64)> = None;
-    let mut seen: Vec<Grid> = Vec::with_capacity(cands.len());
+    // Each layout with whether the default mode and consistent mode may
+    // take it (they differ only in consistent mode, for splits of the
+    // contraction that would not reproduce the single-device order).
+    let mut layouts: Vec<(Grid, bool, bool)> = Vec::with_capacity(cands.len() + 2);
+    let mut add = |g: Grid, in_default: bool, in_consistent: bool| match layouts
+        .iter_mut()
+        .find(|l| l.0 == g)
+    {
+        Some(l) => {
+            l.1 |= in_default;
+            l.2 |= in_consistent;
+        }
+        None => layouts.push((g, in_default, in_consistent)),
+    };
+    let sizes = contracted_sizes(e, lhs.shape.dims(), rhs.shape.dims());
     for c in cands {
         let c = if e.whole.iter().any(|&d| c.tiles(d) > 1) {
             p.grids().replicate_dims(&c, &e.whole)
         } else {
             c
         };
-        if seen.contains(&c) {
-            continue;
+        match consistent_layout(p, instr, e, &sizes, c.clone()) {
+            (whole, true) => {
+                add(c, true, false);
+                add(whole, false, true);
+            }
+            (c, false) => add(c, true, true),
         }
-        seen.push(c.clone());
+    }
+    let mut best: Option<(Choice, i64)> = None;
+    let mut best_default: Option<(u64, i64, bool)> = None;
+    for (c, in_default, in_consistent) in layouts {
         let il = project(p.grids(), &c, &e.lhs);
         let ir = project(p.grids(), &c, &e.rhs);
         let mut cost = p.cost(lhs, &il) + p.cost(rhs, &ir);
@@ -175,13 +238,30 @@ pub fn einsum_plan(
             bp.1
         };
         let tiles = c.num_tiles();
+        if in_default
+            && best_default.is_none_or(|(bc, bt, _)| cost < bc || (cost == bc && tiles > bt))
+        {
+            best_default = Some((cost, tiles, !in_consistent));
+        }
+        if !in_consistent {
+            continue;
+        }
         let better = match &best {
             None => true,
             Some((b, bt)) => cost < b.cost || (cost == b.cost && tiles > *bt),
         };
         if better {
-            best = Some((Choice { i: c, post, cost }, tiles));
+            let choice = Choice {
+                i: c,
+                post,
+                cost,
+                exact_gather: false,
+            };
+            best = Some((choice, tiles));
         }
+    }
+    if let (Some((choice, _)), Some((_, _, true))) = (best.as_mut(), best_default) {
+        choice.exact_gather = true;
     }
     best.map(|b| b.0)
 }
@@ -197,6 +277,13 @@ pub fn einsum_emit(
     emit: &mut EmitFn<'_>,
 ) -> HandlerResult {
     let c = choice.i;
+    if choice.exact_gather {
+        log::info!(
+            "consistent mode: {} reduces its contracted dims whole (a split would not reproduce the single-device order)",
+            instr.name
+        );
+        p.note(instr, consistent::GATHER_NOTE);
+    }
     let il = project(p.grids(), &c, &e.lhs);
     let ir = project(p.grids(), &c, &e.rhs);
     let io = project(p.grids(), &c, &e.out);
@@ -302,7 +389,14 @@ pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding)
     let mut emit = |p: &mut Part<'_, '_>, x, _: &Grid, y, _: &Grid, vs: &ValueSharding| {
         p.emit_local(instr, vec![x, y], vs)
     };
-    if let Some(groups) = p.unreduced_target(instr)? {
+    // Unreduced partial sums are summed later in an order consistent mode
+    // cannot reproduce.
+    let keeps_partial_sums = !p.b.ctx.consistent
+        || !instr
+            .shape
+            .element_type()
+            .is_some_and(consistent::order_sensitive);
+    if let Some(groups) = p.unreduced_target(instr)?.filter(|_| keeps_partial_sums) {
         if let Some(v) = dot_unreduced(p, instr, &e, &lhs, &rhs, &out, &groups, &mut emit)? {
             return Ok(Some(v));
         }
@@ -472,7 +566,14 @@ pub fn convolution(
             return Ok(Some(v));
         }
     }
-    if fgc == 1 && bgc == 1 {
+    // A sharded kernel window splits the contraction in an order consistent
+    // mode cannot reproduce.
+    let order_free = !p.b.ctx.consistent
+        || !instr
+            .shape
+            .element_type()
+            .is_some_and(consistent::order_sensitive);
+    if fgc == 1 && bgc == 1 && order_free {
         if let Some(v) = kernel_window_sharded(p, instr, &e, &dn, &win, &lhs, &rhs, &out)? {
             return Ok(Some(v));
         }

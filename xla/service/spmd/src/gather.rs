@@ -950,6 +950,11 @@ fn scatter_reduce(
     let Some((cop, ident)) = add_like_combiner(p, instr, ty) else {
         return Ok(None);
     };
+    // Summing scatters across devices reorders an order-sensitive combiner.
+    if p.b.ctx.consistent && !crate::consistent::reducer_is_order_free(p.orig, instr.to_apply(), ty)
+    {
+        return Ok(None);
+    }
     let dn = instr.scatter_dimension_numbers();
     let ud = up.shape.dims().to_vec();
     let xd = ix.shape.dims().to_vec();

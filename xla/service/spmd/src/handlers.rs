@@ -16,6 +16,7 @@
 //! global shape) is correct for every side-effect-free op; handlers that
 //! cannot prove their preconditions use it.
 
+use crate::consistent;
 use crate::error::{unsupported, SpmdError};
 use crate::grid::{local_dims, tile_size, Grid};
 use crate::helpers::{cheapest, grid_of, mask_padding, HandlerResult};
@@ -440,49 +441,94 @@ pub fn reduce(
             .sum(),
         s => s.element_type().map(|t| t.byte_width()).unwrap_or(4) as u64,
     };
-    let costed: Vec<(Grid, u64)> = cands
+    // Consistent mode: a split of an order-sensitive reduction that would
+    // not reproduce the single-device order reduces the dims whole instead.
+    let mut red_sorted = red.clone();
+    red_sorted.sort_unstable();
+    let in_ty = in_shape.element_type().unwrap_or(PrimitiveType::F32);
+    let order_sensitive = p.b.ctx.consistent
+        && (k > 1 || !consistent::reducer_is_order_free(p.orig, instr.to_apply(), in_ty));
+    let exact_split = |c: &Grid| {
+        let sizes: Vec<i64> = red_sorted.iter().map(|&a| in_shape.dims()[a]).collect();
+        let tiles: Vec<i64> = red_sorted.iter().map(|&a| c.tiles(a)).collect();
+        !order_sensitive || consistent::split_is_exact(&sizes, &tiles)
+    };
+    let default_cands = cands.clone();
+    let cands: Vec<Grid> = cands
         .into_iter()
         .map(|c| {
-            let mut cost = 0;
-            for v in &inputs {
-                cost += p.cost(v, &c);
+            if exact_split(&c) {
+                c
+            } else {
+                p.grids().replicate_dims(&c, &red)
             }
-            let c_out = p.grids().remap(&c, &out_map);
-            let red_tiled: i64 = red.iter().map(|&a| c.tiles(a)).product();
-            let mut post = p.cost_of(&out_leaf_shape, &c_out, &leaf_target) * k as u64;
-            if red_tiled > 1 {
-                let lo: u64 = local_dims(out_leaf_shape.dims(), &c_out)
-                    .iter()
-                    .map(|&d| d as u64)
-                    .product();
-                post += if k == 1 {
-                    lo * bytes_out
-                } else {
-                    lo * bytes_out * red_tiled as u64
-                };
-                if k == 1 {
-                    if let Some((_, _, rc)) = reduce_scatter_choice(
-                        p,
-                        &c,
-                        &c_out,
-                        &red,
-                        &out_leaf_shape,
-                        &leaf_target,
-                        lo * bytes_out,
-                    ) {
-                        post = post.min(rc);
-                    }
-                }
-            }
-            cost += post;
-            (c, cost)
         })
         .collect();
+    let cost_of_layout = |c: Grid| {
+        let mut cost = 0;
+        for v in &inputs {
+            cost += p.cost(v, &c);
+        }
+        let c_out = p.grids().remap(&c, &out_map);
+        let red_tiled: i64 = red.iter().map(|&a| c.tiles(a)).product();
+        let mut post = p.cost_of(&out_leaf_shape, &c_out, &leaf_target) * k as u64;
+        if red_tiled > 1 {
+            let lo: u64 = local_dims(out_leaf_shape.dims(), &c_out)
+                .iter()
+                .map(|&d| d as u64)
+                .product();
+            post += if k == 1 {
+                lo * bytes_out
+            } else {
+                lo * bytes_out * red_tiled as u64
+            };
+            if k == 1 {
+                if let Some((_, _, rc)) = reduce_scatter_choice(
+                    p,
+                    &c,
+                    &c_out,
+                    &red,
+                    &out_leaf_shape,
+                    &leaf_target,
+                    lo * bytes_out,
+                ) {
+                    post = post.min(rc);
+                }
+            }
+        }
+        cost += post;
+        (c, cost)
+    };
+    let costed: Vec<(Grid, u64)> = cands.into_iter().map(cost_of_layout).collect();
     let Some(c) = cheapest(&costed) else {
         return Ok(None);
     };
+    // Noted when consistent mode ruled out the layout the default mode takes.
+    let ruled_out = order_sensitive && {
+        let default_costed: Vec<(Grid, u64)> =
+            default_cands.into_iter().map(cost_of_layout).collect();
+        cheapest(&default_costed).is_some_and(|d| !exact_split(&d))
+    };
+    if ruled_out {
+        log::info!(
+            "consistent mode: {} reduces its dims whole (a split would not reproduce the single-device order)",
+            instr.name
+        );
+        p.note(instr, consistent::GATHER_NOTE);
+    }
     let c_out = p.grids().remap(&c, &out_map);
-    let red_tiled: Vec<usize> = red.iter().copied().filter(|&a| c.tiles(a) > 1).collect();
+    // Groups list devices in tile order over the reduced dims; consistent
+    // mode combines partial results in that order, so it must be the
+    // reduction order's (ascending dims).
+    let red_tiled: Vec<usize> = if p.b.ctx.consistent {
+        &red_sorted
+    } else {
+        &red
+    }
+    .iter()
+    .copied()
+    .filter(|&a| c.tiles(a) > 1)
+    .collect();
     let mut ops = Vec::new();
     let mut inits = Vec::new();
     for i in 0..k {

@@ -8,7 +8,8 @@
 //! Structure, bottom to top (a module names only modules above it in this
 //! list; `tools/check_module_cycles.py` checks there is no loop):
 //! - [`error`], [`memo`] (the storage of memo tables), [`shapes`] (shape
-//!   and literal helpers);
+//!   and literal helpers), [`consistent`] (which reductions consistent mode
+//!   lets a handler split across devices);
 //! - [`grid`]: `Grid`, the working form of an array sharding, its digit
 //!   form, device groups, derived grids and their cache (`GridCache`);
 //! - [`value`]: shardings of values (`ValueSharding`), partitioned values
@@ -69,6 +70,7 @@
 
 pub mod assemble;
 pub mod builder;
+pub mod consistent;
 pub mod context;
 pub mod dot;
 pub mod dynamic_slice;
@@ -106,6 +108,9 @@ use xla_hlo_pass::{Pass, PassError};
 pub struct SpmdOptions {
     /// Number of partitions; `None` reads `num_partitions` from the module.
     pub num_partitions: Option<i64>,
+    /// Consistent mode (see [`consistent`]): reductions are split across
+    /// devices only where that reproduces the single-device order.
+    pub consistent: bool,
 }
 
 /// What partitioning did: handler uses and the communication of the result.
@@ -153,7 +158,7 @@ pub fn partition_module(
         v.push(e.root_instr().shape.clone());
         v
     };
-    match partition_owned(&orig, n) {
+    match partition_owned(&orig, n, options.consistent) {
         Ok((partitioned, summary_ctx, new_comps)) => {
             // The computations partitioning leaves as they are move over,
             // without their shardings.
@@ -193,6 +198,7 @@ pub fn partition_module(
 fn partition_owned(
     orig: &HloModule,
     n: i64,
+    consistent: bool,
 ) -> Result<
     (
         Vec<Option<xla_hlo_ir::HloComputation>>,
@@ -202,6 +208,7 @@ fn partition_owned(
     SpmdError,
 > {
     let mut ctx = context::ModuleContext::new(orig, n);
+    ctx.consistent = consistent;
     let entry = orig.entry;
     let ec = orig.comp(entry);
     let mut params = Vec::new();

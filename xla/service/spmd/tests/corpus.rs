@@ -99,6 +99,7 @@ fn run_case(dir: &Path) -> Result<Option<(u64, u64)>, String> {
         &mut m,
         &SpmdOptions {
             num_partitions: Some(n),
+            ..Default::default()
         },
     )
     .map_err(|e| e.to_string())?;

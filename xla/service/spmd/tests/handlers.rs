@@ -179,6 +179,7 @@ fn manual_region_round_trip() {
         &mut part,
         &xla_spmd_partitioner::SpmdOptions {
             num_partitions: Some(8),
+            ..Default::default()
         },
     )
     .unwrap();
@@ -645,6 +646,7 @@ fn full_value_enters_a_manual_region_as_partial_sums() {
         &mut m,
         &xla_spmd_partitioner::SpmdOptions {
             num_partitions: Some(8),
+            ..Default::default()
         },
     )
     .unwrap();
@@ -694,6 +696,7 @@ fn outfeed_sharded_on_its_data_partitions() {
     .unwrap();
     let options = xla_spmd_partitioner::SpmdOptions {
         num_partitions: Some(2),
+        ..Default::default()
     };
     xla_spmd_partitioner::partition_module(&mut m, &options).unwrap();
     xla_hlo_verifier::verify(&m).unwrap();
@@ -1235,6 +1238,7 @@ fn manual_tuple_elements_and_outfeeds_partition() {
         &mut part,
         &xla_spmd_partitioner::SpmdOptions {
             num_partitions: Some(2),
+            ..Default::default()
         },
     )
     .unwrap_or_else(|e| panic!("partitioning failed: {e}"));

@@ -133,6 +133,7 @@ fn run_case(seed: u64) {
         &mut m,
         &SpmdOptions {
             num_partitions: Some(n),
+            ..Default::default()
         },
     )
     .unwrap_or_else(|e| panic!("{e}\n{text}"));

@@ -5,6 +5,11 @@
 //! of the input's type) lays the reduced dims out contiguously and folds
 //! rows in 8 lanes, in parallel for large inputs; the generic path calls
 //! the computation in row-major order over the kept, then the reduced dims.
+//! In consistent mode (`EvalContext::consistent`) both paths combine the
+//! reduced elements (row-major over the reduced dims in ascending order) by
+//! the pairwise tree of `xla_hlo_utils::reduction_order`, then combine the
+//! init with the tree's result (init first), whatever the array's size or
+//! the number of threads.
 
 use super::combiner::{
     binary_reducer, dispatch_binop, float_binop, int_binop, pred_binop, scalar_at, scalar_like,
@@ -17,6 +22,7 @@ use crate::value::{Array, Data, Value};
 use half::{bf16, f16};
 use rayon::prelude::*;
 use xla_hlo_ir::{CompId, Opcode, PrimitiveType};
+use xla_hlo_utils::reduction_order::{fold_rows_in_place, fold_values};
 
 /// Moves `dims` of `a` to the end (keeping the other dims' order) and
 /// returns (outer count, reduced count) with the data laid out as
@@ -163,6 +169,9 @@ pub fn reduce(
         .filter(|d| !rd.contains(d))
         .map(|d| first.dims[d])
         .collect();
+    if ev.ctx.consistent {
+        return reduce_in_tree_order(ev, comp, inputs, inits, &rd, out_dims);
+    }
     if inputs.len() == 1 {
         if let Some(op) = binary_reducer(ev, comp) {
             let a = inputs[0];
@@ -232,6 +241,127 @@ pub fn reduce(
                 let res = split_result(ev.call(comp, &args)?, n)?;
                 acc = res.into_iter().map(Value::Array).collect();
             }
+            for (k, v) in acc.into_iter().enumerate() {
+                results[k].push(
+                    v.into_array()
+                        .ok_or_else(|| EvalError::invalid("reduce result"))?,
+                );
+            }
+        }
+    }
+    results
+        .into_iter()
+        .zip(inits)
+        .map(|(items, init)| scalars_to_array(init.ty, out_dims.clone(), &items))
+        .collect()
+}
+
+/// Reduces a [outer, len, inner] array by the pairwise tree over `len`,
+/// then combines `init` with each result (init first).
+fn tree_kernel<T: Copy + Send + Sync>(
+    v: &[T],
+    outer: usize,
+    len: usize,
+    inner: usize,
+    init: T,
+    f: impl Fn(T, T) -> T + Sync + Send,
+) -> Vec<T> {
+    let block = |o: usize| -> Vec<T> {
+        if len == 0 {
+            return vec![init; inner];
+        }
+        let mut rows = v[o * len * inner..(o + 1) * len * inner].to_vec();
+        fold_rows_in_place(&mut rows, inner, &f);
+        rows[..inner].iter().map(|&x| f(init, x)).collect()
+    };
+    if outer > 1 && outer * len * inner >= (1 << 15) {
+        let parts: Vec<Vec<T>> = (0..outer).into_par_iter().map(block).collect();
+        parts.concat()
+    } else {
+        (0..outer).flat_map(block).collect()
+    }
+}
+
+/// `reduce` in the consistent order (see the module header).
+fn reduce_in_tree_order(
+    ev: &Evaluator,
+    comp: CompId,
+    inputs: &[&Array],
+    inits: &[&Array],
+    rd: &[usize],
+    out_dims: Vec<i64>,
+) -> Result<Vec<Array>, EvalError> {
+    let op = (inputs.len() == 1 && inits[0].ty == inputs[0].ty)
+        .then(|| binary_reducer(ev, comp))
+        .flatten();
+    if let Some(op) = op {
+        let (a, init) = (inputs[0], inits[0]);
+        let (t, outer, len, inner) = reduce_layout(a, rd);
+        let fast = dispatch_binop!(op, &t, v, f => {
+            let i0 = scalar_like(v, init)?;
+            tree_kernel(v, outer, len, inner, i0, f)
+        });
+        if let Some(d) = fast {
+            return Ok(vec![Array::from_parts(a.ty, out_dims, d)]);
+        }
+        if let (Some(w), Some(iw)) = (widen_f32(&t), widen_f32(init)) {
+            let round = |x: f32| -> f32 {
+                match a.ty {
+                    PrimitiveType::Bf16 => bf16::from_f32(x).to_f32(),
+                    PrimitiveType::F16 => f16::from_f32(x).to_f32(),
+                    ty => xla_hlo_ir::literal::float_from_bits(
+                        ty,
+                        xla_hlo_ir::literal::float_to_bits(ty, x as f64).unwrap_or(0),
+                    )
+                    .unwrap_or(f64::NAN) as f32,
+                }
+            };
+            let res = match op {
+                Opcode::Add => Some(tree_kernel(&w, outer, len, inner, iw[0], |x, y| {
+                    round(x + y)
+                })),
+                Opcode::Multiply => Some(tree_kernel(&w, outer, len, inner, iw[0], |x, y| {
+                    round(x * y)
+                })),
+                Opcode::Maximum => Some(tree_kernel(&w, outer, len, inner, iw[0], fmax32)),
+                Opcode::Minimum => Some(tree_kernel(&w, outer, len, inner, iw[0], fmin32)),
+                _ => None,
+            };
+            if let Some(res) = res {
+                return Ok(vec![Array::from_parts(
+                    a.ty,
+                    out_dims,
+                    narrow_f32(a.ty, &res)?,
+                )]);
+            }
+        }
+    }
+    let n = inputs.len();
+    let laid: Vec<(Array, usize, usize, usize)> =
+        inputs.iter().map(|a| reduce_layout(a, rd)).collect();
+    let (_, outer, len, inner) = laid[0];
+    let mut results: Vec<Vec<Array>> = vec![Vec::with_capacity(outer * inner); n];
+    let mut call = |left: Vec<Value>, right: Vec<Value>| -> Result<Vec<Value>, EvalError> {
+        let mut args = left;
+        args.extend(right);
+        Ok(split_result(ev.call(comp, &args)?, n)?
+            .into_iter()
+            .map(Value::Array)
+            .collect())
+    };
+    for o in 0..outer {
+        for j in 0..inner {
+            let leaves: Vec<Vec<Value>> = (0..len)
+                .map(|r| {
+                    let idx = (o * len + r) * inner + j;
+                    laid.iter().map(|(t, ..)| scalar_at(t, idx)).collect()
+                })
+                .collect();
+            let init: Vec<Value> = inits.iter().map(|&i| Value::Array(i.clone())).collect();
+            let acc = match fold_values(leaves, &mut call)? {
+                Some(tree) => call(init, tree)?,
+                None => init,
+            };
             for (k, v) in acc.into_iter().enumerate() {
                 results[k].push(
                     v.into_array()

@@ -76,6 +76,7 @@ pub fn check(
         &mut m,
         &SpmdOptions {
             num_partitions: Some(n),
+            ..Default::default()
         },
     )
     .unwrap_or_else(|e| panic!("partitioning failed: {e}\n{}", global.to_text()));

@@ -1,0 +1,71 @@
+//! Consistent mode (`SpmdOptions::consistent`): the partitioned program,
+//! run in consistent mode, gives the bits the single-device interpreter
+//! gives in consistent mode (`xla_hlo_utils::reduction_order`).
+//!
+//! Only reductions can tell the two apart. A reduction split across devices
+//! (reduce, dot, convolution: local partial results, then an all-reduce or
+//! a reduce-scatter, which combine in group order by the same tree) stays
+//! split only when the split is exact:
+//! - the reduction is order-insensitive (integers, pred, maximum, minimum,
+//!   and, or), or
+//! - each device's part is a subtree of the reduction order
+//!   (`tiles_are_subtrees` over the reduced dims in the order's order, the
+//!   collective's groups listing devices in that tile order), and the
+//!   partial results keep the accumulation type (f32, f64, complex; a dot
+//!   or convolution rounding partial sums to bf16 or f16 would not).
+//!
+//! Otherwise the handler takes the exact strategy: the reduced dims are
+//! replicated first (their data gathered) and every device reduces them
+//! whole. Such instructions are counted as `<opcode>:consistent-gather` in
+//! the summary's handler counts and logged (`RUST_LOG=info`). Partial sums
+//! of unreduced shardings and scatters summed across devices are not used
+//! for order-sensitive types.
+
+use xla_hlo_ir::{CompId, HloModule, Opcode, PrimitiveType};
+use xla_hlo_utils::reduction_order::tiles_are_subtrees;
+
+/// The handler note of an instruction that took the exact strategy.
+pub const GATHER_NOTE: &str = "consistent-gather";
+
+/// Whether sums of this type depend on their order.
+pub fn order_sensitive(ty: PrimitiveType) -> bool {
+    ty.is_float() || ty.is_complex()
+}
+
+/// Whether partial dot or convolution results of this type hold the
+/// accumulation type exactly (a narrower float rounds them).
+pub fn holds_accumulation(ty: PrimitiveType) -> bool {
+    !ty.is_float() || matches!(ty, PrimitiveType::F32 | PrimitiveType::F64)
+}
+
+/// Whether reducing with computation `comp` over elements of type `ty` in
+/// any grouping gives the same bits (max, min, and, or; integer and pred
+/// arithmetic).
+pub fn reducer_is_order_free(module: &HloModule, comp: Option<CompId>, ty: PrimitiveType) -> bool {
+    let Some(c) = comp.and_then(|c| module.computations.get(c.index())) else {
+        return false;
+    };
+    let Some(root) = c.instructions.get(c.root.index()) else {
+        return false;
+    };
+    let binary_of_params = c.parameters.len() == 2
+        && root.operands.len() == 2
+        && root
+            .operands
+            .iter()
+            .all(|&o| c.instr(o).opcode == Opcode::Parameter);
+    if !binary_of_params {
+        return false;
+    }
+    match root.opcode {
+        Opcode::Maximum | Opcode::Minimum | Opcode::And | Opcode::Or => true,
+        Opcode::Add | Opcode::Multiply | Opcode::Xor => !order_sensitive(ty),
+        _ => false,
+    }
+}
+
+/// Whether splitting reduced dims of `sizes` (in the reduction order's
+/// order) into `tiles` reproduces the single-device order.
+pub fn split_is_exact(sizes: &[i64], tiles: &[i64]) -> bool {
+    tiles_are_subtrees(sizes, tiles)
+}
