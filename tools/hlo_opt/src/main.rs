@@ -54,6 +54,13 @@ struct Args {
     /// the module header's num_partitions.
     #[arg(long, value_name = "N")]
     num_partitions: Option<i64>,
+    /// spmd-partitioning in consistent mode: a reduction (reduce, dot,
+    /// convolution) is split across devices only where the split reproduces
+    /// the single-device order of the interpreter's consistent mode
+    /// (`run_hlo_module --consistent`); elsewhere it is reduced whole (each
+    /// such instruction logged with RUST_LOG=info)
+    #[arg(long)]
+    consistent: bool,
     /// XLA's `is_spmd` for sharding-propagation: true propagates for the
     /// SPMD partitioner; false as XLA's pass for per-device placement
     /// (partial shardings never merge; custom-calls, reverses and rng take
@@ -174,6 +181,7 @@ fn run_passes(
             execution_threads: args.sharding_propagation_execution_threads.clone(),
             ..Default::default()
         },
+        consistent: args.consistent,
         ..Default::default()
     };
     let mut pipeline = xla_pipelines::pipeline(&options, "hlo-opt", &args.passes.join(","))?
