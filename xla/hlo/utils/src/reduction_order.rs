@@ -129,17 +129,17 @@ mod tests {
                 .map(|r| ((r * 7 + c * 3) % 5) as f32 * 10f32.powi((r % 4) as i32 * 3 - 4))
                 .collect()
         };
-        let mut buf = Vec::new();
-        for r in 0..7 {
-            buf.push(column(0)[r]);
-            buf.push(column(1)[r]);
-        }
+        let mut buf: Vec<f32> = column(0)
+            .into_iter()
+            .zip(column(1))
+            .flat_map(|(a, b)| [a, b])
+            .collect();
         fold_rows_in_place(&mut buf, 2, &|a: f32, b: f32| a + b);
-        for c in 0..2 {
+        for (c, got) in buf[..2].iter().enumerate() {
             let want = fold_values::<_, ()>(column(c), &mut |a, b| Ok(a + b))
                 .unwrap()
                 .unwrap();
-            assert_eq!(buf[c].to_bits(), want.to_bits());
+            assert_eq!(got.to_bits(), want.to_bits());
         }
     }
 
