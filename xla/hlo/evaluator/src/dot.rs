@@ -654,6 +654,34 @@ impl ConvGeom {
         let i = (pos / w.lhs_dilation) as usize;
         (i < self.in_sp[d]).then_some(i)
     }
+
+    /// Row-major strides of the input's spatial dims.
+    fn input_strides(&self) -> Vec<usize> {
+        let mut strides = vec![1usize; self.ns];
+        for d in (0..self.ns.saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * self.in_sp[d + 1];
+        }
+        strides
+    }
+
+    /// For output spatial position `opos` (flat), the flat input spatial
+    /// position each kernel position (row-major) reads, `None` in padding
+    /// or a hole; written into `positions`.
+    fn window_positions(&self, opos: usize, strides: &[usize], positions: &mut Vec<Option<usize>>) {
+        let ns = self.ns;
+        let mut oidx = vec![0usize; ns];
+        crate::index::unflatten(opos, &self.o_sp, &mut oidx);
+        positions.clear();
+        let mut kidx = vec![0usize; ns];
+        for _ in 0..self.k_sp.iter().product::<usize>() {
+            let position = (0..ns).try_fold(0usize, |acc, d| {
+                self.input_pos(d, oidx[d], kidx[d])
+                    .map(|i| acc + i * strides[d])
+            });
+            positions.push(position);
+            crate::index::next_index(&mut kidx, &self.k_sp);
+        }
+    }
 }
 
 fn conv_gemm<T: GemmScalar>(geom: &ConvGeom, x: &[T], w: &[T], out: &mut [T]) {
@@ -749,8 +777,6 @@ fn conv_gemm<T: GemmScalar>(geom: &ConvGeom, x: &[T], w: &[T], out: &mut [T]) {
 /// pairwise tree; a padding or hole position contributes zero times the
 /// kernel value.
 fn conv_tree<T: TreeScalar>(geom: &ConvGeom, x: &[T], w: &[T], out: &mut [T]) {
-    let ns = geom.ns;
-    let ksz: usize = geom.k_sp.iter().product();
     let osz: usize = geom.o_sp.iter().product();
     let isz: usize = geom.in_sp.iter().product();
     let cg = geom.cg;
@@ -759,34 +785,12 @@ fn conv_tree<T: TreeScalar>(geom: &ConvGeom, x: &[T], w: &[T], out: &mut [T]) {
     if geom.k_out == 0 || oblk == 0 {
         return;
     }
-    let mut in_sp_strides = vec![1usize; ns];
-    for d in (0..ns.saturating_sub(1)).rev() {
-        in_sp_strides[d] = in_sp_strides[d + 1] * geom.in_sp[d + 1];
-    }
+    let in_sp_strides = geom.input_strides();
     out.par_chunks_mut(geom.k_out).enumerate().for_each_init(
         || (Vec::new(), Vec::new()),
         |(positions, products): &mut (Vec<Option<usize>>, Vec<T>), (row, dst)| {
             let n = row / osz.max(1);
-            let opos = row % osz.max(1);
-            let mut oidx = vec![0usize; ns];
-            crate::index::unflatten(opos, &geom.o_sp, &mut oidx);
-            positions.clear();
-            let mut kidx = vec![0usize; ns];
-            for _ in 0..ksz {
-                let mut ipos = 0usize;
-                let mut valid = true;
-                for d in 0..ns {
-                    match geom.input_pos(d, oidx[d], kidx[d]) {
-                        Some(i) => ipos += i * in_sp_strides[d],
-                        None => {
-                            valid = false;
-                            break;
-                        }
-                    }
-                }
-                positions.push(valid.then_some(ipos));
-                crate::index::next_index(&mut kidx, &geom.k_sp);
-            }
+            geom.window_positions(row % osz.max(1), &in_sp_strides, positions);
             for blk in 0..blocks {
                 let (bgi, gi) = (blk / geom.g, blk % geom.g);
                 let nin = bgi * geom.n_out + n;
@@ -815,47 +819,28 @@ fn conv_tree<T: TreeScalar>(geom: &ConvGeom, x: &[T], w: &[T], out: &mut [T]) {
 }
 
 fn conv_naive_i64(geom: &ConvGeom, x: &[i64], w: &[i64], out: &mut [i64]) {
-    let ns = geom.ns;
-    let ksz: usize = geom.k_sp.iter().product();
     let osz: usize = geom.o_sp.iter().product();
     let isz: usize = geom.in_sp.iter().product();
     let cg = geom.cg;
     let oblk = geom.k_out / (geom.g * geom.bg);
-    let mut in_sp_strides = vec![1usize; ns];
-    for d in (0..ns.saturating_sub(1)).rev() {
-        in_sp_strides[d] = in_sp_strides[d + 1] * geom.in_sp[d + 1];
-    }
-    let mut oidx = vec![0usize; ns];
+    let in_sp_strides = geom.input_strides();
+    let mut positions = Vec::new();
     for n in 0..geom.n_out {
         for opos in 0..osz {
-            crate::index::unflatten(opos, &geom.o_sp, &mut oidx);
+            geom.window_positions(opos, &in_sp_strides, &mut positions);
             for o in 0..geom.k_out {
                 let blk = o / oblk.max(1);
                 let bgi = blk / geom.g;
                 let gi = blk % geom.g;
                 let nin = bgi * geom.n_out + n;
                 let mut acc = 0i64;
-                let mut kidx = vec![0usize; ns];
-                for kp in 0..ksz {
-                    let mut ipos = 0usize;
-                    let mut valid = true;
-                    for d in 0..ns {
-                        match geom.input_pos(d, oidx[d], kidx[d]) {
-                            Some(i) => ipos += i * in_sp_strides[d],
-                            None => {
-                                valid = false;
-                                break;
-                            }
-                        }
+                for (kp, position) in positions.iter().enumerate() {
+                    let Some(ipos) = position else { continue };
+                    for c in 0..cg {
+                        let xv = x[(nin * isz + ipos) * geom.c_in + gi * cg + c];
+                        let wv = w[(kp * cg + c) * geom.k_out + o];
+                        acc = acc.wrapping_add(xv.wrapping_mul(wv));
                     }
-                    if valid {
-                        for c in 0..cg {
-                            let xv = x[(nin * isz + ipos) * geom.c_in + gi * cg + c];
-                            let wv = w[(kp * cg + c) * geom.k_out + o];
-                            acc = acc.wrapping_add(xv.wrapping_mul(wv));
-                        }
-                    }
-                    crate::index::next_index(&mut kidx, &geom.k_sp);
                 }
                 out[(n * osz + opos) * geom.k_out + o] = acc;
             }

@@ -131,6 +131,22 @@ fn reduce_kernel<T: Copy + Send + Sync>(
     }
 }
 
+/// The fast path's kernel: [`tree_kernel`] in consistent mode, else
+/// [`reduce_kernel`].
+fn fold_kernel<T: Copy + Send + Sync>(
+    consistent: bool,
+    v: &[T],
+    (outer, len, inner): (usize, usize, usize),
+    init: T,
+    f: impl Fn(T, T) -> T + Sync + Send,
+) -> Vec<T> {
+    if consistent {
+        tree_kernel(v, outer, len, inner, init, f)
+    } else {
+        reduce_kernel(v, outer, len, inner, init, f)
+    }
+}
+
 fn check_dims(dims: &[i64], rank: usize) -> Result<Vec<usize>, EvalError> {
     let mut seen = vec![false; rank];
     dims.iter()
@@ -169,9 +185,6 @@ pub fn reduce(
         .filter(|d| !rd.contains(d))
         .map(|d| first.dims[d])
         .collect();
-    if ev.ctx.consistent {
-        return reduce_in_tree_order(ev, comp, inputs, inits, &rd, out_dims);
-    }
     if inputs.len() == 1 {
         if let Some(op) = binary_reducer(ev, comp) {
             let a = inputs[0];
@@ -180,7 +193,7 @@ pub fn reduce(
                 let (t, outer, len, inner) = reduce_layout(a, &rd);
                 let fast = dispatch_binop!(op, &t, v, f => {
                     let i0 = scalar_like(v, init)?;
-                    reduce_kernel(v, outer, len, inner, i0, f)
+                    fold_kernel(ev.ctx.consistent, v, (outer, len, inner), i0, f)
                 });
                 if let Some(d) = fast {
                     return Ok(vec![Array::from_parts(a.ty, out_dims, d)]);
@@ -198,19 +211,15 @@ pub fn reduce(
                             .unwrap_or(f64::NAN) as f32,
                         }
                     };
+                    let shape = (outer, len, inner);
+                    let tree = ev.ctx.consistent;
                     let res = match op {
-                        Opcode::Add => {
-                            Some(reduce_kernel(&w, outer, len, inner, iw[0], |x, y| r(x + y)))
-                        }
+                        Opcode::Add => Some(fold_kernel(tree, &w, shape, iw[0], |x, y| r(x + y))),
                         Opcode::Multiply => {
-                            Some(reduce_kernel(&w, outer, len, inner, iw[0], |x, y| r(x * y)))
+                            Some(fold_kernel(tree, &w, shape, iw[0], |x, y| r(x * y)))
                         }
-                        Opcode::Maximum => {
-                            Some(reduce_kernel(&w, outer, len, inner, iw[0], fmax32))
-                        }
-                        Opcode::Minimum => {
-                            Some(reduce_kernel(&w, outer, len, inner, iw[0], fmin32))
-                        }
+                        Opcode::Maximum => Some(fold_kernel(tree, &w, shape, iw[0], fmax32)),
+                        Opcode::Minimum => Some(fold_kernel(tree, &w, shape, iw[0], fmin32)),
                         _ => None,
                     };
                     if let Some(res) = res {
@@ -224,23 +233,41 @@ pub fn reduce(
             }
         }
     }
-    // Generic path: row-major over kept dims, then over reduced dims.
+    // Generic path: row-major over kept dims; the reduced elements in
+    // row-major order (sequentially, or by the tree in consistent mode).
     let n = inputs.len();
     let laid: Vec<(Array, usize, usize, usize)> =
         inputs.iter().map(|a| reduce_layout(a, &rd)).collect();
     let (_, outer, len, inner) = laid[0];
     let nout = outer * inner;
     let mut results: Vec<Vec<Array>> = vec![Vec::with_capacity(nout); n];
+    let mut call = |left: Vec<Value>, right: Vec<Value>| -> Result<Vec<Value>, EvalError> {
+        let mut args = left;
+        args.extend(right);
+        Ok(split_result(ev.call(comp, &args)?, n)?
+            .into_iter()
+            .map(Value::Array)
+            .collect())
+    };
     for o in 0..outer {
         for j in 0..inner {
-            let mut acc: Vec<Value> = inits.iter().map(|&i| Value::Array(i.clone())).collect();
-            for r in 0..len {
+            let init: Vec<Value> = inits.iter().map(|&i| Value::Array(i.clone())).collect();
+            let element = |r: usize| -> Vec<Value> {
                 let idx = (o * len + r) * inner + j;
-                let mut args = acc.clone();
-                args.extend(laid.iter().map(|(t, ..)| scalar_at(t, idx)));
-                let res = split_result(ev.call(comp, &args)?, n)?;
-                acc = res.into_iter().map(Value::Array).collect();
-            }
+                laid.iter().map(|(t, ..)| scalar_at(t, idx)).collect()
+            };
+            let acc = if ev.ctx.consistent {
+                match fold_values((0..len).map(element).collect(), &mut call)? {
+                    Some(tree) => call(init, tree)?,
+                    None => init,
+                }
+            } else {
+                let mut acc = init;
+                for r in 0..len {
+                    acc = call(acc, element(r))?;
+                }
+                acc
+            };
             for (k, v) in acc.into_iter().enumerate() {
                 results[k].push(
                     v.into_array()
@@ -280,99 +307,4 @@ fn tree_kernel<T: Copy + Send + Sync>(
     } else {
         (0..outer).flat_map(block).collect()
     }
-}
-
-/// `reduce` in the consistent order (see the module header).
-fn reduce_in_tree_order(
-    ev: &Evaluator,
-    comp: CompId,
-    inputs: &[&Array],
-    inits: &[&Array],
-    rd: &[usize],
-    out_dims: Vec<i64>,
-) -> Result<Vec<Array>, EvalError> {
-    let op = (inputs.len() == 1 && inits[0].ty == inputs[0].ty)
-        .then(|| binary_reducer(ev, comp))
-        .flatten();
-    if let Some(op) = op {
-        let (a, init) = (inputs[0], inits[0]);
-        let (t, outer, len, inner) = reduce_layout(a, rd);
-        let fast = dispatch_binop!(op, &t, v, f => {
-            let i0 = scalar_like(v, init)?;
-            tree_kernel(v, outer, len, inner, i0, f)
-        });
-        if let Some(d) = fast {
-            return Ok(vec![Array::from_parts(a.ty, out_dims, d)]);
-        }
-        if let (Some(w), Some(iw)) = (widen_f32(&t), widen_f32(init)) {
-            let round = |x: f32| -> f32 {
-                match a.ty {
-                    PrimitiveType::Bf16 => bf16::from_f32(x).to_f32(),
-                    PrimitiveType::F16 => f16::from_f32(x).to_f32(),
-                    ty => xla_hlo_ir::literal::float_from_bits(
-                        ty,
-                        xla_hlo_ir::literal::float_to_bits(ty, x as f64).unwrap_or(0),
-                    )
-                    .unwrap_or(f64::NAN) as f32,
-                }
-            };
-            let res = match op {
-                Opcode::Add => Some(tree_kernel(&w, outer, len, inner, iw[0], |x, y| {
-                    round(x + y)
-                })),
-                Opcode::Multiply => Some(tree_kernel(&w, outer, len, inner, iw[0], |x, y| {
-                    round(x * y)
-                })),
-                Opcode::Maximum => Some(tree_kernel(&w, outer, len, inner, iw[0], fmax32)),
-                Opcode::Minimum => Some(tree_kernel(&w, outer, len, inner, iw[0], fmin32)),
-                _ => None,
-            };
-            if let Some(res) = res {
-                return Ok(vec![Array::from_parts(
-                    a.ty,
-                    out_dims,
-                    narrow_f32(a.ty, &res)?,
-                )]);
-            }
-        }
-    }
-    let n = inputs.len();
-    let laid: Vec<(Array, usize, usize, usize)> =
-        inputs.iter().map(|a| reduce_layout(a, rd)).collect();
-    let (_, outer, len, inner) = laid[0];
-    let mut results: Vec<Vec<Array>> = vec![Vec::with_capacity(outer * inner); n];
-    let mut call = |left: Vec<Value>, right: Vec<Value>| -> Result<Vec<Value>, EvalError> {
-        let mut args = left;
-        args.extend(right);
-        Ok(split_result(ev.call(comp, &args)?, n)?
-            .into_iter()
-            .map(Value::Array)
-            .collect())
-    };
-    for o in 0..outer {
-        for j in 0..inner {
-            let leaves: Vec<Vec<Value>> = (0..len)
-                .map(|r| {
-                    let idx = (o * len + r) * inner + j;
-                    laid.iter().map(|(t, ..)| scalar_at(t, idx)).collect()
-                })
-                .collect();
-            let init: Vec<Value> = inits.iter().map(|&i| Value::Array(i.clone())).collect();
-            let acc = match fold_values(leaves, &mut call)? {
-                Some(tree) => call(init, tree)?,
-                None => init,
-            };
-            for (k, v) in acc.into_iter().enumerate() {
-                results[k].push(
-                    v.into_array()
-                        .ok_or_else(|| EvalError::invalid("reduce result"))?,
-                );
-            }
-        }
-    }
-    results
-        .into_iter()
-        .zip(inits)
-        .map(|(items, init)| scalars_to_array(init.ty, out_dims.clone(), &items))
-        .collect()
 }
