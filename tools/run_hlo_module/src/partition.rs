@@ -108,7 +108,7 @@ impl Partitioned {
 /// program `consistent_module` (summary `consistent`) beside the default
 /// mode's, in collective bytes per device and simulated step time (the
 /// options' cost model, every collective synchronous, program order), and
-/// the instructions that reduce whole instead of split (`exact_gathers`).
+/// the instructions whose default layout it ruled out (`relayouts`).
 fn consistency_cost(
     module: &HloModule,
     n: i64,
@@ -138,10 +138,10 @@ fn consistency_cost(
         .entry
         .sequential)
     };
-    let gathers: serde_json::Map<String, Json> = consistent
+    let relayouts: serde_json::Map<String, Json> = consistent
         .handlers
         .iter()
-        .filter(|(k, _)| k.ends_with(xla_spmd_partitioner::consistent::GATHER_NOTE))
+        .filter(|(k, _)| k.ends_with(xla_spmd_partitioner::consistent::RELAYOUT_NOTE))
         .map(|(k, &v)| (k.clone(), json!(v)))
         .collect();
     Ok(json!({
@@ -150,7 +150,7 @@ fn consistency_cost(
         "extra_bytes": consistent.collective_bytes as i64 - default.collective_bytes as i64,
         "default_simulated_us": simulated_us(&default_module)?,
         "simulated_us": simulated_us(consistent_module)?,
-        "exact_gathers": gathers,
+        "relayouts": relayouts,
     }))
 }
 

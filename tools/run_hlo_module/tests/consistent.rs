@@ -104,11 +104,11 @@ fn consistent_runs_are_bitwise_single_device_and_repeat() {
         extra += bytes - default;
         // The cost report, one line per case.
         eprintln!(
-            "{name}: {bytes} bytes vs {default} ({:+}), simulated {:.2} vs {:.2} us, reduced whole: {}",
+            "{name}: {bytes} bytes vs {default} ({:+}), simulated {:.2} vs {:.2} us, relaid out: {}",
             bytes - default,
             cost["simulated_us"].as_f64().unwrap_or(0.0),
             cost["default_simulated_us"].as_f64().unwrap_or(0.0),
-            cost["exact_gathers"]
+            cost["relayouts"]
         );
         let (_, _, second) = run(case, &dir.join(format!("{name}-2")), true);
         if first != second || first.is_empty() {

@@ -14,18 +14,21 @@
 //!   partial results keep the accumulation type (f32, f64, complex; a dot
 //!   or convolution rounding partial sums to bf16 or f16 would not).
 //!
-//! Otherwise the handler takes the exact strategy: the reduced dims are
-//! replicated first (their data gathered) and every device reduces them
-//! whole. Such instructions are counted as `<opcode>:consistent-gather` in
-//! the summary's handler counts and logged (`RUST_LOG=info`). Partial sums
-//! of unreduced shardings and scatters summed across devices are not used
-//! for order-sensitive types.
+//! Otherwise the handler takes an exact layout instead: the reduced dims
+//! replicated first (their data gathered), every device reducing them
+//! whole, or, for a reduce, the split moved onto the major reduced dim (an
+//! all-to-all of the operand) where that split is exact; the cheaper wins.
+//! Instructions whose default layout was ruled out this way are counted as
+//! `<opcode>:consistent-relayout` in the summary's handler counts and
+//! logged (`RUST_LOG=info`). Partial sums of unreduced shardings and
+//! scatters summed across devices are not used for order-sensitive types.
 
 use xla_hlo_ir::{CompId, HloModule, Opcode, PrimitiveType};
 use xla_hlo_utils::reduction_order::tiles_are_subtrees;
 
-/// The handler note of an instruction that took the exact strategy.
-pub const GATHER_NOTE: &str = "consistent-gather";
+/// The handler note of an instruction whose default layout consistent mode
+/// ruled out.
+pub const RELAYOUT_NOTE: &str = "consistent-relayout";
 
 /// Whether sums of this type depend on their order.
 pub fn order_sensitive(ty: PrimitiveType) -> bool {

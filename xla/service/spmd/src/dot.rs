@@ -279,10 +279,10 @@ pub fn einsum_emit(
     let c = choice.i;
     if choice.exact_gather {
         log::info!(
-            "consistent mode: {} reduces its contracted dims whole (a split would not reproduce the single-device order)",
+            "consistent mode: {} reduces its contracted dims whole (the default split would not reproduce the single-device order)",
             instr.name
         );
-        p.note(instr, consistent::GATHER_NOTE);
+        p.note(instr, consistent::RELAYOUT_NOTE);
     }
     let il = project(p.grids(), &c, &e.lhs);
     let ir = project(p.grids(), &c, &e.rhs);

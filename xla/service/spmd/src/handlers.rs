@@ -442,7 +442,10 @@ pub fn reduce(
         s => s.element_type().map(|t| t.byte_width()).unwrap_or(4) as u64,
     };
     // Consistent mode: a split of an order-sensitive reduction that would
-    // not reproduce the single-device order reduces the dims whole instead.
+    // not reproduce the single-device order is replaced by the same split
+    // moved onto the major reduced dim (an all-to-all of the operand, when
+    // that split is exact) and by the reduced dims whole (gathered); the
+    // cheaper is taken.
     let mut red_sorted = red.clone();
     red_sorted.sort_unstable();
     let in_ty = in_shape.element_type().unwrap_or(PrimitiveType::F32);
@@ -456,12 +459,17 @@ pub fn reduce(
     let default_cands = cands.clone();
     let cands: Vec<Grid> = cands
         .into_iter()
-        .map(|c| {
+        .flat_map(|c| {
             if exact_split(&c) {
-                c
-            } else {
-                p.grids().replicate_dims(&c, &red)
+                return vec![c];
             }
+            let mut exact = vec![p.grids().replicate_dims(&c, &red)];
+            exact.extend(
+                tiles_on_major_dim(&c, &red_sorted)
+                    .map(|g| p.grids().intern(g))
+                    .filter(|g| exact_split(g)),
+            );
+            exact
         })
         .collect();
     let cost_of_layout = |c: Grid| {
@@ -511,10 +519,10 @@ pub fn reduce(
     };
     if ruled_out {
         log::info!(
-            "consistent mode: {} reduces its dims whole (a split would not reproduce the single-device order)",
+            "consistent mode: {} takes another layout (the default split would not reproduce the single-device order)",
             instr.name
         );
-        p.note(instr, consistent::GATHER_NOTE);
+        p.note(instr, consistent::RELAYOUT_NOTE);
     }
     let c_out = p.grids().remap(&c, &out_map);
     // Groups list devices in tile order over the reduced dims; consistent
@@ -622,6 +630,23 @@ pub fn reduce(
         shape: Rc::new(instr.shape.clone()),
         vs: out_vs,
     }))
+}
+
+/// `c` with every tile of the reduced dims `red_sorted` (ascending) moved
+/// onto the first of them, the device array read in the same row-major
+/// order; `None` when they are not split or only the first is.
+fn tiles_on_major_dim(c: &Grid, red_sorted: &[usize]) -> Option<Grid> {
+    let (&major, _) = red_sorted.split_first()?;
+    let tiles: i64 = red_sorted.iter().map(|&a| c.tiles(a)).product();
+    if tiles <= 1 || c.tiles(major) == tiles {
+        return None;
+    }
+    let mut dims = c.dims().to_vec();
+    for &a in red_sorted {
+        dims[a] = 1;
+    }
+    dims[major] = tiles;
+    Grid::new(dims, c.devs().to_vec())
 }
 
 /// The cheapest reduce-scatter of a partial reduction (partial over the

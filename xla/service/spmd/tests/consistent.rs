@@ -3,7 +3,7 @@
 //! unpartitioned module run on one device in consistent mode; reductions
 //! stay split (partial results and an all-reduce or reduce-scatter) where
 //! the split reproduces the order, and are reduced whole, counted as
-//! `consistent-gather`, where it would not.
+//! `consistent-relayout`, where it would not.
 //!
 //! Arguments are floats of very different magnitudes, so that any other
 //! summation order shows in the bits.
@@ -104,10 +104,10 @@ fn count(m: &HloModule, op: Opcode) -> usize {
         .count()
 }
 
-fn gathers(s: &PartitionSummary) -> usize {
+fn relayouts(s: &PartitionSummary) -> usize {
     s.handlers
         .iter()
-        .filter(|(k, _)| k.ends_with(":consistent-gather"))
+        .filter(|(k, _)| k.ends_with(":consistent-relayout"))
         .map(|(_, &v)| v)
         .sum()
 }
@@ -131,7 +131,7 @@ fn a_contraction_split_in_tree_order_stays_split_and_is_bitwise_single_device() 
     for n in [2, 4, 8] {
         let o = run(&dot(64, "f32", n), n, true);
         assert!(o.identical, "{n} devices:\n{}", o.partitioned.to_text());
-        assert_eq!(gathers(&o.summary), 0);
+        assert_eq!(relayouts(&o.summary), 0);
         assert_eq!(count(&o.partitioned, Opcode::AllReduce), 1, "{n} devices");
     }
 }
@@ -157,7 +157,7 @@ fn splits_that_cannot_reproduce_the_order_reduce_whole() {
     ] {
         let o = run(&text, n, true);
         assert!(o.identical, "{}", o.partitioned.to_text());
-        assert_eq!(gathers(&o.summary), 1, "{}", o.partitioned.to_text());
+        assert_eq!(relayouts(&o.summary), 1, "{}", o.partitioned.to_text());
         assert_eq!(count(&o.partitioned, Opcode::AllReduce), 0);
     }
 }
@@ -178,19 +178,37 @@ ENTRY e {{
     // Dim 0 split: each device's rows are a subtree of the order.
     let o = run(&reduce(4, 1), 4, true);
     assert!(o.identical);
-    assert_eq!(gathers(&o.summary), 0);
+    assert_eq!(relayouts(&o.summary), 0);
     assert_eq!(count(&o.partitioned, Opcode::AllReduce), 1);
-    // Dim 1 split: a device's elements are not contiguous in the order.
+    // Dim 1 split: a device's elements are not contiguous in the order; an
+    // all-to-all moves the split onto dim 0 (cheaper than gathering).
     let o = run(&reduce(1, 4), 4, true);
-    assert!(o.identical);
-    assert_eq!(gathers(&o.summary), 1);
+    assert!(o.identical, "{}", o.partitioned.to_text());
+    assert_eq!(relayouts(&o.summary), 1);
+    assert_eq!(
+        count(&o.partitioned, Opcode::AllToAll),
+        1,
+        "{}",
+        o.partitioned.to_text()
+    );
+    assert_eq!(count(&o.partitioned, Opcode::AllGather), 0);
+    // Both dims split, dim 0 not evenly by all four: gathered instead.
+    let o = run(&reduce(2, 2).replace("f32[8,12,6]", "f32[6,12,6]"), 4, true);
+    assert!(o.identical, "{}", o.partitioned.to_text());
+    assert_eq!(relayouts(&o.summary), 1);
+    assert_eq!(
+        count(&o.partitioned, Opcode::AllToAll),
+        0,
+        "{}",
+        o.partitioned.to_text()
+    );
     // Max is exact in any grouping: it stays split either way.
     let max = reduce(1, 4)
         .replace("add(x, y)", "maximum(x, y)")
         .replace("constant(0)", "constant(-inf)");
     let o = run(&max, 4, true);
     assert!(o.identical);
-    assert_eq!(gathers(&o.summary), 0);
+    assert_eq!(relayouts(&o.summary), 0);
 }
 
 #[test]
@@ -203,6 +221,6 @@ ENTRY e {
 }"#;
     let o = run(text, 4, true);
     assert!(o.identical, "{}", o.partitioned.to_text());
-    assert_eq!(gathers(&o.summary), 0);
+    assert_eq!(relayouts(&o.summary), 0);
     assert_eq!(count(&o.partitioned, Opcode::AllReduce), 1);
 }
