@@ -953,6 +953,7 @@ fn scatter_reduce(
     // Summing scatters across devices reorders an order-sensitive combiner.
     if p.b.ctx.consistent && !crate::consistent::reducer_is_order_free(p.orig, instr.to_apply(), ty)
     {
+        p.note(instr, crate::consistent::RELAYOUT_NOTE);
         return Ok(None);
     }
     let dn = instr.scatter_dimension_numbers();
