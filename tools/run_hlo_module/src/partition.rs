@@ -108,7 +108,8 @@ impl Partitioned {
 /// program `consistent_module` (summary `consistent`) beside the default
 /// mode's, in collective bytes per device and simulated step time (the
 /// options' cost model, every collective synchronous, program order), and
-/// the instructions whose default layout it ruled out (`relayouts`).
+/// the instructions whose default layout it changed (`relayouts`: handler
+/// notes `<opcode>:consistent-*`).
 fn consistency_cost(
     module: &HloModule,
     n: i64,
@@ -141,7 +142,7 @@ fn consistency_cost(
     let relayouts: serde_json::Map<String, Json> = consistent
         .handlers
         .iter()
-        .filter(|(k, _)| k.ends_with(xla_spmd_partitioner::consistent::RELAYOUT_NOTE))
+        .filter(|(k, _)| k.contains(":consistent-"))
         .map(|(k, &v)| (k.clone(), json!(v)))
         .collect();
     Ok(json!({

@@ -20,7 +20,9 @@
 //! all-to-all of the operand) where that split is exact; the cheaper wins.
 //! Instructions whose default layout was ruled out this way are counted as
 //! `<opcode>:consistent-relayout` in the summary's handler counts and
-//! logged (`RUST_LOG=info`). Partial sums of unreduced shardings and
+//! logged (`RUST_LOG=info`). A dot with a bf16 or f16 result may instead
+//! keep its split with f32 partial results, all-reduced in f32 and rounded
+//! once (`dot:consistent-f32-partial-sums`), where that costs less. Partial sums of unreduced shardings and
 //! scatters summed across devices are not used for order-sensitive types.
 
 use xla_hlo_ir::{CompId, HloModule, Opcode, PrimitiveType};
@@ -29,6 +31,10 @@ use xla_hlo_utils::reduction_order::tiles_are_subtrees;
 /// The handler note of an instruction whose default layout consistent mode
 /// ruled out.
 pub const RELAYOUT_NOTE: &str = "consistent-relayout";
+
+/// The handler note of a dot with a narrow float result whose split
+/// contraction keeps f32 partial sums (all-reduced in f32, rounded once).
+pub const F32_PARTIAL_SUMS_NOTE: &str = "consistent-f32-partial-sums";
 
 /// Whether sums of this type depend on their order.
 pub fn order_sensitive(ty: PrimitiveType) -> bool {

@@ -396,12 +396,69 @@ pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding)
             .shape
             .element_type()
             .is_some_and(consistent::order_sensitive);
+    if let Some(v) = dot_accumulating_wide(p, instr, &e, &lhs, &rhs, &out)? {
+        return Ok(Some(v));
+    }
     if let Some(groups) = p.unreduced_target(instr)?.filter(|_| keeps_partial_sums) {
         if let Some(v) = dot_unreduced(p, instr, &e, &lhs, &rhs, &out, &groups, &mut emit)? {
             return Ok(Some(v));
         }
     }
     einsum(p, instr, &e, &lhs, &rhs, &out, &mut emit)
+}
+
+/// Consistent mode, a dot with a bf16/f16 (or narrower float) result: its
+/// contraction may stay split when the partial dots keep f32 results, are
+/// all-reduced in f32 and rounded once after (the single-device dot rounds
+/// its f32 accumulation once too). Taken when that costs less than the
+/// narrow dot's layout (whose split contraction must be gathered); `None`
+/// otherwise.
+fn dot_accumulating_wide(
+    p: &mut Part<'_, '_>,
+    instr: &HloInstruction,
+    e: &Einsum,
+    lhs: &PValue,
+    rhs: &PValue,
+    out: &Grid,
+) -> HandlerResult {
+    let Some(ty) = instr.shape.element_type() else {
+        return Ok(None);
+    };
+    if !p.b.ctx.consistent || !ty.is_float() || consistent::holds_accumulation(ty) {
+        return Ok(None);
+    }
+    let mut wide = instr.clone();
+    wide.shape = instr
+        .shape
+        .with_element_type(xla_hlo_ir::PrimitiveType::F32);
+    let Some(wide_choice) = einsum_plan(p, &wide, e, lhs, rhs, out) else {
+        return Ok(None);
+    };
+    let narrow_cost = einsum_plan(p, instr, e, lhs, rhs, out).map_or(u64::MAX, |c| c.cost);
+    let splits_contraction = e.contracted.iter().any(|&d| wide_choice.i.tiles(d) > 1);
+    if !splits_contraction || wide_choice.cost >= narrow_cost {
+        return Ok(None);
+    }
+    p.note(instr, consistent::F32_PARTIAL_SUMS_NOTE);
+    let mut emit = |p: &mut Part<'_, '_>, x, _: &Grid, y, _: &Grid, vs: &ValueSharding| {
+        p.emit_local(&wide, vec![x, y], vs)
+    };
+    let Some(v) = einsum_emit(p, &wide, e, lhs, rhs, wide_choice, &mut emit)? else {
+        return Ok(None);
+    };
+    let local_wide = p.b.shape(v.id).clone();
+    let id = p.b.add(
+        "convert",
+        Opcode::Convert,
+        local_wide.with_element_type(ty),
+        vec![v.id],
+        vec![],
+    );
+    Ok(Some(PValue {
+        id,
+        shape: Rc::new(instr.shape.clone()),
+        vs: v.vs,
+    }))
 }
 
 /// A dot whose sharding is unreduced over `groups`: when the cheapest

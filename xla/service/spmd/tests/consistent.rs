@@ -148,18 +148,37 @@ fn the_default_mode_does_not_reproduce_the_single_device_bits_here() {
 
 #[test]
 fn splits_that_cannot_reproduce_the_order_reduce_whole() {
-    // Three tiles (not a power of two), uneven tiles, and partial sums that
-    // a bf16 result would round: each reduces its contraction whole.
-    for (text, n) in [
-        (dot(63, "f32", 3), 3),
-        (dot(62, "f32", 4), 4),
-        (dot(64, "bf16", 4), 4),
-    ] {
+    // Three tiles (not a power of two) and uneven tiles: each reduces its
+    // contraction whole.
+    for (text, n) in [(dot(63, "f32", 3), 3), (dot(62, "f32", 4), 4)] {
         let o = run(&text, n, true);
         assert!(o.identical, "{}", o.partitioned.to_text());
         assert_eq!(relayouts(&o.summary), 1, "{}", o.partitioned.to_text());
         assert_eq!(count(&o.partitioned, Opcode::AllReduce), 0);
     }
+}
+
+#[test]
+fn a_bf16_dot_keeps_its_split_with_f32_partial_sums() {
+    // Rounding partial dots to bf16 would not reproduce the single-device
+    // dot (f32 accumulation rounded once): the partial dots stay f32, are
+    // all-reduced in f32 and rounded after.
+    let o = run(&dot(64, "bf16", 4), 4, true);
+    assert!(o.identical, "{}", o.partitioned.to_text());
+    let notes = &o.summary.handlers;
+    assert_eq!(
+        notes.get("dot:consistent-f32-partial-sums"),
+        Some(&1),
+        "{notes:?}"
+    );
+    let all_reduce = o
+        .partitioned
+        .entry_computation()
+        .instructions
+        .iter()
+        .find(|i| i.opcode == Opcode::AllReduce)
+        .expect("an all-reduce");
+    assert_eq!(all_reduce.shape.element_type(), Some(PrimitiveType::F32));
 }
 
 #[test]
