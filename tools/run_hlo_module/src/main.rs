@@ -289,6 +289,23 @@ fn check_argument_bytes(
     }
 }
 
+/// Interprets `module` on one device (partition 0 of 1, replica 0 of 1).
+fn evaluate_on_one_device(
+    module: &HloModule,
+    args: &[Value],
+    memory_limit: u64,
+    consistent: bool,
+) -> Result<Vec<Value>> {
+    let ctx = EvalContext {
+        num_partitions: Some(1),
+        num_replicas: Some(1),
+        memory_limit: Some(memory_limit),
+        consistent,
+        ..EvalContext::default()
+    };
+    Ok(evaluate(module, args, &ctx)?)
+}
+
 /// Runs `reference` (an unpartitioned module) with global semantics and
 /// compares each of `outputs` with its result bit for bit: on one device,
 /// or, for a module whose collectives or manual regions need its devices
@@ -325,14 +342,7 @@ fn compare_with_single_device(
             &xla_runtime::run_spmd(exe.as_ref(), &literals, &plan).context(context)?,
         )?
     } else {
-        let ctx = EvalContext {
-            num_partitions: Some(1),
-            num_replicas: Some(1),
-            memory_limit: Some(memory_limit),
-            consistent,
-            ..EvalContext::default()
-        };
-        evaluate(reference, args, &ctx).context(context)?
+        evaluate_on_one_device(reference, args, memory_limit, consistent).context(context)?
     };
     let want: Vec<Array> = results
         .iter()
@@ -502,16 +512,7 @@ fn run(cli: &Cli) -> Result<bool> {
             (Some((exe, plan)), None) => {
                 to_values(xla_runtime::run_spmd(exe.as_ref(), &literal_args, plan)?)?
             }
-            (None, _) => {
-                let ctx = EvalContext {
-                    num_partitions: Some(1),
-                    num_replicas: Some(1),
-                    memory_limit: Some(memory_limit),
-                    consistent: cli.consistent,
-                    ..EvalContext::default()
-                };
-                evaluate(&module, &args, &ctx)?
-            }
+            (None, _) => evaluate_on_one_device(&module, &args, memory_limit, cli.consistent)?,
         };
         best = best.min(t.elapsed().as_secs_f64());
     }

@@ -15,9 +15,10 @@
 //! every member's operands and fold them here with the reducer, by the
 //! pairwise tree over the members in group order; in consistent mode every
 //! all-reduce and reduce-scatter does so, which fixes the combine order
-//! whatever the transport (loopback, TCP, NCCL). Custom calls `Sharding` (and other annotation targets) are the
-//! identity; `SPMDFullToShardShape` takes this device's tile of its
-//! operand's sharding; `SPMDShardToFullShape` gathers every partition's tile.
+//! whatever the transport (loopback, TCP, NCCL). Custom calls `Sharding`
+//! (and other annotation targets) are the identity; `SPMDFullToShardShape`
+//! takes this device's tile of its operand's sharding;
+//! `SPMDShardToFullShape` gathers every partition's tile.
 
 use crate::error::{bad, EvalError};
 use crate::interp::{EvalContext, Evaluator};

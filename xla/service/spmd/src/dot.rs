@@ -78,7 +78,17 @@ pub struct Choice {
     pub cost: u64,
     /// Consistent mode ruled out the layout the default mode would take (a
     /// split of the contraction that does not reproduce the order).
-    exact_gather: bool,
+    relaid_out: bool,
+}
+
+/// Whether consistent mode constrains how `instr`'s contraction is split:
+/// the mode is on and its result type sums order-sensitively.
+fn consistent_order_matters(p: &Part<'_, '_>, instr: &HloInstruction) -> bool {
+    p.b.ctx.consistent
+        && instr
+            .shape
+            .element_type()
+            .is_some_and(consistent::order_sensitive)
 }
 
 /// The iteration-space size of each contracted dim (in `e.contracted`'s
@@ -104,13 +114,13 @@ fn consistent_layout(
     sizes: &[i64],
     c: Grid,
 ) -> (Grid, bool) {
-    let ty = instr
+    let Some(ty) = instr
         .shape
         .element_type()
-        .unwrap_or(xla_hlo_ir::PrimitiveType::F32);
-    if !p.b.ctx.consistent || !consistent::order_sensitive(ty) {
+        .filter(|_| consistent_order_matters(p, instr))
+    else {
         return (c, false);
-    }
+    };
     let tiles: Vec<i64> = e.contracted.iter().map(|&d| c.tiles(d)).collect();
     if tiles.iter().all(|&t| t == 1)
         || (consistent::holds_accumulation(ty) && consistent::split_is_exact(sizes, &tiles))
@@ -255,13 +265,13 @@ pub fn einsum_plan(
                 i: c,
                 post,
                 cost,
-                exact_gather: false,
+                relaid_out: false,
             };
             best = Some((choice, tiles));
         }
     }
     if let (Some((choice, _)), Some((_, _, true))) = (best.as_mut(), best_default) {
-        choice.exact_gather = true;
+        choice.relaid_out = true;
     }
     best.map(|b| b.0)
 }
@@ -277,7 +287,7 @@ pub fn einsum_emit(
     emit: &mut EmitFn<'_>,
 ) -> HandlerResult {
     let c = choice.i;
-    if choice.exact_gather {
+    if choice.relaid_out {
         log::info!(
             "consistent mode: {} reduces its contracted dims whole (the default split would not reproduce the single-device order)",
             instr.name
@@ -389,17 +399,20 @@ pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding)
     let mut emit = |p: &mut Part<'_, '_>, x, _: &Grid, y, _: &Grid, vs: &ValueSharding| {
         p.emit_local(instr, vec![x, y], vs)
     };
-    // Unreduced partial sums are summed later in an order consistent mode
-    // cannot reproduce.
-    let keeps_partial_sums = !p.b.ctx.consistent
-        || !instr
-            .shape
-            .element_type()
-            .is_some_and(consistent::order_sensitive);
-    if let Some(v) = dot_accumulating_wide(p, instr, &e, &lhs, &rhs, &out)? {
-        return Ok(Some(v));
+    if consistent_order_matters(p, instr) {
+        // Unreduced partial sums would be summed later in an order this
+        // mode cannot reproduce, so they are not kept.
+        let narrow = einsum_plan(p, instr, &e, &lhs, &rhs, &out);
+        let narrow_cost = narrow.as_ref().map_or(u64::MAX, |c| c.cost);
+        if let Some(v) = dot_accumulating_wide(p, instr, &e, &lhs, &rhs, &out, narrow_cost)? {
+            return Ok(Some(v));
+        }
+        return match narrow {
+            Some(choice) => einsum_emit(p, instr, &e, &lhs, &rhs, choice, &mut emit),
+            None => Ok(None),
+        };
     }
-    if let Some(groups) = p.unreduced_target(instr)?.filter(|_| keeps_partial_sums) {
+    if let Some(groups) = p.unreduced_target(instr)? {
         if let Some(v) = dot_unreduced(p, instr, &e, &lhs, &rhs, &out, &groups, &mut emit)? {
             return Ok(Some(v));
         }
@@ -410,9 +423,9 @@ pub fn dot(p: &mut Part<'_, '_>, instr: &HloInstruction, target: &ValueSharding)
 /// Consistent mode, a dot with a bf16/f16 (or narrower float) result: its
 /// contraction may stay split when the partial dots keep f32 results, are
 /// all-reduced in f32 and rounded once after (the single-device dot rounds
-/// its f32 accumulation once too). Taken when that costs less than the
-/// narrow dot's layout (whose split contraction must be gathered); `None`
-/// otherwise.
+/// its f32 accumulation once too). Taken when that costs less than
+/// `narrow_cost`, the narrow dot's layout (whose split contraction must be
+/// gathered); `None` otherwise.
 fn dot_accumulating_wide(
     p: &mut Part<'_, '_>,
     instr: &HloInstruction,
@@ -420,11 +433,12 @@ fn dot_accumulating_wide(
     lhs: &PValue,
     rhs: &PValue,
     out: &Grid,
+    narrow_cost: u64,
 ) -> HandlerResult {
     let Some(ty) = instr.shape.element_type() else {
         return Ok(None);
     };
-    if !p.b.ctx.consistent || !ty.is_float() || consistent::holds_accumulation(ty) {
+    if !ty.is_float() || consistent::holds_accumulation(ty) {
         return Ok(None);
     }
     let mut wide = instr.clone();
@@ -434,7 +448,6 @@ fn dot_accumulating_wide(
     let Some(wide_choice) = einsum_plan(p, &wide, e, lhs, rhs, out) else {
         return Ok(None);
     };
-    let narrow_cost = einsum_plan(p, instr, e, lhs, rhs, out).map_or(u64::MAX, |c| c.cost);
     let splits_contraction = e.contracted.iter().any(|&d| wide_choice.i.tiles(d) > 1);
     if !splits_contraction || wide_choice.cost >= narrow_cost {
         return Ok(None);
@@ -625,12 +638,7 @@ pub fn convolution(
     }
     // A sharded kernel window splits the contraction in an order consistent
     // mode cannot reproduce.
-    let order_free = !p.b.ctx.consistent
-        || !instr
-            .shape
-            .element_type()
-            .is_some_and(consistent::order_sensitive);
-    if fgc == 1 && bgc == 1 && order_free {
+    if fgc == 1 && bgc == 1 && !consistent_order_matters(p, instr) {
         if let Some(v) = kernel_window_sharded(p, instr, &e, &dn, &win, &lhs, &rhs, &out)? {
             return Ok(Some(v));
         }

@@ -201,26 +201,22 @@ ENTRY e {{
     assert_eq!(count(&o.partitioned, Opcode::AllReduce), 1);
     // Dim 1 split: a device's elements are not contiguous in the order; an
     // all-to-all moves the split onto dim 0 (cheaper than gathering).
-    let o = run(&reduce(1, 4), 4, true);
-    assert!(o.identical, "{}", o.partitioned.to_text());
-    assert_eq!(relayouts(&o.summary), 1);
-    assert_eq!(
-        count(&o.partitioned, Opcode::AllToAll),
-        1,
-        "{}",
-        o.partitioned.to_text()
-    );
+    let relaid_out = |text: &str, all_to_alls: usize| {
+        let o = run(text, 4, true);
+        let printed = o.partitioned.to_text();
+        assert!(o.identical, "{printed}");
+        assert_eq!(relayouts(&o.summary), 1);
+        assert_eq!(
+            count(&o.partitioned, Opcode::AllToAll),
+            all_to_alls,
+            "{printed}"
+        );
+        o
+    };
+    let o = relaid_out(&reduce(1, 4), 1);
     assert_eq!(count(&o.partitioned, Opcode::AllGather), 0);
     // Both dims split, dim 0 not evenly by all four: gathered instead.
-    let o = run(&reduce(2, 2).replace("f32[8,12,6]", "f32[6,12,6]"), 4, true);
-    assert!(o.identical, "{}", o.partitioned.to_text());
-    assert_eq!(relayouts(&o.summary), 1);
-    assert_eq!(
-        count(&o.partitioned, Opcode::AllToAll),
-        0,
-        "{}",
-        o.partitioned.to_text()
-    );
+    relaid_out(&reduce(2, 2).replace("f32[8,12,6]", "f32[6,12,6]"), 0);
     // Max is exact in any grouping: it stays split either way.
     let max = reduce(1, 4)
         .replace("add(x, y)", "maximum(x, y)")
