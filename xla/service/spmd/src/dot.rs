@@ -452,6 +452,10 @@ fn dot_accumulating_wide(
     if !splits_contraction || wide_choice.cost >= narrow_cost {
         return Ok(None);
     }
+    log::info!(
+        "consistent mode: {} keeps f32 partial sums of its split contraction, rounded to {ty} after the all-reduce",
+        instr.name
+    );
     p.note(instr, consistent::F32_PARTIAL_SUMS_NOTE);
     let mut emit = |p: &mut Part<'_, '_>, x, _: &Grid, y, _: &Grid, vs: &ValueSharding| {
         p.emit_local(&wide, vec![x, y], vs)
