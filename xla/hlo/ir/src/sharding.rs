@@ -11,7 +11,7 @@ use crate::mesh::{iota_devices, write_axis_set, AxisRef, Mesh};
 use std::fmt;
 
 /// A tile assignment: the device at each tile position.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Eq, Hash)]
 pub enum TileAssignment {
     /// `devices=[2,2]0,2,1,3`
     Explicit { dims: Vec<i64>, devices: Vec<i64> },
@@ -21,6 +21,49 @@ pub enum TileAssignment {
         reshape_dims: Vec<i64>,
         perm: Vec<i64>,
     },
+}
+
+/// Equal integer lists; short ones (tile dims, iota reshapes) compared
+/// inline, where a call to `memcmp` costs more than the comparison.
+fn same_ints(a: &[i64], b: &[i64]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() > 16 {
+        return a == b;
+    }
+    a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+impl PartialEq for TileAssignment {
+    fn eq(&self, other: &TileAssignment) -> bool {
+        match (self, other) {
+            (
+                TileAssignment::Explicit { dims, devices },
+                TileAssignment::Explicit {
+                    dims: other_dims,
+                    devices: other_devices,
+                },
+            ) => same_ints(dims, other_dims) && same_ints(devices, other_devices),
+            (
+                TileAssignment::Iota {
+                    dims,
+                    reshape_dims,
+                    perm,
+                },
+                TileAssignment::Iota {
+                    dims: other_dims,
+                    reshape_dims: other_reshape_dims,
+                    perm: other_perm,
+                },
+            ) => {
+                same_ints(dims, other_dims)
+                    && same_ints(reshape_dims, other_reshape_dims)
+                    && same_ints(perm, other_perm)
+            }
+            _ => false,
+        }
+    }
 }
 
 impl TileAssignment {

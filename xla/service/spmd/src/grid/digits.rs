@@ -19,11 +19,27 @@ use xla_hlo_utils::TileArray;
 /// radix-1 digits, two digits that sit next to each other (major `k+1`
 /// right before minor `k`) in one dim are merged, replication digits are
 /// sorted major first (devices of a group ascending).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Eq, Hash)]
 pub(crate) struct DigitForm {
     pub(super) radix: Vec<i64>,
     pub(super) base: Vec<i64>,
     pub(super) digs: Vec<Vec<usize>>,
+}
+
+/// Element-wise equality of short slices, compared inline: digit forms
+/// have a handful of digits, where a call to `memcmp` costs more than the
+/// comparison.
+pub(super) fn same_short<T: PartialEq>(a: &[T], b: &[T]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+impl PartialEq for DigitForm {
+    fn eq(&self, other: &DigitForm) -> bool {
+        same_short(&self.radix, &other.radix)
+            && same_short(&self.base, &other.base)
+            && self.digs.len() == other.digs.len()
+            && self.digs.iter().zip(&other.digs).all(|(a, b)| same_short(a, b))
+    }
 }
 
 impl DigitForm {
