@@ -18,6 +18,9 @@
 //!   global arguments by the entry parameters' shardings (uneven tiles padded
 //!   with zeros, as XLA pads them) and assembling global results by the
 //!   result sharding.
+//! * [`pipeline`]: a pipelined program (`xla_mpmd`) run by a task table
+//!   (GPipe, 1F1B, interleaved) on loopback devices, one stage per device
+//!   (or `v` interleaved), values sent between them.
 //! * [`distributed`]: the same across processes (each owning N/P devices),
 //!   bootstrapped through a TCP key-value store, collectives over TCP.
 //!
@@ -34,6 +37,7 @@ pub mod distributed;
 pub mod error;
 pub mod launcher;
 pub mod literal;
+pub mod pipeline;
 
 pub use backend::{Backend, DeviceCommunicator, DeviceContext, Executable};
 pub use cpu::CpuBackend;

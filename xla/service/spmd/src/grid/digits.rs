@@ -38,7 +38,11 @@ impl PartialEq for DigitForm {
         same_short(&self.radix, &other.radix)
             && same_short(&self.base, &other.base)
             && self.digs.len() == other.digs.len()
-            && self.digs.iter().zip(&other.digs).all(|(a, b)| same_short(a, b))
+            && self
+                .digs
+                .iter()
+                .zip(&other.digs)
+                .all(|(a, b)| same_short(a, b))
     }
 }
 

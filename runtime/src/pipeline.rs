@@ -1,0 +1,277 @@
+//! Running a pipelined program (`xla_mpmd::PipelineProgram`) by a task table
+//! on loopback devices: the prologue computes the loop's initial carry on
+//! the host; device `d` then runs its table's tasks in order, each task
+//! program on its microbatch's inputs, its accumulators and the values
+//! other tasks produced, sending each value it produces once to every
+//! other device that reads it (`Communicator::send`, tag = value and
+//! microbatch) and keeping it for readers on its own device; a received or
+//! kept value is freed as soon as its last reader on the device has run;
+//! the epilogue turns the final carry into the program's results.
+//!
+//! Invariants: every (stage, microbatch, direction) of the table runs once,
+//! on device `stage % devices`; results equal the unpipelined program's up
+//! to the order of floating-point sums the program itself fixes (each task
+//! runs the same instructions on the same values); a device that fails
+//! makes the others fail at their next receive instead of waiting out the
+//! timeout.
+
+use crate::backend::{Backend, DeviceContext, Executable};
+use crate::error::{first_failure, RuntimeError};
+use crate::literal::Literal;
+use collectives::{Communicator, DeviceBuffer};
+use std::collections::HashMap;
+use std::time::Duration;
+use xla_hlo_ir::{PrimitiveType, Shape};
+use xla_mpmd::{
+    CarryKind, PipelineProgram, ScheduledTask, TaskInput, TaskKey, TaskOutput, TaskTable,
+};
+
+/// What one device did.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceReport {
+    /// Its tasks in the order they ran.
+    pub executed: Vec<ScheduledTask>,
+    /// Values sent to and received from other devices.
+    pub sends: usize,
+    pub receives: usize,
+    /// Most values (and their bytes) held at once for later readers.
+    pub peak_live_values: usize,
+    pub peak_live_bytes: u64,
+}
+
+/// A pipelined run's results and what each device did.
+#[derive(Clone, Debug)]
+pub struct PipelineRun {
+    pub outputs: Vec<Literal>,
+    pub devices: Vec<DeviceReport>,
+}
+
+fn execute_error(message: String) -> RuntimeError {
+    RuntimeError::Execute {
+        backend: "cpu",
+        message,
+        peer_failed: false,
+    }
+}
+
+fn transfer_error(message: String) -> RuntimeError {
+    RuntimeError::Execute {
+        backend: "cpu",
+        message,
+        peer_failed: true,
+    }
+}
+
+/// The counter's value as a scalar of its type.
+fn counter_literal(shape: &Shape, value: i64) -> Result<Literal, RuntimeError> {
+    let ty = shape.element_type().unwrap_or(PrimitiveType::S32);
+    let bytes: Vec<u8> = match ty {
+        PrimitiveType::S32 => (value as i32).to_le_bytes().to_vec(),
+        PrimitiveType::U32 => (value as u32).to_le_bytes().to_vec(),
+        PrimitiveType::S64 => value.to_le_bytes().to_vec(),
+        PrimitiveType::U64 => (value as u64).to_le_bytes().to_vec(),
+        other => {
+            return Err(RuntimeError::Arguments(format!(
+                "the loop counter has type {other:?}; expected s32, u32, s64 or u64"
+            )))
+        }
+    };
+    DeviceBuffer::from_bytes(ty, vec![], &bytes)
+        .map(Literal::Array)
+        .map_err(|e| RuntimeError::Arguments(e.to_string()))
+}
+
+fn run_single(exe: &dyn Executable, args: &[Literal]) -> Result<Vec<Literal>, RuntimeError> {
+    exe.execute(&DeviceContext::single(), args)
+}
+
+/// Runs `program` by `table` on `table.num_devices` loopback devices.
+pub fn run_pipeline(
+    program: &PipelineProgram,
+    table: &TaskTable,
+    backend: &dyn Backend,
+    args: &[Literal],
+    timeout: Duration,
+) -> Result<PipelineRun, RuntimeError> {
+    if table.num_devices != program.num_devices || table.virtual_stages != program.virtual_stages {
+        return Err(RuntimeError::Devices(format!(
+            "the task table is for {} devices x {} virtual stages, the program for {} x {}",
+            table.num_devices, table.virtual_stages, program.num_devices, program.virtual_stages
+        )));
+    }
+    if table.microbatches != program.microbatches() {
+        return Err(RuntimeError::Devices(format!(
+            "the task table has {} microbatches, the program's loop runs {}",
+            table.microbatches,
+            program.microbatches()
+        )));
+    }
+    let prologue = backend.compile(&program.prologue)?;
+    let epilogue = backend.compile(&program.epilogue)?;
+    let tasks: Vec<Box<dyn Executable>> = program
+        .tasks
+        .iter()
+        .map(|t| backend.compile(&t.module))
+        .collect::<Result<_, _>>()?;
+    let mut init = run_single(prologue.as_ref(), args)?;
+    if init.len() == 1 && program.carry_shapes.len() != 1 {
+        if let Literal::Tuple(elements) = init.remove(0) {
+            init = elements;
+        }
+    }
+    if init.len() != program.carry_shapes.len() {
+        return Err(execute_error(format!(
+            "the prologue returned {} values for a carry of {}",
+            init.len(),
+            program.carry_shapes.len()
+        )));
+    }
+    let num_stages = program.num_stages();
+    let m = program.microbatches() as u64;
+    let loop_info = &program.microbatch_loop;
+    let outcomes = collectives::run_world(program.num_devices, timeout, |device, comm| {
+        let mut report = DeviceReport::default();
+        // This device's accumulators, by carry element.
+        let mut accumulators: HashMap<usize, Literal> = HashMap::new();
+        for task in &program.tasks {
+            if program.device_of_stage(task.key.stage) != device {
+                continue;
+            }
+            for output in &task.outputs {
+                if let TaskOutput::Accumulator(j) = output {
+                    accumulators.insert(*j, init[*j].clone());
+                }
+            }
+        }
+        // Values kept for readers on this device: (value, microbatch) ->
+        // (literal, readers left).
+        let mut kept: HashMap<(usize, usize), (Literal, usize)> = HashMap::new();
+        let readers_here = |value: usize| {
+            program.values[value]
+                .consumers
+                .iter()
+                .filter(|&&c| program.device_of_stage(TaskKey::from_order(c, num_stages).stage) == device)
+                .count()
+        };
+        for scheduled in &table.devices[device] {
+            let key = TaskKey {
+                stage: scheduled.stage,
+                direction: scheduled.direction,
+            };
+            let order = key.order(num_stages);
+            let task = &program.tasks[order];
+            let mb = scheduled.microbatch;
+            let mut task_args = Vec::with_capacity(task.inputs.len());
+            for input in &task.inputs {
+                let arg = match *input {
+                    TaskInput::LoopInput(j) if loop_info.carry.get(j) == Some(&CarryKind::Counter) => {
+                        counter_literal(&program.carry_shapes[j], loop_info.counter_start + mb as i64)?
+                    }
+                    TaskInput::LoopInput(j) => init
+                        .get(j)
+                        .cloned()
+                        .ok_or_else(|| execute_error(format!("{key} reads carry element {j}, which does not exist")))?,
+                    TaskInput::Accumulator(j) => accumulators
+                        .get(&j)
+                        .cloned()
+                        .ok_or_else(|| execute_error(format!("{key} reads accumulator {j}, kept on another device")))?,
+                    TaskInput::Value(v) => {
+                        if !kept.contains_key(&(v, mb)) {
+                            let value = &program.values[v];
+                            let producer = TaskKey::from_order(value.producer, num_stages);
+                            let source = program.device_of_stage(producer.stage);
+                            let (dtype, dims) = match &value.shape {
+                                Shape::Array(a) => (a.element_type, a.dims.clone()),
+                                other => return Err(execute_error(format!("%{} has non-array shape {other}", value.name))),
+                            };
+                            let buffer = comm
+                                .lock()
+                                .map_err(|_| transfer_error("communicator lock poisoned".into()))?
+                                .recv(source, v as u64 * m + mb as u64, dtype, &dims)
+                                .map_err(|e| transfer_error(format!("{key} microbatch {mb} receiving %{} from device {source}: {e}", value.name)))?;
+                            report.receives += 1;
+                            kept.insert((v, mb), (Literal::Array(buffer), readers_here(v)));
+                        }
+                        kept[&(v, mb)].0.clone()
+                    }
+                };
+                task_args.push(arg);
+            }
+            let outputs = tasks[order]
+                .execute(&DeviceContext::single(), &task_args)
+                .map_err(|e| execute_error(format!("{key} microbatch {mb}: {e}")))?;
+            if outputs.len() != task.outputs.len() {
+                return Err(execute_error(format!(
+                    "{key} returned {} values, expected {}",
+                    outputs.len(),
+                    task.outputs.len()
+                )));
+            }
+            for (output, literal) in task.outputs.iter().zip(outputs) {
+                match *output {
+                    TaskOutput::Accumulator(j) => {
+                        accumulators.insert(j, literal);
+                    }
+                    TaskOutput::Value(v) => {
+                        let value = &program.values[v];
+                        for destination in program.destination_devices(value) {
+                            if destination == device {
+                                kept.insert((v, mb), (literal.clone(), readers_here(v)));
+                                continue;
+                            }
+                            let buffer = literal
+                                .as_array()
+                                .ok_or_else(|| execute_error(format!("%{} is not an array", value.name)))?;
+                            comm.lock()
+                                .map_err(|_| transfer_error("communicator lock poisoned".into()))?
+                                .send(destination, v as u64 * m + mb as u64, buffer)
+                                .map_err(|e| transfer_error(format!("{key} microbatch {mb} sending %{} to device {destination}: {e}", value.name)))?;
+                            report.sends += 1;
+                        }
+                    }
+                }
+            }
+            // Values whose last reader on this device has run are freed.
+            for input in &task.inputs {
+                if let TaskInput::Value(v) = *input {
+                    if let Some(entry) = kept.get_mut(&(v, mb)) {
+                        entry.1 = entry.1.saturating_sub(1);
+                        if entry.1 == 0 {
+                            kept.remove(&(v, mb));
+                        }
+                    }
+                }
+            }
+            let live_bytes: u64 = kept
+                .values()
+                .map(|(l, _)| l.leaves().iter().map(|b| b.bytes().len() as u64).sum::<u64>())
+                .sum();
+            report.peak_live_values = report.peak_live_values.max(kept.len());
+            report.peak_live_bytes = report.peak_live_bytes.max(live_bytes);
+            report.executed.push(*scheduled);
+        }
+        comm.lock()
+            .map_err(|_| transfer_error("communicator lock poisoned".into()))?
+            .wait_sends()
+            .map_err(|e| transfer_error(format!("waiting for sends: {e}")))?;
+        Ok((accumulators, report))
+    })
+    .map_err(|e| RuntimeError::Devices(e.to_string()))?;
+    let per_device = first_failure(outcomes)?;
+    let mut carry = init.clone();
+    carry[loop_info.counter] = counter_literal(
+        &program.carry_shapes[loop_info.counter],
+        loop_info.counter_start + program.microbatches() as i64,
+    )?;
+    let mut devices = Vec::with_capacity(per_device.len());
+    for (accumulators, report) in per_device {
+        for (j, value) in accumulators {
+            carry[j] = value;
+        }
+        devices.push(report);
+    }
+    let mut epilogue_args = args.to_vec();
+    epilogue_args.push(Literal::Tuple(carry));
+    let outputs = run_single(epilogue.as_ref(), &epilogue_args)?;
+    Ok(PipelineRun { outputs, devices })
+}

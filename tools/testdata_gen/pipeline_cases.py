@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Pipeline-parallel test programs (issue: MPMD pipelining), written with
+JAX at its defaults and dumped before optimization:
+
+  mlp8_m8: an 8-layer tanh MLP train step, layer k under
+    `jax.named_scope("stage_k")`, gradients accumulated over m = 8
+    microbatches by a `lax.scan` (the loop that gets pipelined). Cut into
+    4 stages (2 layers each) for GPipe and 1F1B, or 8 virtual stages (v = 2
+    per device) for interleaved 1F1B.
+
+Each case directory holds input.hlo (XLA's before_optimizations dump),
+args/argN.npy (the flattened arguments, in entry-parameter order),
+expected/outN.npy (JAX's outputs on the CPU) and case.json.
+
+Usage: python3 tools/testdata_gen/pipeline_cases.py [--out testdata/pipeline_cases]
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+
+def mlp_case(out_dir, name, layers, width, microbatch, microbatches, seed):
+    dump = tempfile.mkdtemp(prefix="pipeline_dump_")
+    os.environ["XLA_FLAGS"] = (
+        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    def layer(w, b, h):
+        return jnp.tanh(h @ w + b)
+
+    def loss_fn(params, x, y):
+        h = x
+        for k in range(layers):
+            with jax.named_scope(f"stage_{k}"):
+                h = layer(params[k][0], params[k][1], h)
+        return jnp.mean((h - y) ** 2)
+
+    def train_step(params, xs, ys):
+        def body(carry, xy):
+            loss_acc, grads_acc = carry
+            loss, grads = jax.value_and_grad(loss_fn)(params, *xy)
+            return (loss_acc + loss, jax.tree.map(jnp.add, grads_acc, grads)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        (loss, grads), _ = jax.lax.scan(body, (jnp.float32(0), zeros), (xs, ys))
+        return loss / microbatches, jax.tree.map(lambda g: g / microbatches, grads)
+
+    rng = np.random.default_rng(seed)
+    params = [((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32),
+               rng.standard_normal((width,)).astype(np.float32) * 0.1)
+              for _ in range(layers)]
+    xs = rng.standard_normal((microbatches, microbatch, width)).astype(np.float32)
+    ys = rng.standard_normal((microbatches, microbatch, width)).astype(np.float32)
+    outputs = jax.jit(train_step)(params, xs, ys)
+    flat_args = [a for wb in params for a in wb] + [xs, ys]
+    flat_out = jax.tree.leaves(outputs)
+
+    case = os.path.join(out_dir, name)
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(os.path.join(case, "args"))
+    os.makedirs(os.path.join(case, "expected"))
+    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
+    shutil.copy(before, os.path.join(case, "input.hlo"))
+    for i, a in enumerate(flat_args):
+        np.save(os.path.join(case, "args", f"arg{i}.npy"), np.asarray(a))
+    for i, o in enumerate(flat_out):
+        np.save(os.path.join(case, "expected", f"out{i}.npy"), np.asarray(o))
+    meta = {
+        "name": name,
+        "description": (f"{layers}-layer tanh MLP train step (width {width}), layer k under "
+                        f"named_scope stage_k; gradients accumulated over {microbatches} "
+                        f"microbatches of {microbatch} rows by lax.scan"),
+        "layers": layers,
+        "microbatches": microbatches,
+        "stage_scope_prefix": "stage_",
+        "num_args": len(flat_args),
+        "num_outputs": len(flat_out),
+        "outputs": ["loss"] + [f"grad_{'w' if i % 2 == 0 else 'b'}{i // 2}"
+                               for i in range(len(flat_out) - 1)],
+        "rtol": 1e-4,
+        "atol": 1e-5,
+        "jax_version": jax.__version__,
+        "generator": "tools/testdata_gen/pipeline_cases.py",
+    }
+    with open(os.path.join(case, "case.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    shutil.rmtree(dump, ignore_errors=True)
+    print("wrote", case)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.path.join(REPO_ROOT, "testdata", "pipeline_cases"))
+    args = parser.parse_args()
+    mlp_case(args.out, "mlp8_m8", layers=8, width=16, microbatch=4, microbatches=8, seed=19)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
