@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use xla_hlo_ir::stats::ModuleStats;
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(
     name = "hlo-opt",
     version,
@@ -44,6 +44,28 @@ struct Args {
     /// Skip the verifier (for inspecting broken modules).
     #[arg(long)]
     no_verify: bool,
+    /// With `--passes=...,pipeline` (pipeline last): the pipeline schedule
+    /// of the report, `gpipe`, `1f1b` or `interleaved` (with
+    /// --virtual-stages > 1).
+    #[arg(long, default_value = "1f1b")]
+    schedule: String,
+    /// With `--passes=...,pipeline`: devices in the pipeline; stages are
+    /// the `stage_K` scopes (jax.named_scope) of the microbatch loop,
+    /// grouped contiguously.
+    #[arg(long, default_value_t = 4)]
+    stages: usize,
+    /// With `--passes=...,pipeline`: stages per device (interleaved).
+    #[arg(long, default_value_t = 1)]
+    virtual_stages: usize,
+    /// With `--passes=...,pipeline`: the microbatch count, checked against
+    /// the microbatch loop's trip count.
+    #[arg(long)]
+    microbatches: Option<usize>,
+    /// With `--passes=...,pipeline`: print the per-stage report (tasks,
+    /// sends, peak live activations, simulated busy/idle time under
+    /// --cost-model) as one JSON object instead of the stage programs.
+    #[arg(long)]
+    pipeline_report: bool,
     /// Run these passes in order, e.g. `--passes=sharding-propagation`
     /// (known: sharding-propagation, complete-shardings, spmd-partitioning,
     /// async-collective-creator, latency-hiding-scheduler). The module is
@@ -240,6 +262,12 @@ fn run(args: &Args) -> Result<()> {
     if let Some(n) = args.num_partitions {
         module.config.num_partitions = Some(n);
     }
+    if args.passes.last().map(String::as_str) == Some("pipeline") {
+        return run_pipeline(args, model.as_ref(), module);
+    }
+    if args.passes.iter().any(|p| p == "pipeline") {
+        anyhow::bail!("--passes: `pipeline` must be the last pass (it turns the module into one program per stage)");
+    }
     let want_schedule = args.schedule_report || args.trace.is_some();
     let original = want_schedule.then(|| module.clone());
     let scheduler_ms = run_passes(args, &model, &mut module)?;
@@ -287,6 +315,59 @@ fn run(args: &Args) -> Result<()> {
             }
         }
     };
+    match &args.output {
+        Some(path) => write_atomically(path, write),
+        None => {
+            let mut out = std::io::stdout().lock();
+            write(&mut out).context("writing to stdout")?;
+            out.flush().context("writing to stdout")
+        }
+    }
+}
+
+/// `--passes=...,pipeline`: the passes before `pipeline`, then the MPMD
+/// split; prints every stage program (prologue, tasks in chain order,
+/// epilogue) or, with --pipeline-report, the per-stage report.
+fn run_pipeline(
+    args: &Args,
+    model: &dyn xla_latency_hiding_scheduler::CostModel,
+    mut module: xla_hlo_ir::HloModule,
+) -> Result<()> {
+    let before = Args {
+        passes: args.passes[..args.passes.len() - 1].to_vec(),
+        ..args.clone()
+    };
+    let model_arc = xla_latency_hiding_scheduler::cost_model_from_spec(&args.cost_model)?;
+    run_passes(&before, &model_arc, &mut module)?;
+    let options = xla_mpmd::PipelineOptions {
+        num_devices: args.stages,
+        virtual_stages: args.virtual_stages,
+        ..Default::default()
+    };
+    let program = xla_mpmd::split_pipeline(&module, &options)?;
+    if let Some(m) = args.microbatches {
+        if m != program.microbatches() {
+            anyhow::bail!(
+                "--microbatches {m}: the microbatch loop runs {} iterations",
+                program.microbatches()
+            );
+        }
+    }
+    let kind = xla_mpmd::ScheduleKind::parse(&args.schedule)?;
+    let table = xla_mpmd::task_table(
+        kind,
+        program.num_devices,
+        program.virtual_stages,
+        program.microbatches(),
+    )?;
+    let text = if args.pipeline_report {
+        let mut s = xla_mpmd::pipeline_report(&program, &table, model)?.to_string();
+        s.push('\n');
+        s
+    } else {
+        program.to_text()
+    };
+    let write = |w: &mut dyn Write| -> std::io::Result<()> { w.write_all(text.as_bytes()) };
     match &args.output {
         Some(path) => write_atomically(path, write),
         None => {

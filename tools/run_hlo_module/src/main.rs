@@ -17,6 +17,7 @@
 
 mod generate;
 mod partition;
+mod pipeline;
 mod spawn;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -157,6 +158,20 @@ struct Cli {
     /// "single_device": {"identical", "differing_outputs"}.
     #[arg(long)]
     compare_single_device: bool,
+    /// Pipeline parallelism: split the module's microbatch loop (a scan
+    /// whose body marks stages with jax.named_scope("stage_K")) into stage
+    /// programs and run them by this schedule's task table (`gpipe`,
+    /// `1f1b`, `interleaved`) on --stages loopback devices; the JSON line
+    /// gains "pipeline": per-device tasks, sends, receives and peak live
+    /// values, and the per-stage report with the simulated step.
+    #[arg(long, conflicts_with_all = ["partition", "shardings_from", "num_processes", "spawn_local", "devices", "consistent"])]
+    pipeline: Option<String>,
+    /// With --pipeline: devices in the pipeline.
+    #[arg(long, default_value_t = 4)]
+    stages: usize,
+    /// With --pipeline: stages per device (the interleaved schedule).
+    #[arg(long, default_value_t = 1)]
+    virtual_stages: usize,
 }
 
 impl Cli {
@@ -485,10 +500,31 @@ fn run(cli: &Cli) -> Result<bool> {
     let to_values = |literals: Vec<xla_runtime::Literal>| -> Result<Vec<Value>> {
         Ok(xla_runtime::cpu::values_from_literals(&literals)?)
     };
+    let pipelined = match &cli.pipeline {
+        Some(schedule) => Some(pipeline::Pipelined::new(
+            &module,
+            schedule,
+            cli.stages,
+            cli.virtual_stages,
+        )?),
+        None => None,
+    };
+    let pipeline_args = match &pipelined {
+        Some(_) => xla_runtime::cpu::literals_from_values(&args)?,
+        None => Vec::new(),
+    };
+    let mut pipeline_json = None;
     let mut best = f64::INFINITY;
     let mut outputs = Vec::new();
     for attempt in 0..cli.repeat.max(1) {
         let t = Instant::now();
+        if let Some(pipelined) = &pipelined {
+            let (literals, executed) = pipelined.run(backend.as_ref(), &pipeline_args, timeout)?;
+            outputs = to_values(literals)?;
+            pipeline_json = Some(executed);
+            best = best.min(t.elapsed().as_secs_f64());
+            continue;
+        }
         outputs = match (&launch, &processes) {
             (Some((exe, plan)), Some(group)) => {
                 let mut plan = plan.clone();
@@ -617,6 +653,11 @@ fn run(cli: &Cli) -> Result<bool> {
             summary(&stats, devices, best, compared.then_some(all_ok))
         );
         line["partition"] = stats;
+    }
+    if let (Some(pipelined), Some(mut executed)) = (&pipelined, pipeline_json) {
+        executed["report"] = pipelined.report()?;
+        line["devices"] = json!(cli.stages);
+        line["pipeline"] = executed;
     }
     if compared {
         line["all_matched"] = json!(all_ok);

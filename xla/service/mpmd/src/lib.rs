@@ -12,6 +12,7 @@
 //! * [`split`]: per-task programs, prologue and epilogue.
 //! * [`schedule`]: task tables.
 //! * [`simulate`]: step time, bubble and live activations of a table.
+//! * [`report`]: the per-stage report (JSON) the tools print.
 //!
 //! Invariants: the pass never changes what the program computes: running
 //! the prologue, every task of every microbatch in any order the
@@ -20,12 +21,14 @@
 //! malformed stage markers are refused with the instruction named.
 
 pub mod error;
+pub mod report;
 pub mod schedule;
 pub mod simulate;
 pub mod split;
 pub mod stages;
 
 pub use error::MpmdError;
+pub use report::{closed_form_idle_fraction, pipeline_report};
 pub use schedule::{task_table, ScheduleKind, ScheduledTask, TaskTable};
 pub use simulate::{simulate, Simulation};
 pub use split::{CrossValue, TaskInput, TaskOutput, TaskProgram};
