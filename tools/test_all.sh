@@ -54,7 +54,7 @@ python3 tools/fuzz/cli_fuzz.py --bin-dir target/release --seconds 60 --seed 1 \
 echo "== no import cycle between a crate's modules (crates with a known cycle are not listed yet)"
 python3 tools/check_module_cycles.py --self-test
 python3 tools/check_module_cycles.py xla/service/spmd xla/service/sharding_propagation \
-  xla/service/pipelines xla/hlo/parser xla/hlo/verifier xla/hlo/pass runtime \
+  xla/service/pipelines xla/service/mpmd xla/hlo/parser xla/hlo/verifier xla/hlo/pass runtime \
   tools/hlo_opt tools/run_hlo_module
 
 echo "== Cargo.toml / BUILD.bazel consistency"

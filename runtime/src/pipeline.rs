@@ -19,6 +19,7 @@ use crate::backend::{Backend, DeviceContext, Executable};
 use crate::error::{first_failure, RuntimeError};
 use crate::literal::Literal;
 use collectives::{Communicator, DeviceBuffer};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::time::Duration;
 use xla_hlo_ir::{PrimitiveType, Shape};
@@ -85,6 +86,193 @@ fn run_single(exe: &dyn Executable, args: &[Literal]) -> Result<Vec<Literal>, Ru
     exe.execute(&DeviceContext::single(), args)
 }
 
+/// Receives value `v` of microbatch `mb` from the device of its producer,
+/// for task `key`.
+fn receive(
+    program: &PipelineProgram,
+    comm: &std::sync::Mutex<collectives::LoopbackCommunicator>,
+    key: TaskKey,
+    v: usize,
+    mb: usize,
+) -> Result<Literal, RuntimeError> {
+    let value = &program.values[v];
+    let producer = TaskKey::from_order(value.producer, program.num_stages());
+    let source = program.device_of_stage(producer.stage);
+    let Shape::Array(array) = &value.shape else {
+        return Err(execute_error(format!(
+            "%{} has the non-array shape {}",
+            value.name, value.shape
+        )));
+    };
+    let buffer = comm
+        .lock()
+        .map_err(|_| transfer_error("communicator lock poisoned".into()))?
+        .recv(
+            source,
+            message_tag(program, v, mb),
+            array.element_type,
+            &array.dims,
+        )
+        .map_err(|e| {
+            transfer_error(format!(
+                "{key} microbatch {mb} receiving %{} from device {source}: {e}",
+                value.name
+            ))
+        })?;
+    Ok(Literal::Array(buffer))
+}
+
+/// The channel of value `v` of microbatch `mb`: one per message, so
+/// arrival order never matters.
+fn message_tag(program: &PipelineProgram, v: usize, mb: usize) -> u64 {
+    (v * program.microbatches() + mb) as u64
+}
+
+/// Device `device`'s part of the run: its tasks in table order; returns
+/// its accumulators' final values and what it did.
+fn run_device(
+    program: &PipelineProgram,
+    table: &TaskTable,
+    tasks: &[Box<dyn Executable>],
+    init: &[Literal],
+    device: usize,
+    comm: &std::sync::Mutex<collectives::LoopbackCommunicator>,
+) -> Result<(HashMap<usize, Literal>, DeviceReport), RuntimeError> {
+    let num_stages = program.num_stages();
+    let loop_info = &program.microbatch_loop;
+    let mut report = DeviceReport::default();
+    // This device's accumulators, by carry element.
+    let mut accumulators: HashMap<usize, Literal> = HashMap::new();
+    for task in &program.tasks {
+        if program.device_of_stage(task.key.stage) != device {
+            continue;
+        }
+        for output in &task.outputs {
+            if let TaskOutput::Accumulator(j) = output {
+                accumulators.insert(*j, init[*j].clone());
+            }
+        }
+    }
+    // Values kept for readers on this device: (value, microbatch) ->
+    // (literal, readers left).
+    let mut kept: HashMap<(usize, usize), (Literal, usize)> = HashMap::new();
+    let readers_here = |value: usize| {
+        program.values[value]
+            .consumers
+            .iter()
+            .filter(|&&c| {
+                program.device_of_stage(TaskKey::from_order(c, num_stages).stage) == device
+            })
+            .count()
+    };
+    for scheduled in &table.devices[device] {
+        let key = TaskKey {
+            stage: scheduled.stage,
+            direction: scheduled.direction,
+        };
+        let order = key.order(num_stages);
+        let task = &program.tasks[order];
+        let mb = scheduled.microbatch;
+        let mut task_args = Vec::with_capacity(task.inputs.len());
+        for input in &task.inputs {
+            let arg = match *input {
+                TaskInput::LoopInput(j) if loop_info.carry.get(j) == Some(&CarryKind::Counter) => {
+                    counter_literal(
+                        &program.carry_shapes[j],
+                        loop_info.counter_start + mb as i64,
+                    )?
+                }
+                TaskInput::LoopInput(j) => init.get(j).cloned().ok_or_else(|| {
+                    execute_error(format!(
+                        "{key} reads carry element {j}, which does not exist"
+                    ))
+                })?,
+                TaskInput::Accumulator(j) => accumulators.get(&j).cloned().ok_or_else(|| {
+                    execute_error(format!(
+                        "{key} reads accumulator {j}, kept on another device"
+                    ))
+                })?,
+                TaskInput::Value(v) => match kept.entry((v, mb)) {
+                    Entry::Occupied(entry) => entry.get().0.clone(),
+                    Entry::Vacant(entry) => {
+                        let received = receive(program, comm, key, v, mb)?;
+                        report.receives += 1;
+                        entry.insert((received, readers_here(v))).0.clone()
+                    }
+                },
+            };
+            task_args.push(arg);
+        }
+        let outputs = tasks[order]
+            .execute(&DeviceContext::single(), &task_args)
+            .map_err(|e| execute_error(format!("{key} microbatch {mb}: {e}")))?;
+        if outputs.len() != task.outputs.len() {
+            return Err(execute_error(format!(
+                "{key} returned {} values, expected {}",
+                outputs.len(),
+                task.outputs.len()
+            )));
+        }
+        for (output, literal) in task.outputs.iter().zip(outputs) {
+            match *output {
+                TaskOutput::Accumulator(j) => {
+                    accumulators.insert(j, literal);
+                }
+                TaskOutput::Value(v) => {
+                    let value = &program.values[v];
+                    for destination in program.destination_devices(value) {
+                        if destination == device {
+                            kept.insert((v, mb), (literal.clone(), readers_here(v)));
+                            continue;
+                        }
+                        let buffer = literal.as_array().ok_or_else(|| {
+                            execute_error(format!("%{} is not an array", value.name))
+                        })?;
+                        comm.lock()
+                            .map_err(|_| transfer_error("communicator lock poisoned".into()))?
+                            .send(destination, message_tag(program, v, mb), buffer)
+                            .map_err(|e| {
+                                transfer_error(format!(
+                                    "{key} microbatch {mb} sending %{} to device {destination}: {e}",
+                                    value.name
+                                ))
+                            })?;
+                        report.sends += 1;
+                    }
+                }
+            }
+        }
+        // Values whose last reader on this device has run are freed.
+        for input in &task.inputs {
+            if let TaskInput::Value(v) = *input {
+                if let Some(entry) = kept.get_mut(&(v, mb)) {
+                    entry.1 = entry.1.saturating_sub(1);
+                    if entry.1 == 0 {
+                        kept.remove(&(v, mb));
+                    }
+                }
+            }
+        }
+        let live_bytes: u64 = kept
+            .values()
+            .map(|(l, _)| {
+                l.leaves()
+                    .iter()
+                    .map(|b| b.bytes().len() as u64)
+                    .sum::<u64>()
+            })
+            .sum();
+        report.peak_live_values = report.peak_live_values.max(kept.len());
+        report.peak_live_bytes = report.peak_live_bytes.max(live_bytes);
+        report.executed.push(*scheduled);
+    }
+    comm.lock()
+        .map_err(|_| transfer_error("communicator lock poisoned".into()))?
+        .wait_sends()
+        .map_err(|e| transfer_error(format!("waiting for sends: {e}")))?;
+    Ok((accumulators, report))
+}
+
 /// Runs `program` by `table` on `table.num_devices` loopback devices.
 pub fn run_pipeline(
     program: &PipelineProgram,
@@ -126,135 +314,9 @@ pub fn run_pipeline(
             program.carry_shapes.len()
         )));
     }
-    let num_stages = program.num_stages();
-    let m = program.microbatches() as u64;
     let loop_info = &program.microbatch_loop;
     let outcomes = collectives::run_world(program.num_devices, timeout, |device, comm| {
-        let mut report = DeviceReport::default();
-        // This device's accumulators, by carry element.
-        let mut accumulators: HashMap<usize, Literal> = HashMap::new();
-        for task in &program.tasks {
-            if program.device_of_stage(task.key.stage) != device {
-                continue;
-            }
-            for output in &task.outputs {
-                if let TaskOutput::Accumulator(j) = output {
-                    accumulators.insert(*j, init[*j].clone());
-                }
-            }
-        }
-        // Values kept for readers on this device: (value, microbatch) ->
-        // (literal, readers left).
-        let mut kept: HashMap<(usize, usize), (Literal, usize)> = HashMap::new();
-        let readers_here = |value: usize| {
-            program.values[value]
-                .consumers
-                .iter()
-                .filter(|&&c| program.device_of_stage(TaskKey::from_order(c, num_stages).stage) == device)
-                .count()
-        };
-        for scheduled in &table.devices[device] {
-            let key = TaskKey {
-                stage: scheduled.stage,
-                direction: scheduled.direction,
-            };
-            let order = key.order(num_stages);
-            let task = &program.tasks[order];
-            let mb = scheduled.microbatch;
-            let mut task_args = Vec::with_capacity(task.inputs.len());
-            for input in &task.inputs {
-                let arg = match *input {
-                    TaskInput::LoopInput(j) if loop_info.carry.get(j) == Some(&CarryKind::Counter) => {
-                        counter_literal(&program.carry_shapes[j], loop_info.counter_start + mb as i64)?
-                    }
-                    TaskInput::LoopInput(j) => init
-                        .get(j)
-                        .cloned()
-                        .ok_or_else(|| execute_error(format!("{key} reads carry element {j}, which does not exist")))?,
-                    TaskInput::Accumulator(j) => accumulators
-                        .get(&j)
-                        .cloned()
-                        .ok_or_else(|| execute_error(format!("{key} reads accumulator {j}, kept on another device")))?,
-                    TaskInput::Value(v) => {
-                        if !kept.contains_key(&(v, mb)) {
-                            let value = &program.values[v];
-                            let producer = TaskKey::from_order(value.producer, num_stages);
-                            let source = program.device_of_stage(producer.stage);
-                            let (dtype, dims) = match &value.shape {
-                                Shape::Array(a) => (a.element_type, a.dims.clone()),
-                                other => return Err(execute_error(format!("%{} has non-array shape {other}", value.name))),
-                            };
-                            let buffer = comm
-                                .lock()
-                                .map_err(|_| transfer_error("communicator lock poisoned".into()))?
-                                .recv(source, v as u64 * m + mb as u64, dtype, &dims)
-                                .map_err(|e| transfer_error(format!("{key} microbatch {mb} receiving %{} from device {source}: {e}", value.name)))?;
-                            report.receives += 1;
-                            kept.insert((v, mb), (Literal::Array(buffer), readers_here(v)));
-                        }
-                        kept[&(v, mb)].0.clone()
-                    }
-                };
-                task_args.push(arg);
-            }
-            let outputs = tasks[order]
-                .execute(&DeviceContext::single(), &task_args)
-                .map_err(|e| execute_error(format!("{key} microbatch {mb}: {e}")))?;
-            if outputs.len() != task.outputs.len() {
-                return Err(execute_error(format!(
-                    "{key} returned {} values, expected {}",
-                    outputs.len(),
-                    task.outputs.len()
-                )));
-            }
-            for (output, literal) in task.outputs.iter().zip(outputs) {
-                match *output {
-                    TaskOutput::Accumulator(j) => {
-                        accumulators.insert(j, literal);
-                    }
-                    TaskOutput::Value(v) => {
-                        let value = &program.values[v];
-                        for destination in program.destination_devices(value) {
-                            if destination == device {
-                                kept.insert((v, mb), (literal.clone(), readers_here(v)));
-                                continue;
-                            }
-                            let buffer = literal
-                                .as_array()
-                                .ok_or_else(|| execute_error(format!("%{} is not an array", value.name)))?;
-                            comm.lock()
-                                .map_err(|_| transfer_error("communicator lock poisoned".into()))?
-                                .send(destination, v as u64 * m + mb as u64, buffer)
-                                .map_err(|e| transfer_error(format!("{key} microbatch {mb} sending %{} to device {destination}: {e}", value.name)))?;
-                            report.sends += 1;
-                        }
-                    }
-                }
-            }
-            // Values whose last reader on this device has run are freed.
-            for input in &task.inputs {
-                if let TaskInput::Value(v) = *input {
-                    if let Some(entry) = kept.get_mut(&(v, mb)) {
-                        entry.1 = entry.1.saturating_sub(1);
-                        if entry.1 == 0 {
-                            kept.remove(&(v, mb));
-                        }
-                    }
-                }
-            }
-            let live_bytes: u64 = kept
-                .values()
-                .map(|(l, _)| l.leaves().iter().map(|b| b.bytes().len() as u64).sum::<u64>())
-                .sum();
-            report.peak_live_values = report.peak_live_values.max(kept.len());
-            report.peak_live_bytes = report.peak_live_bytes.max(live_bytes);
-            report.executed.push(*scheduled);
-        }
-        comm.lock()
-            .map_err(|_| transfer_error("communicator lock poisoned".into()))?
-            .wait_sends()
-            .map_err(|e| transfer_error(format!("waiting for sends: {e}")))?;
-        Ok((accumulators, report))
+        run_device(program, table, &tasks, &init, device, comm)
     })
     .map_err(|e| RuntimeError::Devices(e.to_string()))?;
     let per_device = first_failure(outcomes)?;

@@ -11,6 +11,9 @@ use crate::mesh::{iota_devices, write_axis_set, AxisRef, Mesh};
 use std::fmt;
 
 /// A tile assignment: the device at each tile position.
+// `PartialEq` is written out only to compare short lists inline; it is
+// field-wise equality, as the derived `Hash` assumes.
+#[allow(clippy::derived_hash_with_manual_eq)]
 #[derive(Clone, Debug, Eq, Hash)]
 pub enum TileAssignment {
     /// `devices=[2,2]0,2,1,3`

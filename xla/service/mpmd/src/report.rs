@@ -78,8 +78,14 @@ pub fn pipeline_report(
     )?;
     let stages: Vec<Value> = (0..s)
         .map(|stage| {
-            let forward = TaskKey { stage, direction: Direction::Forward };
-            let backward = TaskKey { stage, direction: Direction::Backward };
+            let forward = TaskKey {
+                stage,
+                direction: Direction::Forward,
+            };
+            let backward = TaskKey {
+                stage,
+                direction: Direction::Backward,
+            };
             let device = program.device_of_stage(stage);
             let sends: usize = [forward, backward]
                 .iter()
@@ -88,7 +94,10 @@ pub fn pipeline_report(
                         .values
                         .iter()
                         .filter(|v| v.producer == key.order(s))
-                        .map(|v| program.destination_devices(v).iter().filter(|&&d| d != device).count())
+                        .map(|v| {
+                            let destinations = program.destination_devices(v);
+                            destinations.iter().filter(|&&d| d != device).count()
+                        })
                         .sum::<usize>()
                 })
                 .sum();
@@ -97,11 +106,14 @@ pub fn pipeline_report(
                 .inputs
                 .iter()
                 .filter_map(|i| match i {
-                    TaskInput::Value(v) if program.values[*v].producer < s => Some(program.values[*v].shape.byte_size()),
+                    TaskInput::Value(v) if program.values[*v].producer < s => {
+                        Some(program.values[*v].shape.byte_size())
+                    }
                     _ => None,
                 })
                 .sum();
             let peak = simulated.peak_live_microbatches[stage];
+            let sent_bytes = program.sent_bytes(forward) + program.sent_bytes(backward);
             json!({
                 "stage": stage,
                 "device": device,
@@ -110,7 +122,7 @@ pub fn pipeline_report(
                 "forward_us": cost_of(stage, Direction::Forward),
                 "backward_us": cost_of(stage, Direction::Backward),
                 "sends_per_microbatch": sends,
-                "sent_bytes_per_microbatch": program.sent_bytes(forward) + program.sent_bytes(backward),
+                "sent_bytes_per_microbatch": sent_bytes,
                 "peak_live_microbatches": peak,
                 "kept_bytes_per_microbatch": kept_bytes,
                 "peak_live_activation_bytes": kept_bytes * peak as u64,
@@ -127,6 +139,12 @@ pub fn pipeline_report(
             })
         })
         .collect();
+    let closed_form = closed_form_idle_fraction(
+        table.kind,
+        p,
+        program.virtual_stages,
+        program.microbatches(),
+    );
     Ok(json!({
         "schedule": table.kind.name(),
         "devices": p,
@@ -137,7 +155,7 @@ pub fn pipeline_report(
         "makespan_us": simulated.makespan,
         "idle_fraction": simulated.idle_fraction,
         "uniform_stages_idle_fraction": uniform.idle_fraction,
-        "closed_form_idle_fraction": closed_form_idle_fraction(table.kind, p, program.virtual_stages, program.microbatches()),
+        "closed_form_idle_fraction": closed_form,
         "per_stage": stages,
         "per_device": devices,
     }))

@@ -19,6 +19,9 @@ use xla_hlo_utils::TileArray;
 /// radix-1 digits, two digits that sit next to each other (major `k+1`
 /// right before minor `k`) in one dim are merged, replication digits are
 /// sorted major first (devices of a group ascending).
+// `PartialEq` is written out only to compare short lists inline; it is
+// field-wise equality, as the derived `Hash` assumes.
+#[allow(clippy::derived_hash_with_manual_eq)]
 #[derive(Clone, Debug, Eq, Hash)]
 pub(crate) struct DigitForm {
     pub(super) radix: Vec<i64>,
