@@ -13,8 +13,8 @@ use xla_hlo_evaluator::compare::compare;
 use xla_hlo_evaluator::npy::{load_argument, read_npy};
 use xla_hlo_evaluator::Value;
 use xla_mpmd::{
-    simulate, split_pipeline, task_table, Direction, PipelineOptions, PipelineProgram,
-    ScheduleKind, TaskKey,
+    simulate_uniform, split_pipeline, task_table, PipelineOptions, PipelineProgram, ScheduleKind,
+    TaskKey,
 };
 use xla_runtime::cpu::{literals_from_values, values_from_literals};
 use xla_runtime::pipeline::{run_pipeline, PipelineRun};
@@ -118,19 +118,7 @@ fn gpipe_and_1f1b_on_4_devices_match_jax() {
         assert_eq!(receives, 2 * (p - 1) * m, "{}: receives", kind.name());
         // Simulated bubble with uniform stages (the closed form's premise).
         let table = task_table(kind, p, 1, m).unwrap();
-        let sim = simulate(
-            &table,
-            |key| program.dependencies(key),
-            |t| {
-                if t.direction == Direction::Forward {
-                    1.0
-                } else {
-                    2.0
-                }
-            },
-            |_, _| 0.0,
-        )
-        .unwrap();
+        let sim = simulate_uniform(&program, &table).unwrap();
         let expected = (p - 1) as f64 / (m + p - 1) as f64;
         assert!(
             (sim.idle_fraction - expected).abs() <= 0.01,
@@ -164,19 +152,7 @@ fn interleaved_on_4_devices_with_2_virtual_stages_matches_jax() {
     let sends: usize = run.devices.iter().map(|d| d.sends).sum();
     assert_eq!(sends, 2 * (p * v - 1) * m, "interleaved: sends");
     let table = task_table(ScheduleKind::Interleaved, p, v, m).unwrap();
-    let sim = simulate(
-        &table,
-        |key| program.dependencies(key),
-        |t| {
-            if t.direction == Direction::Forward {
-                1.0
-            } else {
-                2.0
-            }
-        },
-        |_, _| 0.0,
-    )
-    .unwrap();
+    let sim = simulate_uniform(&program, &table).unwrap();
     let expected = (p - 1) as f64 / (v * m + p - 1) as f64;
     assert!(
         (sim.idle_fraction - expected).abs() <= 0.01,

@@ -315,14 +315,7 @@ fn run(args: &Args) -> Result<()> {
             }
         }
     };
-    match &args.output {
-        Some(path) => write_atomically(path, write),
-        None => {
-            let mut out = std::io::stdout().lock();
-            write(&mut out).context("writing to stdout")?;
-            out.flush().context("writing to stdout")
-        }
-    }
+    write_output(args.output.as_deref(), write)
 }
 
 /// `--passes=...,pipeline`: the passes before `pipeline`, then the MPMD
@@ -368,7 +361,15 @@ fn run_pipeline(
         program.to_text()
     };
     let write = |w: &mut dyn Write| -> std::io::Result<()> { w.write_all(text.as_bytes()) };
-    match &args.output {
+    write_output(args.output.as_deref(), write)
+}
+
+/// Writes what `write` writes to `output` (atomically) or to stdout.
+fn write_output(
+    output: Option<&Path>,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    match output {
         Some(path) => write_atomically(path, write),
         None => {
             let mut out = std::io::stdout().lock();

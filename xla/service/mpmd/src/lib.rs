@@ -28,7 +28,7 @@ pub mod split;
 pub mod stages;
 
 pub use error::MpmdError;
-pub use report::{closed_form_idle_fraction, pipeline_report};
+pub use report::{closed_form_idle_fraction, pipeline_report, simulate_uniform};
 pub use schedule::{task_table, ScheduleKind, ScheduledTask, TaskTable};
 pub use simulate::{simulate, Simulation};
 pub use split::{CrossValue, TaskInput, TaskOutput, TaskProgram};

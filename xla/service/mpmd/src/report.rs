@@ -11,7 +11,7 @@
 
 use crate::error::MpmdError;
 use crate::schedule::{ScheduleKind, TaskTable};
-use crate::simulate::simulate;
+use crate::simulate::{simulate, Simulation};
 use crate::split::TaskInput;
 use crate::stages::{Direction, TaskKey};
 use crate::PipelineProgram;
@@ -29,6 +29,23 @@ pub fn closed_form_idle_fraction(kind: ScheduleKind, p: usize, v: usize, m: usiz
         ScheduleKind::GPipe | ScheduleKind::OneFOneB => (p - 1.0) / (m + p - 1.0),
         ScheduleKind::Interleaved => (p - 1.0) / (v * m + p - 1.0),
     }
+}
+
+/// `table` simulated with uniform stages (forward 1, backward 2, free
+/// transfers): the premise of the closed forms.
+pub fn simulate_uniform(
+    program: &PipelineProgram,
+    table: &TaskTable,
+) -> Result<Simulation, MpmdError> {
+    simulate(
+        table,
+        |key| program.dependencies(key),
+        |t| match t.direction {
+            Direction::Forward => 1.0,
+            Direction::Backward => 2.0,
+        },
+        |_, _| 0.0,
+    )
 }
 
 /// The report as one JSON object.
@@ -64,18 +81,7 @@ pub fn pipeline_report(
             bytes as f64 / LINK_BYTES_PER_US
         },
     )?;
-    let uniform = simulate(
-        table,
-        |key| program.dependencies(key),
-        |t| {
-            if t.direction == Direction::Forward {
-                1.0
-            } else {
-                2.0
-            }
-        },
-        |_, _| 0.0,
-    )?;
+    let uniform = simulate_uniform(program, table)?;
     let stages: Vec<Value> = (0..s)
         .map(|stage| {
             let forward = TaskKey {

@@ -11,7 +11,9 @@
 //! accepts (checked by the tests) and that prints as HLO text.
 
 use crate::error::MpmdError;
-use crate::stages::{BodyLabels, CarryKind, Label, MicrobatchLoop, TaskKey};
+use crate::stages::{
+    remove_dead_instructions, BodyLabels, CarryKind, Label, MicrobatchLoop, TaskKey,
+};
 use std::collections::BTreeSet;
 use xla_hlo_ir::attrs::AttrKey;
 use xla_hlo_ir::{HloComputation, HloInstruction, HloModule, InstrId, Opcode, Shape};
@@ -247,36 +249,13 @@ pub(crate) fn task_program(
     })
 }
 
-/// Keeps the entry's parameters and what its root reads.
-fn remove_dead_entry_instructions(module: &mut HloModule) {
-    let entry = module.comp_mut(module.entry);
-    let n = entry.instructions.len();
-    let mut live = vec![false; n];
-    let mut stack: Vec<usize> = vec![entry.root.index()];
-    stack.extend(entry.parameters.iter().map(|p| p.index()));
-    while let Some(i) = stack.pop() {
-        if i >= n || live[i] {
-            continue;
-        }
-        live[i] = true;
-        stack.extend(entry.instructions[i].operands.iter().map(|o| o.index()));
-        stack.extend(
-            entry.instructions[i]
-                .control_predecessors
-                .iter()
-                .map(|o| o.index()),
-        );
-    }
-    entry.retain_instructions(&live);
-}
-
 /// The entry up to the loop: its result is the loop's initial carry.
 pub(crate) fn prologue(module: &HloModule, microbatch_loop: &MicrobatchLoop) -> HloModule {
     let mut prologue = module.clone();
     prologue.name = format!("{}_prologue", module.name);
     let entry = prologue.comp_mut(prologue.entry);
     entry.root = entry.instr(microbatch_loop.while_id).operands[0];
-    remove_dead_entry_instructions(&mut prologue);
+    remove_dead_instructions(prologue.comp_mut(prologue.entry));
     module_config_without_entry_layout(&mut prologue);
     remove_uncalled_computations(&mut prologue);
     prologue
@@ -307,7 +286,7 @@ pub(crate) fn epilogue(module: &HloModule, microbatch_loop: &MicrobatchLoop) -> 
         .collect();
     *while_instr = carry;
     entry.parameters.push(microbatch_loop.while_id);
-    remove_dead_entry_instructions(&mut epilogue);
+    remove_dead_instructions(epilogue.comp_mut(epilogue.entry));
     module_config_without_entry_layout(&mut epilogue);
     remove_uncalled_computations(&mut epilogue);
     epilogue

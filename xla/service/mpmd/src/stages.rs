@@ -570,6 +570,12 @@ pub(crate) fn forward_tuple_elements(comp: &mut HloComputation) {
             comp.replace_uses(InstrId(i as u32), element);
         }
     }
+    remove_dead_instructions(comp);
+}
+
+/// Keeps a computation's parameters and what its root reads.
+pub(crate) fn remove_dead_instructions(comp: &mut HloComputation) {
+    let n = comp.instructions.len();
     let mut live = vec![false; n];
     let mut stack: Vec<usize> = vec![comp.root.index()];
     stack.extend(comp.parameters.iter().map(|p| p.index()));
