@@ -15,14 +15,15 @@
 //! makes the others fail at their next receive instead of waiting out the
 //! timeout.
 
-use crate::backend::{Backend, DeviceContext, Executable};
+use crate::backend::{Backend, DeviceCommunicator, DeviceContext, Executable};
 use crate::error::{first_failure, RuntimeError};
-use crate::literal::Literal;
-use collectives::{Communicator, DeviceBuffer};
+use crate::literal::{assemble_buffers, shard_buffer, Literal};
+use collectives::{Communicator, DeviceBuffer, LoopbackCommunicator, LoopbackWorld};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
-use xla_hlo_ir::{PrimitiveType, Shape};
+use xla_hlo_ir::{HloSharding, PrimitiveType, Shape};
 use xla_mpmd::{
     CarryKind, PipelineProgram, ScheduledTask, TaskInput, TaskKey, TaskOutput, TaskTable,
 };
@@ -86,22 +87,30 @@ fn run_single(exe: &dyn Executable, args: &[Literal]) -> Result<Vec<Literal>, Ru
     exe.execute(&DeviceContext::single(), args)
 }
 
-/// Receives value `v` of microbatch `mb` from the device of its producer,
-/// for task `key`.
+/// Receives value `v` of microbatch `mb` (this device's tile of it, as
+/// parameter `param` of task `key` takes it) from the device at the same
+/// place in the producer's group.
 fn receive(
     program: &PipelineProgram,
-    comm: &std::sync::Mutex<collectives::LoopbackCommunicator>,
+    comm: &Mutex<LoopbackCommunicator>,
+    place: Place,
     key: TaskKey,
-    v: usize,
+    (v, param): (usize, usize),
     mb: usize,
 ) -> Result<Literal, RuntimeError> {
     let value = &program.values[v];
     let producer = TaskKey::from_order(value.producer, program.num_stages());
-    let source = program.device_of_stage(producer.stage);
-    let Shape::Array(array) = &value.shape else {
+    let source = place.device_in(program.device_of_stage(producer.stage));
+    let entry = program.task(key).module.entry_computation();
+    let shape = entry
+        .parameters
+        .get(param)
+        .map(|&p| &entry.instr(p).shape)
+        .unwrap_or(&value.shape);
+    let Shape::Array(array) = shape else {
         return Err(execute_error(format!(
-            "%{} has the non-array shape {}",
-            value.name, value.shape
+            "%{} has the non-array shape {shape}",
+            value.name
         )));
     };
     let buffer = comm
@@ -122,6 +131,41 @@ fn receive(
     Ok(Literal::Array(buffer))
 }
 
+/// Where a device sits: its stage device (group) and its index in the
+/// group's `tensor_parallel` devices.
+#[derive(Clone, Copy)]
+struct Place {
+    group: usize,
+    local: usize,
+    tensor_parallel: usize,
+}
+
+impl Place {
+    /// The device at this place in `group`.
+    fn device_in(self, group: usize) -> usize {
+        group * self.tensor_parallel + self.local
+    }
+}
+
+/// This device's tile of a host value under `sharding` (the whole value
+/// without one).
+fn local_tile(
+    value: &Literal,
+    sharding: Option<&HloSharding>,
+    place: Place,
+) -> Result<Literal, RuntimeError> {
+    match (sharding, value) {
+        (Some(HloSharding::Single(leaf)), Literal::Array(buffer)) if place.tensor_parallel > 1 => {
+            Ok(Literal::Array(shard_buffer(
+                buffer,
+                leaf,
+                place.local as i64,
+            )?))
+        }
+        _ => Ok(value.clone()),
+    }
+}
+
 /// The channel of value `v` of microbatch `mb`: one per message, so
 /// arrival order never matters.
 fn message_tag(program: &PipelineProgram, v: usize, mb: usize) -> u64 {
@@ -135,21 +179,31 @@ fn run_device(
     table: &TaskTable,
     tasks: &[Box<dyn Executable>],
     init: &[Literal],
-    device: usize,
-    comm: &std::sync::Mutex<collectives::LoopbackCommunicator>,
+    place: Place,
+    comm: &Mutex<LoopbackCommunicator>,
+    group_comm: &Mutex<LoopbackCommunicator>,
 ) -> Result<(HashMap<usize, Literal>, DeviceReport), RuntimeError> {
     let num_stages = program.num_stages();
     let loop_info = &program.microbatch_loop;
+    let device = place.group;
+    let context = DeviceContext {
+        replica_id: 0,
+        partition_id: place.local as i64,
+        num_replicas: 1,
+        num_partitions: place.tensor_parallel as i64,
+        communicator: (place.tensor_parallel > 1).then_some(group_comm as &DeviceCommunicator),
+        consistent: false,
+    };
     let mut report = DeviceReport::default();
-    // This device's accumulators, by carry element.
+    // This device's accumulators (its tiles of them), by carry element.
     let mut accumulators: HashMap<usize, Literal> = HashMap::new();
     for task in &program.tasks {
         if program.device_of_stage(task.key.stage) != device {
             continue;
         }
-        for output in &task.outputs {
+        for (output, sharding) in task.outputs.iter().zip(&task.output_shardings) {
             if let TaskOutput::Accumulator(j) = output {
-                accumulators.insert(*j, init[*j].clone());
+                accumulators.insert(*j, local_tile(&init[*j], sharding.as_ref(), place)?);
             }
         }
     }
@@ -174,7 +228,7 @@ fn run_device(
         let task = &program.tasks[order];
         let mb = scheduled.microbatch;
         let mut task_args = Vec::with_capacity(task.inputs.len());
-        for input in &task.inputs {
+        for (param, input) in task.inputs.iter().enumerate() {
             let arg = match *input {
                 TaskInput::LoopInput(j) if loop_info.carry.get(j) == Some(&CarryKind::Counter) => {
                     counter_literal(
@@ -182,11 +236,14 @@ fn run_device(
                         loop_info.counter_start + mb as i64,
                     )?
                 }
-                TaskInput::LoopInput(j) => init.get(j).cloned().ok_or_else(|| {
-                    execute_error(format!(
-                        "{key} reads carry element {j}, which does not exist"
-                    ))
-                })?,
+                TaskInput::LoopInput(j) => {
+                    let value = init.get(j).ok_or_else(|| {
+                        execute_error(format!(
+                            "{key} reads carry element {j}, which does not exist"
+                        ))
+                    })?;
+                    local_tile(value, task.input_shardings[param].as_ref(), place)?
+                }
                 TaskInput::Accumulator(j) => accumulators.get(&j).cloned().ok_or_else(|| {
                     execute_error(format!(
                         "{key} reads accumulator {j}, kept on another device"
@@ -195,7 +252,7 @@ fn run_device(
                 TaskInput::Value(v) => match kept.entry((v, mb)) {
                     Entry::Occupied(entry) => entry.get().0.clone(),
                     Entry::Vacant(entry) => {
-                        let received = receive(program, comm, key, v, mb)?;
+                        let received = receive(program, comm, place, key, (v, param), mb)?;
                         report.receives += 1;
                         entry.insert((received, readers_here(v))).0.clone()
                     }
@@ -204,7 +261,7 @@ fn run_device(
             task_args.push(arg);
         }
         let outputs = tasks[order]
-            .execute(&DeviceContext::single(), &task_args)
+            .execute(&context, &task_args)
             .map_err(|e| execute_error(format!("{key} microbatch {mb}: {e}")))?;
         if outputs.len() != task.outputs.len() {
             return Err(execute_error(format!(
@@ -228,6 +285,7 @@ fn run_device(
                         let buffer = literal.as_array().ok_or_else(|| {
                             execute_error(format!("%{} is not an array", value.name))
                         })?;
+                        let destination = place.device_in(destination);
                         comm.lock()
                             .map_err(|_| transfer_error("communicator lock poisoned".into()))?
                             .send(destination, message_tag(program, v, mb), buffer)
@@ -315,8 +373,35 @@ pub fn run_pipeline(
         )));
     }
     let loop_info = &program.microbatch_loop;
-    let outcomes = collectives::run_world(program.num_devices, timeout, |device, comm| {
-        run_device(program, table, &tasks, &init, device, comm)
+    let t = program.tensor_parallel.max(1);
+    // Each stage's devices share a world for the collectives of its
+    // partitioned programs; all devices share one for sends and receives.
+    let groups: Vec<LoopbackWorld> = (0..program.num_devices)
+        .map(|_| LoopbackWorld::new(t, timeout))
+        .collect::<Result<_, _>>()
+        .map_err(|e| RuntimeError::Devices(e.to_string()))?;
+    let mut group_comms: Vec<Mutex<LoopbackCommunicator>> = Vec::new();
+    for world in &groups {
+        let comms = world
+            .communicators()
+            .map_err(|e| RuntimeError::Devices(e.to_string()))?;
+        group_comms.extend(comms.into_iter().map(Mutex::new));
+    }
+    let outcomes = collectives::run_world(program.num_devices * t, timeout, |device, comm| {
+        let place = Place {
+            group: device / t,
+            local: device % t,
+            tensor_parallel: t,
+        };
+        run_device(
+            program,
+            table,
+            &tasks,
+            &init,
+            place,
+            comm,
+            &group_comms[device],
+        )
     })
     .map_err(|e| RuntimeError::Devices(e.to_string()))?;
     let per_device = first_failure(outcomes)?;
@@ -326,11 +411,30 @@ pub fn run_pipeline(
         loop_info.counter_start + program.microbatches() as i64,
     )?;
     let mut devices = Vec::with_capacity(per_device.len());
+    let mut tiles: HashMap<usize, Vec<Literal>> = HashMap::new();
     for (accumulators, report) in per_device {
         for (j, value) in accumulators {
-            carry[j] = value;
+            tiles.entry(j).or_default().push(value);
         }
         devices.push(report);
+    }
+    for (j, mut parts) in tiles {
+        carry[j] = match program.accumulator_sharding(j) {
+            Some(HloSharding::Single(leaf)) if t > 1 => {
+                let buffers: Vec<&DeviceBuffer> =
+                    parts.iter().filter_map(Literal::as_array).collect();
+                let dims = match &program.carry_shapes[j] {
+                    Shape::Array(a) => a.dims.clone(),
+                    other => {
+                        return Err(execute_error(format!(
+                            "accumulator {j} has the non-array shape {other}"
+                        )))
+                    }
+                };
+                Literal::Array(assemble_buffers(&buffers, leaf, &dims, false)?)
+            }
+            _ => parts.swap_remove(0),
+        };
     }
     let mut epilogue_args = args.to_vec();
     epilogue_args.push(Literal::Tuple(carry));

@@ -5,7 +5,9 @@
 //! interleaved (v = 2) task tables, and must give JAX's loss and gradients.
 //! Counted from what each device executed: every task once, sends and
 //! receives, live activations; and the simulated bubble against the
-//! closed forms.
+//! closed forms. PP x TP: testdata/pipeline_cases/transformer4_tp2_m8 (a
+//! 4-layer transformer, tensor-parallel over 2 devices, JAX's Shardy
+//! lowering) as 4 stages x 2-way TP on 8 devices.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,12 +22,17 @@ use xla_runtime::cpu::{literals_from_values, values_from_literals};
 use xla_runtime::pipeline::{run_pipeline, PipelineRun};
 use xla_runtime::{CpuBackend, Literal};
 
-fn case_dir() -> PathBuf {
-    xla_test_paths::workspace_root().join("testdata/pipeline_cases/mlp8_m8")
+const MLP: &str = "mlp8_m8";
+const TRANSFORMER_TP: &str = "transformer4_tp2_m8";
+
+fn case_dir(name: &str) -> PathBuf {
+    xla_test_paths::workspace_root()
+        .join("testdata/pipeline_cases")
+        .join(name)
 }
 
-fn load_case() -> (xla_hlo_ir::HloModule, Vec<Literal>, serde_json::Value) {
-    let dir = case_dir();
+fn load_case(name: &str) -> (xla_hlo_ir::HloModule, Vec<Literal>, serde_json::Value) {
+    let dir = case_dir(name);
     let text = std::fs::read_to_string(dir.join("input.hlo")).expect("input.hlo");
     let module = xla_hlo_parser::parse_module(&text).expect("parses");
     let case: serde_json::Value =
@@ -64,6 +71,7 @@ fn run(program: &PipelineProgram, kind: ScheduleKind, args: &[Literal]) -> Pipel
 }
 
 fn assert_matches_jax(run: &PipelineRun, case: &serde_json::Value, what: &str) {
+    let name = case["name"].as_str().unwrap();
     let rtol = case["rtol"].as_f64().unwrap();
     let atol = case["atol"].as_f64().unwrap();
     let values = values_from_literals(&run.outputs).unwrap();
@@ -74,7 +82,7 @@ fn assert_matches_jax(run: &PipelineRun, case: &serde_json::Value, what: &str) {
         "{what}: outputs"
     );
     for (i, out) in flat.iter().enumerate() {
-        let expected = read_npy(&case_dir().join(format!("expected/out{i}.npy"))).unwrap();
+        let expected = read_npy(&case_dir(name).join(format!("expected/out{i}.npy"))).unwrap();
         let c = compare(out, &expected, rtol, atol);
         assert!(c.matched(), "{what}: output {i} differs from JAX's: {c:?}");
     }
@@ -85,9 +93,10 @@ fn assert_each_task_once(program: &PipelineProgram, run: &PipelineRun) {
     let s = program.num_stages();
     let m = program.microbatches();
     let mut seen = vec![0usize; 2 * s * m];
+    let t = program.tensor_parallel;
     for (device, report) in run.devices.iter().enumerate() {
         for task in &report.executed {
-            assert_eq!(program.device_of_stage(task.stage), device);
+            assert_eq!(program.device_of_stage(task.stage), device / t);
             let order = TaskKey {
                 stage: task.stage,
                 direction: task.direction,
@@ -96,12 +105,12 @@ fn assert_each_task_once(program: &PipelineProgram, run: &PipelineRun) {
             seen[order * m + task.microbatch] += 1;
         }
     }
-    assert!(seen.iter().all(|&n| n == 1), "task counts {seen:?}");
+    assert!(seen.iter().all(|&n| n == t), "task counts {seen:?}");
 }
 
 #[test]
 fn gpipe_and_1f1b_on_4_devices_match_jax() {
-    let (module, args, case) = load_case();
+    let (module, args, case) = load_case(MLP);
     let program = split_pipeline(&module, &PipelineOptions::default()).expect("split");
     assert_eq!(program.num_stages(), 4);
     assert_eq!(program.microbatches(), 8);
@@ -138,7 +147,7 @@ fn gpipe_and_1f1b_on_4_devices_match_jax() {
 
 #[test]
 fn interleaved_on_4_devices_with_2_virtual_stages_matches_jax() {
-    let (module, args, case) = load_case();
+    let (module, args, case) = load_case(MLP);
     let options = PipelineOptions {
         virtual_stages: 2,
         ..PipelineOptions::default()
@@ -159,4 +168,35 @@ fn interleaved_on_4_devices_with_2_virtual_stages_matches_jax() {
         "interleaved: idle {} vs {expected}",
         sim.idle_fraction
     );
+}
+
+#[test]
+fn four_stages_by_two_way_tensor_parallel_on_8_devices_match_jax() {
+    let (module, args, case) = load_case(TRANSFORMER_TP);
+    let options = PipelineOptions {
+        tensor_parallel: 2,
+        ..PipelineOptions::default()
+    };
+    let program = split_pipeline(&module, &options).expect("split");
+    // Every stage program is partitioned for its 2 devices: Megatron's
+    // row-parallel projections end in all-reduces.
+    for task in &program.tasks {
+        assert_eq!(task.module.num_partitions(), 2);
+        let text = task.module.to_text();
+        assert!(
+            text.contains("all-reduce("),
+            "{} has no all-reduce",
+            task.module.name
+        );
+    }
+    for kind in [ScheduleKind::GPipe, ScheduleKind::OneFOneB] {
+        let run = run(&program, kind, &args);
+        assert_eq!(run.devices.len(), 8);
+        assert_matches_jax(&run, &case, &format!("{} x tp2", kind.name()));
+        assert_each_task_once(&program, &run);
+        // Each device sends its tile to the device at its place in the
+        // next (or previous) stage's group: 2 (p - 1) m per group position.
+        let sends: usize = run.devices.iter().map(|d| d.sends).sum();
+        assert_eq!(sends, 2 * 2 * 3 * 8, "{}: sends", kind.name());
+    }
 }

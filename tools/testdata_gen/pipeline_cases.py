@@ -2,6 +2,10 @@
 """Pipeline-parallel test programs (issue: MPMD pipelining), written with
 JAX at its defaults and dumped before optimization:
 
+  transformer4_tp2_m8: a 4-layer residual transformer train step,
+    tensor-parallel over 2 devices (Megatron splits), layer k under
+    named_scope("stage_k"), m = 8 microbatches; JAX's default (Shardy)
+    lowering for 2 partitions: 4 stages x 2-way TP on 8 devices.
   mlp8_m8: an 8-layer tanh MLP train step, layer k under
     `jax.named_scope("stage_k")`, gradients accumulated over m = 8
     microbatches by a `lax.scan` (the loop that gets pipelined). Cut into
@@ -20,6 +24,7 @@ import glob
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -99,11 +104,126 @@ def mlp_case(out_dir, name, layers, width, microbatch, microbatches, seed):
     print("wrote", case)
 
 
+def transformer_tp_case(out_dir, name, layers, width, heads, seq, microbatch, microbatches, seed):
+    """A residual transformer train step (attention with heads, then an
+    MLP, per layer), tensor-parallel over a 2-device `tp` mesh axis
+    (Megatron: Q/K/V and the first MLP matrix split by columns, the output
+    projections by rows), layer k under named_scope("stage_k"), gradients
+    accumulated over a scan of microbatches. Lowered with JAX's defaults
+    (Shardy) for 2 partitions."""
+    dump = tempfile.mkdtemp(prefix="pipeline_dump_")
+    os.environ["XLA_FLAGS"] = (
+        "--xla_force_host_platform_device_count=8 "
+        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:2]), ("tp",))
+    head_dim = width // heads
+
+    def attention(wq, wk, wv, wo, h):
+        b, t, _ = h.shape
+        q = (h @ wq).reshape(b, t, heads, head_dim)
+        k = (h @ wk).reshape(b, t, heads, head_dim)
+        v = (h @ wv).reshape(b, t, heads, head_dim)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(head_dim)
+        mask = jnp.tril(jnp.ones((t, t), dtype=bool))
+        scores = jnp.where(mask, scores, -1e9)
+        probs = jax.nn.softmax(scores, axis=-1)
+        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, heads * head_dim)
+        return out @ wo
+
+    def block(p, h):
+        h = h + attention(p["wq"], p["wk"], p["wv"], p["wo"], h)
+        return h + jnp.tanh(h @ p["w1"]) @ p["w2"]
+
+    def loss_fn(params, x, y):
+        h = x
+        for k in range(layers):
+            with jax.named_scope(f"stage_{k}"):
+                h = block(params[k], h)
+        return jnp.mean((h - y) ** 2)
+
+    def train_step(params, xs, ys):
+        def body(carry, xy):
+            loss_acc, grads_acc = carry
+            loss, grads = jax.value_and_grad(loss_fn)(params, *xy)
+            return (loss_acc + loss, jax.tree.map(jnp.add, grads_acc, grads)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        (loss, grads), _ = jax.lax.scan(body, (jnp.float32(0), zeros), (xs, ys))
+        return loss / microbatches, jax.tree.map(lambda g: g / microbatches, grads)
+
+    rng = np.random.default_rng(seed)
+    hidden = 2 * width
+
+    def matrix(rows, cols):
+        return (rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32)
+
+    params = [{"wq": matrix(width, width), "wk": matrix(width, width), "wv": matrix(width, width),
+               "wo": matrix(width, width), "w1": matrix(width, hidden), "w2": matrix(hidden, width)}
+              for _ in range(layers)]
+    specs = {"wq": P(None, "tp"), "wk": P(None, "tp"), "wv": P(None, "tp"), "wo": P("tp", None),
+             "w1": P(None, "tp"), "w2": P("tp", None)}
+    param_shardings = [{k: NamedSharding(mesh, v) for k, v in specs.items()} for _ in range(layers)]
+    xs = rng.standard_normal((microbatches, microbatch, seq, width)).astype(np.float32)
+    ys = rng.standard_normal((microbatches, microbatch, seq, width)).astype(np.float32)
+    replicated = NamedSharding(mesh, P())
+    step = jax.jit(train_step, in_shardings=(param_shardings, replicated, replicated))
+    outputs = step(params, xs, ys)
+    flat_args = jax.tree.leaves(params) + [xs, ys]
+    flat_out = jax.tree.leaves(outputs)
+
+    case = os.path.join(out_dir, name)
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(os.path.join(case, "args"))
+    os.makedirs(os.path.join(case, "expected"))
+    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
+    shutil.copy(before, os.path.join(case, "input.hlo"))
+    for i, a in enumerate(flat_args):
+        np.save(os.path.join(case, "args", f"arg{i}.npy"), np.asarray(a))
+    for i, o in enumerate(flat_out):
+        np.save(os.path.join(case, "expected", f"out{i}.npy"), np.asarray(o))
+    meta = {
+        "name": name,
+        "description": (f"{layers}-layer residual transformer train step (width {width}, {heads} heads, "
+                        f"seq {seq}), tensor-parallel over a 2-device tp axis (Megatron splits), layer k "
+                        f"under named_scope stage_k; gradients accumulated over {microbatches} "
+                        f"microbatches of {microbatch} by lax.scan; JAX defaults (Shardy)"),
+        "layers": layers,
+        "microbatches": microbatches,
+        "tensor_parallel": 2,
+        "stage_scope_prefix": "stage_",
+        "num_args": len(flat_args),
+        "num_outputs": len(flat_out),
+        "rtol": 1e-4,
+        "atol": 1e-5,
+        "jax_version": jax.__version__,
+        "generator": "tools/testdata_gen/pipeline_cases.py",
+    }
+    with open(os.path.join(case, "case.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    shutil.rmtree(dump, ignore_errors=True)
+    print("wrote", case)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "testdata", "pipeline_cases"))
+    parser.add_argument("--case", choices=["mlp8_m8", "transformer4_tp2_m8", "all"], default="all")
     args = parser.parse_args()
-    mlp_case(args.out, "mlp8_m8", layers=8, width=16, microbatch=4, microbatches=8, seed=19)
+    # XLA_FLAGS are read when jax first initializes: one case per process.
+    if args.case == "all":
+        for case in ["mlp8_m8", "transformer4_tp2_m8"]:
+            subprocess.run([sys.executable, __file__, "--out", args.out, "--case", case], check=True)
+    elif args.case == "mlp8_m8":
+        mlp_case(args.out, "mlp8_m8", layers=8, width=16, microbatch=4, microbatches=8, seed=19)
+    else:
+        transformer_tp_case(args.out, "transformer4_tp2_m8", layers=4, width=8, heads=2, seq=4,
+                            microbatch=2, microbatches=8, seed=23)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,11 @@ struct Args {
     /// With `--passes=...,pipeline`: stages per device (interleaved).
     #[arg(long, default_value_t = 1)]
     virtual_stages: usize,
+    /// With `--passes=...,pipeline`: devices per stage; each stage program
+    /// is then SPMD-partitioned for them (the module's shardings, over this
+    /// many partitions).
+    #[arg(long, default_value_t = 1)]
+    tensor_parallel: usize,
     /// With `--passes=...,pipeline`: the microbatch count, checked against
     /// the microbatch loop's trip count.
     #[arg(long)]
@@ -335,6 +340,7 @@ fn run_pipeline(
     let options = xla_mpmd::PipelineOptions {
         num_devices: args.stages,
         virtual_stages: args.virtual_stages,
+        tensor_parallel: args.tensor_parallel,
         ..Default::default()
     };
     let program = xla_mpmd::split_pipeline(&module, &options)?;

@@ -172,6 +172,11 @@ struct Cli {
     /// With --pipeline: stages per device (the interleaved schedule).
     #[arg(long, default_value_t = 1)]
     virtual_stages: usize,
+    /// With --pipeline: devices per stage; each stage program is
+    /// partitioned for them (the module's shardings, over this many
+    /// partitions), so --stages P runs on P x T loopback devices.
+    #[arg(long, default_value_t = 1)]
+    tensor_parallel: usize,
 }
 
 impl Cli {
@@ -506,6 +511,7 @@ fn run(cli: &Cli) -> Result<bool> {
             schedule,
             cli.stages,
             cli.virtual_stages,
+            cli.tensor_parallel,
         )?),
         None => None,
     };
@@ -656,7 +662,7 @@ fn run(cli: &Cli) -> Result<bool> {
     }
     if let (Some(pipelined), Some(mut executed)) = (&pipelined, pipeline_json) {
         executed["report"] = pipelined.report()?;
-        line["devices"] = json!(cli.stages);
+        line["devices"] = json!(cli.stages * cli.tensor_parallel);
         line["pipeline"] = executed;
     }
     if compared {

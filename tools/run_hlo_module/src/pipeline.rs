@@ -23,10 +23,12 @@ impl Pipelined {
         schedule: &str,
         stages: usize,
         virtual_stages: usize,
+        tensor_parallel: usize,
     ) -> Result<Pipelined> {
         let options = PipelineOptions {
             num_devices: stages,
             virtual_stages,
+            tensor_parallel,
             ..Default::default()
         };
         let program = xla_mpmd::split_pipeline(module, &options)?;

@@ -1,5 +1,6 @@
 //! `run_hlo_module --pipeline`: testdata/pipeline_cases/mlp8_m8 run by the
-//! GPipe, 1F1B and interleaved task tables on 4 loopback devices matches
+//! GPipe, 1F1B and interleaved task tables on 4 loopback devices, and
+//! transformer4_tp2_m8 as 4 stages x 2-way tensor parallelism on 8, match
 //! JAX's outputs, with the per-device counts and the simulated report in
 //! the JSON line; a bad pipeline request exits 1 with the reason.
 
@@ -9,14 +10,20 @@ fn tool() -> Command {
     Command::new(env!("CARGO_BIN_EXE_run_hlo_module"))
 }
 
-fn case() -> std::path::PathBuf {
-    xla_test_paths::workspace_root().join("testdata/pipeline_cases/mlp8_m8")
+fn case(name: &str) -> std::path::PathBuf {
+    xla_test_paths::workspace_root()
+        .join("testdata/pipeline_cases")
+        .join(name)
 }
 
 fn run(args: &[&str]) -> (bool, serde_json::Value) {
+    run_case("mlp8_m8", args)
+}
+
+fn run_case(name: &str, args: &[&str]) -> (bool, serde_json::Value) {
     let o = tool()
         .arg("--case")
-        .arg(case())
+        .arg(case(name))
         .args(args)
         .output()
         .unwrap();
@@ -63,6 +70,25 @@ fn each_schedule_matches_jax_on_4_devices() {
             }
         }
     }
+}
+
+#[test]
+fn four_stages_by_two_way_tensor_parallel_match_jax_on_8_devices() {
+    let (ok, json) = run_case(
+        "transformer4_tp2_m8",
+        &[
+            "--pipeline",
+            "1f1b",
+            "--stages",
+            "4",
+            "--tensor-parallel",
+            "2",
+        ],
+    );
+    assert!(ok, "{json}");
+    assert_eq!(json["all_matched"], true, "{json}");
+    assert_eq!(json["devices"], 8);
+    assert_eq!(json["pipeline"]["executed"].as_array().unwrap().len(), 8);
 }
 
 #[test]

@@ -47,6 +47,12 @@ pub struct PipelineOptions {
     pub virtual_stages: usize,
     /// The scope name that marks stages (`stage_` for `stage_0`, ...).
     pub scope_prefix: String,
+    /// Devices per stage (`t`): with more than 1, the module's shardings
+    /// (over `t` partitions) are propagated first, each task program is
+    /// SPMD-partitioned for the stage's `t` devices, and a value crossing
+    /// stages goes tile by tile (device `i` of one group to device `i` of
+    /// the next).
+    pub tensor_parallel: usize,
 }
 
 impl Default for PipelineOptions {
@@ -55,6 +61,7 @@ impl Default for PipelineOptions {
             num_devices: 4,
             virtual_stages: 1,
             scope_prefix: "stage_".into(),
+            tensor_parallel: 1,
         }
     }
 }
@@ -64,6 +71,8 @@ impl Default for PipelineOptions {
 pub struct PipelineProgram {
     pub num_devices: usize,
     pub virtual_stages: usize,
+    /// Devices per stage (see [`PipelineOptions::tensor_parallel`]).
+    pub tensor_parallel: usize,
     pub microbatch_loop: MicrobatchLoop,
     /// Shapes of the loop's carried elements.
     pub carry_shapes: Vec<Shape>,
@@ -81,13 +90,18 @@ pub fn split_pipeline(
     module: &HloModule,
     options: &PipelineOptions,
 ) -> Result<PipelineProgram, MpmdError> {
-    if options.num_devices == 0 || options.virtual_stages == 0 {
+    if options.num_devices == 0 || options.virtual_stages == 0 || options.tensor_parallel == 0 {
         return Err(MpmdError::Options(
-            "devices and virtual stages must be positive".into(),
+            "devices, virtual stages and tensor parallelism must be positive".into(),
         ));
     }
     let num_stages = options.num_devices * options.virtual_stages;
     let mut module = module.clone();
+    let tensor_parallel = options.tensor_parallel;
+    if tensor_parallel > 1 {
+        module.config.num_partitions = Some(tensor_parallel as i64);
+        run_passes(&mut module, "sharding-propagation")?;
+    }
     xla_hlo_utils::inline::inline_calls(&mut module, |_, _| true);
     let microbatch_loop = find_microbatch_loop(&module, &options.scope_prefix)?;
     stages::forward_tuple_elements(module.comp_mut(microbatch_loop.body));
@@ -102,7 +116,7 @@ pub fn split_pipeline(
             )));
         }
     }
-    let tasks = (0..2 * num_stages)
+    let mut tasks = (0..2 * num_stages)
         .map(|order| {
             split::task_program(
                 &module,
@@ -114,11 +128,18 @@ pub fn split_pipeline(
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if tensor_parallel > 1 {
+        for task in &mut tasks {
+            task.module.config.num_partitions = Some(tensor_parallel as i64);
+            run_passes(&mut task.module, "sharding-propagation,spmd-partitioning")?;
+        }
+    }
     let while_instr = module.entry_computation().instr(microbatch_loop.while_id);
     let carry_shapes = while_instr.shape.tuple_elements().to_vec();
     Ok(PipelineProgram {
         num_devices: options.num_devices,
         virtual_stages: options.virtual_stages,
+        tensor_parallel,
         prologue: split::prologue(&module, &microbatch_loop),
         epilogue: split::epilogue(&module, &microbatch_loop),
         microbatch_loop,
@@ -126,6 +147,17 @@ pub fn split_pipeline(
         tasks,
         values,
     })
+}
+
+/// Runs passes from the one registry on `module` (verified after each).
+fn run_passes(module: &mut HloModule, passes: &str) -> Result<(), MpmdError> {
+    let options = xla_pipelines::PipelineOptions::default();
+    let mut pipeline = xla_pipelines::pipeline(&options, "mpmd", passes)
+        .map_err(|e| MpmdError::Unsupported(format!("{passes} on {}: {e}", module.name)))?;
+    pipeline
+        .run(module)
+        .map_err(|e| MpmdError::Unsupported(format!("{passes} on {}: {e}", module.name)))?;
+    Ok(())
 }
 
 impl PipelineProgram {
@@ -200,6 +232,18 @@ impl PipelineProgram {
                 remote * v.shape.byte_size()
             })
             .sum()
+    }
+
+    /// The sharding an accumulator is kept in (its owner task's output
+    /// sharding; `None` without tensor parallelism).
+    pub fn accumulator_sharding(&self, j: usize) -> Option<&xla_hlo_ir::HloSharding> {
+        self.tasks.iter().find_map(|task| {
+            task.outputs
+                .iter()
+                .zip(&task.output_shardings)
+                .find(|(output, _)| **output == TaskOutput::Accumulator(j))
+                .and_then(|(_, sharding)| sharding.as_ref())
+        })
     }
 
     /// The devices that read `value`, ascending, without repeats.

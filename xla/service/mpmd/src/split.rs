@@ -15,8 +15,9 @@ use crate::stages::{
     remove_dead_instructions, BodyLabels, CarryKind, Label, MicrobatchLoop, TaskKey,
 };
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use xla_hlo_ir::attrs::AttrKey;
-use xla_hlo_ir::{HloComputation, HloInstruction, HloModule, InstrId, Opcode, Shape};
+use xla_hlo_ir::{HloComputation, HloInstruction, HloModule, HloSharding, InstrId, Opcode, Shape};
 use xla_hlo_utils::inline::remove_uncalled_computations;
 
 /// A value computed by one task and read by others (an activation going
@@ -61,6 +62,11 @@ pub struct TaskProgram {
     pub module: HloModule,
     pub inputs: Vec<TaskInput>,
     pub outputs: Vec<TaskOutput>,
+    /// With tensor parallelism: each input's and output's sharding over
+    /// the stage's device group (the module is then partitioned: its
+    /// parameters and results are the devices' tiles under these).
+    pub input_shardings: Vec<Option<HloSharding>>,
+    pub output_shardings: Vec<Option<HloSharding>>,
 }
 
 /// The cross-task values of a labelled body.
@@ -150,6 +156,19 @@ pub(crate) fn task_program(
     ));
     let mut new_id = vec![None::<InstrId>; n];
     let mut inputs = Vec::new();
+    let mut input_shardings = Vec::new();
+    // A carried element's sharding (when the module has been propagated):
+    // what the accumulators keep between microbatches.
+    let carry_shardings = body
+        .parameters
+        .first()
+        .and_then(|&p| body.instr(p).sharding.clone());
+    let carry_sharding = |j: usize| -> Option<HloSharding> {
+        match carry_shardings.as_deref()? {
+            HloSharding::Single(all) => Some(HloSharding::Single(all.clone())),
+            HloSharding::Tuple(leaves) => leaves.get(j).cloned().map(HloSharding::Single),
+        }
+    };
     // Parameters: every operand of an included instruction that is not
     // included, in instruction order.
     for i in 0..n {
@@ -190,8 +209,14 @@ pub(crate) fn task_program(
                 vec![],
             );
             parameter.parameter_number = Some(inputs.len() as i64);
+            let sharding = match input {
+                TaskInput::LoopInput(j) | TaskInput::Accumulator(j) => carry_sharding(j),
+                TaskInput::Value(_) => source.sharding.as_deref().cloned(),
+            };
+            parameter.sharding = sharding.clone().map(Arc::new);
             new_id[o] = Some(computation.add(parameter));
             inputs.push(input);
+            input_shardings.push(sharding);
         }
     }
     for i in 0..n {
@@ -211,10 +236,12 @@ pub(crate) fn task_program(
     let root = body.root_instr();
     let mut outputs = Vec::new();
     let mut output_ids = Vec::new();
+    let mut output_shardings: Vec<Option<HloSharding>> = Vec::new();
     for (j, kind) in microbatch_loop.carry.iter().enumerate() {
         if *kind == CarryKind::Accumulator && labels.owners[j] == Some(order) {
             outputs.push(TaskOutput::Accumulator(j));
             output_ids.push(new_id[root.operands[j].index()].expect("owned updates are included"));
+            output_shardings.push(carry_sharding(j));
         }
     }
     for i in 0..n {
@@ -227,6 +254,7 @@ pub(crate) fn task_program(
                 .any(|u| labels.labels[u.index()] != Label::Task(order)));
             outputs.push(TaskOutput::Value(value));
             output_ids.push(new_id[i].expect("included"));
+            output_shardings.push(body.instructions[i].sharding.as_deref().cloned());
         }
     }
     let shapes = output_ids
@@ -234,18 +262,27 @@ pub(crate) fn task_program(
         .map(|id| computation.instr(*id).shape.clone())
         .collect();
     let root_name = format!("{}.outputs", computation.name);
-    computation.root = computation.add(HloInstruction::new(
-        root_name,
-        Opcode::Tuple,
-        Shape::tuple(shapes),
-        output_ids,
-    ));
+    let mut root_tuple =
+        HloInstruction::new(root_name, Opcode::Tuple, Shape::tuple(shapes), output_ids);
+    if output_shardings.iter().any(Option::is_some) {
+        let leaves = output_shardings
+            .iter()
+            .map(|s| match s {
+                Some(HloSharding::Single(leaf)) => leaf.clone(),
+                _ => HloSharding::replicated().leaves()[0].clone(),
+            })
+            .collect();
+        root_tuple.sharding = Some(Arc::new(HloSharding::Tuple(leaves)));
+    }
+    computation.root = computation.add(root_tuple);
     let name = format!("{}_{}{}", module.name, key.direction.letter(), key.stage);
     Ok(TaskProgram {
         key,
         module: module_with_entry(module, name, computation),
         inputs,
         outputs,
+        input_shardings,
+        output_shardings,
     })
 }
 
