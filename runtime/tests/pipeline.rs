@@ -7,7 +7,9 @@
 //! receives, live activations; and the simulated bubble against the
 //! closed forms. PP x TP: testdata/pipeline_cases/transformer4_tp2_m8 (a
 //! 4-layer transformer, tensor-parallel over 2 devices, JAX's Shardy
-//! lowering) as 4 stages x 2-way TP on 8 devices.
+//! lowering) as 4 stages x 2-way TP on 8 devices. Stages without scopes:
+//! testdata/pipeline_cases/stacked8_m8 (the MLP as a scan over stacked
+//! weights) with its layer scans cut into stages.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,6 +26,7 @@ use xla_runtime::{CpuBackend, Literal};
 
 const MLP: &str = "mlp8_m8";
 const TRANSFORMER_TP: &str = "transformer4_tp2_m8";
+const STACKED: &str = "stacked8_m8";
 
 fn case_dir(name: &str) -> PathBuf {
     xla_test_paths::workspace_root()
@@ -198,5 +201,25 @@ fn four_stages_by_two_way_tensor_parallel_on_8_devices_match_jax() {
         // next (or previous) stage's group: 2 (p - 1) m per group position.
         let sends: usize = run.devices.iter().map(|d| d.sends).sum();
         assert_eq!(sends, 2 * 2 * 3 * 8, "{}: sends", kind.name());
+    }
+}
+
+#[test]
+fn stacked_layer_scans_cut_into_stages_match_jax() {
+    let (module, args, case) = load_case(STACKED);
+    for (kind, v) in [
+        (ScheduleKind::GPipe, 1),
+        (ScheduleKind::OneFOneB, 1),
+        (ScheduleKind::Interleaved, 2),
+    ] {
+        let options = PipelineOptions {
+            virtual_stages: v,
+            cut_layer_scans: true,
+            ..PipelineOptions::default()
+        };
+        let program = split_pipeline(&module, &options).expect("split");
+        let run = run(&program, kind, &args);
+        assert_matches_jax(&run, &case, &format!("cut layer scans, {}", kind.name()));
+        assert_each_task_once(&program, &run);
     }
 }

@@ -6,6 +6,8 @@ JAX at its defaults and dumped before optimization:
     tensor-parallel over 2 devices (Megatron splits), layer k under
     named_scope("stage_k"), m = 8 microbatches; JAX's default (Shardy)
     lowering for 2 partitions: 4 stages x 2-way TP on 8 devices.
+  stacked8_m8: the same MLP as one lax.scan over stacked weights, without
+    stage scopes: stages come from cutting the layer scans.
   mlp8_m8: an 8-layer tanh MLP train step, layer k under
     `jax.named_scope("stage_k")`, gradients accumulated over m = 8
     microbatches by a `lax.scan` (the loop that gets pipelined). Cut into
@@ -210,17 +212,83 @@ def transformer_tp_case(out_dir, name, layers, width, heads, seq, microbatch, mi
     print("wrote", case)
 
 
+def stacked_case(out_dir, name, layers, width, microbatch, microbatches, seed):
+    """An MLP train step whose layers are one `lax.scan` over stacked
+    weights [layers, width, width] (no stage scopes): the case for cutting
+    layer scans into stages."""
+    dump = tempfile.mkdtemp(prefix="pipeline_dump_")
+    os.environ["XLA_FLAGS"] = (
+        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    def loss_fn(ws, x, y):
+        def layer(h, w):
+            return jnp.tanh(h @ w), None
+
+        h, _ = jax.lax.scan(layer, x, ws)
+        return jnp.mean((h - y) ** 2)
+
+    def train_step(ws, xs, ys):
+        def body(carry, xy):
+            loss, grads = jax.value_and_grad(loss_fn)(ws, *xy)
+            return (carry[0] + loss, carry[1] + grads), None
+
+        (loss, grads), _ = jax.lax.scan(body, (jnp.float32(0), jnp.zeros_like(ws)), (xs, ys))
+        return loss / microbatches, grads / microbatches
+
+    rng = np.random.default_rng(seed)
+    ws = (rng.standard_normal((layers, width, width)) / np.sqrt(width)).astype(np.float32)
+    xs = rng.standard_normal((microbatches, microbatch, width)).astype(np.float32)
+    ys = rng.standard_normal((microbatches, microbatch, width)).astype(np.float32)
+    outputs = jax.jit(train_step)(ws, xs, ys)
+    flat_args = [ws, xs, ys]
+    flat_out = jax.tree.leaves(outputs)
+    case = os.path.join(out_dir, name)
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(os.path.join(case, "args"))
+    os.makedirs(os.path.join(case, "expected"))
+    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
+    shutil.copy(before, os.path.join(case, "input.hlo"))
+    for i, a in enumerate(flat_args):
+        np.save(os.path.join(case, "args", f"arg{i}.npy"), np.asarray(a))
+    for i, o in enumerate(flat_out):
+        np.save(os.path.join(case, "expected", f"out{i}.npy"), np.asarray(o))
+    meta = {
+        "name": name,
+        "description": (f"{layers}-layer tanh MLP train step as one lax.scan over stacked weights "
+                        f"[{layers},{width},{width}] (no stage scopes), gradients accumulated over "
+                        f"{microbatches} microbatches of {microbatch} by an outer lax.scan"),
+        "layers": layers,
+        "microbatches": microbatches,
+        "num_args": len(flat_args),
+        "num_outputs": len(flat_out),
+        "rtol": 1e-4,
+        "atol": 1e-5,
+        "jax_version": jax.__version__,
+        "generator": "tools/testdata_gen/pipeline_cases.py",
+    }
+    with open(os.path.join(case, "case.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    shutil.rmtree(dump, ignore_errors=True)
+    print("wrote", case)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "testdata", "pipeline_cases"))
-    parser.add_argument("--case", choices=["mlp8_m8", "transformer4_tp2_m8", "all"], default="all")
+    parser.add_argument("--case", choices=["mlp8_m8", "transformer4_tp2_m8", "stacked8_m8", "all"], default="all")
     args = parser.parse_args()
     # XLA_FLAGS are read when jax first initializes: one case per process.
     if args.case == "all":
-        for case in ["mlp8_m8", "transformer4_tp2_m8"]:
+        for case in ["mlp8_m8", "transformer4_tp2_m8", "stacked8_m8"]:
             subprocess.run([sys.executable, __file__, "--out", args.out, "--case", case], check=True)
     elif args.case == "mlp8_m8":
         mlp_case(args.out, "mlp8_m8", layers=8, width=16, microbatch=4, microbatches=8, seed=19)
+    elif args.case == "stacked8_m8":
+        stacked_case(args.out, "stacked8_m8", layers=8, width=16, microbatch=4, microbatches=8, seed=29)
     else:
         transformer_tp_case(args.out, "transformer4_tp2_m8", layers=4, width=8, heads=2, seq=4,
                             microbatch=2, microbatches=8, seed=23)

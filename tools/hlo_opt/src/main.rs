@@ -62,6 +62,11 @@ struct Args {
     /// many partitions).
     #[arg(long, default_value_t = 1)]
     tensor_parallel: usize,
+    /// With `--passes=...,pipeline`: make the stages by cutting the
+    /// microbatch loop's scans over stacked layers into equal pieces
+    /// instead of reading `stage_K` scopes.
+    #[arg(long)]
+    cut_layer_scans: bool,
     /// With `--passes=...,pipeline`: the microbatch count, checked against
     /// the microbatch loop's trip count.
     #[arg(long)]
@@ -341,6 +346,7 @@ fn run_pipeline(
         num_devices: args.stages,
         virtual_stages: args.virtual_stages,
         tensor_parallel: args.tensor_parallel,
+        cut_layer_scans: args.cut_layer_scans,
         ..Default::default()
     };
     let program = xla_mpmd::split_pipeline(&module, &options)?;

@@ -177,6 +177,12 @@ struct Cli {
     /// partitions), so --stages P runs on P x T loopback devices.
     #[arg(long, default_value_t = 1)]
     tensor_parallel: usize,
+    /// With --pipeline: make the stages by cutting the microbatch loop's
+    /// scans over stacked layers (a `lax.scan` over a layer axis, forward
+    /// and backward) into --stages x --virtual-stages equal pieces instead
+    /// of reading `stage_K` scopes.
+    #[arg(long)]
+    cut_layer_scans: bool,
 }
 
 impl Cli {
@@ -512,6 +518,7 @@ fn run(cli: &Cli) -> Result<bool> {
             cli.stages,
             cli.virtual_stages,
             cli.tensor_parallel,
+            cli.cut_layer_scans,
         )?),
         None => None,
     };

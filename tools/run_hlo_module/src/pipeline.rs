@@ -24,11 +24,13 @@ impl Pipelined {
         stages: usize,
         virtual_stages: usize,
         tensor_parallel: usize,
+        cut_layer_scans: bool,
     ) -> Result<Pipelined> {
         let options = PipelineOptions {
             num_devices: stages,
             virtual_stages,
             tensor_parallel,
+            cut_layer_scans,
             ..Default::default()
         };
         let program = xla_mpmd::split_pipeline(module, &options)?;

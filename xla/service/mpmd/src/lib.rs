@@ -9,6 +9,8 @@
 //! * [`stages`]: the microbatch loop, its carry, and a task for every body
 //!   instruction (stages from `jax.named_scope("stage_K")` in op_name
 //!   metadata; backward work from JAX's `transpose(...)` scopes).
+//! * [`cut`]: stages without markers: scans over stacked layers cut into
+//!   P marked pieces.
 //! * [`split`]: per-task programs, prologue and epilogue.
 //! * [`schedule`]: task tables.
 //! * [`simulate`]: step time, bubble and live activations of a table.
@@ -20,6 +22,7 @@
 //! results (the tests run it); stage `s` runs on device `s % devices`;
 //! malformed stage markers are refused with the instruction named.
 
+pub mod cut;
 pub mod error;
 pub mod report;
 pub mod schedule;
@@ -47,6 +50,9 @@ pub struct PipelineOptions {
     pub virtual_stages: usize,
     /// The scope name that marks stages (`stage_` for `stage_0`, ...).
     pub scope_prefix: String,
+    /// Cut the scans over stacked layers in the microbatch loop into
+    /// stages instead of reading `stage_K` scopes ([`cut`]).
+    pub cut_layer_scans: bool,
     /// Devices per stage (`t`): with more than 1, the module's shardings
     /// (over `t` partitions) are propagated first, each task program is
     /// SPMD-partitioned for the stage's `t` devices, and a value crossing
@@ -61,6 +67,7 @@ impl Default for PipelineOptions {
             num_devices: 4,
             virtual_stages: 1,
             scope_prefix: "stage_".into(),
+            cut_layer_scans: false,
             tensor_parallel: 1,
         }
     }
@@ -103,6 +110,9 @@ pub fn split_pipeline(
         run_passes(&mut module, "sharding-propagation")?;
     }
     xla_hlo_utils::inline::inline_calls(&mut module, |_, _| true);
+    if options.cut_layer_scans {
+        cut::cut_layer_scans(&mut module, &options.scope_prefix, num_stages)?;
+    }
     let microbatch_loop = find_microbatch_loop(&module, &options.scope_prefix)?;
     stages::forward_tuple_elements(module.comp_mut(microbatch_loop.body));
     let labels = stages::label_body(&module, &microbatch_loop, &options.scope_prefix, num_stages)?;

@@ -173,7 +173,7 @@ pub(crate) fn op_name(instr: &HloInstruction) -> Option<&str> {
     text.get(start..end.min(bytes.len()))
 }
 
-fn scalar_int(instr: &HloInstruction) -> Option<i128> {
+pub(crate) fn scalar_int(instr: &HloInstruction) -> Option<i128> {
     if instr.opcode != Opcode::Constant {
         return None;
     }
@@ -191,7 +191,7 @@ fn tuple_index(instr: &HloInstruction) -> Option<usize> {
 }
 
 /// `get-tuple-element(parameter(0)), index=k` of `comp`: `Some(k)`.
-fn carry_read(comp: &HloComputation, id: InstrId) -> Option<usize> {
+pub(crate) fn carry_read(comp: &HloComputation, id: InstrId) -> Option<usize> {
     let instr = comp.instructions.get(id.index())?;
     let index = tuple_index(instr)?;
     let operand = comp.instructions.get(instr.operands.first()?.index())?;

@@ -138,3 +138,48 @@ fn a_stage_without_work_and_too_many_stages_are_refused() {
     let e = split_error(&case_text().replace("stage_", "layer_"), 4);
     assert!(e.contains("no while loop"), "{e}");
 }
+
+#[test]
+fn layer_scans_cut_only_into_equal_stages() {
+    let path =
+        xla_test_paths::workspace_root().join("testdata/pipeline_cases/stacked8_m8/input.hlo");
+    let stacked = parse(&std::fs::read_to_string(path).unwrap());
+    let cut = |p: usize| {
+        let options = PipelineOptions {
+            cut_layer_scans: true,
+            ..options(p, 1)
+        };
+        split_pipeline(&stacked, &options)
+    };
+    let program = cut(4).expect("8 layers cut into 4 stages");
+    assert_eq!(program.tasks.len(), 8);
+    // Each piece is one while loop running a quarter of the layers.
+    for task in &program.tasks {
+        let loops = task
+            .module
+            .entry_computation()
+            .instructions
+            .iter()
+            .filter(|i| i.opcode == xla_hlo_ir::Opcode::While)
+            .count();
+        assert_eq!(loops, 1, "{}", task.module.name);
+    }
+    for p in [3, 16] {
+        let e = cut(p).err().expect("refused").to_string();
+        assert!(e.contains("cannot be cut into"), "{e}");
+    }
+    // Without the cut, the unscoped program has no stages; the scoped MLP
+    // has no layer scan to cut.
+    let e = split_pipeline(&stacked, &options(4, 1))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("stage_N"), "{e}");
+    let mlp = parse(&case_text());
+    let options = PipelineOptions {
+        cut_layer_scans: true,
+        ..options(4, 1)
+    };
+    let e = split_pipeline(&mlp, &options).err().unwrap().to_string();
+    assert!(e.contains("scan over layers"), "{e}");
+}
