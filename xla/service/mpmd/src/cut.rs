@@ -193,10 +193,10 @@ pub fn cut_layer_scans(
             .set_attr(AttrKey::Metadata, metadata(&stage_name(scan, 0)));
         let element_count = copy.shape.tuple_elements().len();
         let mut previous: Option<InstrId> = None;
-        for k in 0..num_stages {
+        for (k, &condition) in conditions[s].iter().enumerate() {
             let mut piece = copy.clone();
             piece.name = format!("{}.cut{k}", copy.name);
-            piece.set_attr(AttrKey::Condition, AttrValue::Computation(conditions[s][k]));
+            piece.set_attr(AttrKey::Condition, AttrValue::Computation(condition));
             piece.set_attr(AttrKey::Metadata, metadata(&stage_name(scan, k)));
             if let Some(prev) = previous {
                 let elements: Vec<InstrId> = (0..element_count)

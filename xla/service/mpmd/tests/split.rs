@@ -165,7 +165,7 @@ fn layer_scans_cut_only_into_equal_stages() {
         assert_eq!(loops, 1, "{}", task.module.name);
     }
     for p in [3, 16] {
-        let e = cut(p).err().expect("refused").to_string();
+        let e = cut(p).expect_err("refused").to_string();
         assert!(e.contains("cannot be cut into"), "{e}");
     }
     // Without the cut, the unscoped program has no stages; the scoped MLP
@@ -180,6 +180,8 @@ fn layer_scans_cut_only_into_equal_stages() {
         cut_layer_scans: true,
         ..options(4, 1)
     };
-    let e = split_pipeline(&mlp, &options).err().unwrap().to_string();
+    let e = split_pipeline(&mlp, &options)
+        .expect_err("refused")
+        .to_string();
     assert!(e.contains("scan over layers"), "{e}");
 }
