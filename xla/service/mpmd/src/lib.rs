@@ -38,8 +38,7 @@ pub use split::{CrossValue, TaskInput, TaskOutput, TaskProgram};
 pub use stages::{find_microbatch_loop, CarryKind, Direction, MicrobatchLoop, TaskKey};
 
 use xla_hlo_ir::{HloModule, Opcode, Shape};
-use xla_latency_hiding_scheduler::cost::Op;
-use xla_latency_hiding_scheduler::CostModel;
+use xla_latency_hiding_scheduler::{simulate_module, CostModel, NUM_RESOURCES};
 
 /// How to cut the program.
 #[derive(Clone, Debug)]
@@ -214,17 +213,19 @@ impl PipelineProgram {
         deps
     }
 
-    /// Run time of each task (by chain position) under `model`: the sum of
-    /// its entry instructions' compute times.
-    pub fn task_costs(&self, model: &dyn CostModel) -> Vec<f64> {
+    /// Run time of each task (by chain position) under `model`: its
+    /// program's step time in the latency-hiding scheduler's simulator
+    /// (compute, loops and, in tensor-parallel stage programs, the
+    /// collectives among the stage's devices).
+    pub fn task_costs(&self, model: &dyn CostModel) -> Result<Vec<f64>, MpmdError> {
         self.tasks
             .iter()
             .map(|task| {
-                let entry = task.module.entry_computation();
-                entry
-                    .ids()
-                    .map(|id| model.compute_us(Op::new(&task.module, entry, id)))
-                    .sum()
+                simulate_module(&task.module, model, &[1; NUM_RESOURCES], false)
+                    .map(|simulation| simulation.entry.makespan)
+                    .map_err(|e| {
+                        MpmdError::Unsupported(format!("simulating {}: {e}", task.module.name))
+                    })
             })
             .collect()
     }

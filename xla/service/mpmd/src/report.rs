@@ -56,7 +56,7 @@ pub fn pipeline_report(
 ) -> Result<Value, MpmdError> {
     let s = program.num_stages();
     let p = program.num_devices;
-    let costs = program.task_costs(model);
+    let costs = program.task_costs(model)?;
     let sizes = program.task_sizes();
     let cost_of = |stage: usize, direction: Direction| costs[TaskKey { stage, direction }.order(s)];
     let simulated = simulate(
