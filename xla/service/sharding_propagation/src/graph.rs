@@ -79,6 +79,11 @@ enum Visit {
 }
 
 fn custom_call_kind_of(instr: &HloInstruction) -> CustomCallKind {
+    // Only a custom-call's attributes are read: most instructions' are
+    // never touched.
+    if instr.opcode != Opcode::CustomCall {
+        return CustomCallKind::None;
+    }
     match (instr.opcode, instr.ident_attr(AttrKey::CustomCallTarget)) {
         (Opcode::CustomCall, Some("Sharding")) => CustomCallKind::Sharding,
         (Opcode::CustomCall, Some("SPMDFullToShardShape")) => CustomCallKind::FullToShard,
@@ -114,24 +119,23 @@ fn users_of_every_node(module: &HloModule, offsets: &[u32], node_count: usize) -
 
 /// Interned shape classes: equal ids for shapes with the same dims and
 /// tuple structure.
-fn shape_classes(instrs: &[&HloInstruction]) -> Vec<u32> {
-    let mut classes: FxHashMap<Vec<i64>, u32> = FxHashMap::default();
-    let mut key = Vec::new();
-    let mut ids = Vec::with_capacity(instrs.len());
-    for instr in instrs {
-        key.clear();
-        shape_key(&instr.shape, &mut key);
-        let id = match classes.get(&key) {
-            Some(&id) => id,
-            None => {
-                let id = classes.len() as u32;
-                classes.insert(key.clone(), id);
-                id
-            }
-        };
-        ids.push(id);
+#[derive(Default)]
+struct ShapeClasses {
+    ids: FxHashMap<Vec<i64>, u32>,
+    key: Vec<i64>,
+}
+
+impl ShapeClasses {
+    fn intern(&mut self, shape: &Shape) -> u32 {
+        self.key.clear();
+        shape_key(shape, &mut self.key);
+        if let Some(&id) = self.ids.get(&self.key) {
+            return id;
+        }
+        let id = self.ids.len() as u32;
+        self.ids.insert(self.key.clone(), id);
+        id
     }
-    ids
 }
 
 impl<'m> Graph<'m> {
@@ -149,38 +153,37 @@ impl<'m> Graph<'m> {
         }
         let node_count = node_count as usize;
         let users = users_of_every_node(module, &offsets, node_count);
-        let instrs: Vec<&'m HloInstruction> = module
-            .computations
-            .iter()
-            .flat_map(|comp| comp.instructions.iter())
-            .collect();
-        let custom_call_kinds: Vec<CustomCallKind> = instrs
-            .iter()
-            .map(|instr| custom_call_kind_of(instr))
-            .collect();
-        let min_level = instrs
-            .iter()
-            .zip(&custom_call_kinds)
-            .map(|(instr, &kind)| {
-                min_propagation_level(instr.opcode, kind == CustomCallKind::Sharding)
-            })
-            .collect();
+        // One pass over the instructions for everything read from them.
+        let mut instrs: Vec<&'m HloInstruction> = Vec::with_capacity(node_count);
+        let mut custom_call_kinds = Vec::with_capacity(node_count);
+        let mut min_level = Vec::with_capacity(node_count);
+        let mut opcodes = Vec::with_capacity(node_count);
+        let mut shape_class = Vec::with_capacity(node_count);
+        let mut classes = ShapeClasses::default();
+        let mut operand_starts = Vec::with_capacity(node_count + 1);
+        let mut operand_nodes = Vec::with_capacity(node_count * 2);
+        for (comp, &offset) in module.computations.iter().zip(&offsets) {
+            for instr in &comp.instructions {
+                let kind = custom_call_kind_of(instr);
+                instrs.push(instr);
+                custom_call_kinds.push(kind);
+                min_level.push(min_propagation_level(
+                    instr.opcode,
+                    kind == CustomCallKind::Sharding,
+                ));
+                opcodes.push(instr.opcode);
+                shape_class.push(classes.intern(&instr.shape));
+                operand_starts.push(operand_nodes.len() as u32);
+                operand_nodes.extend(instr.operands.iter().map(|operand| offset + operand.0));
+            }
+        }
         let broadcast_user = users
             .iter()
             .map(|list| {
                 list.iter()
-                    .any(|&user| instrs[user as usize].opcode == Opcode::Broadcast)
+                    .any(|&user| opcodes[user as usize] == Opcode::Broadcast)
             })
             .collect();
-        let shape_class = shape_classes(&instrs);
-        let opcodes = instrs.iter().map(|instr| instr.opcode).collect();
-        let mut operand_starts = Vec::with_capacity(node_count + 1);
-        let mut operand_nodes = Vec::with_capacity(node_count * 2);
-        for (node, instr) in instrs.iter().enumerate() {
-            operand_starts.push(operand_nodes.len() as u32);
-            let offset = offsets[comp_of[node].index()];
-            operand_nodes.extend(instr.operands.iter().map(|operand| offset + operand.0));
-        }
         operand_starts.push(operand_nodes.len() as u32);
         let mut graph = Graph {
             module,
