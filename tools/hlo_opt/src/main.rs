@@ -71,6 +71,18 @@ struct Args {
     /// the microbatch loop's trip count.
     #[arg(long)]
     microbatches: Option<usize>,
+    /// Apply a tactic schedule (JSON: a named mesh and tactics such as
+    /// batch parallelism, Megatron, ZeRO-3; see xla/service/tactics): each
+    /// tactic shards the parameters it names, then the module is propagated
+    /// and partitioned; prints the partitioned module after the last tactic
+    /// (or, with --report, one JSON object with a report per tactic:
+    /// collectives, bytes per device, peak memory, simulated step time,
+    /// conflicts).
+    #[arg(long, value_name = "SCHEDULE.json")]
+    tactics: Option<PathBuf>,
+    /// With --tactics: print the per-tactic reports instead of the module.
+    #[arg(long, requires = "tactics")]
+    report: bool,
     /// With `--passes=...,pipeline`: print the per-stage report (tasks,
     /// sends, peak live activations, simulated busy/idle time under
     /// --cost-model) as one JSON object instead of the stage programs.
@@ -272,6 +284,9 @@ fn run(args: &Args) -> Result<()> {
     if let Some(n) = args.num_partitions {
         module.config.num_partitions = Some(n);
     }
+    if let Some(path) = &args.tactics {
+        return run_tactics(args, path, model.as_ref(), module);
+    }
     if args.passes.last().map(String::as_str) == Some("pipeline") {
         return run_pipeline(args, model.as_ref(), module);
     }
@@ -374,6 +389,34 @@ fn run_pipeline(
     };
     let write = |w: &mut dyn Write| -> std::io::Result<()> { w.write_all(text.as_bytes()) };
     write_output(args.output.as_deref(), write)
+}
+
+/// `--tactics SCHEDULE.json`: the schedule applied tactic by tactic.
+fn run_tactics(
+    args: &Args,
+    path: &Path,
+    model: &dyn xla_latency_hiding_scheduler::CostModel,
+    module: xla_hlo_ir::HloModule,
+) -> Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let schedule = xla_tactics::parse_schedule(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let run = xla_tactics::apply_schedule(&module, &schedule, model)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if args.report {
+        let reports: Vec<serde_json::Value> = run.reports.iter().map(|r| r.to_json()).collect();
+        let mut text = serde_json::json!({"mesh": schedule.mesh, "tactics": reports}).to_string();
+        text.push('\n');
+        write_output(args.output.as_deref(), |w| w.write_all(text.as_bytes()))
+    } else {
+        let partitioned = &run.partitioned;
+        write_output(args.output.as_deref(), |w| {
+            let mut buffered = std::io::BufWriter::with_capacity(1 << 16, w);
+            write!(buffered, "{partitioned}")?;
+            buffered.flush()
+        })
+    }
 }
 
 /// Writes what `write` writes to `output` (atomically) or to stdout.

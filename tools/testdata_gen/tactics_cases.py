@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Programs for sharding tactics (issue: PartIR-style tactics), written with
+JAX without any sharding annotation and dumped before optimization:
+
+  mlp2_train: a 2-layer MLP train step (loss and gradients of w1 [D, H],
+    w2 [H, D] for a batch x [B, D], y [B, D]); the tactics of the tests
+    shard it over a 2x4 mesh.
+  transformer_train: a one-layer transformer train step (attention with 4
+    heads, MLP), the same way.
+
+Each case directory holds input.hlo, args/argN.npy, expected/outN.npy (JAX
+on one CPU device) and case.json.
+
+Usage: python3 tools/testdata_gen/tactics_cases.py [--out testdata/tactics_cases]
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+
+def mlp2_case(out_dir, name, batch, width, hidden, seed):
+    dump = tempfile.mkdtemp(prefix="tactics_dump_")
+    os.environ["XLA_FLAGS"] = (
+        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    def loss_fn(w1, w2, x, y):
+        h = jnp.tanh(x @ w1)
+        return jnp.mean((h @ w2 - y) ** 2)
+
+    def train_step(w1, w2, x, y):
+        loss, (g1, g2) = jax.value_and_grad(loss_fn, argnums=(0, 1))(w1, w2, x, y)
+        return loss, w1 - 0.1 * g1, w2 - 0.1 * g2
+
+    rng = np.random.default_rng(seed)
+    w1 = (rng.standard_normal((width, hidden)) / np.sqrt(width)).astype(np.float32)
+    w2 = (rng.standard_normal((hidden, width)) / np.sqrt(hidden)).astype(np.float32)
+    x = rng.standard_normal((batch, width)).astype(np.float32)
+    y = rng.standard_normal((batch, width)).astype(np.float32)
+    outputs = jax.jit(train_step)(w1, w2, x, y)
+    args = [w1, w2, x, y]
+    case = os.path.join(out_dir, name)
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(os.path.join(case, "args"))
+    os.makedirs(os.path.join(case, "expected"))
+    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
+    shutil.copy(before, os.path.join(case, "input.hlo"))
+    for i, a in enumerate(args):
+        np.save(os.path.join(case, "args", f"arg{i}.npy"), a)
+    for i, o in enumerate(jax.tree.leaves(outputs)):
+        np.save(os.path.join(case, "expected", f"out{i}.npy"), np.asarray(o))
+    meta = {
+        "name": name,
+        "description": (f"2-layer tanh MLP train step (SGD), x [{batch},{width}], "
+                        f"w1 [{width},{hidden}], w2 [{hidden},{width}]; no shardings"),
+        "num_args": len(args),
+        "rtol": 1e-4,
+        "atol": 1e-5,
+        "jax_version": jax.__version__,
+        "generator": "tools/testdata_gen/tactics_cases.py",
+    }
+    with open(os.path.join(case, "case.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    shutil.rmtree(dump, ignore_errors=True)
+    print("wrote", case)
+
+
+def transformer_case(out_dir, name, batch, seq, width, heads, seed):
+    """A one-layer residual transformer train step (multi-head attention,
+    then a tanh MLP; SGD update), no shardings."""
+    dump = tempfile.mkdtemp(prefix="tactics_dump_")
+    os.environ["XLA_FLAGS"] = (
+        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    head_dim = width // heads
+
+    def loss_fn(wq, wk, wv, wo, w1, w2, x, y):
+        b, t, _ = x.shape
+        q = (x @ wq).reshape(b, t, heads, head_dim)
+        k = (x @ wk).reshape(b, t, heads, head_dim)
+        v = (x @ wv).reshape(b, t, heads, head_dim)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(head_dim)
+        probs = jax.nn.softmax(scores, axis=-1)
+        h = x + jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, width) @ wo
+        h = h + jnp.tanh(h @ w1) @ w2
+        return jnp.mean((h - y) ** 2)
+
+    def train_step(wq, wk, wv, wo, w1, w2, x, y):
+        loss, grads = jax.value_and_grad(loss_fn, argnums=(0, 1, 2, 3, 4, 5))(
+            wq, wk, wv, wo, w1, w2, x, y)
+        weights = (wq, wk, wv, wo, w1, w2)
+        return (loss,) + tuple(w - 0.1 * g for w, g in zip(weights, grads))
+
+    rng = np.random.default_rng(seed)
+
+    def matrix(rows, cols):
+        return (rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32)
+
+    args = [matrix(width, width) for _ in range(4)] + [matrix(width, 2 * width), matrix(2 * width, width)]
+    args += [rng.standard_normal((batch, seq, width)).astype(np.float32),
+             rng.standard_normal((batch, seq, width)).astype(np.float32)]
+    outputs = jax.jit(train_step)(*args)
+    case = os.path.join(out_dir, name)
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(os.path.join(case, "args"))
+    os.makedirs(os.path.join(case, "expected"))
+    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
+    shutil.copy(before, os.path.join(case, "input.hlo"))
+    for i, a in enumerate(args):
+        np.save(os.path.join(case, "args", f"arg{i}.npy"), a)
+    for i, o in enumerate(jax.tree.leaves(outputs)):
+        np.save(os.path.join(case, "expected", f"out{i}.npy"), np.asarray(o))
+    meta = {
+        "name": name,
+        "description": (f"one-layer transformer train step (SGD): x [{batch},{seq},{width}], "
+                        f"{heads} heads, MLP hidden {2 * width}; no shardings"),
+        "num_args": len(args),
+        "rtol": 1e-4,
+        "atol": 1e-5,
+        "jax_version": jax.__version__,
+        "generator": "tools/testdata_gen/tactics_cases.py",
+    }
+    with open(os.path.join(case, "case.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    shutil.rmtree(dump, ignore_errors=True)
+    print("wrote", case)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.path.join(REPO_ROOT, "testdata", "tactics_cases"))
+    parser.add_argument("--case", choices=["mlp2_train", "transformer_train", "all"], default="all")
+    args = parser.parse_args()
+    # XLA_FLAGS are read when jax first initializes: one case per process.
+    if args.case == "all":
+        for case in ["mlp2_train", "transformer_train"]:
+            subprocess.run([sys.executable, __file__, "--out", args.out, "--case", case], check=True)
+    elif args.case == "mlp2_train":
+        mlp2_case(args.out, "mlp2_train", batch=16, width=16, hidden=32, seed=31)
+    else:
+        transformer_case(args.out, "transformer_train", batch=4, seq=8, width=16, heads=4, seed=37)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

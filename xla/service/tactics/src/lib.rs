@@ -1,0 +1,413 @@
+//! Sharding as a schedule of tactics (PartIR's row): a user's parallelism
+//! strategy kept apart from the model as an ordered list of tactics over a
+//! named mesh (batch parallelism on one axis, Megatron on another, ZeRO-3 on
+//! the first, ...; see [`schedule`]). Tactics apply one at a time: each
+//! shards the entry parameters it names, then the whole module is
+//! propagated and partitioned, and a report says what the tactic bought
+//! (collectives and their bytes per device, peak memory per device,
+//! simulated step time under the scheduler's cost model).
+//!
+//! Priorities: a later tactic never changes what an earlier one decided. A
+//! tactic that asks for a dimension an earlier tactic sharded on another
+//! axis, or for an axis the value already uses, is a conflict: the value
+//! keeps the earlier decision and the report names the value, both tactics,
+//! both shardings and the bytes the resharding would move. Every value's
+//! propagated sharding is checked against the previous step's: the earlier
+//! axes of each dimension must still lead it (`changed_earlier` lists any
+//! value where propagation did otherwise).
+//!
+//! Invariants: the bytes a report gives are counted on the partitioned
+//! module of that step (they are what partitioning emits); a schedule whose
+//! patterns match no parameter is refused, naming the tactic and pattern.
+
+pub mod schedule;
+
+use schedule::{glob_match, DimChoice, Schedule};
+use serde_json::{json, Value};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use xla_hlo_ir::stats::ModuleStats;
+use xla_hlo_ir::{HloModule, HloSharding, Shape};
+use xla_hlo_utils::{NamedMesh, PartitionSpec, Sharding};
+use xla_latency_hiding_scheduler::{CostModel, ScheduleReport, NUM_RESOURCES};
+
+pub use schedule::parse_schedule;
+
+/// A tactic that could not have its way.
+#[derive(Clone, Debug)]
+pub struct Conflict {
+    pub value: String,
+    pub dim: usize,
+    pub earlier_tactic: String,
+    pub later_tactic: String,
+    /// The value's spec as decided, and as the later tactic wanted it.
+    pub kept: String,
+    pub wanted: String,
+    pub reason: String,
+    /// Per-device bytes the resharding would move (an all-to-all of the
+    /// value's tile).
+    pub resharding_bytes: u64,
+}
+
+/// What one tactic did and bought.
+#[derive(Clone, Debug)]
+pub struct TacticReport {
+    pub name: String,
+    pub axis: String,
+    /// Parameters sharded by this tactic, with their spec after it.
+    pub sharded: Vec<(String, String)>,
+    pub conflicts: Vec<Conflict>,
+    /// Collective counts by kind and their bytes per device, counted on the
+    /// partitioned module.
+    pub collectives: std::collections::BTreeMap<String, usize>,
+    pub collective_bytes: u64,
+    pub peak_memory_bytes: u64,
+    pub simulated_step_us: f64,
+    /// Values whose earlier-decided axes the propagation did not keep.
+    pub changed_earlier: Vec<String>,
+}
+
+/// The result of a schedule: a report per tactic and the last step's
+/// propagated and partitioned modules.
+pub struct TacticsRun {
+    pub reports: Vec<TacticReport>,
+    pub propagated: HloModule,
+    pub partitioned: HloModule,
+}
+
+/// Each entry parameter's decision so far: per dimension, the axis and the
+/// tactic that put it there.
+type Decisions = Vec<Vec<Option<(String, usize)>>>;
+
+fn name_root(name: &str) -> &str {
+    match name.rfind('.') {
+        Some(dot)
+            if dot + 1 < name.len() && name[dot + 1..].bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            &name[..dot]
+        }
+        _ => name,
+    }
+}
+
+fn op_name(instr: &xla_hlo_ir::HloInstruction) -> Option<String> {
+    let xla_hlo_ir::AttrValue::Raw(text) = instr.attr(xla_hlo_ir::AttrKey::Metadata)? else {
+        return None;
+    };
+    let start = text.find("op_name=\"")? + "op_name=\"".len();
+    let end = text[start..].find('"')? + start;
+    Some(text[start..end].to_string())
+}
+
+fn spec_text(spec: &PartitionSpec) -> String {
+    let dims: Vec<String> = spec
+        .dims
+        .iter()
+        .map(|axes| match axes.as_slice() {
+            [] => "_".into(),
+            [one] => one.name.clone(),
+            many => format!(
+                "({})",
+                many.iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        })
+        .collect();
+    format!("[{}]", dims.join(","))
+}
+
+fn decision_spec(dims: &[Option<(String, usize)>]) -> PartitionSpec {
+    PartitionSpec {
+        dims: dims
+            .iter()
+            .map(|d| {
+                d.iter()
+                    .map(|(axis, _)| xla_hlo_ir::mesh::AxisRef::axis(axis.clone()))
+                    .collect()
+            })
+            .collect(),
+        ..PartitionSpec::default()
+    }
+}
+
+fn run_passes(module: &mut HloModule, passes: &str) -> Result<(), String> {
+    let options = xla_pipelines::PipelineOptions::default();
+    xla_pipelines::pipeline(&options, "tactics", passes)
+        .and_then(|mut p| p.run(module))
+        .map(|_| ())
+        .map_err(|e| format!("{passes}: {e}"))
+}
+
+/// Every array instruction's partition spec on `mesh`, by (computation,
+/// instruction) name.
+fn specs(module: &HloModule, mesh: &NamedMesh) -> HashMap<(String, String), PartitionSpec> {
+    let mut out = HashMap::new();
+    for comp in &module.computations {
+        for instr in &comp.instructions {
+            let (Some(sharding), Shape::Array(array)) = (&instr.sharding, &instr.shape) else {
+                continue;
+            };
+            let HloSharding::Single(leaf) = sharding.as_ref() else {
+                continue;
+            };
+            let Ok(s) = Sharding::from_ir(leaf) else {
+                continue;
+            };
+            if let Some(spec) = mesh.spec_of(&s, array.dims.len()) {
+                out.insert((comp.name.clone(), instr.name.clone()), spec);
+            }
+        }
+    }
+    out
+}
+
+/// Applies `schedule` to `module` (see the crate header).
+pub fn apply_schedule(
+    module: &HloModule,
+    schedule: &Schedule,
+    model: &dyn CostModel,
+) -> Result<TacticsRun, String> {
+    let mesh = NamedMesh::new(schedule.mesh.clone()).map_err(|e| format!("mesh: {e}"))?;
+    let devices = mesh.num_devices();
+    let axis_size = |axis: &str| {
+        schedule
+            .mesh
+            .iter()
+            .find(|(n, _)| n == axis)
+            .map(|(_, s)| *s)
+            .unwrap_or(1)
+    };
+    let entry = module.entry_computation();
+    let parameters: Vec<(String, Option<String>, Vec<i64>)> = entry
+        .parameters
+        .iter()
+        .map(|&p| {
+            let instr = entry.instr(p);
+            (
+                instr.name.clone(),
+                op_name(instr),
+                instr.shape.dims().to_vec(),
+            )
+        })
+        .collect();
+    let mut decisions: Decisions = parameters
+        .iter()
+        .map(|(_, _, dims)| vec![None; dims.len()])
+        .collect();
+    let mut reports = Vec::new();
+    let mut previous_specs: HashMap<(String, String), PartitionSpec> = HashMap::new();
+    let mut last = None;
+    for (index, tactic) in schedule.tactics.iter().enumerate() {
+        let mut conflicts = Vec::new();
+        let mut touched = BTreeSet::new();
+        for target in &tactic.targets {
+            let matched: Vec<usize> = parameters
+                .iter()
+                .enumerate()
+                .filter(|(_, (name, op, _))| {
+                    glob_match(&target.pattern, name_root(name))
+                        || glob_match(&target.pattern, name)
+                        || op
+                            .as_deref()
+                            .is_some_and(|op| glob_match(&target.pattern, op))
+                })
+                .map(|(i, _)| i)
+                .collect();
+            if matched.is_empty() {
+                return Err(format!(
+                    "tactic {index} ({}): {:?} matches no entry parameter (parameters: {})",
+                    tactic.name,
+                    target.pattern,
+                    parameters
+                        .iter()
+                        .map(|p| p.0.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            for p in matched {
+                let (name, _, dims) = &parameters[p];
+                let rank = dims.len();
+                let wanted_dim = match target.dim {
+                    DimChoice::Dim(d) => Some(d),
+                    DimChoice::Last => rank.checked_sub(1),
+                    DimChoice::LargestFree => (0..rank)
+                        .filter(|&d| decisions[p][d].is_none())
+                        .max_by_key(|&d| (dims[d], std::cmp::Reverse(d))),
+                };
+                let tile_bytes = |spec: &PartitionSpec| -> u64 {
+                    let shards: i64 = spec
+                        .dims
+                        .iter()
+                        .flatten()
+                        .map(|a| axis_size(&a.name))
+                        .product();
+                    let elements: i64 = dims.iter().product();
+                    (elements.max(0) as u64 * 4) / shards.max(1) as u64
+                };
+                let kept = decision_spec(&decisions[p]);
+                let mut conflict =
+                    |dim: usize, earlier: Option<usize>, reason: String, wanted: PartitionSpec| {
+                        conflicts.push(Conflict {
+                            value: name.clone(),
+                            dim,
+                            earlier_tactic: earlier
+                                .map(|e| schedule.tactics[e].name.clone())
+                                .unwrap_or_default(),
+                            later_tactic: tactic.name.clone(),
+                            kept: spec_text(&kept),
+                            wanted: spec_text(&wanted),
+                            reason,
+                            resharding_bytes: tile_bytes(&kept),
+                        });
+                    };
+                let Some(dim) = wanted_dim.filter(|&d| d < rank) else {
+                    conflict(
+                        wanted_dim.unwrap_or(0),
+                        None,
+                        format!(
+                            "no dimension to shard (rank {rank}, asked {:?})",
+                            target.dim
+                        ),
+                        kept.clone(),
+                    );
+                    continue;
+                };
+                let mut wanted = kept.clone();
+                wanted.dims[dim] = vec![xla_hlo_ir::mesh::AxisRef::axis(tactic.axis.clone())];
+                match &decisions[p][dim] {
+                    Some((axis, _)) if *axis == tactic.axis => continue,
+                    Some((axis, earlier)) => {
+                        conflict(
+                            dim,
+                            Some(*earlier),
+                            format!("dimension {dim} is already sharded on {axis:?}"),
+                            wanted,
+                        );
+                        continue;
+                    }
+                    None => {}
+                }
+                if let Some((other, (_, earlier))) =
+                    decisions[p].iter().enumerate().find_map(|(d, x)| {
+                        x.as_ref()
+                            .filter(|(a, _)| *a == tactic.axis)
+                            .map(|x| (d, x))
+                    })
+                {
+                    conflict(
+                        dim,
+                        Some(*earlier),
+                        format!("axis {:?} already shards dimension {other}", tactic.axis),
+                        wanted,
+                    );
+                    continue;
+                }
+                decisions[p][dim] = Some((tactic.axis.clone(), index));
+                touched.insert(p);
+            }
+        }
+        // The module with every decision so far, propagated and partitioned.
+        let mut annotated = module.clone();
+        annotated.config.num_partitions = Some(devices);
+        let entry_id = annotated.entry;
+        for (p, dims) in decisions.iter().enumerate() {
+            let spec = decision_spec(dims);
+            let sharding = mesh
+                .sharding(&spec)
+                .map_err(|e| format!("{}: {e}", parameters[p].0))?;
+            let id = annotated.comp(entry_id).parameters[p];
+            annotated.comp_mut(entry_id).instr_mut(id).sharding =
+                Some(Arc::new(HloSharding::Single(sharding.to_ir())));
+        }
+        run_passes(&mut annotated, "sharding-propagation")?;
+        let current_specs = specs(&annotated, &mesh);
+        let mut changed_earlier = Vec::new();
+        for (key, before) in &previous_specs {
+            let Some(now) = current_specs.get(key) else {
+                continue;
+            };
+            let kept = before
+                .dims
+                .iter()
+                .zip(&now.dims)
+                .all(|(b, n)| n.len() >= b.len() && n[..b.len()] == b[..]);
+            if !kept {
+                changed_earlier.push(format!(
+                    "%{} {} -> {}",
+                    key.1,
+                    spec_text(before),
+                    spec_text(now)
+                ));
+            }
+        }
+        changed_earlier.sort();
+        let mut partitioned = annotated.clone();
+        run_passes(&mut partitioned, "spmd-partitioning")?;
+        let stats = ModuleStats::of(&partitioned);
+        let (schedule_report, _) = ScheduleReport::compute(
+            &partitioned,
+            &partitioned,
+            model,
+            &[1; NUM_RESOURCES],
+            0.0,
+            None,
+            false,
+        )
+        .map_err(|e| format!("simulating after {}: {e}", tactic.name))?;
+        reports.push(TacticReport {
+            name: tactic.name.clone(),
+            axis: tactic.axis.clone(),
+            sharded: touched
+                .iter()
+                .map(|&p| {
+                    (
+                        parameters[p].0.clone(),
+                        spec_text(&decision_spec(&decisions[p])),
+                    )
+                })
+                .collect(),
+            conflicts,
+            collectives: stats.collectives.clone(),
+            collective_bytes: stats.collective_bytes,
+            peak_memory_bytes: schedule_report.peak_memory_bytes,
+            simulated_step_us: schedule_report.makespan_us,
+            changed_earlier,
+        });
+        previous_specs = current_specs;
+        last = Some((annotated, partitioned));
+    }
+    let (propagated, partitioned) = last.ok_or("the schedule has no tactic")?;
+    Ok(TacticsRun {
+        reports,
+        propagated,
+        partitioned,
+    })
+}
+
+impl TacticReport {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "tactic": self.name,
+            "axis": self.axis,
+            "sharded": self.sharded.iter().map(|(v, s)| json!({"value": v, "spec": s})).collect::<Vec<_>>(),
+            "conflicts": self.conflicts.iter().map(|c| json!({
+                "value": c.value,
+                "dim": c.dim,
+                "earlier_tactic": c.earlier_tactic,
+                "later_tactic": c.later_tactic,
+                "kept": c.kept,
+                "wanted": c.wanted,
+                "reason": c.reason,
+                "resharding_bytes": c.resharding_bytes,
+            })).collect::<Vec<_>>(),
+            "collectives": self.collectives,
+            "collective_bytes": self.collective_bytes,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "simulated_step_us": self.simulated_step_us,
+            "changed_earlier": self.changed_earlier,
+        })
+    }
+}
