@@ -96,7 +96,10 @@ fn run_case_on_devices(case: &str, run: &TacticsRun) -> Result<(), String> {
 ///   and [8,16]: 512 each), the gradients reduce-scattered instead of
 ///   all-reduced ([8,8]: 256 each), the forward all-reduce over y and the
 ///   loss stay: 2052 bytes.
-const EXPECTED: [(&str, &[(&str, usize)], u64); 3] = [
+/// A tactic's name, its collectives by kind and their bytes per device.
+type Expected = (&'static str, &'static [(&'static str, usize)], u64);
+
+const EXPECTED: [Expected; 3] = [
     ("batch", &[("all-reduce", 3)], 4100),
     ("megatron", &[("all-reduce", 4)], 1540),
     (
