@@ -85,6 +85,9 @@ fn run_case_on_devices(case: &str, run: &TacticsRun) -> Result<(), String> {
     Ok(())
 }
 
+/// A tactic's name, its collectives by kind and their bytes per device.
+type Expected = (&'static str, &'static [(&'static str, usize)], u64);
+
 /// The hand-derived collectives after each tactic (per-device result
 /// bytes, f32): x [16,16], y [16,16], w1 [16,32], w2 [32,16] on x=2, y=4.
 /// - batch on x: the loss and both gradients contract the batch, so three
@@ -96,9 +99,6 @@ fn run_case_on_devices(case: &str, run: &TacticsRun) -> Result<(), String> {
 ///   and [8,16]: 512 each), the gradients reduce-scattered instead of
 ///   all-reduced ([8,8]: 256 each), the forward all-reduce over y and the
 ///   loss stay: 2052 bytes.
-/// A tactic's name, its collectives by kind and their bytes per device.
-type Expected = (&'static str, &'static [(&'static str, usize)], u64);
-
 const EXPECTED: [Expected; 3] = [
     ("batch", &[("all-reduce", 3)], 4100),
     ("megatron", &[("all-reduce", 4)], 1540),
