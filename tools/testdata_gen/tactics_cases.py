@@ -7,6 +7,8 @@ JAX without any sharding annotation and dumped before optimization:
     shard it over a 2x4 mesh.
   transformer_train: a one-layer transformer train step (attention with 4
     heads, MLP), the same way.
+  transformer_2k_lowered: the same step at width 2048, sequence 512, lowered
+    only (no arrays), for automatic sharding.
 
 Each case directory holds input.hlo, args/argN.npy, expected/outN.npy (JAX
 on one CPU device) and case.json.
@@ -142,17 +144,74 @@ def transformer_case(out_dir, name, batch, seq, width, heads, seed):
     print("wrote", case)
 
 
+def transformer_lowered_case(out_dir, name, batch, seq, width, heads):
+    """The one-layer transformer train step at a realistic size, lowered
+    only (input.hlo, no arrays): for automatic sharding, which judges plans
+    by the cost model without running them."""
+    dump = tempfile.mkdtemp(prefix="tactics_dump_")
+    os.environ["XLA_FLAGS"] = (
+        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    head_dim = width // heads
+
+    def loss_fn(wq, wk, wv, wo, w1, w2, x, y):
+        b, t, _ = x.shape
+        q = (x @ wq).reshape(b, t, heads, head_dim)
+        k = (x @ wk).reshape(b, t, heads, head_dim)
+        v = (x @ wv).reshape(b, t, heads, head_dim)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(head_dim)
+        probs = jax.nn.softmax(scores, axis=-1)
+        h = x + jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, width) @ wo
+        h = h + jnp.tanh(h @ w1) @ w2
+        return jnp.mean((h - y) ** 2)
+
+    def train_step(wq, wk, wv, wo, w1, w2, x, y):
+        loss, grads = jax.value_and_grad(loss_fn, argnums=(0, 1, 2, 3, 4, 5))(
+            wq, wk, wv, wo, w1, w2, x, y)
+        weights = (wq, wk, wv, wo, w1, w2)
+        return (loss,) + tuple(w - 0.1 * g for w, g in zip(weights, grads))
+
+    f32 = jnp.float32
+    shapes = [jax.ShapeDtypeStruct((width, width), f32)] * 4 + [
+        jax.ShapeDtypeStruct((width, 4 * width), f32), jax.ShapeDtypeStruct((4 * width, width), f32),
+        jax.ShapeDtypeStruct((batch, seq, width), f32), jax.ShapeDtypeStruct((batch, seq, width), f32)]
+    jax.jit(train_step).lower(*shapes).compile()
+    case = os.path.join(out_dir, name)
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(case)
+    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
+    shutil.copy(before, os.path.join(case, "input.hlo"))
+    meta = {
+        "name": name,
+        "description": (f"one-layer transformer train step (SGD): x [{batch},{seq},{width}], "
+                        f"{heads} heads, MLP hidden {4 * width}; no shardings; lowered only"),
+        "jax_version": jax.__version__,
+        "generator": "tools/testdata_gen/tactics_cases.py",
+    }
+    with open(os.path.join(case, "case.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    shutil.rmtree(dump, ignore_errors=True)
+    print("wrote", case)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "testdata", "tactics_cases"))
-    parser.add_argument("--case", choices=["mlp2_train", "transformer_train", "all"], default="all")
+    parser.add_argument("--case", choices=["mlp2_train", "transformer_train", "transformer_2k_lowered", "all"], default="all")
     args = parser.parse_args()
     # XLA_FLAGS are read when jax first initializes: one case per process.
     if args.case == "all":
-        for case in ["mlp2_train", "transformer_train"]:
+        for case in ["mlp2_train", "transformer_train", "transformer_2k_lowered"]:
             subprocess.run([sys.executable, __file__, "--out", args.out, "--case", case], check=True)
     elif args.case == "mlp2_train":
         mlp2_case(args.out, "mlp2_train", batch=16, width=16, hidden=32, seed=31)
+    elif args.case == "transformer_2k_lowered":
+        transformer_lowered_case(args.out, "transformer_2k_lowered", batch=16, seq=512, width=2048,
+                                 heads=16)
     else:
         transformer_case(args.out, "transformer_train", batch=4, seq=8, width=16, heads=4, seed=37)
 

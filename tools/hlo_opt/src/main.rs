@@ -83,6 +83,15 @@ struct Args {
     /// With --tactics: print the per-tactic reports instead of the module.
     #[arg(long, requires = "tactics")]
     report: bool,
+    /// Search shardings of the entry parameters over --mesh minimising the
+    /// simulated step time (--cost-model) within --memory-limit per device;
+    /// prints one JSON object: the plan's figures, the search criterion
+    /// and the tactic schedule (re-run it with --tactics).
+    #[arg(long, requires = "mesh", conflicts_with = "tactics")]
+    auto_shard: bool,
+    /// With --auto-shard: the mesh, e.g. `x=2,y=4`.
+    #[arg(long)]
+    mesh: Option<String>,
     /// With `--passes=...,pipeline`: print the per-stage report (tasks,
     /// sends, peak live activations, simulated busy/idle time under
     /// --cost-model) as one JSON object instead of the stage programs.
@@ -287,6 +296,9 @@ fn run(args: &Args) -> Result<()> {
     if let Some(path) = &args.tactics {
         return run_tactics(args, path, model.as_ref(), module);
     }
+    if args.auto_shard {
+        return run_auto_shard(args, model.as_ref(), &module);
+    }
     if args.passes.last().map(String::as_str) == Some("pipeline") {
         return run_pipeline(args, model.as_ref(), module);
     }
@@ -417,6 +429,44 @@ fn run_tactics(
             buffered.flush()
         })
     }
+}
+
+/// `--auto-shard --mesh x=2,y=4 [--memory-limit BYTES]`.
+fn run_auto_shard(
+    args: &Args,
+    model: &dyn xla_latency_hiding_scheduler::CostModel,
+    module: &xla_hlo_ir::HloModule,
+) -> Result<()> {
+    let mesh_text = args.mesh.as_deref().unwrap_or_default();
+    let mesh = mesh_text
+        .split(',')
+        .map(|axis| {
+            let (name, size) = axis.split_once('=').ok_or_else(|| {
+                anyhow::anyhow!("--mesh {mesh_text:?}: expected name=size pairs, e.g. x=2,y=4")
+            })?;
+            let size: i64 = size.trim().parse().ok().filter(|&s| s > 0).ok_or_else(|| {
+                anyhow::anyhow!("--mesh {mesh_text:?}: axis {name:?} needs a positive size")
+            })?;
+            Ok((name.trim().to_string(), size))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let options = xla_tactics::AutoOptions {
+        mesh,
+        memory_limit: args.memory_limit,
+        exhaustive_limit: 4096,
+    };
+    let plan = xla_tactics::auto_shard(module, &options, model).map_err(anyhow::Error::msg)?;
+    let mut text = serde_json::json!({
+        "step_us": plan.cost.step_us,
+        "peak_memory_bytes": plan.cost.peak_memory_bytes,
+        "collective_bytes": plan.cost.collective_bytes,
+        "plans_evaluated": plan.evaluated,
+        "criterion": plan.criterion,
+        "schedule": xla_tactics::schedule_to_json(&plan.schedule),
+    })
+    .to_string();
+    text.push('\n');
+    write_output(args.output.as_deref(), |w| w.write_all(text.as_bytes()))
 }
 
 /// Writes what `write` writes to `output` (atomically) or to stdout.

@@ -1,7 +1,8 @@
 //! `hlo-opt --tactics SCHEDULE.json [--report]` on
 //! testdata/tactics_cases/mlp2_train: the per-tactic report (collectives
 //! and bytes after each tactic), the partitioned module otherwise, and a
-//! bad schedule exits 1 naming the tactic.
+//! bad schedule exits 1 naming the tactic; `--auto-shard` prints a plan
+//! whose schedule re-runs to the same figures.
 
 use std::process::Command;
 
@@ -76,4 +77,46 @@ fn bad_schedule_exits_1_naming_the_tactic() {
         stderr.contains("tactic 0 (dp)") && stderr.contains("matches no entry parameter"),
         "{stderr}"
     );
+}
+
+#[test]
+fn auto_shard_prints_a_schedule_that_reruns_to_the_same_plan() {
+    let o = tool()
+        .arg(input())
+        .args(["--auto-shard", "--mesh", "y=4", "--memory-limit", "8000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(plan["peak_memory_bytes"].as_u64().unwrap() <= 8000);
+    assert!(plan["criterion"]
+        .as_str()
+        .unwrap()
+        .starts_with("exhaustive"));
+    let schedule = schedule_file("auto", &plan["schedule"].to_string());
+    let o = tool()
+        .arg(input())
+        .arg("--tactics")
+        .arg(&schedule)
+        .arg("--report")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let last = report["tactics"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["collective_bytes"], plan["collective_bytes"]);
+    assert_eq!(last["peak_memory_bytes"], plan["peak_memory_bytes"]);
+    // Nothing fits 100 bytes per device: exit 1 with the reason.
+    let o = tool()
+        .arg(input())
+        .args(["--auto-shard", "--mesh", "y=4", "--memory-limit", "100"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("fits 100 bytes"));
 }

@@ -20,6 +20,7 @@
 //! module of that step (they are what partitioning emits); a schedule whose
 //! patterns match no parameter is refused, naming the tactic and pattern.
 
+pub mod auto;
 pub mod schedule;
 
 use schedule::{glob_match, DimChoice, Schedule};
@@ -31,7 +32,8 @@ use xla_hlo_ir::{HloModule, HloSharding, Shape};
 use xla_hlo_utils::{NamedMesh, PartitionSpec, Sharding};
 use xla_latency_hiding_scheduler::{CostModel, ScheduleReport, NUM_RESOURCES};
 
-pub use schedule::parse_schedule;
+pub use auto::{auto_shard, AutoOptions, AutoPlan};
+pub use schedule::{parse_schedule, schedule_to_json};
 
 /// A tactic that could not have its way.
 #[derive(Clone, Debug)]
@@ -79,7 +81,7 @@ pub struct TacticsRun {
 /// tactic that put it there.
 type Decisions = Vec<Vec<Option<(String, usize)>>>;
 
-fn name_root(name: &str) -> &str {
+pub(crate) fn name_root(name: &str) -> &str {
     match name.rfind('.') {
         Some(dot)
             if dot + 1 < name.len() && name[dot + 1..].bytes().all(|b| b.is_ascii_digit()) =>
@@ -118,7 +120,7 @@ fn spec_text(spec: &PartitionSpec) -> String {
     format!("[{}]", dims.join(","))
 }
 
-fn decision_spec(dims: &[Option<(String, usize)>]) -> PartitionSpec {
+pub(crate) fn decision_spec(dims: &[Option<(String, usize)>]) -> PartitionSpec {
     PartitionSpec {
         dims: dims
             .iter()
@@ -132,7 +134,7 @@ fn decision_spec(dims: &[Option<(String, usize)>]) -> PartitionSpec {
     }
 }
 
-fn run_passes(module: &mut HloModule, passes: &str) -> Result<(), String> {
+pub(crate) fn run_passes(module: &mut HloModule, passes: &str) -> Result<(), String> {
     let options = xla_pipelines::PipelineOptions::default();
     xla_pipelines::pipeline(&options, "tactics", passes)
         .and_then(|mut p| p.run(module))

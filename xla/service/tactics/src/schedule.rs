@@ -89,12 +89,13 @@ fn tactic(index: usize, value: &Value) -> Result<Tactic, String> {
         match v {
             None => Ok(default),
             Some(Value::String(s)) if s == "last" => Ok(DimChoice::Last),
+            Some(Value::String(s)) if s == "largest" => Ok(DimChoice::LargestFree),
             Some(d) => d
                 .as_u64()
                 .map(|d| DimChoice::Dim(d as usize))
                 .ok_or_else(|| {
                     context(format!(
-                        "`dim` must be a dimension number or \"last\", found {d}"
+                        "`dim` must be a dimension number, \"last\" or \"largest\", found {d}"
                     ))
                 }),
         }
@@ -242,4 +243,34 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
             (0..=tail.len()).any(|k| tail.is_char_boundary(k) && glob_match(rest, &tail[k..]))
         }
     }
+}
+
+/// The schedule as JSON that [`parse_schedule`] reads back (explicit
+/// `shard` lists).
+pub fn schedule_to_json(schedule: &Schedule) -> Value {
+    let mesh: serde_json::Map<String, Value> = schedule
+        .mesh
+        .iter()
+        .map(|(name, size)| (name.clone(), Value::from(*size)))
+        .collect();
+    let tactics: Vec<Value> = schedule
+        .tactics
+        .iter()
+        .map(|t| {
+            let shard: Vec<Value> = t
+                .targets
+                .iter()
+                .map(|target| {
+                    let dim = match target.dim {
+                        DimChoice::Dim(d) => Value::from(d),
+                        DimChoice::Last => Value::from("last"),
+                        DimChoice::LargestFree => Value::from("largest"),
+                    };
+                    serde_json::json!({"value": target.pattern, "dim": dim})
+                })
+                .collect();
+            serde_json::json!({"name": t.name, "axis": t.axis, "shard": shard})
+        })
+        .collect();
+    serde_json::json!({"mesh": mesh, "tactics": tactics})
 }
