@@ -303,7 +303,9 @@ fn run(args: &Args) -> Result<()> {
         return run_pipeline(args, model.as_ref(), module);
     }
     if args.passes.iter().any(|p| p == "pipeline") {
-        anyhow::bail!("--passes: `pipeline` must be the last pass (it turns the module into one program per stage)");
+        anyhow::bail!(
+            "--passes: `pipeline` must be the last pass (it turns the module into one program per stage)"
+        );
     }
     let want_schedule = args.schedule_report || args.trace.is_some();
     let original = want_schedule.then(|| module.clone());

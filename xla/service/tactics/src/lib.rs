@@ -391,10 +391,15 @@ pub fn apply_schedule(
 
 impl TacticReport {
     pub fn to_json(&self) -> Value {
+        let sharded: Vec<Value> = self
+            .sharded
+            .iter()
+            .map(|(value, spec)| json!({"value": value, "spec": spec}))
+            .collect();
         json!({
             "tactic": self.name,
             "axis": self.axis,
-            "sharded": self.sharded.iter().map(|(v, s)| json!({"value": v, "spec": s})).collect::<Vec<_>>(),
+            "sharded": sharded,
             "conflicts": self.conflicts.iter().map(|c| json!({
                 "value": c.value,
                 "dim": c.dim,
