@@ -7,6 +7,8 @@ JAX without any sharding annotation and dumped before optimization:
     shard it over a 2x4 mesh.
   transformer_train: a one-layer transformer train step (attention with 4
     heads, MLP), the same way.
+  mlp2_batch_lowered: the MLP with a batch of 65536 and width 1024, lowered
+    only: data parallelism pays when memory allows.
   transformer_2k_lowered: the same step at width 2048, sequence 512, lowered
     only (no arrays), for automatic sharding.
 
@@ -198,17 +200,56 @@ def transformer_lowered_case(out_dir, name, batch, seq, width, heads):
     print("wrote", case)
 
 
+def mlp2_lowered_case(out_dir, name, batch, width, hidden):
+    """The 2-layer MLP train step at a batch-heavy size, lowered only (for
+    automatic sharding: data parallelism when memory allows)."""
+    dump = tempfile.mkdtemp(prefix="tactics_dump_")
+    os.environ["XLA_FLAGS"] = (
+        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    import jax
+    import jax.numpy as jnp
+
+    def loss_fn(w1, w2, x, y):
+        h = jnp.tanh(x @ w1)
+        return jnp.mean((h @ w2 - y) ** 2)
+
+    def train_step(w1, w2, x, y):
+        loss, (g1, g2) = jax.value_and_grad(loss_fn, argnums=(0, 1))(w1, w2, x, y)
+        return loss, w1 - 0.1 * g1, w2 - 0.1 * g2
+
+    f32 = jnp.float32
+    shapes = [jax.ShapeDtypeStruct((width, hidden), f32), jax.ShapeDtypeStruct((hidden, width), f32),
+              jax.ShapeDtypeStruct((batch, width), f32), jax.ShapeDtypeStruct((batch, width), f32)]
+    jax.jit(train_step).lower(*shapes).compile()
+    case = os.path.join(out_dir, name)
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(case)
+    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
+    shutil.copy(before, os.path.join(case, "input.hlo"))
+    with open(os.path.join(case, "case.json"), "w") as f:
+        json.dump({"name": name,
+                   "description": (f"2-layer tanh MLP train step (SGD), x [{batch},{width}], "
+                                   f"w1 [{width},{hidden}], w2 [{hidden},{width}]; lowered only"),
+                   "jax_version": jax.__version__,
+                   "generator": "tools/testdata_gen/tactics_cases.py"}, f, indent=1)
+        f.write("\n")
+    shutil.rmtree(dump, ignore_errors=True)
+    print("wrote", case)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "testdata", "tactics_cases"))
-    parser.add_argument("--case", choices=["mlp2_train", "transformer_train", "transformer_2k_lowered", "all"], default="all")
+    parser.add_argument("--case", choices=["mlp2_train", "transformer_train", "transformer_2k_lowered", "mlp2_batch_lowered", "all"], default="all")
     args = parser.parse_args()
     # XLA_FLAGS are read when jax first initializes: one case per process.
     if args.case == "all":
-        for case in ["mlp2_train", "transformer_train", "transformer_2k_lowered"]:
+        for case in ["mlp2_train", "transformer_train", "transformer_2k_lowered", "mlp2_batch_lowered"]:
             subprocess.run([sys.executable, __file__, "--out", args.out, "--case", case], check=True)
     elif args.case == "mlp2_train":
         mlp2_case(args.out, "mlp2_train", batch=16, width=16, hidden=32, seed=31)
+    elif args.case == "mlp2_batch_lowered":
+        mlp2_lowered_case(args.out, "mlp2_batch_lowered", batch=65536, width=1024, hidden=1024)
     elif args.case == "transformer_2k_lowered":
         transformer_lowered_case(args.out, "transformer_2k_lowered", batch=16, seq=512, width=2048,
                                  heads=16)

@@ -1,7 +1,8 @@
 //! Automatic sharding: on testdata/tactics_cases/mlp2_train (small enough
 //! to enumerate) the coordinate descent finds the exhaustive search's
 //! optimum on a 1x4 and a 2x2 mesh, with and without a memory limit; a
-//! tight limit shards the weights; on transformer_2k_lowered (width 2048,
+//! tight limit shards the weights; a batch-heavy step (mlp2_batch_lowered)
+//! gets data parallelism; on transformer_2k_lowered (width 2048,
 //! lowered only) the automatic plan's simulated step time is within 5% of
 //! the best hand-written schedule (DP, FSDP, TP, FSDP+TP, TP+DP) on a 2x4
 //! mesh, found in under 10 s, and re-running its tactic schedule gives the
@@ -146,4 +147,33 @@ fn transformer_plan_is_within_5_percent_of_the_best_hand_written_schedule() {
     assert!(last.conflicts.is_empty(), "{:?}", last.conflicts);
     assert!((last.simulated_step_us - plan.cost.step_us).abs() < 1e-6);
     assert_eq!(last.collective_bytes, plan.cost.collective_bytes);
+}
+
+#[test]
+fn a_batch_heavy_step_gets_data_parallelism() {
+    // Batch 65536 of width 1024: all-reducing the 8 MB of weight gradients
+    // costs less than moving activations, so the plan splits the batch and
+    // keeps the weights whole.
+    let module = load("mlp2_batch_lowered");
+    let options = AutoOptions {
+        mesh: mesh(&[("y", 4)]),
+        memory_limit: None,
+        exhaustive_limit: 4096,
+    };
+    let plan = auto_shard(&module, &options, model().as_ref()).unwrap();
+    let targets: Vec<(String, String)> = plan
+        .schedule
+        .tactics
+        .iter()
+        .flat_map(|t| &t.targets)
+        .map(|t| (t.pattern.clone(), format!("{:?}", t.dim)))
+        .collect();
+    assert!(
+        targets.contains(&("x".to_string(), "Dim(0)".to_string())),
+        "{targets:?}"
+    );
+    assert!(
+        !targets.iter().any(|(v, _)| v.starts_with('w')),
+        "{targets:?}"
+    );
 }
