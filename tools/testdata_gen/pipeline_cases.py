@@ -22,22 +22,19 @@ Usage: python3 tools/testdata_gen/pipeline_cases.py [--out testdata/pipeline_cas
 """
 
 import argparse
-import glob
-import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+GENERATOR = "tools/testdata_gen/pipeline_cases.py"
+sys.path.insert(0, HERE)
+from case_files import start_dump, write_case  # noqa: E402
 
 
 def mlp_case(out_dir, name, layers, width, microbatch, microbatches, seed):
-    dump = tempfile.mkdtemp(prefix="pipeline_dump_")
-    os.environ["XLA_FLAGS"] = (
-        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    dump = start_dump()
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -72,16 +69,6 @@ def mlp_case(out_dir, name, layers, width, microbatch, microbatches, seed):
     flat_args = [a for wb in params for a in wb] + [xs, ys]
     flat_out = jax.tree.leaves(outputs)
 
-    case = os.path.join(out_dir, name)
-    shutil.rmtree(case, ignore_errors=True)
-    os.makedirs(os.path.join(case, "args"))
-    os.makedirs(os.path.join(case, "expected"))
-    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
-    shutil.copy(before, os.path.join(case, "input.hlo"))
-    for i, a in enumerate(flat_args):
-        np.save(os.path.join(case, "args", f"arg{i}.npy"), np.asarray(a))
-    for i, o in enumerate(flat_out):
-        np.save(os.path.join(case, "expected", f"out{i}.npy"), np.asarray(o))
     meta = {
         "name": name,
         "description": (f"{layers}-layer tanh MLP train step (width {width}), layer k under "
@@ -96,14 +83,8 @@ def mlp_case(out_dir, name, layers, width, microbatch, microbatches, seed):
                                for i in range(len(flat_out) - 1)],
         "rtol": 1e-4,
         "atol": 1e-5,
-        "jax_version": jax.__version__,
-        "generator": "tools/testdata_gen/pipeline_cases.py",
     }
-    with open(os.path.join(case, "case.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-        f.write("\n")
-    shutil.rmtree(dump, ignore_errors=True)
-    print("wrote", case)
+    write_case(out_dir, name, dump, meta, GENERATOR, args=flat_args, outputs=flat_out)
 
 
 def transformer_tp_case(out_dir, name, layers, width, heads, seq, microbatch, microbatches, seed):
@@ -113,10 +94,7 @@ def transformer_tp_case(out_dir, name, layers, width, heads, seq, microbatch, mi
     projections by rows), layer k under named_scope("stage_k"), gradients
     accumulated over a scan of microbatches. Lowered with JAX's defaults
     (Shardy) for 2 partitions."""
-    dump = tempfile.mkdtemp(prefix="pipeline_dump_")
-    os.environ["XLA_FLAGS"] = (
-        "--xla_force_host_platform_device_count=8 "
-        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    dump = start_dump("--xla_force_host_platform_device_count=8")
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -178,16 +156,6 @@ def transformer_tp_case(out_dir, name, layers, width, heads, seq, microbatch, mi
     flat_args = jax.tree.leaves(params) + [xs, ys]
     flat_out = jax.tree.leaves(outputs)
 
-    case = os.path.join(out_dir, name)
-    shutil.rmtree(case, ignore_errors=True)
-    os.makedirs(os.path.join(case, "args"))
-    os.makedirs(os.path.join(case, "expected"))
-    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
-    shutil.copy(before, os.path.join(case, "input.hlo"))
-    for i, a in enumerate(flat_args):
-        np.save(os.path.join(case, "args", f"arg{i}.npy"), np.asarray(a))
-    for i, o in enumerate(flat_out):
-        np.save(os.path.join(case, "expected", f"out{i}.npy"), np.asarray(o))
     meta = {
         "name": name,
         "description": (f"{layers}-layer residual transformer train step (width {width}, {heads} heads, "
@@ -202,23 +170,15 @@ def transformer_tp_case(out_dir, name, layers, width, heads, seq, microbatch, mi
         "num_outputs": len(flat_out),
         "rtol": 1e-4,
         "atol": 1e-5,
-        "jax_version": jax.__version__,
-        "generator": "tools/testdata_gen/pipeline_cases.py",
     }
-    with open(os.path.join(case, "case.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-        f.write("\n")
-    shutil.rmtree(dump, ignore_errors=True)
-    print("wrote", case)
+    write_case(out_dir, name, dump, meta, GENERATOR, args=flat_args, outputs=flat_out)
 
 
 def stacked_case(out_dir, name, layers, width, microbatch, microbatches, seed):
     """An MLP train step whose layers are one `lax.scan` over stacked
     weights [layers, width, width] (no stage scopes): the case for cutting
     layer scans into stages."""
-    dump = tempfile.mkdtemp(prefix="pipeline_dump_")
-    os.environ["XLA_FLAGS"] = (
-        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    dump = start_dump()
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -245,16 +205,6 @@ def stacked_case(out_dir, name, layers, width, microbatch, microbatches, seed):
     outputs = jax.jit(train_step)(ws, xs, ys)
     flat_args = [ws, xs, ys]
     flat_out = jax.tree.leaves(outputs)
-    case = os.path.join(out_dir, name)
-    shutil.rmtree(case, ignore_errors=True)
-    os.makedirs(os.path.join(case, "args"))
-    os.makedirs(os.path.join(case, "expected"))
-    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
-    shutil.copy(before, os.path.join(case, "input.hlo"))
-    for i, a in enumerate(flat_args):
-        np.save(os.path.join(case, "args", f"arg{i}.npy"), np.asarray(a))
-    for i, o in enumerate(flat_out):
-        np.save(os.path.join(case, "expected", f"out{i}.npy"), np.asarray(o))
     meta = {
         "name": name,
         "description": (f"{layers}-layer tanh MLP train step as one lax.scan over stacked weights "
@@ -266,14 +216,8 @@ def stacked_case(out_dir, name, layers, width, microbatch, microbatches, seed):
         "num_outputs": len(flat_out),
         "rtol": 1e-4,
         "atol": 1e-5,
-        "jax_version": jax.__version__,
-        "generator": "tools/testdata_gen/pipeline_cases.py",
     }
-    with open(os.path.join(case, "case.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-        f.write("\n")
-    shutil.rmtree(dump, ignore_errors=True)
-    print("wrote", case)
+    write_case(out_dir, name, dump, meta, GENERATOR, args=flat_args, outputs=flat_out)
 
 
 def main():

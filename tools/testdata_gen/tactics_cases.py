@@ -19,22 +19,19 @@ Usage: python3 tools/testdata_gen/tactics_cases.py [--out testdata/tactics_cases
 """
 
 import argparse
-import glob
-import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+GENERATOR = "tools/testdata_gen/tactics_cases.py"
+sys.path.insert(0, HERE)
+from case_files import start_dump, write_case  # noqa: E402
 
 
 def mlp2_case(out_dir, name, batch, width, hidden, seed):
-    dump = tempfile.mkdtemp(prefix="tactics_dump_")
-    os.environ["XLA_FLAGS"] = (
-        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    dump = start_dump()
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -54,16 +51,6 @@ def mlp2_case(out_dir, name, batch, width, hidden, seed):
     y = rng.standard_normal((batch, width)).astype(np.float32)
     outputs = jax.jit(train_step)(w1, w2, x, y)
     args = [w1, w2, x, y]
-    case = os.path.join(out_dir, name)
-    shutil.rmtree(case, ignore_errors=True)
-    os.makedirs(os.path.join(case, "args"))
-    os.makedirs(os.path.join(case, "expected"))
-    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
-    shutil.copy(before, os.path.join(case, "input.hlo"))
-    for i, a in enumerate(args):
-        np.save(os.path.join(case, "args", f"arg{i}.npy"), a)
-    for i, o in enumerate(jax.tree.leaves(outputs)):
-        np.save(os.path.join(case, "expected", f"out{i}.npy"), np.asarray(o))
     meta = {
         "name": name,
         "description": (f"2-layer tanh MLP train step (SGD), x [{batch},{width}], "
@@ -71,22 +58,14 @@ def mlp2_case(out_dir, name, batch, width, hidden, seed):
         "num_args": len(args),
         "rtol": 1e-4,
         "atol": 1e-5,
-        "jax_version": jax.__version__,
-        "generator": "tools/testdata_gen/tactics_cases.py",
     }
-    with open(os.path.join(case, "case.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-        f.write("\n")
-    shutil.rmtree(dump, ignore_errors=True)
-    print("wrote", case)
+    write_case(out_dir, name, dump, meta, GENERATOR, args=args, outputs=jax.tree.leaves(outputs))
 
 
 def transformer_case(out_dir, name, batch, seq, width, heads, seed):
     """A one-layer residual transformer train step (multi-head attention,
     then a tanh MLP; SGD update), no shardings."""
-    dump = tempfile.mkdtemp(prefix="tactics_dump_")
-    os.environ["XLA_FLAGS"] = (
-        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    dump = start_dump()
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -119,16 +98,6 @@ def transformer_case(out_dir, name, batch, seq, width, heads, seed):
     args += [rng.standard_normal((batch, seq, width)).astype(np.float32),
              rng.standard_normal((batch, seq, width)).astype(np.float32)]
     outputs = jax.jit(train_step)(*args)
-    case = os.path.join(out_dir, name)
-    shutil.rmtree(case, ignore_errors=True)
-    os.makedirs(os.path.join(case, "args"))
-    os.makedirs(os.path.join(case, "expected"))
-    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
-    shutil.copy(before, os.path.join(case, "input.hlo"))
-    for i, a in enumerate(args):
-        np.save(os.path.join(case, "args", f"arg{i}.npy"), a)
-    for i, o in enumerate(jax.tree.leaves(outputs)):
-        np.save(os.path.join(case, "expected", f"out{i}.npy"), np.asarray(o))
     meta = {
         "name": name,
         "description": (f"one-layer transformer train step (SGD): x [{batch},{seq},{width}], "
@@ -136,23 +105,15 @@ def transformer_case(out_dir, name, batch, seq, width, heads, seed):
         "num_args": len(args),
         "rtol": 1e-4,
         "atol": 1e-5,
-        "jax_version": jax.__version__,
-        "generator": "tools/testdata_gen/tactics_cases.py",
     }
-    with open(os.path.join(case, "case.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-        f.write("\n")
-    shutil.rmtree(dump, ignore_errors=True)
-    print("wrote", case)
+    write_case(out_dir, name, dump, meta, GENERATOR, args=args, outputs=jax.tree.leaves(outputs))
 
 
 def transformer_lowered_case(out_dir, name, batch, seq, width, heads):
     """The one-layer transformer train step at a realistic size, lowered
     only (input.hlo, no arrays): for automatic sharding, which judges plans
     by the cost model without running them."""
-    dump = tempfile.mkdtemp(prefix="tactics_dump_")
-    os.environ["XLA_FLAGS"] = (
-        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    dump = start_dump()
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -181,31 +142,18 @@ def transformer_lowered_case(out_dir, name, batch, seq, width, heads):
         jax.ShapeDtypeStruct((width, 4 * width), f32), jax.ShapeDtypeStruct((4 * width, width), f32),
         jax.ShapeDtypeStruct((batch, seq, width), f32), jax.ShapeDtypeStruct((batch, seq, width), f32)]
     jax.jit(train_step).lower(*shapes).compile()
-    case = os.path.join(out_dir, name)
-    shutil.rmtree(case, ignore_errors=True)
-    os.makedirs(case)
-    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
-    shutil.copy(before, os.path.join(case, "input.hlo"))
     meta = {
         "name": name,
         "description": (f"one-layer transformer train step (SGD): x [{batch},{seq},{width}], "
                         f"{heads} heads, MLP hidden {4 * width}; no shardings; lowered only"),
-        "jax_version": jax.__version__,
-        "generator": "tools/testdata_gen/tactics_cases.py",
     }
-    with open(os.path.join(case, "case.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-        f.write("\n")
-    shutil.rmtree(dump, ignore_errors=True)
-    print("wrote", case)
+    write_case(out_dir, name, dump, meta, GENERATOR)
 
 
 def mlp2_lowered_case(out_dir, name, batch, width, hidden):
     """The 2-layer MLP train step at a batch-heavy size, lowered only (for
     automatic sharding: data parallelism when memory allows)."""
-    dump = tempfile.mkdtemp(prefix="tactics_dump_")
-    os.environ["XLA_FLAGS"] = (
-        "--xla_dump_to=%s --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE" % dump)
+    dump = start_dump()
     import jax
     import jax.numpy as jnp
 
@@ -221,20 +169,12 @@ def mlp2_lowered_case(out_dir, name, batch, width, hidden):
     shapes = [jax.ShapeDtypeStruct((width, hidden), f32), jax.ShapeDtypeStruct((hidden, width), f32),
               jax.ShapeDtypeStruct((batch, width), f32), jax.ShapeDtypeStruct((batch, width), f32)]
     jax.jit(train_step).lower(*shapes).compile()
-    case = os.path.join(out_dir, name)
-    shutil.rmtree(case, ignore_errors=True)
-    os.makedirs(case)
-    (before,) = glob.glob(os.path.join(dump, "*jit_train_step.before_optimizations.txt"))
-    shutil.copy(before, os.path.join(case, "input.hlo"))
-    with open(os.path.join(case, "case.json"), "w") as f:
-        json.dump({"name": name,
-                   "description": (f"2-layer tanh MLP train step (SGD), x [{batch},{width}], "
-                                   f"w1 [{width},{hidden}], w2 [{hidden},{width}]; lowered only"),
-                   "jax_version": jax.__version__,
-                   "generator": "tools/testdata_gen/tactics_cases.py"}, f, indent=1)
-        f.write("\n")
-    shutil.rmtree(dump, ignore_errors=True)
-    print("wrote", case)
+    meta = {
+        "name": name,
+        "description": (f"2-layer tanh MLP train step (SGD), x [{batch},{width}], "
+                        f"w1 [{width},{hidden}], w2 [{hidden},{width}]; lowered only"),
+    }
+    write_case(out_dir, name, dump, meta, GENERATOR)
 
 
 def main():
