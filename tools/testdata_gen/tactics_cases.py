@@ -62,10 +62,10 @@ def mlp2_case(out_dir, name, batch, width, hidden, seed):
     write_case(out_dir, name, dump, meta, GENERATOR, args=args, outputs=jax.tree.leaves(outputs))
 
 
-def transformer_case(out_dir, name, batch, seq, width, heads, seed):
-    """A one-layer residual transformer train step (multi-head attention,
-    then a tanh MLP; SGD update), no shardings."""
-    dump = start_dump()
+def transformer_step(width, heads):
+    """The one-layer residual transformer train step (multi-head attention,
+    then a tanh MLP; SGD update) for activations of width WIDTH (jax must
+    already be imported: after start_dump)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -88,6 +88,19 @@ def transformer_case(out_dir, name, batch, seq, width, heads, seed):
             wq, wk, wv, wo, w1, w2, x, y)
         weights = (wq, wk, wv, wo, w1, w2)
         return (loss,) + tuple(w - 0.1 * g for w, g in zip(weights, grads))
+
+    return train_step
+
+
+def transformer_case(out_dir, name, batch, seq, width, heads, seed):
+    """A one-layer residual transformer train step (multi-head attention,
+    then a tanh MLP; SGD update), no shardings."""
+    dump = start_dump()
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    train_step = transformer_step(width, heads)
 
     rng = np.random.default_rng(seed)
 
@@ -118,24 +131,7 @@ def transformer_lowered_case(out_dir, name, batch, seq, width, heads):
     import jax.numpy as jnp
     import numpy as np
 
-    head_dim = width // heads
-
-    def loss_fn(wq, wk, wv, wo, w1, w2, x, y):
-        b, t, _ = x.shape
-        q = (x @ wq).reshape(b, t, heads, head_dim)
-        k = (x @ wk).reshape(b, t, heads, head_dim)
-        v = (x @ wv).reshape(b, t, heads, head_dim)
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(head_dim)
-        probs = jax.nn.softmax(scores, axis=-1)
-        h = x + jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, width) @ wo
-        h = h + jnp.tanh(h @ w1) @ w2
-        return jnp.mean((h - y) ** 2)
-
-    def train_step(wq, wk, wv, wo, w1, w2, x, y):
-        loss, grads = jax.value_and_grad(loss_fn, argnums=(0, 1, 2, 3, 4, 5))(
-            wq, wk, wv, wo, w1, w2, x, y)
-        weights = (wq, wk, wv, wo, w1, w2)
-        return (loss,) + tuple(w - 0.1 * g for w, g in zip(weights, grads))
+    train_step = transformer_step(width, heads)
 
     f32 = jnp.float32
     shapes = [jax.ShapeDtypeStruct((width, width), f32)] * 4 + [
