@@ -135,7 +135,7 @@ fn transformer_plan_is_within_5_percent_of_the_best_hand_written_schedule() {
         "auto: {:.0} us ({} plans, {seconds:.2} s, {})",
         plan.cost.step_us, plan.evaluated, plan.criterion
     );
-    // The goal is 10 s on a quiet machine (about 1 s measured); CI shares
+    // The goal is 10 s on a quiet machine (about 2 s measured); CI shares
     // two cores with the other tests of this binary.
     assert!(seconds < 30.0, "{seconds} s");
     assert!(
