@@ -244,10 +244,7 @@ pub fn auto_shard(
                 .iter()
                 .enumerate()
                 .filter_map(|(p, c)| {
-                    c[a].map(|d| Target {
-                        pattern: name_root(&params[p].0).to_string(),
-                        dim: DimChoice::Dim(d),
-                    })
+                    c[a].map(|d| Target::parameter(name_root(&params[p].0), DimChoice::Dim(d)))
                 })
                 .collect();
             (!targets.is_empty()).then(|| Tactic {

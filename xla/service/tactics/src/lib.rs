@@ -23,10 +23,11 @@
 pub mod auto;
 pub mod schedule;
 
-use schedule::{glob_match, DimChoice, Schedule};
+use schedule::{glob_match, DimChoice, Schedule, Selector};
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use xla_hlo_ir::sharding::SingleSharding;
 use xla_hlo_ir::stats::ModuleStats;
 use xla_hlo_ir::{HloModule, HloSharding, Shape};
 use xla_hlo_utils::{NamedMesh, PartitionSpec, Sharding};
@@ -77,9 +78,152 @@ pub struct TacticsRun {
     pub partitioned: HloModule,
 }
 
-/// Each entry parameter's decision so far: per dimension, the axis and the
-/// tactic that put it there.
-type Decisions = Vec<Vec<Option<(String, usize)>>>;
+/// One dimension's decision: the axis and the tactic that put it there.
+pub(crate) type DimDecision = Option<(String, usize)>;
+
+/// Each value's decision so far, per dimension.
+type Decisions = Vec<Vec<DimDecision>>;
+
+/// Where a value a tactic decides lives in the entry computation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    Parameter(usize),
+    Instruction(xla_hlo_ir::InstrId),
+    Output(usize),
+}
+
+struct ValueInfo {
+    place: Place,
+    name: String,
+    op_name: Option<String>,
+    dims: Vec<i64>,
+}
+
+fn describe(selector: &Selector) -> String {
+    match selector {
+        Selector::Parameter(p) => format!("{p:?}"),
+        Selector::OpName(p) => format!("op_name {p:?}"),
+        Selector::Output(k) => format!("output {k}"),
+    }
+}
+
+/// The values `selector` names (indices into `values`), adding the
+/// intermediates and outputs it names for the first time.
+/// A value named for the first time starts from its sharding after the
+/// previous tactic (`seed`: its spec then, attributed to that tactic), so a
+/// tactic refines it and never drops an earlier axis.
+fn match_values(
+    module: &HloModule,
+    selector: &Selector,
+    values: &mut Vec<ValueInfo>,
+    decisions: &mut Decisions,
+    seed: &dyn Fn(&xla_hlo_ir::HloInstruction) -> Vec<DimDecision>,
+) -> Vec<usize> {
+    let entry = module.entry_computation();
+    let mut add = |place: Place, instr: &xla_hlo_ir::HloInstruction| -> usize {
+        if let Some(i) = values.iter().position(|v| v.place == place) {
+            return i;
+        }
+        values.push(ValueInfo {
+            place,
+            name: instr.name.clone(),
+            op_name: op_name(instr),
+            dims: instr.shape.dims().to_vec(),
+        });
+        let mut start = seed(instr);
+        start.resize(instr.shape.dims().len(), None);
+        decisions.push(start);
+        values.len() - 1
+    };
+    match selector {
+        Selector::Parameter(pattern) => values
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| {
+                matches!(v.place, Place::Parameter(_))
+                    && (glob_match(pattern, name_root(&v.name))
+                        || glob_match(pattern, &v.name)
+                        || v.op_name
+                            .as_deref()
+                            .is_some_and(|op| glob_match(pattern, op)))
+            })
+            .map(|(i, _)| i)
+            .collect(),
+        Selector::OpName(pattern) => entry
+            .ids()
+            .filter(|&id| {
+                let instr = entry.instr(id);
+                instr.opcode != xla_hlo_ir::Opcode::Parameter
+                    && id != entry.root
+                    && instr.shape.is_array()
+                    && op_name(instr).is_some_and(|op| glob_match(pattern, &op))
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|id| add(Place::Instruction(id), entry.instr(id)))
+            .collect(),
+        Selector::Output(k) => {
+            let root = entry.root_instr();
+            let element = if root.opcode == xla_hlo_ir::Opcode::Tuple {
+                root.operands.get(*k).map(|&id| entry.instr(id))
+            } else {
+                (*k == 0).then_some(root)
+            };
+            element
+                .filter(|e| e.shape.is_array())
+                .map(|e| vec![add(Place::Output(*k), e)])
+                .unwrap_or_default()
+        }
+    }
+}
+
+/// Puts a `Sharding` custom-call (XLA's sharding constraint) after each
+/// instruction of `constraints`, its users reading it instead.
+fn constrain(
+    comp: &mut xla_hlo_ir::HloComputation,
+    constraints: &[(xla_hlo_ir::InstrId, SingleSharding)],
+) {
+    if constraints.is_empty() {
+        return;
+    }
+    use xla_hlo_ir::{AttrKey, AttrValue, HloInstruction, InstrId, Opcode};
+    let old = std::mem::take(&mut comp.instructions);
+    // Users read `map[old]` (the constraint, where there is one); the
+    // parameter table keeps `own[old]`, the instruction itself.
+    let mut map: Vec<InstrId> = Vec::with_capacity(old.len());
+    let mut own: Vec<InstrId> = Vec::with_capacity(old.len());
+    for (i, mut instr) in old.into_iter().enumerate() {
+        instr.operands = instr.operands.iter().map(|o| map[o.index()]).collect();
+        instr.control_predecessors = instr
+            .control_predecessors
+            .iter()
+            .map(|o| map[o.index()])
+            .collect();
+        let shape = instr.shape.clone();
+        let name = instr.name.clone();
+        let id = InstrId(comp.instructions.len() as u32);
+        comp.instructions.push(instr);
+        own.push(id);
+        match constraints.iter().find(|(target, _)| target.index() == i) {
+            Some((_, sharding)) => {
+                let mut constraint = HloInstruction::new(
+                    format!("{name}.tactic_constraint"),
+                    Opcode::CustomCall,
+                    shape,
+                    vec![id],
+                );
+                constraint.set_attr(AttrKey::CustomCallTarget, AttrValue::Str("Sharding".into()));
+                constraint.sharding = Some(Arc::new(HloSharding::Single(sharding.clone())));
+                let constraint_id = InstrId(comp.instructions.len() as u32);
+                comp.instructions.push(constraint);
+                map.push(constraint_id);
+            }
+            None => map.push(id),
+        }
+    }
+    comp.root = map[comp.root.index()];
+    comp.parameters = comp.parameters.iter().map(|p| own[p.index()]).collect();
+}
 
 pub(crate) fn name_root(name: &str) -> &str {
     match name.rfind('.') {
@@ -120,7 +264,7 @@ fn spec_text(spec: &PartitionSpec) -> String {
     format!("[{}]", dims.join(","))
 }
 
-pub(crate) fn decision_spec(dims: &[Option<(String, usize)>]) -> PartitionSpec {
+pub(crate) fn decision_spec(dims: &[DimDecision]) -> PartitionSpec {
     PartitionSpec {
         dims: dims
             .iter()
@@ -173,6 +317,20 @@ pub fn apply_schedule(
 ) -> Result<TacticsRun, String> {
     let mesh = NamedMesh::new(schedule.mesh.clone()).map_err(|e| format!("mesh: {e}"))?;
     let devices = mesh.num_devices();
+    // Calls are inlined first (as propagation would), so that tactics can
+    // name the intermediates of called computations by op_name.
+    let mut inlined = module.clone();
+    xla_hlo_utils::inline::inline_calls(&mut inlined, |_, call| call.sharding.is_none());
+    let module = &inlined;
+    let original_names: std::collections::HashSet<(String, String)> = module
+        .computations
+        .iter()
+        .flat_map(|c| {
+            c.instructions
+                .iter()
+                .map(move |i| (c.name.clone(), i.name.clone()))
+        })
+        .collect();
     let axis_size = |axis: &str| {
         schedule
             .mesh
@@ -182,22 +340,23 @@ pub fn apply_schedule(
             .unwrap_or(1)
     };
     let entry = module.entry_computation();
-    let parameters: Vec<(String, Option<String>, Vec<i64>)> = entry
+    // The values tactics decide: the entry parameters first, then the
+    // intermediates and outputs tactics name, as they come.
+    let mut values: Vec<ValueInfo> = entry
         .parameters
         .iter()
-        .map(|&p| {
-            let instr = entry.instr(p);
-            (
-                instr.name.clone(),
-                op_name(instr),
-                instr.shape.dims().to_vec(),
-            )
+        .enumerate()
+        .map(|(p, &id)| {
+            let instr = entry.instr(id);
+            ValueInfo {
+                place: Place::Parameter(p),
+                name: instr.name.clone(),
+                op_name: op_name(instr),
+                dims: instr.shape.dims().to_vec(),
+            }
         })
         .collect();
-    let mut decisions: Decisions = parameters
-        .iter()
-        .map(|(_, _, dims)| vec![None; dims.len()])
-        .collect();
+    let mut decisions: Decisions = values.iter().map(|v| vec![None; v.dims.len()]).collect();
     let mut reports = Vec::new();
     let mut previous_specs: HashMap<(String, String), PartitionSpec> = HashMap::new();
     let mut last = None;
@@ -205,32 +364,42 @@ pub fn apply_schedule(
         let mut conflicts = Vec::new();
         let mut touched = BTreeSet::new();
         for target in &tactic.targets {
-            let matched: Vec<usize> = parameters
-                .iter()
-                .enumerate()
-                .filter(|(_, (name, op, _))| {
-                    glob_match(&target.pattern, name_root(name))
-                        || glob_match(&target.pattern, name)
-                        || op
-                            .as_deref()
-                            .is_some_and(|op| glob_match(&target.pattern, op))
-                })
-                .map(|(i, _)| i)
-                .collect();
+            let entry_name = module.entry_computation().name.clone();
+            let seed = |instr: &xla_hlo_ir::HloInstruction| -> Vec<DimDecision> {
+                let Some(spec) = previous_specs.get(&(entry_name.clone(), instr.name.clone()))
+                else {
+                    return Vec::new();
+                };
+                spec.dims
+                    .iter()
+                    .map(|axes| {
+                        axes.first()
+                            .map(|a| (a.name.clone(), index.saturating_sub(1)))
+                    })
+                    .collect()
+            };
+            let matched =
+                match_values(module, &target.selector, &mut values, &mut decisions, &seed);
             if matched.is_empty() {
                 return Err(format!(
-                    "tactic {index} ({}): {:?} matches no entry parameter (parameters: {})",
+                    "tactic {index} ({}): {} matches no {} (parameters: {})",
                     tactic.name,
-                    target.pattern,
-                    parameters
+                    describe(&target.selector),
+                    match target.selector {
+                        Selector::Parameter(_) => "entry parameter",
+                        Selector::OpName(_) => "array instruction of the entry computation",
+                        Selector::Output(_) => "array element of the result",
+                    },
+                    values
                         .iter()
-                        .map(|p| p.0.as_str())
+                        .filter(|v| matches!(v.place, Place::Parameter(_)))
+                        .map(|v| v.name.as_str())
                         .collect::<Vec<_>>()
                         .join(", ")
                 ));
             }
             for p in matched {
-                let (name, _, dims) = &parameters[p];
+                let ValueInfo { name, dims, .. } = &values[p];
                 let rank = dims.len();
                 let wanted_dim = match target.dim {
                     DimChoice::Dim(d) => Some(d),
@@ -315,19 +484,44 @@ pub fn apply_schedule(
         let mut annotated = module.clone();
         annotated.config.num_partitions = Some(devices);
         let entry_id = annotated.entry;
-        for (p, dims) in decisions.iter().enumerate() {
+        let mut constraints = Vec::new();
+        for (value, dims) in values.iter().zip(&decisions) {
+            if dims.iter().all(Option::is_none) {
+                continue;
+            }
             let spec = decision_spec(dims);
             let sharding = mesh
                 .sharding(&spec)
-                .map_err(|e| format!("{}: {e}", parameters[p].0))?;
-            let id = annotated.comp(entry_id).parameters[p];
-            annotated.comp_mut(entry_id).instr_mut(id).sharding =
-                Some(Arc::new(HloSharding::Single(sharding.to_ir())));
+                .map_err(|e| format!("{}: {e}", value.name))?
+                .to_ir();
+            let entry = annotated.comp_mut(entry_id);
+            match value.place {
+                Place::Parameter(p) => {
+                    let id = entry.parameters[p];
+                    entry.instr_mut(id).sharding = Some(Arc::new(HloSharding::Single(sharding)));
+                }
+                Place::Instruction(id) => constraints.push((id, sharding)),
+                Place::Output(k) => {
+                    let root = entry.root_instr();
+                    let id = if root.opcode == xla_hlo_ir::Opcode::Tuple {
+                        root.operands[k]
+                    } else {
+                        entry.root
+                    };
+                    constraints.push((id, sharding));
+                }
+            }
         }
+        constrain(annotated.comp_mut(entry_id), &constraints);
         run_passes(&mut annotated, "sharding-propagation")?;
         let current_specs = specs(&annotated, &mesh);
         let mut changed_earlier = Vec::new();
         for (key, before) in &previous_specs {
+            // Only the program's own instructions: the copies propagation
+            // makes of sharding constraints are named afresh each step.
+            if !original_names.contains(key) {
+                continue;
+            }
             let Some(now) = current_specs.get(key) else {
                 continue;
             };
@@ -366,7 +560,7 @@ pub fn apply_schedule(
                 .iter()
                 .map(|&p| {
                     (
-                        parameters[p].0.clone(),
+                        values[p].name.clone(),
                         spec_text(&decision_spec(&decisions[p])),
                     )
                 })

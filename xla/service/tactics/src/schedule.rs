@@ -12,9 +12,11 @@
 //!   each value split on its largest dimension that no earlier tactic
 //!   shards.
 //!
-//! A value pattern matches an entry parameter by name (without its `.N`
-//! suffix) or by its `op_name` metadata; `*` matches any run of
-//! characters.
+//! A `shard` entry names its values by `"value"` (entry parameters whose
+//! name, without its `.N` suffix, or `op_name` matches), `"op_name"`
+//! (intermediate values of the entry computation whose `op_name` matches,
+//! e.g. a `jax.named_scope`) or `"output"` (an element of the result);
+//! recipes name parameters. In patterns `*` matches any run of characters.
 //!
 //! Invariant: parsing never panics; every error names the tactic (by
 //! position and name) and the field that is wrong.
@@ -32,10 +34,32 @@ pub enum DimChoice {
     LargestFree,
 }
 
+/// What a tactic shards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selector {
+    /// Entry parameters whose name (or `op_name`) matches the pattern.
+    Parameter(String),
+    /// Entry-computation instructions (not parameters) whose `op_name`
+    /// matches the pattern: intermediate values, constrained in place as
+    /// JAX's `with_sharding_constraint` does.
+    OpName(String),
+    /// Element `k` of the entry's result.
+    Output(usize),
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
-    pub pattern: String,
+    pub selector: Selector,
     pub dim: DimChoice,
+}
+
+impl Target {
+    pub fn parameter(pattern: impl Into<String>, dim: DimChoice) -> Target {
+        Target {
+            selector: Selector::Parameter(pattern.into()),
+            dim,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,14 +133,20 @@ fn tactic(index: usize, value: &Value) -> Result<Tactic, String> {
             shard
                 .iter()
                 .map(|entry| {
-                    let pattern = entry.get("value").and_then(Value::as_str).ok_or_else(|| {
-                        context(format!("a `shard` entry needs a `value`: {entry}"))
-                    })?;
                     let dim = dim_of(entry.get("dim"), DimChoice::Dim(0))?;
-                    Ok(Target {
-                        pattern: pattern.to_string(),
-                        dim,
-                    })
+                    let selector = if let Some(pattern) = entry.get("value").and_then(Value::as_str)
+                    {
+                        Selector::Parameter(pattern.to_string())
+                    } else if let Some(pattern) = entry.get("op_name").and_then(Value::as_str) {
+                        Selector::OpName(pattern.to_string())
+                    } else if let Some(k) = entry.get("output").and_then(Value::as_u64) {
+                        Selector::Output(k as usize)
+                    } else {
+                        return Err(context(format!(
+                            "a `shard` entry needs a `value`, an `op_name` or an `output`: {entry}"
+                        )));
+                    };
+                    Ok(Target { selector, dim })
                 })
                 .collect::<Result<Vec<_>, String>>()?
         }
@@ -125,10 +155,7 @@ fn tactic(index: usize, value: &Value) -> Result<Tactic, String> {
             strings(object.get("values"), "values")
                 .map_err(context)?
                 .into_iter()
-                .map(|pattern| Target {
-                    pattern,
-                    dim: dim.clone(),
-                })
+                .map(|pattern| Target::parameter(pattern, dim.clone()))
                 .collect()
         }
         Some("megatron") => {
@@ -141,23 +168,17 @@ fn tactic(index: usize, value: &Value) -> Result<Tactic, String> {
             }
             column
                 .into_iter()
-                .map(|pattern| Target {
-                    pattern,
-                    dim: DimChoice::Last,
-                })
-                .chain(row.into_iter().map(|pattern| Target {
-                    pattern,
-                    dim: DimChoice::Dim(0),
-                }))
+                .map(|pattern| Target::parameter(pattern, DimChoice::Last))
+                .chain(
+                    row.into_iter()
+                        .map(|pattern| Target::parameter(pattern, DimChoice::Dim(0))),
+                )
                 .collect()
         }
         Some("zero3") | Some("fsdp") => strings(object.get("values"), "values")
             .map_err(context)?
             .into_iter()
-            .map(|pattern| Target {
-                pattern,
-                dim: DimChoice::LargestFree,
-            })
+            .map(|pattern| Target::parameter(pattern, DimChoice::LargestFree))
             .collect(),
         Some(other) => {
             return Err(context(format!(
@@ -266,7 +287,11 @@ pub fn schedule_to_json(schedule: &Schedule) -> Value {
                         DimChoice::Last => Value::from("last"),
                         DimChoice::LargestFree => Value::from("largest"),
                     };
-                    serde_json::json!({"value": target.pattern, "dim": dim})
+                    match &target.selector {
+                        Selector::Parameter(p) => serde_json::json!({"value": p, "dim": dim}),
+                        Selector::OpName(p) => serde_json::json!({"op_name": p, "dim": dim}),
+                        Selector::Output(k) => serde_json::json!({"output": k, "dim": dim}),
+                    }
                 })
                 .collect();
             serde_json::json!({"name": t.name, "axis": t.axis, "shard": shard})

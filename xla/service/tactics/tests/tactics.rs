@@ -241,3 +241,52 @@ fn transformer_schedule_keeps_earlier_decisions_and_matches_jax_after_each_tacti
             .unwrap_or_else(|e| panic!("after {}: {e}", report.name));
     }
 }
+
+#[test]
+fn intermediates_by_op_name_and_outputs_can_be_sharded() {
+    // Batch on x, then the hidden activation (op_name .../jvp()/tanh) split
+    // on y: propagation turns it into Megatron's layout (the same 1540
+    // bytes as the recipe); then the updated w1 (output 1) split on x.
+    let text = r#"{
+      "mesh": {"x": 2, "y": 4},
+      "tactics": [
+        {"name": "batch", "recipe": "batch", "axis": "x", "values": ["x", "y"]},
+        {"name": "hidden", "axis": "y", "shard": [{"op_name": "*jvp()/tanh", "dim": 1}]},
+        {"name": "w1-out", "axis": "x", "shard": [{"output": 1, "dim": 0}]}
+      ]
+    }"#;
+    let run = apply_schedule(&module(), &parse_schedule(text).unwrap(), model().as_ref()).unwrap();
+    let hidden = &run.reports[1];
+    assert_eq!(
+        hidden.sharded,
+        vec![("tanh.1".to_string(), "[x,y]".to_string())]
+    );
+    assert_eq!(hidden.collective_bytes, 1540);
+    let out = &run.reports[2];
+    assert_eq!(out.sharded.len(), 1, "{:?}", out);
+    assert_eq!(out.sharded[0].1, "[x,y]");
+    for report in &run.reports {
+        assert!(
+            report.changed_earlier.is_empty(),
+            "{}: {:?}",
+            report.name,
+            report.changed_earlier
+        );
+        assert!(
+            report.conflicts.is_empty(),
+            "{}: {:?}",
+            report.name,
+            report.conflicts
+        );
+    }
+    run_on_devices(&run).unwrap();
+    // An op_name that names nothing is refused.
+    let bad = text.replace("*jvp()/tanh", "*/softmax");
+    let e = apply_schedule(&module(), &parse_schedule(&bad).unwrap(), model().as_ref())
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("op_name \"*/softmax\" matches no array instruction"),
+        "{e}"
+    );
+}
