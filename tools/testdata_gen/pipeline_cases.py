@@ -33,6 +33,26 @@ sys.path.insert(0, HERE)
 from case_files import start_dump, write_case  # noqa: E402
 
 
+def accumulated_train_step(loss_fn, microbatches):
+    """The train step that averages LOSS_FN and its gradients over the
+    microbatches of `xs`, `ys` (stacked on axis 0) with a `lax.scan`: the
+    loop that gets pipelined (jax must already be imported)."""
+    import jax
+    import jax.numpy as jnp
+
+    def train_step(params, xs, ys):
+        def body(carry, xy):
+            loss_acc, grads_acc = carry
+            loss, grads = jax.value_and_grad(loss_fn)(params, *xy)
+            return (loss_acc + loss, jax.tree.map(jnp.add, grads_acc, grads)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        (loss, grads), _ = jax.lax.scan(body, (jnp.float32(0), zeros), (xs, ys))
+        return loss / microbatches, jax.tree.map(lambda g: g / microbatches, grads)
+
+    return train_step
+
+
 def mlp_case(out_dir, name, layers, width, microbatch, microbatches, seed):
     dump = start_dump()
     import jax
@@ -49,15 +69,7 @@ def mlp_case(out_dir, name, layers, width, microbatch, microbatches, seed):
                 h = layer(params[k][0], params[k][1], h)
         return jnp.mean((h - y) ** 2)
 
-    def train_step(params, xs, ys):
-        def body(carry, xy):
-            loss_acc, grads_acc = carry
-            loss, grads = jax.value_and_grad(loss_fn)(params, *xy)
-            return (loss_acc + loss, jax.tree.map(jnp.add, grads_acc, grads)), None
-
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        (loss, grads), _ = jax.lax.scan(body, (jnp.float32(0), zeros), (xs, ys))
-        return loss / microbatches, jax.tree.map(lambda g: g / microbatches, grads)
+    train_step = accumulated_train_step(loss_fn, microbatches)
 
     rng = np.random.default_rng(seed)
     params = [((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32),
@@ -126,15 +138,7 @@ def transformer_tp_case(out_dir, name, layers, width, heads, seq, microbatch, mi
                 h = block(params[k], h)
         return jnp.mean((h - y) ** 2)
 
-    def train_step(params, xs, ys):
-        def body(carry, xy):
-            loss_acc, grads_acc = carry
-            loss, grads = jax.value_and_grad(loss_fn)(params, *xy)
-            return (loss_acc + loss, jax.tree.map(jnp.add, grads_acc, grads)), None
-
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        (loss, grads), _ = jax.lax.scan(body, (jnp.float32(0), zeros), (xs, ys))
-        return loss / microbatches, jax.tree.map(lambda g: g / microbatches, grads)
+    train_step = accumulated_train_step(loss_fn, microbatches)
 
     rng = np.random.default_rng(seed)
     hidden = 2 * width

@@ -30,11 +30,11 @@ sys.path.insert(0, HERE)
 from case_files import start_dump, write_case  # noqa: E402
 
 
-def mlp2_case(out_dir, name, batch, width, hidden, seed):
-    dump = start_dump()
+def mlp2_step():
+    """The 2-layer tanh MLP train step (loss, then SGD-updated w1, w2; jax
+    must already be imported)."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     def loss_fn(w1, w2, x, y):
         h = jnp.tanh(x @ w1)
@@ -43,6 +43,17 @@ def mlp2_case(out_dir, name, batch, width, hidden, seed):
     def train_step(w1, w2, x, y):
         loss, (g1, g2) = jax.value_and_grad(loss_fn, argnums=(0, 1))(w1, w2, x, y)
         return loss, w1 - 0.1 * g1, w2 - 0.1 * g2
+
+    return train_step
+
+
+def mlp2_case(out_dir, name, batch, width, hidden, seed):
+    dump = start_dump()
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    train_step = mlp2_step()
 
     rng = np.random.default_rng(seed)
     w1 = (rng.standard_normal((width, hidden)) / np.sqrt(width)).astype(np.float32)
@@ -153,13 +164,7 @@ def mlp2_lowered_case(out_dir, name, batch, width, hidden):
     import jax
     import jax.numpy as jnp
 
-    def loss_fn(w1, w2, x, y):
-        h = jnp.tanh(x @ w1)
-        return jnp.mean((h @ w2 - y) ** 2)
-
-    def train_step(w1, w2, x, y):
-        loss, (g1, g2) = jax.value_and_grad(loss_fn, argnums=(0, 1))(w1, w2, x, y)
-        return loss, w1 - 0.1 * g1, w2 - 0.1 * g2
+    train_step = mlp2_step()
 
     f32 = jnp.float32
     shapes = [jax.ShapeDtypeStruct((width, hidden), f32), jax.ShapeDtypeStruct((hidden, width), f32),

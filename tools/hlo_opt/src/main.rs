@@ -73,7 +73,8 @@ struct Args {
     microbatches: Option<usize>,
     /// Apply a tactic schedule (JSON: a named mesh and tactics such as
     /// batch parallelism, Megatron, ZeRO-3; see xla/service/tactics): each
-    /// tactic shards the parameters it names, then the module is propagated
+    /// tactic shards the values it names (parameters, intermediates by
+    /// op_name, outputs), then the module is propagated
     /// and partitioned; prints the partitioned module after the last tactic
     /// (or, with --report, one JSON object with a report per tactic:
     /// collectives, bytes per device, peak memory, simulated step time,
