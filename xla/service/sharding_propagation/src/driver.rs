@@ -376,14 +376,29 @@ fn write_back(
 }
 
 /// IR forms of the propagated shardings, shared between instructions: a
-/// sharding whose tiled leaves are the same `Arc` is converted once and
-/// stored once. Shard groups are consumed by propagation, so a single
+/// single sharding is converted and stored once per value, a tuple once per
+/// set of leaf `Arc`s. Shard groups are consumed by propagation, so a single
 /// sharding is written without its group.
 #[derive(Default)]
 struct SharedIrShardings {
     leaves: FxHashMap<*const Tiled, SingleSharding>,
     singles: FxHashMap<*const Tiled, Arc<HloSharding>>,
+    /// Single shardings by value: propagation makes equal shardings in
+    /// separate `Arc`s, converted and stored once here.
+    single_values: FxHashMap<Tiled, Arc<HloSharding>>,
+    /// Tuples by their leaves' identities (see [`leaf_identity`]).
+    tuples: FxHashMap<Vec<usize>, Arc<HloSharding>>,
     replicated: Option<Arc<HloSharding>>,
+}
+
+/// A leaf's identity for sharing a tuple's IR form: the address of a tiled
+/// leaf's `Arc`, 0 for replicated; `None` for other kinds.
+fn leaf_identity(leaf: &Sharding) -> Option<usize> {
+    match leaf {
+        Sharding::Tiled(tiled) => Some(Arc::as_ptr(tiled) as usize),
+        Sharding::Replicated => Some(0),
+        _ => None,
+    }
 }
 
 impl SharedIrShardings {
@@ -393,9 +408,17 @@ impl SharedIrShardings {
                 if let Some(hit) = self.singles.get(&Arc::as_ptr(tiled)) {
                     return hit.clone();
                 }
-                let mut leaf = self.leaf(&Sharding::Tiled(tiled.clone()));
-                leaf.shard_group = None;
-                let ir = Arc::new(HloSharding::Single(leaf));
+                let ir = match self.single_values.get(tiled.as_ref()) {
+                    Some(hit) => hit.clone(),
+                    None => {
+                        let mut leaf = self.leaf(&Sharding::Tiled(tiled.clone()));
+                        leaf.shard_group = None;
+                        let ir = Arc::new(HloSharding::Single(leaf));
+                        self.single_values
+                            .insert(tiled.as_ref().clone(), ir.clone());
+                        ir
+                    }
+                };
                 self.singles.insert(Arc::as_ptr(tiled), ir.clone());
                 ir
             }
@@ -408,9 +431,19 @@ impl SharedIrShardings {
                 leaf.shard_group = None;
                 Arc::new(HloSharding::Single(leaf))
             }
-            InstrSharding::Tuple(leaves) => Arc::new(HloSharding::Tuple(
-                leaves.iter().map(|leaf| self.leaf(leaf)).collect(),
-            )),
+            InstrSharding::Tuple(leaves) => {
+                let key: Option<Vec<usize>> = leaves.iter().map(leaf_identity).collect();
+                if let Some(hit) = key.as_ref().and_then(|key| self.tuples.get(key)) {
+                    return hit.clone();
+                }
+                let ir = Arc::new(HloSharding::Tuple(
+                    leaves.iter().map(|leaf| self.leaf(leaf)).collect(),
+                ));
+                if let Some(key) = key {
+                    self.tuples.insert(key, ir.clone());
+                }
+                ir
+            }
         }
     }
 
