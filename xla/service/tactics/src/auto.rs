@@ -9,10 +9,10 @@
 //! [`AutoOptions::exhaustive_limit`] (then the result is optimal over the
 //! space: the stated criterion is "exhaustive"); otherwise steepest
 //! descent from several starts (each axis given one uniform pattern:
-//! nothing, or each parameter's first, last or largest dimension), taking
-//! the best single (parameter, axis) change while the objective improves
-//! (the criterion is then "local optimum: no single parameter-axis change
-//! improves"). A parameter's axes shard distinct dimensions, as a tactic
+//! nothing, or each parameter's first, last or largest dimension; every
+//! combination over up to three axes), taking the best single (parameter,
+//! axis) change while the objective improves (the criterion is then "local
+//! optimum: no single parameter-axis change improves"). A parameter's axes shard distinct dimensions, as a tactic
 //! schedule can express. Plans over the memory limit are ranked by how far
 //! over they are, so the descent walks towards plans that fit. The result
 //! is a tactic schedule (one explicit tactic per axis) the user can read,
@@ -338,10 +338,23 @@ fn descent_search(
         }
     };
     let axes = options_of.first().map(Vec::len).unwrap_or(0);
+    // Every combination of patterns over up to three axes (64 starts);
+    // beyond, one pattern for all axes.
+    let combinations = if axes <= 3 {
+        4usize.pow(axes as u32)
+    } else {
+        4
+    };
     let mut starts: Vec<Config> = Vec::new();
-    for code in 0..4usize.pow(axes as u32) {
+    for code in 0..combinations {
         let kinds: Vec<usize> = (0..axes)
-            .map(|a| (code / 4usize.pow(a as u32)) % 4)
+            .map(|a| {
+                if axes <= 3 {
+                    (code / 4usize.pow(a as u32)) % 4
+                } else {
+                    code
+                }
+            })
             .collect();
         let start: Config = (0..options_of.len())
             .map(|p| (0..axes).map(|a| pattern(p, a, kinds[a])).collect())
