@@ -1,15 +1,19 @@
 //! Running a pipelined program (`xla_mpmd::PipelineProgram`) by a task table
 //! on loopback devices: the prologue computes the loop's initial carry on
-//! the host; device `d` then runs its table's tasks in order, each task
-//! program on its microbatch's inputs, its accumulators and the values
-//! other tasks produced, sending each value it produces once to every
-//! other device that reads it (`Communicator::send`, tag = value and
-//! microbatch) and keeping it for readers on its own device; a received or
-//! kept value is freed as soon as its last reader on the device has run;
-//! the epilogue turns the final carry into the program's results.
+//! the host; each stage device of the table (a group of `tensor_parallel`
+//! devices, sharing a loopback world for the collectives of its partitioned
+//! programs) then runs its tasks in order, each task program on its
+//! microbatch's inputs, its accumulators and the values other tasks
+//! produced (host values split to each device's tile), sending each value
+//! it produces once to every other group that reads it, device `i` to
+//! device `i` (`Communicator::send`, tag = value and microbatch), and
+//! keeping it for readers in its own group; a received or kept value is
+//! freed as soon as its last reader has run; the epilogue turns the final
+//! carry (accumulators assembled from their tiles) into the program's
+//! results.
 //!
-//! Invariants: every (stage, microbatch, direction) of the table runs once,
-//! on device `stage % devices`; results equal the unpipelined program's up
+//! Invariants: every (stage, microbatch, direction) of the table runs once
+//! on each device of group `stage % devices`; results equal the unpipelined program's up
 //! to the order of floating-point sums the program itself fixes (each task
 //! runs the same instructions on the same values); a device that fails
 //! makes the others fail at their next receive instead of waiting out the
