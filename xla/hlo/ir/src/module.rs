@@ -125,6 +125,22 @@ impl HloInstruction {
             _ => None,
         }
     }
+    /// The `op_name` of the instruction's `metadata={...}`, if any (escapes
+    /// kept as written).
+    pub fn op_name(&self) -> Option<&str> {
+        let text: &str = match self.attr(AttrKey::Metadata)? {
+            AttrValue::Raw(text) => text,
+            AttrValue::Str(text) => text,
+            _ => return None,
+        };
+        let start = text.find("op_name=\"")? + "op_name=\"".len();
+        let bytes = text.as_bytes();
+        let mut end = start;
+        while end < bytes.len() && bytes[end] != b'"' {
+            end += if bytes[end] == b'\\' { 2 } else { 1 };
+        }
+        text.get(start..end.min(bytes.len()))
+    }
     pub fn ident_attr(&self, key: AttrKey) -> Option<&str> {
         match self.attr(key)? {
             AttrValue::Ident(v) | AttrValue::Str(v) => Some(v),

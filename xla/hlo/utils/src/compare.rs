@@ -233,7 +233,7 @@ pub fn compare_module_shardings(ours: &HloModule, other: &HloModule) -> Sharding
 }
 
 /// A name without its numeric `.N` suffix (`add.12` -> `add`).
-fn name_root(name: &str) -> &str {
+pub fn name_root(name: &str) -> &str {
     match name.rfind('.') {
         Some(dot)
             if dot > 0

@@ -13,7 +13,7 @@
 //! trip count is not a multiple of P (or smaller than P) is refused.
 
 use crate::error::MpmdError;
-use crate::stages::{carry_read, op_name, scalar_int};
+use crate::stages::{carry_read, scalar_int};
 use std::sync::Arc;
 use xla_hlo_ir::attrs::{AttrKey, AttrValue};
 use xla_hlo_ir::literal::Literal;
@@ -57,7 +57,7 @@ fn counted_loop(module: &HloModule, comp: &HloComputation, id: InstrId) -> Optio
         limit_id: root.operands[1],
         start,
         limit,
-        backward: op_name(instr).is_some_and(|n| n.contains("transpose(")),
+        backward: instr.op_name().is_some_and(|n| n.contains("transpose(")),
     })
 }
 

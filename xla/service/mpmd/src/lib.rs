@@ -160,13 +160,8 @@ pub fn split_pipeline(
 
 /// Runs passes from the one registry on `module` (verified after each).
 fn run_passes(module: &mut HloModule, passes: &str) -> Result<(), MpmdError> {
-    let options = xla_pipelines::PipelineOptions::default();
-    let mut pipeline = xla_pipelines::pipeline(&options, "mpmd", passes)
-        .map_err(|e| MpmdError::Unsupported(format!("{passes} on {}: {e}", module.name)))?;
-    pipeline
-        .run(module)
-        .map_err(|e| MpmdError::Unsupported(format!("{passes} on {}: {e}", module.name)))?;
-    Ok(())
+    xla_pipelines::run_passes(module, "mpmd", passes)
+        .map_err(|e| MpmdError::Unsupported(format!("{passes} on {}: {e}", module.name)))
 }
 
 impl PipelineProgram {

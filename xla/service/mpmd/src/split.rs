@@ -11,14 +11,13 @@
 //! accepts (checked by the tests) and that prints as HLO text.
 
 use crate::error::MpmdError;
-use crate::stages::{
-    remove_dead_instructions, BodyLabels, CarryKind, Label, MicrobatchLoop, TaskKey,
-};
+use crate::stages::{BodyLabels, CarryKind, Label, MicrobatchLoop, TaskKey};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use xla_hlo_ir::attrs::AttrKey;
 use xla_hlo_ir::{HloComputation, HloInstruction, HloModule, HloSharding, InstrId, Opcode, Shape};
 use xla_hlo_utils::inline::remove_uncalled_computations;
+use xla_spmd_partitioner::partition::dce;
 
 /// A value computed by one task and read by others (an activation going
 /// forward, a gradient going backward, or an activation kept for the
@@ -109,11 +108,7 @@ fn module_with_entry(base: &HloModule, name: String, entry: HloComputation) -> H
     module.name = name;
     module.computations.push(entry);
     module.entry = xla_hlo_ir::CompId(module.computations.len() as u32 - 1);
-    module.config.entry_computation_layout = None;
-    module.config.input_output_alias = None;
-    module.config.buffer_donor = None;
-    module.config.allow_spmd_sharding_propagation_to_parameters = None;
-    module.config.allow_spmd_sharding_propagation_to_output = None;
+    module_config_without_entry_layout(&mut module);
     module.config.is_scheduled = false;
     remove_uncalled_computations(&mut module);
     module
@@ -292,7 +287,7 @@ pub(crate) fn prologue(module: &HloModule, microbatch_loop: &MicrobatchLoop) -> 
     prologue.name = format!("{}_prologue", module.name);
     let entry = prologue.comp_mut(prologue.entry);
     entry.root = entry.instr(microbatch_loop.while_id).operands[0];
-    remove_dead_instructions(prologue.comp_mut(prologue.entry));
+    dce(prologue.comp_mut(prologue.entry));
     module_config_without_entry_layout(&mut prologue);
     remove_uncalled_computations(&mut prologue);
     prologue
@@ -323,7 +318,7 @@ pub(crate) fn epilogue(module: &HloModule, microbatch_loop: &MicrobatchLoop) -> 
         .collect();
     *while_instr = carry;
     entry.parameters.push(microbatch_loop.while_id);
-    remove_dead_instructions(epilogue.comp_mut(epilogue.entry));
+    dce(epilogue.comp_mut(epilogue.entry));
     module_config_without_entry_layout(&mut epilogue);
     remove_uncalled_computations(&mut epilogue);
     epilogue

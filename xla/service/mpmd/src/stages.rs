@@ -23,7 +23,7 @@
 //! instructions); each accumulator is read and updated by one task.
 
 use crate::error::MpmdError;
-use xla_hlo_ir::attrs::{AttrKey, AttrValue};
+use xla_hlo_ir::attrs::AttrKey;
 use xla_hlo_ir::literal::Literal;
 use xla_hlo_ir::{CompId, HloComputation, HloInstruction, HloModule, InstrId, Opcode};
 
@@ -157,22 +157,6 @@ pub(crate) fn scope_of(op_name: &str, prefix: &str) -> Option<(usize, Direction)
     found.map(|k| (k, direction))
 }
 
-/// The `op_name` of an instruction's metadata, if any.
-pub(crate) fn op_name(instr: &HloInstruction) -> Option<&str> {
-    let text: &str = match instr.attr(AttrKey::Metadata)? {
-        AttrValue::Raw(text) => text,
-        AttrValue::Str(text) => text,
-        _ => return None,
-    };
-    let start = text.find("op_name=\"")? + "op_name=\"".len();
-    let mut end = start;
-    let bytes = text.as_bytes();
-    while end < bytes.len() && bytes[end] != b'"' {
-        end += if bytes[end] == b'\\' { 2 } else { 1 };
-    }
-    text.get(start..end.min(bytes.len()))
-}
-
 pub(crate) fn scalar_int(instr: &HloInstruction) -> Option<i128> {
     if instr.opcode != Opcode::Constant {
         return None;
@@ -201,7 +185,7 @@ pub(crate) fn carry_read(comp: &HloComputation, id: InstrId) -> Option<usize> {
 fn has_stage_marker(comp: &HloComputation, prefix: &str) -> bool {
     comp.instructions
         .iter()
-        .any(|i| op_name(i).and_then(|n| scope_of(n, prefix)).is_some())
+        .any(|i| i.op_name().and_then(|n| scope_of(n, prefix)).is_some())
 }
 
 /// Finds the microbatch loop: the entry's while loop whose body holds
@@ -354,7 +338,7 @@ pub(crate) fn label_body(
     let scopes: Vec<Option<(usize, Direction)>> = body
         .instructions
         .iter()
-        .map(|i| op_name(i).and_then(|name| scope_of(name, prefix)))
+        .map(|i| i.op_name().and_then(|name| scope_of(name, prefix)))
         .collect();
     let scope_count = scopes
         .iter()
@@ -570,29 +554,7 @@ pub(crate) fn forward_tuple_elements(comp: &mut HloComputation) {
             comp.replace_uses(InstrId(i as u32), element);
         }
     }
-    remove_dead_instructions(comp);
-}
-
-/// Keeps a computation's parameters and what its root reads.
-pub(crate) fn remove_dead_instructions(comp: &mut HloComputation) {
-    let n = comp.instructions.len();
-    let mut live = vec![false; n];
-    let mut stack: Vec<usize> = vec![comp.root.index()];
-    stack.extend(comp.parameters.iter().map(|p| p.index()));
-    while let Some(i) = stack.pop() {
-        if i >= n || live[i] {
-            continue;
-        }
-        live[i] = true;
-        stack.extend(comp.instructions[i].operands.iter().map(|o| o.index()));
-        stack.extend(
-            comp.instructions[i]
-                .control_predecessors
-                .iter()
-                .map(|o| o.index()),
-        );
-    }
-    comp.retain_instructions(&live);
+    xla_spmd_partitioner::partition::dce(comp);
 }
 
 /// The body's instructions in an order where operands come first.

@@ -143,6 +143,18 @@ pub fn pipeline(
 
 /// The standard SPMD pipeline: [`SPMD_PASSES`], then the scheduler when
 /// `schedule` is set.
+/// Runs `passes` (names from the registry, comma-separated) on `module`
+/// with the default options, verifying after each: for crates that run a
+/// few passes on the modules they build (stage programs, tactic steps).
+pub fn run_passes(
+    module: &mut HloModule,
+    pipeline_name: &str,
+    passes: &str,
+) -> Result<(), PassError> {
+    pipeline(&PipelineOptions::default(), pipeline_name, passes)?.run(module)?;
+    Ok(())
+}
+
 pub fn spmd_pipeline(options: &PipelineOptions, schedule: bool) -> Pipeline {
     let mut names = SPMD_PASSES.to_vec();
     if schedule {

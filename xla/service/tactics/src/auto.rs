@@ -23,13 +23,13 @@
 //! figures are what `--tactics` reports for the returned schedule.
 
 use crate::schedule::{DimChoice, Schedule, Tactic, Target};
-use crate::{decision_spec, name_root, run_passes};
+use crate::{measure, run_passes};
 use std::collections::HashMap;
 use std::sync::Arc;
-use xla_hlo_ir::stats::ModuleStats;
 use xla_hlo_ir::{HloModule, HloSharding};
-use xla_hlo_utils::NamedMesh;
-use xla_latency_hiding_scheduler::{CostModel, ScheduleReport, NUM_RESOURCES};
+use xla_hlo_utils::compare::name_root;
+use xla_hlo_utils::{NamedMesh, PartitionSpec};
+use xla_latency_hiding_scheduler::CostModel;
 
 #[derive(Clone, Debug)]
 pub struct AutoOptions {
@@ -118,8 +118,10 @@ impl Evaluator<'_> {
         module.config.num_partitions = Some(self.mesh.num_devices());
         let entry = module.entry;
         for (p, choices) in config.iter().enumerate() {
-            let dims: Vec<Option<(String, usize)>> = (0..self.ranks[p]).map(|_| None).collect();
-            let mut spec = decision_spec(&dims);
+            let mut spec = PartitionSpec {
+                dims: vec![Vec::new(); self.ranks[p]],
+                ..PartitionSpec::default()
+            };
             for (a, choice) in choices.iter().enumerate() {
                 if let Some(d) = choice {
                     spec.dims[*d].push(xla_hlo_ir::mesh::AxisRef::axis(self.axes[a].clone()));
@@ -131,17 +133,7 @@ impl Evaluator<'_> {
                 Some(Arc::new(HloSharding::Single(sharding.to_ir())));
         }
         run_passes(&mut module, "sharding-propagation,spmd-partitioning").ok()?;
-        let stats = ModuleStats::of(&module);
-        let (report, _) = ScheduleReport::compute(
-            &module,
-            &module,
-            self.model,
-            &[1; NUM_RESOURCES],
-            0.0,
-            None,
-            false,
-        )
-        .ok()?;
+        let (stats, report) = measure(&module, self.model).ok()?;
         Some(PlanCost {
             excess_bytes: self
                 .memory_limit

@@ -33,6 +33,8 @@ use xla_hlo_ir::{HloModule, HloSharding, Shape};
 use xla_hlo_utils::{NamedMesh, PartitionSpec, Sharding};
 use xla_latency_hiding_scheduler::{CostModel, ScheduleReport, NUM_RESOURCES};
 
+use xla_hlo_utils::compare::name_root;
+
 pub use auto::{auto_shard, AutoOptions, AutoPlan};
 pub use schedule::{parse_schedule, schedule_to_json};
 
@@ -79,7 +81,7 @@ pub struct TacticsRun {
 }
 
 /// One dimension's decision: the axis and the tactic that put it there.
-pub(crate) type DimDecision = Option<(String, usize)>;
+type DimDecision = Option<(String, usize)>;
 
 /// Each value's decision so far, per dimension.
 type Decisions = Vec<Vec<DimDecision>>;
@@ -127,7 +129,7 @@ fn match_values(
         values.push(ValueInfo {
             place,
             name: instr.name.clone(),
-            op_name: op_name(instr),
+            op_name: instr.op_name().map(str::to_string),
             dims: instr.shape.dims().to_vec(),
         });
         let mut start = seed(instr);
@@ -156,7 +158,7 @@ fn match_values(
                 instr.opcode != xla_hlo_ir::Opcode::Parameter
                     && id != entry.root
                     && instr.shape.is_array()
-                    && op_name(instr).is_some_and(|op| glob_match(pattern, &op))
+                    && instr.op_name().is_some_and(|op| glob_match(pattern, op))
             })
             .collect::<Vec<_>>()
             .into_iter()
@@ -225,26 +227,6 @@ fn constrain(
     comp.parameters = comp.parameters.iter().map(|p| own[p.index()]).collect();
 }
 
-pub(crate) fn name_root(name: &str) -> &str {
-    match name.rfind('.') {
-        Some(dot)
-            if dot + 1 < name.len() && name[dot + 1..].bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            &name[..dot]
-        }
-        _ => name,
-    }
-}
-
-fn op_name(instr: &xla_hlo_ir::HloInstruction) -> Option<String> {
-    let xla_hlo_ir::AttrValue::Raw(text) = instr.attr(xla_hlo_ir::AttrKey::Metadata)? else {
-        return None;
-    };
-    let start = text.find("op_name=\"")? + "op_name=\"".len();
-    let end = text[start..].find('"')? + start;
-    Some(text[start..end].to_string())
-}
-
 fn spec_text(spec: &PartitionSpec) -> String {
     let dims: Vec<String> = spec
         .dims
@@ -264,7 +246,7 @@ fn spec_text(spec: &PartitionSpec) -> String {
     format!("[{}]", dims.join(","))
 }
 
-pub(crate) fn decision_spec(dims: &[DimDecision]) -> PartitionSpec {
+fn decision_spec(dims: &[DimDecision]) -> PartitionSpec {
     PartitionSpec {
         dims: dims
             .iter()
@@ -279,11 +261,26 @@ pub(crate) fn decision_spec(dims: &[DimDecision]) -> PartitionSpec {
 }
 
 pub(crate) fn run_passes(module: &mut HloModule, passes: &str) -> Result<(), String> {
-    let options = xla_pipelines::PipelineOptions::default();
-    xla_pipelines::pipeline(&options, "tactics", passes)
-        .and_then(|mut p| p.run(module))
-        .map(|_| ())
-        .map_err(|e| format!("{passes}: {e}"))
+    xla_pipelines::run_passes(module, "tactics", passes).map_err(|e| format!("{passes}: {e}"))
+}
+
+/// What a partitioned module costs: its collective statistics and its
+/// simulated step (the scheduler's simulator under `model`).
+pub(crate) fn measure(
+    partitioned: &HloModule,
+    model: &dyn CostModel,
+) -> Result<(ModuleStats, ScheduleReport), String> {
+    let (report, _) = ScheduleReport::compute(
+        partitioned,
+        partitioned,
+        model,
+        &[1; NUM_RESOURCES],
+        0.0,
+        None,
+        false,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok((ModuleStats::of(partitioned), report))
 }
 
 /// Every array instruction's partition spec on `mesh`, by (computation,
@@ -351,7 +348,7 @@ pub fn apply_schedule(
             ValueInfo {
                 place: Place::Parameter(p),
                 name: instr.name.clone(),
-                op_name: op_name(instr),
+                op_name: instr.op_name().map(str::to_string),
                 dims: instr.shape.dims().to_vec(),
             }
         })
@@ -542,17 +539,8 @@ pub fn apply_schedule(
         changed_earlier.sort();
         let mut partitioned = annotated.clone();
         run_passes(&mut partitioned, "spmd-partitioning")?;
-        let stats = ModuleStats::of(&partitioned);
-        let (schedule_report, _) = ScheduleReport::compute(
-            &partitioned,
-            &partitioned,
-            model,
-            &[1; NUM_RESOURCES],
-            0.0,
-            None,
-            false,
-        )
-        .map_err(|e| format!("simulating after {}: {e}", tactic.name))?;
+        let (stats, schedule_report) = measure(&partitioned, model)
+            .map_err(|e| format!("simulating after {}: {e}", tactic.name))?;
         reports.push(TacticReport {
             name: tactic.name.clone(),
             axis: tactic.axis.clone(),
