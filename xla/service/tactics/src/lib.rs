@@ -357,11 +357,24 @@ pub fn apply_schedule(
     let mut reports = Vec::new();
     let mut previous_specs: HashMap<(String, String), PartitionSpec> = HashMap::new();
     let mut last = None;
+    let entry_name = module.entry_computation().name.clone();
     for (index, tactic) in schedule.tactics.iter().enumerate() {
         let mut conflicts = Vec::new();
         let mut touched = BTreeSet::new();
+        // What propagation derived from the earlier tactics counts as
+        // decided by them: a value's dimension sharded after the previous
+        // step keeps its axis.
+        for (value, dims) in values.iter().zip(decisions.iter_mut()) {
+            let Some(spec) = previous_specs.get(&(entry_name.clone(), value.name.clone())) else {
+                continue;
+            };
+            for (dim, axes) in dims.iter_mut().zip(&spec.dims) {
+                if dim.is_none() {
+                    *dim = axes.first().map(|a| (a.name.clone(), index - 1));
+                }
+            }
+        }
         for target in &tactic.targets {
-            let entry_name = module.entry_computation().name.clone();
             let seed = |instr: &xla_hlo_ir::HloInstruction| -> Vec<DimDecision> {
                 let Some(spec) = previous_specs.get(&(entry_name.clone(), instr.name.clone()))
                 else {
@@ -563,7 +576,18 @@ pub fn apply_schedule(
         previous_specs = current_specs;
         last = Some((annotated, partitioned));
     }
-    let (propagated, partitioned) = last.ok_or("the schedule has no tactic")?;
+    // No tactic: the module as propagation and partitioning leave it.
+    let (propagated, partitioned) = match last {
+        Some(modules) => modules,
+        None => {
+            let mut propagated = module.clone();
+            propagated.config.num_partitions = Some(devices);
+            run_passes(&mut propagated, "sharding-propagation")?;
+            let mut partitioned = propagated.clone();
+            run_passes(&mut partitioned, "spmd-partitioning")?;
+            (propagated, partitioned)
+        }
+    };
     Ok(TacticsRun {
         reports,
         propagated,
