@@ -7,6 +7,8 @@ JAX without any sharding annotation and dumped before optimization:
     shard it over a 2x4 mesh.
   transformer_train: a one-layer transformer train step (attention with 4
     heads, MLP), the same way.
+  mlp3_ce: a 3-layer MLP with a bias and cross-entropy (found that ZeRO-3
+    re-split a bias Megatron had split).
   mlp2_batch_lowered: the MLP with a batch of 65536 and width 1024, lowered
     only: data parallelism pays when memory allows.
   transformer_2k_lowered: the same step at width 2048, sequence 512, lowered
@@ -178,17 +180,61 @@ def mlp2_lowered_case(out_dir, name, batch, width, hidden):
     write_case(out_dir, name, dump, meta, GENERATOR)
 
 
+def mlp3_ce_case(out_dir, name, seed):
+    """A 3-layer MLP with a bias, layernorm and softmax cross-entropy (SGD):
+    a bias that follows Megatron's split, which ZeRO-3 must not re-split."""
+    dump = start_dump()
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+
+    def matrix(rows, cols):
+        return (rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32)
+
+    def layernorm(h):
+        mean = h.mean(-1, keepdims=True)
+        return (h - mean) / jnp.sqrt(((h - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+
+    def loss_fn(w_in, b_in, w_mid, w_out, x, y):
+        h = jax.nn.gelu(layernorm(x) @ w_in + b_in)
+        h = h + jnp.tanh(h @ w_mid)
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(h @ w_out) * y, -1))
+
+    def train_step(w_in, b_in, w_mid, w_out, x, y):
+        loss, grads = jax.value_and_grad(loss_fn, argnums=(0, 1, 2, 3))(
+            w_in, b_in, w_mid, w_out, x, y)
+        return (loss,) + tuple(p - 0.05 * g for p, g in zip((w_in, b_in, w_mid, w_out), grads))
+
+    args = [matrix(16, 32), np.zeros(32, np.float32), matrix(32, 32), matrix(32, 8),
+            rng.standard_normal((32, 16)).astype(np.float32),
+            np.eye(8, dtype=np.float32)[rng.integers(0, 8, 32)]]
+    outputs = jax.jit(train_step)(*args)
+    meta = {
+        "name": name,
+        "description": "3-layer MLP with bias, layernorm and cross-entropy (SGD); no shardings",
+        "num_args": len(args),
+        "rtol": 1e-4,
+        "atol": 1e-5,
+    }
+    write_case(out_dir, name, dump, meta, GENERATOR, args=args, outputs=jax.tree.leaves(outputs))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "testdata", "tactics_cases"))
-    parser.add_argument("--case", choices=["mlp2_train", "transformer_train", "transformer_2k_lowered", "mlp2_batch_lowered", "all"], default="all")
+    parser.add_argument("--case", choices=["mlp2_train", "transformer_train", "transformer_2k_lowered", "mlp2_batch_lowered", "mlp3_ce", "all"], default="all")
     args = parser.parse_args()
     # XLA_FLAGS are read when jax first initializes: one case per process.
     if args.case == "all":
-        for case in ["mlp2_train", "transformer_train", "transformer_2k_lowered", "mlp2_batch_lowered"]:
+        for case in ["mlp2_train", "transformer_train", "transformer_2k_lowered", "mlp2_batch_lowered",
+                     "mlp3_ce"]:
             subprocess.run([sys.executable, __file__, "--out", args.out, "--case", case], check=True)
     elif args.case == "mlp2_train":
         mlp2_case(args.out, "mlp2_train", batch=16, width=16, hidden=32, seed=31)
+    elif args.case == "mlp3_ce":
+        mlp3_ce_case(args.out, "mlp3_ce", seed=3)
     elif args.case == "mlp2_batch_lowered":
         mlp2_lowered_case(args.out, "mlp2_batch_lowered", batch=65536, width=1024, hidden=1024)
     elif args.case == "transformer_2k_lowered":

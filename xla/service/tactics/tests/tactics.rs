@@ -290,3 +290,37 @@ fn intermediates_by_op_name_and_outputs_can_be_sharded() {
         "{e}"
     );
 }
+
+#[test]
+fn zero3_does_not_resplit_what_propagation_derived_from_megatron() {
+    // mlp3_ce's bias b_in follows w_in's Megatron column split onto y;
+    // ZeRO-3 on x then finds its only dimension taken: a conflict, and
+    // every earlier decision stands.
+    let text = r#"{
+      "mesh": {"x": 2, "y": 4},
+      "tactics": [
+        {"name": "batch", "recipe": "batch", "axis": "x", "values": ["x", "y"]},
+        {"name": "megatron", "recipe": "megatron", "axis": "y", "column": ["w_in", "w_mid"], "row": ["w_out"]},
+        {"name": "zero3", "recipe": "zero3", "axis": "x", "values": ["w_*", "b_in"]}
+      ]
+    }"#;
+    let run = apply_schedule(
+        &load("mlp3_ce"),
+        &parse_schedule(text).unwrap(),
+        model().as_ref(),
+    )
+    .unwrap();
+    for report in &run.reports {
+        assert!(
+            report.changed_earlier.is_empty(),
+            "{}: {:?}",
+            report.name,
+            report.changed_earlier
+        );
+    }
+    let zero3 = &run.reports[2];
+    assert_eq!(zero3.conflicts.len(), 1, "{:?}", zero3.conflicts);
+    assert_eq!(zero3.conflicts[0].value, "b_in.1");
+    assert_eq!(zero3.conflicts[0].kept, "[y]");
+    run_case_on_devices("mlp3_ce", &run).unwrap();
+}
