@@ -1,28 +1,30 @@
-//! The CUDA backend (issue 8), in layers:
+//! The CUDA backend (issue 21), in layers:
 //!
 //! * [`plan`] (pure CPU, always built): which opcodes and element types the
 //!   backend supports ([`plan::check_supported`] names every unsupported
-//!   instruction at compile time), and the planner that groups elementwise
-//!   chains, broadcasts, reshapes, transposes, slices, iotas, concatenates,
-//!   pads, reverses, dynamic slices/updates and reductions
-//!   into fused kernels, and dots into cuBLAS calls. [`plan::run_plan_on_cpu`]
-//!   runs a plan with the kernels' semantics, so plans are checked against
-//!   the interpreter without a GPU.
-//! * [`codegen`] (pure CPU, always built): CUDA C source of the fused kernels.
+//!   instruction at compile time) and the planner: fused kernels, cuBLAS
+//!   dots, host-driven control flow, host steps for collectives.
+//! * [`codegen`] (pure CPU, always built): CUDA C source of the kernels,
+//!   which also builds with the host C++ compiler.
+//! * [`exec`]: the one executor of a plan, generic over a `Machine` (where
+//!   buffers live and kernels run).
+//! * [`hostexec`]: the `cuda-host` backend: the generated kernels built by
+//!   the host C++ compiler and run by the executor on host memory, so the
+//!   whole backend (kernels, control flow, collectives through the
+//!   launcher's loopback devices) is tested against XLA without a GPU.
 //! * `device` (cargo feature `cuda`): [`CudaBackend`] through cudarc (dynamic
 //!   loading: building needs no CUDA; missing libraries are a typed error,
-//!   never a panic): NVRTC for the kernels, cuBLAS for dots, device buffers
-//!   and host transfers. Without the feature, [`CudaBackend::new`] returns
-//!   an error saying so.
+//!   never a panic): NVRTC for the kernels, cuBLAS for dots, collectives
+//!   through the device's communicator. Without the feature,
+//!   [`CudaBackend::new`] returns an error saying so.
 //!
-//! Not supported yet (rejected at compile with the instruction names):
-//! while/conditional/call, collectives, gather/scatter, reduce-window,
-//! convolution, sort/topk, erf/atan2/round/shifts, f16/f8/complex types,
-//! variadic reduce, integer dots.
+//! Not supported (rejected at compile with the instruction names): complex
+//! types and fft, rng-bit-generator, sub-byte and most f8 types, custom
+//! calls other than annotations, TopK and shard_map's boundary.
 
 pub mod codegen;
-pub mod host;
-pub mod hostcheck;
+pub mod exec;
+pub mod hostexec;
 pub mod plan;
 
 #[cfg(feature = "cuda")]

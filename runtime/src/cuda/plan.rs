@@ -1,39 +1,34 @@
-//! The CUDA backend's planner (pure CPU code, no cudarc): turns the entry
-//! computation into a list of steps over device buffers:
+//! The CUDA backend's planner (pure CPU code, no cudarc): turns a module
+//! into a plan of steps over device buffers, one step list per computation
+//! the entry reaches:
 //!
-//! * `Fused` kernels: trees of elementwise ops, broadcasts, reshapes,
-//!   transposes, slices, iotas, converts and reductions ([`Node`]) that one
-//!   generated CUDA kernel evaluates per output element (row-major linear
-//!   index; see `codegen.rs`);
-//! * `Dot`s for cuBLAS, with operands transposed (by planned fused kernels)
-//!   into `[batch, m, k]` x `[batch, k, n]` row-major;
-//! * parameters and non-scalar constants (uploads).
+//! * kernels: trees of elementwise ops, broadcasts, reshapes, transposes,
+//!   slices, gathers, converts, reductions, windows, dots and convolutions
+//!   ([`Node`]) that one generated kernel evaluates per output element, and
+//!   the sort, scatter and select-and-scatter kernels (see `codegen.rs`);
+//! * dots of float types for cuBLAS, with operands transposed (by planned
+//!   kernels) into `[batch, m, k]` x `[batch, k, n]` row-major;
+//! * constants, device ids, host-driven while / conditional / call, and
+//!   host steps for collectives and shard_map's boundary.
 //!
 //! Tuples and get-tuple-element are resolved here, at plan time.
 //!
-//! Invariant: [`Node::eval`] is the CPU meaning of the kernel `codegen.rs`
-//! generates from the same tree (same index math, same per-node rounding), so
-//! [`run_plan_on_cpu`] checks the plan's semantics against the interpreter
-//! on any machine.
-//!
 //! Submodules, each using only those listed before it: `types` (the plan:
-//! buffers, steps, expression trees), `support` (which opcodes and types
-//! the backend runs), `opcodes` (HLO opcodes as kernel ops, which ones
-//! fuse), `eval` (the CPU meaning of the plan), `planner` (from the entry
-//! computation to the plan: what is materialized, fused trees, dots).
+//! buffers, steps, expression trees), `opcodes` (HLO opcodes as kernel ops,
+//! which ones fuse), `support` (which opcodes and types the backend runs),
+//! `planner` (from the module to the plan).
 
-mod eval;
 mod opcodes;
 mod planner;
 mod support;
 mod types;
 
-pub use eval::{apply_bin, coords, int_range, linear, round_to, run_plan_on_cpu};
 pub use planner::{c_ident, plan_module};
 pub use support::{
     check_supported, is_sharding_annotation, supported_instruction, supported_opcode,
     supported_type,
 };
 pub use types::{
-    BinOp, BufId, BufferInfo, CmpDir, DotStep, Expr, FusedKernel, Node, Plan, Step, UnOp, ValRef,
+    BinOp, BufId, BufferInfo, CmpDir, CompPlan, DotStep, Expr, HostKind, Kernel, KernelBody, Node,
+    Plan, ScalarComp, Step, UnOp, ValRef,
 };

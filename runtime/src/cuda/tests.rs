@@ -1,11 +1,15 @@
 //! CPU tests of the CUDA backend's planner and code generator: the support
 //! check names every unsupported instruction; plans fuse what they should;
-//! running a plan with the kernels' semantics (`run_plan_on_cpu`) matches
-//! the interpreter; the generated CUDA source has the expected structure.
+//! the plan's generated kernels built for the host and run by the
+//! executor (`cuda-host`) match the interpreter; the generated CUDA source
+//! has the expected structure.
 
 use super::codegen::{kernel_source, module_source};
-use super::plan::{check_supported, plan_module, run_plan_on_cpu, Expr, Plan, Step};
+use super::hostexec::CudaHostBackend;
+use super::plan::{check_supported, plan_module, Expr, KernelBody, Plan, Step};
 use super::prepare;
+use crate::backend::{Backend, DeviceContext};
+use crate::cpu::{literals_from_values, values_from_literals};
 use crate::error::RuntimeError;
 use xla_hlo_evaluator::compare::compare;
 use xla_hlo_evaluator::{evaluate, Array, EvalContext, Value};
@@ -73,31 +77,28 @@ fn assert_close(got: &[Value], want: &[Value], tol: f64) {
     }
 }
 
-/// Plans `text`, runs the plan on the CPU and compares with the interpreter.
+/// Runs `m` on the `cuda-host` backend (the generated kernels built for
+/// the host, driven by the plan's executor) on one device.
+pub(crate) fn run_on_host(m: &HloModule, args: &[Value]) -> Vec<Value> {
+    let exe = CudaHostBackend.compile(m).unwrap_or_else(|e| panic!("{e}"));
+    let lits = literals_from_values(args).unwrap();
+    let out = exe
+        .execute(&DeviceContext::single(), &lits)
+        .unwrap_or_else(|e| panic!("{e}"));
+    values_from_literals(&out).unwrap()
+}
+
+/// Plans `text`, runs its kernels on the host and compares with the
+/// interpreter (within a few f32 ulps: libm's expf, tanhf... are not the
+/// f64 functions rounded once).
 fn check(text: &str, positive: bool, tol: f64) -> Plan {
     let m = parse(text);
     let (plan, src) = prepare(&m).unwrap_or_else(|e| panic!("{e}"));
     assert!(src.contains("xla_bf16_to_f32"));
     let args = args_for(&m, positive);
-    let got = run_plan_on_cpu(&plan, &args).unwrap();
+    let got = run_on_host(&m, &args);
     let want = interpret(&m, &args);
-    assert_close(&got, &want, tol);
-    // The generated kernels themselves, built for the host: within a few
-    // f32 ulps of the interpreter (libm's expf, tanhf... are not the f64
-    // functions rounded once).
-    if let Some(host) = super::hostcheck::run_generated_on_host(&plan, &args).unwrap() {
-        let wl: Vec<&Array> = want.iter().flat_map(|v| v.leaves()).collect();
-        assert_eq!(host.len(), wl.len());
-        for (h, w) in host.iter().zip(wl) {
-            let c = compare(h, w, tol.max(1e-6), tol.max(1e-6));
-            assert!(
-                c.matched(),
-                "host-built kernels: {c:?}\n got {:?}\nwant {:?}",
-                h.to_f64_vec(),
-                w.to_f64_vec()
-            );
-        }
-    }
+    assert_close(&got, &want, tol.max(1e-6));
     plan
 }
 
@@ -109,61 +110,67 @@ fn fused_count(p: &Plan) -> usize {
 fn unsupported_opcodes_are_named_with_their_instructions() {
     let m = parse(
         r#"HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-lt {
-  la = f32[] parameter(0)
-  lb = f32[] parameter(1)
-  ROOT l = pred[] compare(la, lb), direction=LT
-}
 ENTRY e {
   p = f32[4] parameter(0)
-  ar1 = f32[4] all-reduce(p), replica_groups={}, to_apply=add
-  ar2 = f32[4] all-reduce(ar1), replica_groups={}, to_apply=add
-  rv = f32[4] sort(ar2), dimensions={0}, to_apply=lt
-  c = f32[8] concatenate(rv, p), dimensions={0}
-  h = f16[8] convert(c)
-  ROOT r = f16[8] atan2(h, h)
+  c1 = c64[4] convert(p)
+  f1 = c64[4] fft(c1), fft_type=FFT, fft_length={4}
+  f2 = c64[4] fft(f1), fft_type=FFT, fft_length={4}
+  re = f32[4] real(f2)
+  cc = f32[4] custom-call(re), custom_call_target="my_kernel"
+  ROOT r = f32[4] add(cc, p)
 }"#,
     );
     let e = check_supported(&m).unwrap_err();
-    assert!(e.contains("all-reduce (ar1, ar2)"), "{e}");
-    assert!(e.contains("sort (rv)"), "{e}");
-    assert!(e.contains("atan2 (r)"), "{e}");
-    assert!(e.contains("element type f16 (h)"), "{e}");
+    assert!(e.contains("fft (f1, f2)"), "{e}");
+    assert!(e.contains("real (re)"), "{e}");
+    assert!(e.contains("custom-call \"my_kernel\" (cc)"), "{e}");
+    assert!(e.contains("element type c64 (c1)"), "{e}");
     match prepare(&m) {
         Err(RuntimeError::Compile { backend, message }) => {
             assert_eq!(backend, "cuda");
-            assert!(message.contains("all-reduce (ar1, ar2)"), "{message}");
+            assert!(message.contains("fft (f1, f2)"), "{message}");
         }
         other => panic!("expected a compile error, got {:?}", other.map(|_| ())),
     }
 }
 
 #[test]
-fn while_is_rejected_at_compile() {
-    let m = parse(
+fn while_loop_is_driven_from_the_host() {
+    let plan = check(
         r#"HloModule m
 cond {
-  p = s32[] parameter(0)
-  k = s32[] constant(3)
-  ROOT lt = pred[] compare(p, k), direction=LT
+  p = (s32[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  k = s32[] constant(5)
+  ROOT lt = pred[] compare(i, k), direction=LT
 }
 body {
-  p = s32[] parameter(0)
+  p = (s32[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[3] get-tuple-element(p), index=1
   one = s32[] constant(1)
-  ROOT a = s32[] add(p, one)
+  i1 = s32[] add(i, one)
+  h = f32[] constant(0.5)
+  hb = f32[3] broadcast(h), dimensions={}
+  x1 = f32[3] add(x, hb)
+  ROOT t = (s32[], f32[3]) tuple(i1, x1)
 }
 ENTRY e {
   z = s32[] parameter(0)
-  ROOT w = s32[] while(z), condition=cond, body=body
+  x = f32[3] parameter(1)
+  t = (s32[], f32[3]) tuple(z, x)
+  w = (s32[], f32[3]) while(t), condition=cond, body=body
+  ROOT r = f32[3] get-tuple-element(w), index=1
 }"#,
+        false,
+        0.0,
     );
-    let e = check_supported(&m).unwrap_err();
-    assert!(e.contains("while (w)"), "{e}");
+    assert!(plan
+        .entry()
+        .steps
+        .iter()
+        .any(|s| matches!(s, Step::While { .. })));
+    assert_eq!(plan.comps.len(), 3);
 }
 
 #[test]
@@ -187,7 +194,10 @@ ENTRY e {
     assert_eq!(fused_count(&p), 1);
     let k = p.kernels().next().unwrap();
     assert_eq!(k.inputs.len(), 2);
-    assert!(k.root.size() >= 8);
+    match &k.body {
+        KernelBody::Elementwise(roots) => assert!(roots[0].size() >= 8),
+        b => panic!("{b:?}"),
+    }
 }
 
 #[test]
@@ -321,6 +331,7 @@ ENTRY e {
     // rhs [b,n,k] is transposed to [b,k,n] by one planned kernel.
     assert_eq!(fused_count(&p), 1);
     let dot = p
+        .entry()
         .steps
         .iter()
         .find_map(|s| match s {
@@ -353,17 +364,23 @@ ENTRY e {
 }
 
 #[test]
-fn unsupported_dot_types_are_rejected() {
-    let m = parse(
+fn integer_dots_are_kernels_not_cublas_calls() {
+    let p = check(
         r#"HloModule m
 ENTRY e {
   x = s32[2,3] parameter(0)
   w = s32[3,4] parameter(1)
   ROOT d = s32[2,4] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 }"#,
+        false,
+        0.0,
     );
-    let e = plan_module(&m).unwrap_err().to_string();
-    assert!(e.contains("d: dot s32xs32->s32"), "{e}");
+    assert!(!p.entry().steps.iter().any(|s| matches!(s, Step::Dot(_))));
+    assert_eq!(fused_count(&p), 1);
+    assert!(plan_module(&parse(
+        "HloModule m\nENTRY e {\n  ROOT p = s32[2] parameter(0)\n}"
+    ))
+    .is_ok());
 }
 
 #[test]
@@ -383,12 +400,12 @@ ENTRY e {
     let k = p.kernels().next().unwrap();
     let ks = kernel_source(k, &p);
     assert!(ks.starts_with(&format!(
-        "extern \"C\" __global__ void {}(xla_bf16* __restrict__ out, const xla_bf16* __restrict__ in0, const xla_bf16* __restrict__ in1, long long n)",
+        "extern \"C\" __global__ void {}(unsigned short* __restrict__ out0, const unsigned short* __restrict__ in0, const unsigned short* __restrict__ in1, long long n)",
         k.name
     )), "{ks}");
     assert!(ks.contains("xla_f32_to_bf16("), "{ks}");
     assert!(ks.contains("xla_round_bf16("), "{ks}");
-    assert!(ks.contains("xla_max("), "{ks}");
+    assert!(ks.contains("xla_max<float>("), "{ks}");
     // The broadcast's index math: coordinate 1 of the [2,3] output.
     assert!(ks.contains("(i / 1ll) % 3ll"), "{ks}");
     assert!(ks.contains("gridDim.x * blockDim.x"), "{ks}");
@@ -396,9 +413,12 @@ ENTRY e {
     assert_eq!(opens, src.matches('}').count(), "{src}");
     assert_eq!(src.matches("__global__").count(), 1);
     // Input slots follow first use.
-    match &k.root.expr {
-        Expr::Binary(_, a, _) => assert!(matches!(a.expr, Expr::Binary(..))),
-        e => panic!("{e:?}"),
+    match &k.body {
+        KernelBody::Elementwise(roots) => match &roots[0].expr {
+            Expr::Binary(_, a, _) => assert!(matches!(a.expr, Expr::Binary(..))),
+            e => panic!("{e:?}"),
+        },
+        b => panic!("{b:?}"),
     }
 }
 

@@ -484,7 +484,9 @@ fn run(cli: &Cli) -> Result<bool> {
             backend.compile(&module)?,
             launch_plan(&module, g, cli.devices)?,
         ))
-    } else if devices > 1 || cli.num_processes.is_some() {
+    } else if devices > 1 || cli.num_processes.is_some() || backend.name() != "cpu" {
+        // One device on a backend other than the interpreter still runs
+        // through the launcher, so the backend is the one that runs.
         Some((
             backend.compile(&module)?,
             LaunchPlan::replicated(&module, devices.max(1) as usize),

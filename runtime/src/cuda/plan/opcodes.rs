@@ -1,13 +1,13 @@
 //! HLO opcodes as kernel operations (`un_op`, `bin_op`), which opcodes a
-//! fused kernel can evaluate (`is_fusable`), and the two HLO patterns the
-//! planner inlines: scalar constants and reducer computations.
+//! kernel expression can evaluate in place (`is_fusable`), and scalar
+//! constants as expressions.
 //!
 //! Invariant: every opcode `is_fusable` accepts has a case in
 //! `Planner::node`.
 
-use super::types::{BinOp, UnOp};
+use super::types::{BinOp, Expr, UnOp};
 use xla_hlo_evaluator::Value;
-use xla_hlo_ir::{HloComputation, HloModule, InstrId, Opcode};
+use xla_hlo_ir::{HloComputation, InstrId, Opcode};
 
 pub(super) fn un_op(op: Opcode) -> Option<UnOp> {
     Some(match op {
@@ -17,16 +17,24 @@ pub(super) fn un_op(op: Opcode) -> Option<UnOp> {
         Opcode::Tanh => UnOp::Tanh,
         Opcode::Sqrt => UnOp::Sqrt,
         Opcode::Rsqrt => UnOp::Rsqrt,
+        Opcode::Cbrt => UnOp::Cbrt,
         Opcode::Abs => UnOp::Abs,
         Opcode::Sin => UnOp::Sin,
         Opcode::Cos => UnOp::Cos,
+        Opcode::Tan => UnOp::Tan,
         Opcode::Floor => UnOp::Floor,
         Opcode::Ceil => UnOp::Ceil,
         Opcode::Sign => UnOp::Sign,
         Opcode::Log1p => UnOp::Log1p,
         Opcode::Expm1 => UnOp::Expm1,
+        Opcode::Erf => UnOp::Erf,
+        Opcode::Logistic => UnOp::Logistic,
+        Opcode::RoundNearestAfz => UnOp::RoundAfz,
+        Opcode::RoundNearestEven => UnOp::RoundEven,
         Opcode::Not => UnOp::Not,
         Opcode::IsFinite => UnOp::IsFinite,
+        Opcode::PopulationCount => UnOp::Popcnt,
+        Opcode::Clz => UnOp::Clz,
         _ => return None,
     })
 }
@@ -41,13 +49,19 @@ pub(super) fn bin_op(op: Opcode) -> Option<BinOp> {
         Opcode::Minimum => BinOp::Min,
         Opcode::Power => BinOp::Pow,
         Opcode::Remainder => BinOp::Rem,
+        Opcode::Atan2 => BinOp::Atan2,
         Opcode::And => BinOp::And,
         Opcode::Or => BinOp::Or,
         Opcode::Xor => BinOp::Xor,
+        Opcode::ShiftLeft => BinOp::ShiftLeft,
+        Opcode::ShiftRightLogical => BinOp::ShiftRightLogical,
+        Opcode::ShiftRightArithmetic => BinOp::ShiftRightArithmetic,
         _ => return None,
     })
 }
 
+/// Opcodes a kernel evaluates per output element, inside its users' kernels
+/// where the planner inlines them.
 pub(super) fn is_fusable(op: Opcode) -> bool {
     un_op(op).is_some()
         || bin_op(op).is_some()
@@ -63,41 +77,35 @@ pub(super) fn is_fusable(op: Opcode) -> bool {
                 | Opcode::CustomCall
                 | Opcode::Compare
                 | Opcode::Convert
+                | Opcode::BitcastConvert
+                | Opcode::ReducePrecision
                 | Opcode::Copy
+                | Opcode::Bitcast
                 | Opcode::Broadcast
                 | Opcode::Reshape
                 | Opcode::Transpose
                 | Opcode::Slice
                 | Opcode::Iota
                 | Opcode::Reduce
+                | Opcode::ReduceWindow
+                | Opcode::Gather
+                | Opcode::Convolution
         )
 }
 
-pub(super) fn scalar_constant(comp: &HloComputation, id: InstrId) -> Option<f64> {
+/// A scalar constant as an expression (`Int` for integers and pred).
+pub(super) fn scalar_constant(comp: &HloComputation, id: InstrId) -> Option<Expr> {
     let ins = comp.instr(id);
     if ins.opcode != Opcode::Constant || !ins.shape.dims().is_empty() || !ins.shape.is_array() {
         return None;
     }
     let v = Value::from_literal(ins.literal.as_deref()?).ok()?;
-    Some(v.as_array()?.get_f64(0))
-}
-
-/// The reducer of a `reduce`: a computation `root = op(p0, p1)`.
-pub(super) fn reducer(module: &HloModule, comp_id: xla_hlo_ir::CompId) -> Option<BinOp> {
-    let c = module.comp(comp_id);
-    let root = c.root_instr();
-    if c.parameters.len() != 2 || root.operands.len() != 2 {
-        return None;
-    }
-    let op = bin_op(root.opcode)?;
-    let ps: Vec<Option<i64>> = root
-        .operands
-        .iter()
-        .map(|o| c.instr(*o).parameter_number)
-        .collect();
-    if ps.iter().all(|p| p.is_some()) && ps[0] != ps[1] {
-        Some(op)
+    let a = v.as_array()?;
+    if a.ty.is_float() {
+        Some(Expr::Scalar(a.get_f64(0)))
+    } else if a.ty == xla_hlo_ir::PrimitiveType::U64 {
+        Some(Expr::Int(a.get_i64(0) as u64 as i128))
     } else {
-        None
+        Some(Expr::Int(a.get_i64(0) as i128))
     }
 }
