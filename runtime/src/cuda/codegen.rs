@@ -20,7 +20,7 @@
 //! test suite checks every kernel against XLA without a GPU
 //! (`hostexec.rs`).
 
-use super::plan::{BinOp, CmpDir, Expr, Kernel, KernelBody, Node, Plan, ScalarComp, UnOp};
+use super::plan::{BinOp, CmpDir, Expr, FftKind, Kernel, KernelBody, Node, Plan, ScalarComp, UnOp};
 use std::fmt::Write;
 use xla_hlo_ir::attrs::WindowDim;
 use xla_hlo_ir::PrimitiveType;
@@ -82,6 +82,38 @@ __device__ __forceinline__ float xla_round_f8e5m2(float f) { return xla_f8e5m2_t
 __device__ __forceinline__ float xla_f8e4m3fn_to_f32(unsigned char x) { return xla_decode_small(x, 4, 3, true); }
 __device__ __forceinline__ unsigned char xla_f32_to_f8e4m3fn(float f) { return (unsigned char)xla_encode_small(f, 4, 3, true); }
 __device__ __forceinline__ float xla_round_f8e4m3fn(float f) { return xla_f8e4m3fn_to_f32(xla_f32_to_f8e4m3fn(f)); }
+// Complex numbers: c64 and c128, stored as (re, im) pairs.
+struct xla_c64 {
+  float re, im;
+  __device__ xla_c64() : re(0.0f), im(0.0f) {}
+  __device__ xla_c64(float r, float i = 0.0f) : re(r), im(i) {}
+};
+struct xla_c128 {
+  double re, im;
+  __device__ xla_c128() : re(0.0), im(0.0) {}
+  __device__ xla_c128(double r, double i = 0.0) : re(r), im(i) {}
+};
+#define XLA_COMPLEX_OPS(C, R) \
+__device__ __forceinline__ C operator+(C a, C b) { return C(a.re + b.re, a.im + b.im); } \
+__device__ __forceinline__ C operator-(C a, C b) { return C(a.re - b.re, a.im - b.im); } \
+__device__ __forceinline__ C operator*(C a, C b) { return C(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re); } \
+__device__ __forceinline__ C operator/(C a, C b) { R d = b.re * b.re + b.im * b.im; return C((a.re * b.re + a.im * b.im) / d, (a.im * b.re - a.re * b.im) / d); } \
+__device__ __forceinline__ C operator-(C a) { return C(-a.re, -a.im); } \
+__device__ __forceinline__ C& operator+=(C& a, C b) { a = a + b; return a; } \
+__device__ __forceinline__ bool operator==(C a, C b) { return a.re == b.re && a.im == b.im; } \
+__device__ __forceinline__ bool operator!=(C a, C b) { return !(a == b); } \
+__device__ __forceinline__ R xla_real(C a) { return a.re; } \
+__device__ __forceinline__ R xla_imag(C a) { return a.im; } \
+__device__ __forceinline__ R xla_abs(C a) { return (R)hypot((double)a.re, (double)a.im); } \
+__device__ __forceinline__ C xla_exp(C a) { double e = exp((double)a.re); return C((R)(e * cos((double)a.im)), (R)(e * sin((double)a.im))); } \
+__device__ __forceinline__ C xla_log(C a) { return C((R)log(hypot((double)a.re, (double)a.im)), (R)atan2((double)a.im, (double)a.re)); } \
+__device__ __forceinline__ C xla_sqrt(C a) { double r = sqrt(hypot((double)a.re, (double)a.im)), t = atan2((double)a.im, (double)a.re) / 2; return C((R)(r * cos(t)), (R)(r * sin(t))); }
+XLA_COMPLEX_OPS(xla_c64, float)
+XLA_COMPLEX_OPS(xla_c128, double)
+__device__ __forceinline__ float xla_real(float x) { return x; }
+__device__ __forceinline__ double xla_real(double x) { return x; }
+__device__ __forceinline__ float xla_imag(float x) { return 0.0f; }
+__device__ __forceinline__ double xla_imag(double x) { return 0.0; }
 template <typename T> __device__ __forceinline__ T xla_max(T a, T b) { return a > b ? a : b; }
 template <typename T> __device__ __forceinline__ T xla_min(T a, T b) { return a < b ? a : b; }
 template <> __device__ __forceinline__ float xla_max(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b); }
@@ -238,6 +270,8 @@ pub fn compute_type(ty: PrimitiveType) -> &'static str {
         T::U32 => "unsigned int",
         T::U64 => "unsigned long long",
         T::F64 => "double",
+        T::C64 => "xla_c64",
+        T::C128 => "xla_c128",
         _ => "float", // f32, bf16, f16, f8
     }
 }
@@ -555,6 +589,8 @@ impl Emitter {
                     UnOp::RoundAfz => "xla_round_afz",
                     UnOp::RoundEven => "xla_round_even",
                     UnOp::Sign => "xla_sign",
+                    UnOp::Real => "xla_real",
+                    UnOp::Imag => "xla_imag",
                     UnOp::IsFinite => "xla_isfinite",
                 };
                 format!("{f}({a})")
@@ -591,9 +627,13 @@ impl Emitter {
             }
             Expr::Convert(x) => {
                 let a = self.emit(x, idx);
-                if ty == PrimitiveType::Pred {
+                if x.ty.is_complex() && ty.is_complex() {
+                    format!("{ct}(({a}).re, ({a}).im)")
+                } else if x.ty.is_complex() {
+                    format!("({ct})xla_real({a})")
+                } else if ty == PrimitiveType::Pred {
                     format!("({a} != 0)")
-                } else if is_float(x.ty) && !is_float(ty) {
+                } else if is_float(x.ty) && !is_float(ty) && !ty.is_complex() {
                     let (lo, hi, min, max) = int_bounds(ty);
                     format!("xla_f2i<{ct}>((double)({a}), {lo}, {hi}, {min}, {max})")
                 } else {
@@ -893,6 +933,7 @@ impl Emitter {
                 self.close();
                 format!("({ct})({acc})")
             }
+            Expr::Fft { x, kind, lengths } => self.fft(node, idx, x, *kind, lengths),
             Expr::Conv {
                 lhs,
                 rhs,
@@ -987,6 +1028,87 @@ impl Emitter {
             .collect();
         let j = self.linear(&operand.dims, &oc);
         self.emit(operand, &j)
+    }
+
+    /// A direct DFT of `x` over its last `lengths.len()` dims at this
+    /// output element, accumulated in double.
+    fn fft(&mut self, node: &Node, idx: &str, x: &Node, kind: FftKind, lengths: &[i64]) -> String {
+        let ct = compute_type(node.ty);
+        let c = self.coords(&node.dims, idx);
+        let rank = node.dims.len();
+        let first = rank - lengths.len();
+        let total: i64 = lengths.iter().product();
+        let sign = if matches!(kind, FftKind::Fft | FftKind::Rfft) {
+            -1.0
+        } else {
+            1.0
+        };
+        let (re, im) = (self.fresh("re"), self.fresh("im"));
+        self.line(&format!("double {re} = 0.0, {im} = 0.0;"));
+        let q = self.fresh("q");
+        self.open(&format!(
+            "for (long long {q} = 0; {q} < {total}ll; ++{q}) {{"
+        ));
+        let nc = self.coords(lengths, &q);
+        let ang = self.fresh("ang");
+        let terms: Vec<String> = (0..lengths.len())
+            .map(|d| {
+                format!(
+                    "(double)(({} * {}) % {}ll) / {}.0",
+                    nc[d],
+                    c[first + d],
+                    lengths[d],
+                    lengths[d]
+                )
+            })
+            .collect();
+        self.line(&format!(
+            "const double {ang} = {sign:?} * 6.283185307179586 * ({});",
+            terms.join(" + ")
+        ));
+        let mut xc: Vec<String> = c[..first].to_vec();
+        let conj = if kind == FftKind::Irfft {
+            // Only the first n/2+1 entries of the last dim are stored; the
+            // rest are conjugates of the mirrored entries.
+            let last = lengths.len() - 1;
+            let stored = x.dims[rank - 1];
+            let flag = self.fresh("mirror");
+            self.line(&format!("const bool {flag} = {} >= {stored}ll;", nc[last]));
+            for d in 0..lengths.len() {
+                xc.push(format!(
+                    "({flag} ? ({n}ll - {c}) % {n}ll : {c})",
+                    n = lengths[d],
+                    c = nc[d]
+                ));
+            }
+            Some(flag)
+        } else {
+            xc.extend(nc.iter().cloned());
+            None
+        };
+        let j = self.linear(&x.dims, &xc);
+        let v = self.emit(x, &j);
+        let (vr, vi) = (self.fresh("vr"), self.fresh("vi"));
+        self.line(&format!("const double {vr} = (double)xla_real({v});"));
+        match &conj {
+            Some(flag) => self.line(&format!(
+                "const double {vi} = {flag} ? -(double)xla_imag({v}) : (double)xla_imag({v});"
+            )),
+            None => self.line(&format!("const double {vi} = (double)xla_imag({v});")),
+        }
+        self.line(&format!("{re} += {vr} * cos({ang}) - {vi} * sin({ang});"));
+        self.line(&format!("{im} += {vr} * sin({ang}) + {vi} * cos({ang});"));
+        self.close();
+        let scale = if sign > 0.0 {
+            format!(" / {total}.0")
+        } else {
+            String::new()
+        };
+        if kind == FftKind::Irfft {
+            format!("({ct})({re}{scale})")
+        } else {
+            format!("{ct}({re}{scale}, {im}{scale})")
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1096,7 +1218,8 @@ fn bin_expr(op: BinOp, ty: PrimitiveType, a: &str, b: &str) -> String {
         BinOp::Add => format!("({ct})({a} + {b})"),
         BinOp::Sub => format!("({ct})({a} - {b})"),
         BinOp::Mul => format!("({ct})({a} * {b})"),
-        BinOp::Div if is_float(ty) => format!("({a} / {b})"),
+        BinOp::Complex => format!("{ct}({a}, {b})"),
+        BinOp::Div if is_float(ty) || ty.is_complex() => format!("({ct})({a} / {b})"),
         BinOp::Div => format!("xla_idiv<{ct}>({a}, {b})"),
         BinOp::Max => format!("xla_max<{ct}>({a}, {b})"),
         BinOp::Min => format!("xla_min<{ct}>({a}, {b})"),

@@ -29,6 +29,6 @@ pub use support::{
     supported_type,
 };
 pub use types::{
-    BinOp, BufId, BufferInfo, CmpDir, CompPlan, DotStep, Expr, HostKind, Kernel, KernelBody, Node,
-    Plan, ScalarComp, Step, UnOp, ValRef,
+    BinOp, BufId, BufferInfo, CmpDir, CompPlan, DotStep, Expr, FftKind, HostKind, Kernel,
+    KernelBody, Node, Plan, ScalarComp, Step, UnOp, ValRef,
 };

@@ -112,23 +112,22 @@ fn unsupported_opcodes_are_named_with_their_instructions() {
         r#"HloModule m
 ENTRY e {
   p = f32[4] parameter(0)
-  c1 = c64[4] convert(p)
-  f1 = c64[4] fft(c1), fft_type=FFT, fft_length={4}
-  f2 = c64[4] fft(f1), fft_type=FFT, fft_length={4}
-  re = f32[4] real(f2)
-  cc = f32[4] custom-call(re), custom_call_target="my_kernel"
+  st = u64[2] parameter(1)
+  r1 = (u64[2], u32[4]) rng-bit-generator(st), algorithm=rng_three_fry
+  r2 = (u64[2], u32[4]) rng-bit-generator(st), algorithm=rng_three_fry
+  q = u4[4] convert(p)
+  cc = f32[4] custom-call(p), custom_call_target="my_kernel"
   ROOT r = f32[4] add(cc, p)
 }"#,
     );
     let e = check_supported(&m).unwrap_err();
-    assert!(e.contains("fft (f1, f2)"), "{e}");
-    assert!(e.contains("real (re)"), "{e}");
+    assert!(e.contains("rng-bit-generator (r1, r2)"), "{e}");
     assert!(e.contains("custom-call \"my_kernel\" (cc)"), "{e}");
-    assert!(e.contains("element type c64 (c1)"), "{e}");
+    assert!(e.contains("element type u4 (q)"), "{e}");
     match prepare(&m) {
         Err(RuntimeError::Compile { backend, message }) => {
             assert_eq!(backend, "cuda");
-            assert!(message.contains("fft (f1, f2)"), "{message}");
+            assert!(message.contains("rng-bit-generator (r1, r2)"), "{message}");
         }
         other => panic!("expected a compile error, got {:?}", other.map(|_| ())),
     }
@@ -542,5 +541,184 @@ ENTRY e {
 }"#,
         false,
         1e-6,
+    );
+}
+
+#[test]
+fn integer_edge_cases_shifts_bit_counts_and_division() {
+    check(
+        r#"HloModule m
+ENTRY e {
+  a = s32[11] parameter(0)
+  b = s32[11] parameter(1)
+  z = s32[11] constant({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+  m = s32[] constant(-2147483648)
+  mb = s32[11] broadcast(m), dimensions={}
+  big = s32[] constant(40)
+  bb = s32[11] broadcast(big), dimensions={}
+  d0 = s32[11] divide(a, z)
+  r0 = s32[11] remainder(a, z)
+  ng = s32[] constant(-1)
+  ngb = s32[11] broadcast(ng), dimensions={}
+  dm = s32[11] divide(mb, ngb)
+  rm = s32[11] remainder(mb, ngb)
+  shl = s32[11] shift-left(a, bb)
+  shr = s32[11] shift-right-arithmetic(a, bb)
+  shrl = s32[11] shift-right-logical(mb, b)
+  pc = s32[11] popcnt(a)
+  cz = s32[11] count-leading-zeros(a)
+  u = u8[11] convert(a)
+  uc = u8[11] count-leading-zeros(u)
+  up = u8[11] popcnt(u)
+  pw = s32[11] power(a, b)
+  ROOT t = (s32[11], s32[11], s32[11], s32[11], s32[11], s32[11], s32[11], s32[11], s32[11], u8[11], u8[11], s32[11]) tuple(d0, r0, dm, rm, shl, shr, shrl, pc, cz, uc, up, pw)
+}"#,
+        false,
+        0.0,
+    );
+}
+
+#[test]
+fn narrow_floats_bit_casts_and_reduce_precision() {
+    check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[17] parameter(0)
+  k = f32[] constant(1000.123)
+  kb = f32[17] broadcast(k), dimensions={}
+  y = f32[17] multiply(x, kb)
+  h = f16[17] convert(y)
+  h2 = f16[17] multiply(h, h)
+  e5 = f8e5m2[17] convert(y)
+  e4 = f8e4m3fn[17] convert(x)
+  b = bf16[17] convert(y)
+  hb = f32[17] convert(h2)
+  e5b = f32[17] convert(e5)
+  e4b = f32[17] convert(e4)
+  bits = s32[17] bitcast-convert(y)
+  hbits = s16[17] bitcast-convert(h)
+  rp = f32[17] reduce-precision(y), exponent_bits=5, mantissa_bits=10
+  i8 = s8[17] convert(y)
+  u64 = u64[17] convert(x)
+  ROOT t = (f16[17], f32[17], f32[17], f32[17], bf16[17], s32[17], s16[17], f32[17], s8[17], u64[17]) tuple(h2, hb, e5b, e4b, b, bits, hbits, rp, i8, u64)
+}"#,
+        false,
+        0.0,
+    );
+}
+
+#[test]
+fn total_order_compare_sort_and_top_k() {
+    check(
+        r#"HloModule m
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ia = s32[] parameter(2)
+  ib = s32[] parameter(3)
+  ROOT l = pred[] compare(a, b), direction=LT, type=TOTALORDER
+}
+ENTRY e {
+  x = f32[3,9] parameter(0)
+  i = s32[3,9] iota(), iota_dimension=1
+  s = (f32[3,9], s32[3,9]) sort(x, i), dimensions={1}, is_stable=true, to_apply=lt
+  tk = (f32[3,4], s32[3,4]) topk(x), k=4, largest=true
+  tks = (f32[3,2], s32[3,2]) topk(x), k=2, largest=false
+  ROOT t = ((f32[3,9], s32[3,9]), (f32[3,4], s32[3,4]), (f32[3,2], s32[3,2])) tuple(s, tk, tks)
+}"#,
+        false,
+        0.0,
+    );
+}
+
+#[test]
+fn windows_with_padding_dilation_and_select_and_scatter() {
+    check(
+        r#"HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+mx {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] maximum(a, b)
+}
+ge {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=GE
+}
+ENTRY e {
+  x = f32[2,9,7] parameter(0)
+  z = f32[] constant(0)
+  ninf = f32[] constant(-inf)
+  rw = f32[2,5,4] reduce-window(x, z), window={size=1x3x2 stride=1x2x2 pad=0_0x1_1x0_1 rhs_dilate=1x1x1}, to_apply=add
+  rd = f32[2,8,13] reduce-window(x, ninf), window={size=1x2x3 stride=1x1x1 pad=0_0x0_0x1_1 lhs_dilate=1x1x2}, to_apply=mx
+  src = f32[2,4,3] parameter(1)
+  sas = f32[2,9,7] select-and-scatter(x, src, z), window={size=1x3x3 stride=1x2x2 pad=0_0x0_0x0_0}, select=ge, scatter=add
+  ROOT t = (f32[2,5,4], f32[2,8,13], f32[2,9,7]) tuple(rw, rd, sas)
+}"#,
+        false,
+        1e-6,
+    );
+}
+
+#[test]
+fn conditional_gather_scatter_and_convolution() {
+    check(
+        r#"HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+b0 {
+  p = f32[4,3] parameter(0)
+  ROOT n = f32[4,3] negate(p)
+}
+b1 {
+  p = f32[4,3] parameter(0)
+  ROOT e = f32[4,3] exponential(p)
+}
+ENTRY e {
+  x = f32[4,3] parameter(0)
+  k = s32[] parameter(1)
+  c = f32[4,3] conditional(k, x, x), branch_computations={b0, b1}
+  idx = s32[5,1] constant({{3}, {0}, {7}, {1}, {3}})
+  g = f32[5,3] gather(c, idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,3}
+  upd = f32[5,3] multiply(g, g)
+  sc = f32[4,3] scatter(c, idx, upd), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  img = f32[1,4,3,1] reshape(c)
+  w = f32[2,2,1,2] parameter(2)
+  cv = f32[1,3,2,2] convolution(img, w), window={size=2x2 pad=0_0x0_0}, dim_labels=b01f_01io->b01f
+  ROOT t = (f32[4,3], f32[5,3], f32[4,3], f32[1,3,2,2]) tuple(c, g, sc, cv)
+}"#,
+        false,
+        1e-6,
+    );
+}
+
+#[test]
+fn complex_values_and_fft() {
+    check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[2,8] parameter(0)
+  y = f32[2,8] parameter(1)
+  z = c64[2,8] complex(x, y)
+  f = c64[2,8] fft(z), fft_type=FFT, fft_length={8}
+  g = c64[2,8] multiply(f, z)
+  i = c64[2,8] fft(g), fft_type=IFFT, fft_length={8}
+  r = c64[2,5] fft(x), fft_type=RFFT, fft_length={8}
+  ir = f32[2,8] fft(r), fft_type=IRFFT, fft_length={8}
+  a = f32[2,8] abs(i)
+  re = f32[2,8] real(i)
+  im = f32[2,8] imag(i)
+  ROOT t = (f32[2,8], f32[2,8], f32[2,8], f32[2,8]) tuple(a, re, im, ir)
+}"#,
+        false,
+        1e-5,
     );
 }

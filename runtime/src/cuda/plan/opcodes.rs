@@ -35,6 +35,8 @@ pub(super) fn un_op(op: Opcode) -> Option<UnOp> {
         Opcode::IsFinite => UnOp::IsFinite,
         Opcode::PopulationCount => UnOp::Popcnt,
         Opcode::Clz => UnOp::Clz,
+        Opcode::Real => UnOp::Real,
+        Opcode::Imag => UnOp::Imag,
         _ => return None,
     })
 }
@@ -56,6 +58,7 @@ pub(super) fn bin_op(op: Opcode) -> Option<BinOp> {
         Opcode::ShiftLeft => BinOp::ShiftLeft,
         Opcode::ShiftRightLogical => BinOp::ShiftRightLogical,
         Opcode::ShiftRightArithmetic => BinOp::ShiftRightArithmetic,
+        Opcode::Complex => BinOp::Complex,
         _ => return None,
     })
 }
@@ -90,6 +93,7 @@ pub(super) fn is_fusable(op: Opcode) -> bool {
                 | Opcode::ReduceWindow
                 | Opcode::Gather
                 | Opcode::Convolution
+                | Opcode::Fft
         )
 }
 
@@ -101,6 +105,10 @@ pub(super) fn scalar_constant(comp: &HloComputation, id: InstrId) -> Option<Expr
     }
     let v = Value::from_literal(ins.literal.as_deref()?).ok()?;
     let a = v.as_array()?;
+    if a.ty.is_complex() {
+        // Materialized: a kernel scalar holds one real number.
+        return None;
+    }
     if a.ty.is_float() {
         Some(Expr::Scalar(a.get_f64(0)))
     } else if a.ty == xla_hlo_ir::PrimitiveType::U64 {

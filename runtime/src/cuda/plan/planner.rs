@@ -21,8 +21,8 @@ use super::support::{
     check_supported, is_identity_custom_call, is_shard_shape_custom_call, is_topk_custom_call,
 };
 use super::types::{
-    BinOp, BufId, BufferInfo, CmpDir, CompPlan, DotStep, Expr, HostKind, Kernel, KernelBody, Node,
-    Plan, ScalarComp, Step, ValRef,
+    BinOp, BufId, BufferInfo, CmpDir, CompPlan, DotStep, Expr, FftKind, HostKind, Kernel,
+    KernelBody, Node, Plan, ScalarComp, Step, ValRef,
 };
 use crate::error::RuntimeError;
 use std::collections::HashMap;
@@ -510,6 +510,24 @@ impl Exprs<'_> {
                     rhs: op(1, inputs)?,
                     dnums: ins.dot_dimension_numbers(),
                 },
+                Opcode::Fft => {
+                    let kind = match ins.ident_attr(AttrKey::FftType) {
+                        Some("FFT") | None => FftKind::Fft,
+                        Some("IFFT") => FftKind::Ifft,
+                        Some("RFFT") => FftKind::Rfft,
+                        Some("IRFFT") => FftKind::Irfft,
+                        Some(t) => return Err(err(format!("{}: fft_type {t}", ins.name))),
+                    };
+                    let lengths = ins.ints_attr(AttrKey::FftLength).unwrap_or(&[]).to_vec();
+                    if lengths.is_empty() || lengths.len() > dims.len() {
+                        return Err(err(format!("{}: bad fft_length", ins.name)));
+                    }
+                    Expr::Fft {
+                        x: op(0, inputs)?,
+                        kind,
+                        lengths,
+                    }
+                }
                 Opcode::Convolution => {
                     let dnums = ins
                         .conv_dimension_numbers()
@@ -578,7 +596,11 @@ impl CompPlanner<'_, '_> {
         if !fusable(ins)
             || matches!(
                 ins.opcode,
-                Opcode::Reduce | Opcode::ReduceWindow | Opcode::Gather | Opcode::Convolution
+                Opcode::Reduce
+                    | Opcode::ReduceWindow
+                    | Opcode::Gather
+                    | Opcode::Convolution
+                    | Opcode::Fft
             )
         {
             return true;

@@ -28,6 +28,8 @@ pub fn supported_type(ty: PrimitiveType) -> bool {
             | T::F64
             | T::F8E5M2
             | T::F8E4M3FN
+            | T::C64
+            | T::C128
     )
 }
 
@@ -59,6 +61,7 @@ pub fn supported_opcode(op: Opcode) -> bool {
                 | O::SelectAndScatter
                 | O::Dot
                 | O::Convolution
+                | O::Fft
                 | O::Clamp
                 | O::Concatenate
                 | O::Pad

@@ -60,6 +60,10 @@ pub enum UnOp {
     IsFinite,
     Popcnt,
     Clz,
+    /// Real and imaginary parts (of complex values; identity and zero for
+    /// real ones).
+    Real,
+    Imag,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +85,8 @@ pub enum BinOp {
     ShiftLeft,
     ShiftRightLogical,
     ShiftRightArithmetic,
+    /// `complex(re, im)`.
+    Complex,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,6 +202,13 @@ pub enum Expr {
         rhs: Box<Node>,
         dnums: DotDimensionNumbers,
     },
+    /// XLA's fft over the last `lengths.len()` dims (a direct DFT per output
+    /// element, accumulated in double; irfft reads the Hermitian half).
+    Fft {
+        x: Box<Node>,
+        kind: FftKind,
+        lengths: Vec<i64>,
+    },
     /// Convolution per output element (a direct, implicit-GEMM loop over the
     /// kernel's input features and window).
     Conv {
@@ -206,6 +219,14 @@ pub enum Expr {
         feature_groups: i64,
         batch_groups: i64,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FftKind {
+    Fft,
+    Ifft,
+    Rfft,
+    Irfft,
 }
 
 /// What a kernel computes.
@@ -411,6 +432,7 @@ impl Node {
             | Expr::Convert(x)
             | Expr::BitcastConvert(x)
             | Expr::ReducePrecision { x, .. }
+            | Expr::Fft { x, .. }
             | Expr::Broadcast(x, _)
             | Expr::Transpose(x, _)
             | Expr::Reshape(x)
