@@ -9,7 +9,11 @@ a BUILD.bazel next to its Cargo.toml (rules_rust + crate_universe).  This
 script reads Cargo.toml files with tomllib and BUILD.bazel / MODULE.bazel with
 Python's `ast` module (Starlark is Python syntax), evaluating just enough of it
 (lists, `+`, glob(), select(), module-level constants and the crate_universe
-macros) to compare the two.  Macros that a BUILD file loads from this
+macros) to compare the two.  Every BUILD file is evaluated twice: in the
+default configuration and with the CUDA switch on (--config=cuda, the
+config_setting //tools/bazel:cuda_enabled; select() on it takes that branch),
+each compared with what Cargo builds by default and with the GPU features
+(`cuda`, `nccl` of every member that declares them).  Macros that a BUILD file loads from this
 repository's .bzl files (tools/bazel/rust_crate.bzl's rust_library_crate and
 rust_binary_crate) are run as Python, with stand-ins that record every rule
 they call, so the targets they declare are checked like hand-written ones.
@@ -35,12 +39,23 @@ It checks, for every crate:
     covered by a rust_test or rust_test_suite whose deps are the library, the
     first-party normal and dev dependencies and all_crate_deps(normal,
     normal_dev); a test source that mentions "testdata" must have //testdata in
-    its data, one that mentions "../shared" must be tagged "external";
+    its data, one that mentions "../shared" must be tagged "external", one
+    that is all `#![cfg(feature = "cuda")]` (or "nccl") must be tagged
+    "requires-gpu-nvidia";
   * benches and examples are covered by some rust target;
   * crate_features: the library/binaries carry exactly the features Cargo turns
     on in a workspace build (the `default` closure plus features that other
     members request), and tests carry at least those; every crate_features
-    value must be a feature declared in Cargo.toml;
+    value must be a feature declared in Cargo.toml; with the CUDA switch, the
+    same with the GPU features on;
+  * optional third-party dependencies (cudarc): all_crate_deps() leaves them
+    out, so a target names them (@crates//:cudarc) exactly in the
+    configurations where Cargo enables them; MODULE.bazel has a crate.spec
+    for each (equal to its [workspace.dependencies] entry), which gives
+    crate_universe's @crates the alias;
+  * the CUDA switch: tools/bazel/BUILD.bazel has the bool_flag //tools/bazel:cuda
+    and the config_setting :cuda_enabled on it, and .bazelrc's --config=cuda
+    sets the flag;
   * workspace: root Cargo.toml `members` == the crate directories found on
     disk == the member manifests listed in MODULE.bazel's crate.from_cargo
     (which must also list //:Cargo.toml and use cargo_lockfile //:Cargo.lock).
@@ -73,6 +88,20 @@ LIB_RULES = ("rust_library", "rust_proc_macro", "rust_shared_library", "rust_sta
 # they are not Cargo dependencies, so the comparison skips them.
 NATIVE_RULES = ("cc_library", "cc_import", "rust_cxx_bridge")
 THIRD_PARTY_REPO = "@crates"
+# The CUDA switch (tools/bazel/BUILD.bazel): a bool_flag, the config_setting
+# that select() uses, the .bazelrc config that turns it on, and the Cargo
+# features it stands for in every member that declares them.
+CUDA_FLAG = "//tools/bazel:cuda"
+CUDA_SETTING = "//tools/bazel:cuda_enabled"
+CUDA_CONFIG = "--config=cuda"
+GPU_FEATURES = ("cuda", "nccl")
+# A test file that only exists with a GPU feature (#![cfg(feature = "nccl")])
+# needs a GPU: its target carries GPU_TAG, which --config=ci filters out.
+GPU_TEST = re.compile(r'^#!\[cfg\(feature = "(%s)"\)\]' % "|".join(GPU_FEATURES), re.M)
+GPU_TAG = "requires-gpu-nvidia"
+# select() keys that are configuration switches the check evaluates; other
+# selects (platforms) merge every branch.
+SWITCHES = (CUDA_SETTING,)
 
 
 # --------------------------------------------------------------------------- #
@@ -145,6 +174,25 @@ def merge_select(branches):
     return merged
 
 
+def select_in(branches, config):
+    """select({...}) in a configuration: the set of SWITCHES that are on.
+
+    A select on a switch takes the branch of the switch that is on, else
+    //conditions:default; any other select is the union of its branches.
+    """
+    if not isinstance(branches, dict):
+        return UNKNOWN
+    keys = {norm_label(k, "") if isinstance(k, str) else k: v for k, v in branches.items()}
+    if not any(k in SWITCHES for k in keys):
+        return merge_select(branches)
+    for k, v in keys.items():
+        if k in config:
+            return v
+    if "//conditions:default" not in keys:
+        raise BuildError("select() on %s has no branch for this configuration" % ", ".join(sorted(keys)))
+    return keys["//conditions:default"]
+
+
 class Native:
     """Starlark's `native` module, as a macro sees it: the calling package's glob."""
 
@@ -177,10 +225,11 @@ class BuildFile:
     so a macro's targets are checked like hand-written ones.
     """
 
-    def __init__(self, path, pkg_dir, root=None):
+    def __init__(self, path, pkg_dir, root=None, config=frozenset()):
         self.path = path
         self.pkg_dir = pkg_dir
         self.root = root or pkg_dir
+        self.config = config  # the SWITCHES that are on
         self.env = {}
         self.functions = {}  # name -> Python callable: first-party macros and functions
         self.rules = []  # (kind, {attr: value}) ; method calls are "obj.method"
@@ -271,7 +320,7 @@ class BuildFile:
             "__builtins__": dict(STARLARK_BUILTINS),
             "fail": fail,
             "load": load,
-            "select": lambda branches, **kw: merge_select(branches),
+            "select": lambda branches, **kw: select_in(branches, self.config),
             "Label": lambda label: label,
             "native": Native(self),
         }
@@ -333,7 +382,7 @@ class BuildFile:
             if name == "all_crate_deps":
                 return [CrateDeps(k for k in CrateDeps.KINDS if kwargs.get(k) is True)]
             if name == "select":
-                return merge_select(args[0] if args else kwargs.get("x", {}))
+                return select_in(args[0] if args else kwargs.get("x", {}), self.config)
             if name in self.functions:
                 try:
                     return self.functions[name](*args, **kwargs)
@@ -490,10 +539,17 @@ class Crate:
         }
 
 
-def enabled_features(crates):
-    """Features Cargo turns on for each member in a workspace build (a fixpoint)."""
+def enabled_features(crates, requested=()):
+    """Features Cargo turns on for each member in a workspace build (a fixpoint).
+
+    `requested`: features turned on in every member that declares them (as
+    `cargo build --features member/feature` for each), e.g. GPU_FEATURES.
+    """
     by_dir = {c.dir.resolve(): c for c in crates}
-    enabled = {c.name: ({"default"} if "default" in c.features else set()) for c in crates}
+    enabled = {
+        c.name: ({"default"} if "default" in c.features else set()) | {f for f in requested if f in c.features}
+        for c in crates
+    }
     enabled_deps = {c.name: set() for c in crates}
     changed = True
     while changed:
@@ -601,8 +657,12 @@ class Checker:
         for d in sorted(set(members) & set(on_disk)):
             crates.append(Crate(self.root, d, load_toml((self.root / d) / "Cargo.toml"), ws_deps))
         enabled, enabled_deps = enabled_features(crates)
+        gpu_enabled, gpu_enabled_deps = enabled_features(crates, GPU_FEATURES)
 
-        builds = {}
+        self.check_switch()
+        self.check_specs(crates, gpu_enabled_deps, ws_deps)
+
+        builds, gpu_builds = {}, {}
         for c in crates:
             bf = next((c.dir / b for b in BUILD_NAMES if (c.dir / b).is_file()), None)
             if bf is None:
@@ -610,6 +670,7 @@ class Checker:
                 continue
             try:
                 builds[c.name] = BuildFile(bf, c.dir, self.root)
+                gpu_builds[c.name] = BuildFile(bf, c.dir, self.root, frozenset({CUDA_SETTING}))
             except SyntaxError as e:
                 self.err(c.label, "cannot parse %s: %s" % (bf.relative_to(self.root), e))
             except BuildError as e:
@@ -632,7 +693,85 @@ class Checker:
         for c in crates:
             if c.name in builds:
                 self.check_crate(c, builds[c.name], by_dir, lib_labels, enabled[c.name], enabled_deps[c.name])
+        # With the CUDA switch: only what differs from the default configuration
+        # is reported (a missing source would otherwise be reported twice).
+        default_errors = set(self.errors)
+        tag = " with " + CUDA_CONFIG
+        n = len(self.errors)
+        for c in crates:
+            if c.name in gpu_builds:
+                self.check_crate(c, gpu_builds[c.name], by_dir, lib_labels, gpu_enabled[c.name],
+                                 gpu_enabled_deps[c.name], tag)
+        self.errors[n:] = [e for e in self.errors[n:] if e.replace(tag, "", 1) not in default_errors]
         return len(crates)
+
+    def check_switch(self):
+        """The CUDA switch: bool_flag and config_setting in tools/bazel, set by --config=cuda."""
+        who = "CUDA switch"
+        flag_pkg, _, flag = CUDA_FLAG[2:].partition(":")
+        setting_pkg, _, setting = CUDA_SETTING[2:].partition(":")
+        path = self.root / flag_pkg / "BUILD.bazel"
+        if not path.is_file():
+            self.err(who, "%s is missing (it declares %s)" % (path.relative_to(self.root), CUDA_FLAG))
+            return
+        try:
+            b = BuildFile(path, path.parent, self.root)
+        except (SyntaxError, BuildError) as e:
+            self.err(who, "cannot evaluate %s: %s" % (path.relative_to(self.root), e))
+            return
+        flags = [a for k, a in b.targets("bool_flag") if a.get("name") == flag]
+        if not flags or flags[0].get("build_setting_default") is not False:
+            self.err(who, "%s: no bool_flag %r with build_setting_default = False" % (path.relative_to(self.root), flag))
+        settings = [a for k, a in b.targets("config_setting") if a.get("name") == setting]
+        values = settings[0].get("flag_values") if settings else None
+        want = {":" + flag: "true"}
+        if setting_pkg != flag_pkg or not isinstance(values, dict) or values != want:
+            self.err(who, "%s: no config_setting %r with flag_values = %r" % (path.relative_to(self.root), setting, want))
+        rc = self.root / ".bazelrc"
+        line = "build:%s --%s=true" % (CUDA_CONFIG.split("=", 1)[1], CUDA_FLAG)
+        if not rc.is_file() or line not in [l.strip() for l in rc.read_text().splitlines()]:
+            self.err(who, ".bazelrc lacks the line %r (%s must turn the switch on)" % (line, CUDA_CONFIG))
+
+    def check_specs(self, crates, gpu_enabled_deps, ws_deps):
+        """A crate.spec in MODULE.bazel, equal to [workspace.dependencies], per optional third-party dependency
+        that the GPU features enable (crate_universe's from_cargo makes no alias for it)."""
+        who = "MODULE.bazel"
+        path = self.root / "MODULE.bazel"
+        if not path.is_file():
+            return
+        specs = {}
+        for kind, a in BuildFile(path, self.root, self.root).rules:
+            if kind.endswith(".spec") and isinstance(a.get("package"), str):
+                specs[a["package"]] = a
+        needed = set()
+        for c in crates:
+            for kind in c.deps.values():
+                for d in kind:
+                    if d["optional"] and d["path"] is None and d["key"] in gpu_enabled_deps[c.name]:
+                        needed.add(d["package"])
+        for name in sorted(needed - set(specs)):
+            self.err(who, "no crate.spec(package = %r): @crates//:%s (an optional dependency) would not exist" % (name, name))
+        for name, a in sorted(specs.items()):
+            ws = ws_deps.get(name)
+            if isinstance(ws, str):
+                ws = {"version": ws}
+            if not isinstance(ws, dict):
+                self.err(who, "crate.spec(package = %r) is not in [workspace.dependencies] of Cargo.toml" % name)
+                continue
+            want = {
+                "version": ws.get("version"),
+                "default_features": ws.get("default-features", True),
+                "features": sorted(ws.get("features", [])),
+            }
+            got = {
+                "version": a.get("version"),
+                "default_features": a.get("default_features", True),
+                "features": sorted(strings(a.get("features"))),
+            }
+            for k in want:
+                if want[k] != got[k]:
+                    self.err(who, "crate.spec(package = %r): %s is %r, Cargo.toml's [workspace.dependencies] has %r"
+                             % (name, k, got[k], want[k]))
 
     def check_module(self, members):
         who = "MODULE.bazel"
@@ -670,8 +809,13 @@ class Checker:
             files.add(root)
         return files
 
-    def check_crate(self, c, b, by_dir, lib_labels, feats, enabled_deps):
-        who = c.label
+    def check_crate(self, c, b, by_dir, lib_labels, feats, enabled_deps, config=""):
+        """Compares one crate's targets with Cargo.toml, in one configuration.
+
+        `config` names it in messages ("" for the default one, " with
+        --config=cuda"); `feats`, `enabled_deps` are what Cargo enables there.
+        """
+        who = c.label + config
         pkg = c.pkg
         declared = set(c.features) | c.optional
 
@@ -691,6 +835,11 @@ class Checker:
 
         normal_fp, normal_tp = fp_labels("normal")
         dev_fp, dev_tp = fp_labels("dev")
+        # Enabled optional third-party dependencies: all_crate_deps() (crate_universe
+        # resolves default features) leaves them out, so targets name them.
+        optional_tp = {d["package"] for d in c.deps["normal"]
+                       if d["optional"] and d["path"] is None and d["key"] in enabled_deps}
+        normal_tp_from_all = normal_tp - optional_tp
         own_lib = lib_labels.get(c.name) if c.lib else None
         all_fp = set(lib_labels.values())
 
@@ -720,6 +869,11 @@ class Checker:
                 base = re.sub(r"-\d+\.\d+\.\d+.*$", "", name)
                 if name not in allowed and base not in allowed:
                     self.err(who, "%s: deps have @crates//:%s, not a dependency in Cargo.toml" % (target, name))
+
+        def need_optional(target, attrs):
+            for name in sorted(optional_tp - explicit_tp(attrs)):
+                self.err(who, "%s: deps lack @crates//:%s (an optional dependency Cargo enables here; "
+                         "all_crate_deps() leaves it out)" % (target, name))
 
         def need_crate_deps(target, attrs, third_party, kind, attr="deps"):
             if not third_party:
@@ -775,7 +929,8 @@ class Checker:
                     self.err(who, "%s: srcs do not contain %s" % (t, c.lib["path"]))
                 compare(t, got_fp(a), normal_fp)
                 check_explicit_tp(t, a, normal_tp)
-                need_crate_deps(t, a, normal_tp, "normal")
+                need_crate_deps(t, a, normal_tp_from_all, "normal")
+                need_optional(t, a)
                 need_crate_deps(t, a, normal_tp, "proc_macro", "proc_macro_deps")
                 check_features(t, a, exact=True)
                 primary[own_lib] = (t, a, c.lib["test"])
@@ -804,7 +959,8 @@ class Checker:
                 self.err(who, "%s: srcs do not contain %s" % (t, cb["path"]))
             compare(t, got_fp(a), normal_fp | ({own_lib} if own_lib else set()))
             check_explicit_tp(t, a, normal_tp)
-            need_crate_deps(t, a, normal_tp, "normal")
+            need_crate_deps(t, a, normal_tp_from_all, "normal")
+            need_optional(t, a)
             need_crate_deps(t, a, normal_tp, "proc_macro", "proc_macro_deps")
             check_features(t, a, exact=True)
             primary[norm_label(":" + cb["name"], pkg)] = (t, a, cb["test"])
@@ -847,7 +1003,8 @@ class Checker:
                 continue
             compare(desc, got_fp(a), want)
             check_explicit_tp(desc, a, normal_tp | dev_tp)
-            need_crate_deps(desc, a, normal_tp, "normal")
+            need_crate_deps(desc, a, normal_tp_from_all, "normal")
+            need_optional(desc, a)
             need_crate_deps(desc, a, dev_tp, "normal_dev")
             check_features(desc, a, exact=False)
         for src in c.tests:
@@ -862,6 +1019,10 @@ class Checker:
                     self.err(who, "%s: %s reads testdata but data lacks //testdata:all" % (d, src))
                 if "../shared" in text and "external" not in strings(a.get("tags")):
                     self.err(who, "%s: %s reads ../shared (outside the workspace) but is not tagged \"external\"" % (d, src))
+                gpu = GPU_TEST.search(text)
+                if gpu and GPU_TAG not in strings(a.get("tags")):
+                    self.err(who, "%s: %s is a GPU test (#![cfg(feature = %r)]) but is not tagged %r"
+                             % (d, src, gpu.group(1), GPU_TAG))
 
         # --- benches and examples --------------------------------------------
         all_srcs = set()
@@ -875,7 +1036,8 @@ class Checker:
                 continue
             t = "rust_binary %r" % a.get("name")
             compare(t, got_fp(a), want)
-            need_crate_deps(t, a, normal_tp, "normal")
+            need_crate_deps(t, a, normal_tp_from_all, "normal")
+            need_optional(t, a)
             need_crate_deps(t, a, dev_tp, "normal_dev")
             check_features(t, a, exact=False)
 

@@ -13,7 +13,7 @@ rust_library_crate (a package with a [lib]):
                        those declared by themselves (`external_tests`,
                        `large_tests`) or by the BUILD file (`custom_tests`);
                        absent when no tests/*.rs is left
-  <stem>               rust_test of tests/<stem>.rs, per external/large test
+  <stem>               rust_test of tests/<stem>.rs, per external/large/GPU test
   <bench>, <example>   rust_binary of benches/<bench>.rs ([[bench]] with
                        harness = false) or examples/<example>.rs, tagged
                        "manual" (`bazel run` them; //... does not build them)
@@ -31,6 +31,15 @@ the library and both. Integration tests also get `test_data`, helper modules
 under tests/<dir>/ (tests/common/mod.rs) as shared sources, and, as Cargo's
 CARGO_BIN_EXE_<bin>, the path of each binary of the package (in their data).
 
+GPU code (the CUDA switch, tools/bazel/BUILD.bazel, on with --config=cuda):
+Cargo features that build it are off by default, as in Cargo. `gpu_crate_features`
+are added to every target's crate_features and `gpu_deps` (optional third-party
+crates those features enable, e.g. @crates//:cudarc, which all_crate_deps()
+leaves out) to every target's deps, both through select() on the switch.
+`gpu_tests` are tests/*.rs that need an NVIDIA GPU: each is its own rust_test,
+tagged "requires-gpu-nvidia" (--config=ci skips them, --config=cuda runs only
+them); without the switch they are empty tests (#![cfg(feature = ...)]).
+
 tools/check_bazel_cargo.py runs this file as Python, with stand-ins for the
 rules, to see the targets a BUILD file declares: keep to the part of Starlark
 that is also Python (no struct, depset, type(), nested functions).
@@ -41,6 +50,21 @@ load("@rules_rust//rust:defs.bzl", "rust_binary", "rust_library", "rust_test", "
 
 # Modules that every tests/*.rs may `mod` (tests/<dir>/**), as Cargo allows.
 _TEST_HELPERS = ["tests/*/**/*.rs"]
+
+# The CUDA switch (tools/bazel/BUILD.bazel): on with --config=cuda.
+_CUDA_ENABLED = Label("//tools/bazel:cuda_enabled")
+
+# The tag of tests that need an NVIDIA GPU (.bazelrc's configs ci and cuda filter on it).
+_GPU_TAG = "requires-gpu-nvidia"
+
+def _if_cuda(values):
+    """`values` when the CUDA switch is on, else nothing: a select(), or [] for no values."""
+    if not values:
+        return []
+    return select({
+        _CUDA_ENABLED: values,
+        "//conditions:default": [],
+    })
 
 def _stems(sources, folder):
     """tests/corpus.rs -> corpus, for the sources directly in `folder`."""
@@ -70,8 +94,11 @@ def _unit_test(crate, dev_deps, data, crate_features):
         deps = dev_deps + all_crate_deps(normal_dev = True),
     )
 
-def _with_dev_dependencies(own, deps, dev_deps):
-    """Attributes of a target that sees the package as Cargo's tests, benches and examples do."""
+def _with_dev_dependencies(own, deps, dev_deps, gpu_deps):
+    """Attributes of a target that sees the package as Cargo's tests, benches and examples do.
+
+    `gpu_deps` is a select() (or []) of the optional dependencies the CUDA switch adds.
+    """
     return dict(
         aliases = aliases(
             normal = True,
@@ -86,14 +113,14 @@ def _with_dev_dependencies(own, deps, dev_deps):
         deps = own + _merged(deps, dev_deps) + all_crate_deps(
             normal = True,
             normal_dev = True,
-        ),
+        ) + gpu_deps,
     )
 
 def _binary_env(binaries):
     """rustc_env naming each binary as Cargo does for integration tests."""
     return {"CARGO_BIN_EXE_" + b: "$(rootpath :%s)" % b for b in binaries}
 
-def _manual_binaries(folder, names, own, deps, dev_deps, crate_features):
+def _manual_binaries(folder, names, own, deps, dev_deps, gpu_deps, crate_features):
     """rust_binary <name> of <folder>/<name>.rs for each name, tagged "manual"."""
     for name in names:
         src = "%s/%s.rs" % (folder, name)
@@ -103,7 +130,7 @@ def _manual_binaries(folder, names, own, deps, dev_deps, crate_features):
             crate_features = crate_features,
             crate_root = src,
             tags = ["manual"],
-            **_with_dev_dependencies(own, deps, dev_deps)
+            **_with_dev_dependencies(own, deps, dev_deps, gpu_deps)
         )
 
 def rust_library_crate(
@@ -113,11 +140,14 @@ def rust_library_crate(
         dev_deps = [],
         binaries = [],
         crate_features = [],
+        gpu_crate_features = [],
+        gpu_deps = [],
         unit_test_data = [],
         test_data = [],
         test_tags = [],
         external_tests = [],
         large_tests = [],
+        gpu_tests = [],
         custom_tests = [],
         benches = [],
         examples = []):
@@ -130,6 +160,11 @@ def rust_library_crate(
       dev_deps: first-party [dev-dependencies] that are not in `deps`.
       binaries: names of the [[bin]] targets at src/bin/<name>.rs.
       crate_features: Cargo features on in a workspace build.
+      gpu_crate_features: Cargo features that build the GPU code, on only with
+        the CUDA switch (--config=cuda), in every target of the package.
+      gpu_deps: labels of the optional third-party dependencies that
+        `gpu_crate_features` enable (@crates//:cudarc), in the deps of every
+        target (but unit tests, which have the library's) with the CUDA switch.
       unit_test_data: data of the unit tests (<name>_test).
       test_data: data of every integration test (e.g. //testdata:all).
       test_tags: tags of every integration test.
@@ -138,12 +173,17 @@ def rust_library_crate(
         cached), instead of a member of integration_tests.
       large_tests: stems of the tests/*.rs that are the rust_test <stem> of
         size "large" (long-running), instead of members of integration_tests.
+      gpu_tests: stems of the tests/*.rs that need an NVIDIA GPU: each is the
+        rust_test <stem>, tagged "requires-gpu-nvidia", instead of a member of
+        integration_tests (may also be external or large).
       custom_tests: stems of the tests/*.rs that the BUILD file declares itself.
       benches: names of the [[bench]] targets (harness = false) at
         benches/<name>.rs.
       examples: names of the examples at examples/<name>.rs.
     """
     macro = "rust_library_crate(%r)" % name
+    crate_features = crate_features + _if_cuda(gpu_crate_features)
+    gpu_deps = _if_cuda(gpu_deps)
     rust_library(
         name = name,
         srcs = native.glob(["src/**/*.rs"]),
@@ -152,7 +192,7 @@ def rust_library_crate(
         crate_name = crate_name,
         crate_root = "src/lib.rs",
         proc_macro_deps = all_crate_deps(proc_macro = True),
-        deps = deps + all_crate_deps(normal = True),
+        deps = deps + all_crate_deps(normal = True) + gpu_deps,
     )
     _unit_test(name, dev_deps, unit_test_data, crate_features)
 
@@ -165,7 +205,7 @@ def rust_library_crate(
             crate_features = crate_features,
             crate_root = src,
             proc_macro_deps = all_crate_deps(proc_macro = True),
-            deps = [":" + name] + deps + all_crate_deps(normal = True),
+            deps = [":" + name] + deps + all_crate_deps(normal = True) + gpu_deps,
         )
         _unit_test(binary, dev_deps, [], crate_features)
 
@@ -173,8 +213,9 @@ def rust_library_crate(
     tests = _stems(native.glob(["tests/*.rs"], allow_empty = True), "tests")
     _check_stems(macro, "external_tests", external_tests, tests)
     _check_stems(macro, "large_tests", large_tests, tests)
+    _check_stems(macro, "gpu_tests", gpu_tests, tests)
     _check_stems(macro, "custom_tests", custom_tests, tests)
-    separate = [t for t in tests if t in external_tests or t in large_tests]
+    separate = [t for t in tests if t in external_tests or t in large_tests or t in gpu_tests]
     in_suite = [t for t in tests if t not in separate and t not in custom_tests]
     helpers = native.glob(_TEST_HELPERS, allow_empty = True)
     data = [":" + b for b in binaries] + test_data
@@ -187,7 +228,7 @@ def rust_library_crate(
             rustc_env = _binary_env(binaries),
             shared_srcs = helpers,
             tags = test_tags,
-            **_with_dev_dependencies(own, deps, dev_deps)
+            **_with_dev_dependencies(own, deps, dev_deps, gpu_deps)
         )
     for stem in separate:
         src = "tests/%s.rs" % stem
@@ -199,12 +240,13 @@ def rust_library_crate(
             crate_root = src,
             data = data,
             rustc_env = _binary_env(binaries),
-            tags = test_tags + (["external"] if stem in external_tests else []),
-            **_with_dev_dependencies(own, deps, dev_deps)
+            tags = test_tags + (["external"] if stem in external_tests else []) +
+                   ([_GPU_TAG] if stem in gpu_tests else []),
+            **_with_dev_dependencies(own, deps, dev_deps, gpu_deps)
         )
 
-    _manual_binaries("benches", benches, own, deps, dev_deps, crate_features)
-    _manual_binaries("examples", examples, own, deps, dev_deps, crate_features)
+    _manual_binaries("benches", benches, own, deps, dev_deps, gpu_deps, crate_features)
+    _manual_binaries("examples", examples, own, deps, dev_deps, gpu_deps, crate_features)
 
 def rust_binary_crate(
         name,
@@ -212,6 +254,8 @@ def rust_binary_crate(
         dev_deps = [],
         compile_data = [],
         crate_features = [],
+        gpu_crate_features = [],
+        gpu_deps = [],
         test_data = [],
         external_tests = []):
     """The targets of a Cargo package that is one binary (see the file's docstring).
@@ -222,10 +266,18 @@ def rust_binary_crate(
       dev_deps: first-party [dev-dependencies] that are not in `deps`.
       compile_data: files the sources read at compile time (include_str!).
       crate_features: Cargo features on in a workspace build.
+      gpu_crate_features: Cargo features that build the GPU code, on only with
+        the CUDA switch (--config=cuda), in every target of the package.
+      gpu_deps: labels of the optional third-party dependencies that
+        `gpu_crate_features` enable, in the deps of the binary and its tests
+        with the CUDA switch (none when the features only forward to
+        first-party crates, as run-hlo-module's do).
       test_data: data of every integration test (besides the binary).
       external_tests: stems of the tests/*.rs that read ../shared, outside the
         workspace: their rust_test <stem>_test is tagged "external".
     """
+    crate_features = crate_features + _if_cuda(gpu_crate_features)
+    gpu_deps = _if_cuda(gpu_deps)
     rust_binary(
         name = name,
         srcs = native.glob(["src/**/*.rs"]),
@@ -234,7 +286,7 @@ def rust_binary_crate(
         crate_features = crate_features,
         crate_root = "src/main.rs",
         proc_macro_deps = all_crate_deps(proc_macro = True),
-        deps = deps + all_crate_deps(normal = True),
+        deps = deps + all_crate_deps(normal = True) + gpu_deps,
     )
     _unit_test(name, dev_deps, [], crate_features)
 
@@ -251,5 +303,5 @@ def rust_binary_crate(
             data = [":" + name] + test_data,
             rustc_env = _binary_env([name]),
             tags = ["external"] if stem in external_tests else [],
-            **_with_dev_dependencies([], deps, dev_deps)
+            **_with_dev_dependencies([], deps, dev_deps, gpu_deps)
         )

@@ -81,7 +81,7 @@ class CheckBazelCargo(unittest.TestCase):
         # crate's third-party dependencies fails like a hand-written target.
         self.edit(
             "tools/bazel/rust_crate.bzl",
-            r"^        deps = deps \+ all_crate_deps\(normal = True\),\n    \)\n    _unit_test\(name, dev_deps, unit_test_data",
+            r"^        deps = deps \+ all_crate_deps\(normal = True\) \+ gpu_deps,\n    \)\n    _unit_test\(name, dev_deps, unit_test_data",
             "        deps = deps,\n    )\n    _unit_test(name, dev_deps, unit_test_data",
         )
         self.assert_fails("rust_library 'pass': deps lack all_crate_deps(normal = True) for third-party log, thiserror")
@@ -116,6 +116,52 @@ class CheckBazelCargo(unittest.TestCase):
     def test_feature_mismatch(self):
         self.edit("xla/hlo/ir/BUILD.bazel", r'    crate_name = "xla_hlo_ir",', '    crate_features = ["no-such-feature"],\n    crate_name = "xla_hlo_ir",')
         self.assert_fails("crate_features has 'no-such-feature', not a feature in Cargo.toml")
+
+    # The CUDA switch (--config=cuda): each BUILD file is also checked with it on.
+
+    def test_gpu_feature_dropped(self):
+        self.edit("collectives/BUILD.bazel", r'^    gpu_crate_features = \["nccl"\],\n', "")
+        self.assert_fails(
+            "collectives (collectives) with --config=cuda: rust_library 'collectives': crate_features lacks 'nccl' (enabled by Cargo)"
+        )
+
+    def test_forwarded_gpu_feature_dropped(self):
+        # run-hlo-module's `cuda` only forwards to xla-runtime: still its own feature.
+        self.edit("tools/run_hlo_module/BUILD.bazel", r'^        "cuda",\n', "")
+        self.assert_fails("with --config=cuda: rust_binary 'run_hlo_module': crate_features lacks 'cuda' (enabled by Cargo)")
+
+    def test_gpu_dep_dropped(self):
+        self.edit("runtime/BUILD.bazel", r'^    gpu_deps = \["@crates//:cudarc"\],\n', "")
+        self.assert_fails(
+            "xla-runtime (runtime) with --config=cuda: rust_library 'runtime': deps lack @crates//:cudarc (an optional dependency"
+        )
+
+    def test_optional_dep_without_switch(self):
+        # cudarc outside the select: a dependency Cargo does not enable by default.
+        self.edit("collectives/BUILD.bazel", r'^    deps = \["//xla/hlo/ir"\],', '    deps = ["//xla/hlo/ir", "@crates//:cudarc"],')
+        self.assert_fails("collectives (collectives): rust_library 'collectives': deps have @crates//:cudarc, not a dependency in Cargo.toml")
+
+    def test_gpu_feature_in_default_build(self):
+        self.edit("collectives/BUILD.bazel", r'^    crate_name = "collectives",', '    crate_features = ["nccl"],\n    crate_name = "collectives",')
+        self.assert_fails("collectives (collectives): rust_library 'collectives': crate_features has 'nccl', which Cargo does not enable")
+
+    def test_gpu_test_untagged(self):
+        # A GPU test left in the suite: --config=ci would run it, --config=cuda would not.
+        self.edit("collectives/BUILD.bazel", r'^    gpu_tests = \["nccl_gpu"\],\n', "")
+        self.assert_fails(
+            "rust_test_suite 'integration_tests': tests/nccl_gpu.rs is a GPU test "
+            "(#![cfg(feature = 'nccl')]) but is not tagged 'requires-gpu-nvidia'"
+        )
+
+    def test_switch_not_set_by_config(self):
+        self.edit(".bazelrc", r"^build:cuda --//tools/bazel:cuda=true\n", "")
+        self.assert_fails(".bazelrc lacks the line 'build:cuda --//tools/bazel:cuda=true'")
+
+    def test_cudarc_spec_missing_or_different(self):
+        self.edit("MODULE.bazel", r'^        "dynamic-loading",\n', "")
+        self.assert_fails("crate.spec(package = 'cudarc'): features is")
+        self.edit("MODULE.bazel", r"^crate\.spec\(", "crate.not_a_spec(")
+        self.assert_fails("no crate.spec(package = 'cudarc')")
 
     def test_member_missing_from_module(self):
         self.edit("MODULE.bazel", r'^        "//xla/cc_api:Cargo.toml",\n', "")

@@ -42,7 +42,21 @@ _from_cargo = tag_class(attrs = {
     "supported_platform_triples": attr.string_list(),
 })
 
+# crate.spec in MODULE.bazel (cudarc, an optional dependency): accepted and
+# not used here, since vendor_crates.py already aliases the optional
+# dependencies that the GPU features enable.
+_spec = tag_class(attrs = {
+    "default_features": attr.bool(default = True),
+    "features": attr.string_list(),
+    "package": attr.string(mandatory = True),
+    "repositories": attr.string_list(),
+    "version": attr.string(),
+})
+
 crate = module_extension(
     implementation = _crate_impl,
-    tag_classes = {"from_cargo": _from_cargo},
+    tag_classes = {
+        "from_cargo": _from_cargo,
+        "spec": _spec,
+    },
 )
