@@ -47,14 +47,15 @@ pub use launcher::{run_spmd, LaunchPlan};
 pub use literal::Literal;
 
 /// The backend named `name` (`cpu`, `cuda` or `cuda-host`, as
-/// `run_hlo_module --backend` takes it). `cuda` fails with what is missing
+/// `run_hlo_module --backend` takes it). `cuda` drives every visible GPU
+/// (launcher device `d` on GPU `d % count`) and fails with what is missing
 /// when this build has no CUDA backend or no GPU and driver libraries are
 /// present; `cuda-host` runs the CUDA backend's plans and generated kernels
 /// on the host (built by the host C++ compiler).
 pub fn backend(name: &str) -> Result<Box<dyn Backend>, RuntimeError> {
     match name {
         "cpu" => Ok(Box::new(CpuBackend)),
-        "cuda" => Ok(Box::new(cuda::CudaBackend::new(0)?)),
+        "cuda" => Ok(Box::new(cuda::CudaBackend::all()?)),
         "cuda-host" => Ok(Box::new(cuda::hostexec::CudaHostBackend)),
         other => Err(RuntimeError::Devices(format!(
             "unknown backend {other:?}: expected `cpu`, `cuda` or `cuda-host`"

@@ -1,26 +1,31 @@
-//! The CUDA backend on a real GPU (feature `cuda`): small modules and every
-//! supported corpus case (testdata/cases and, when present,
-//! ../shared/corpus/cases; single device, input.hlo) against the
-//! interpreter / XLA's stored outputs. Without a CUDA device or library each
-//! test prints why and passes (skips).
+//! The CUDA backend on real GPUs (feature `cuda`): small modules against the
+//! interpreter; an async all-reduce through a single-rank NCCL communicator
+//! on the communication stream; every corpus case (testdata/cases and, when
+//! present, ../shared/corpus/cases) against XLA's stored outputs, the global
+//! input.hlo and our partitioned program on its devices (NCCL between the
+//! GPUs where there are as many GPUs as devices, host collectives between
+//! devices sharing a GPU otherwise); bf16 GEMM throughput, device copy
+//! bandwidth, and the perf_transformer_block step beside its roofline.
+//! Without a CUDA device or library each test prints why and passes (skips).
 //!
-//! Written on a machine without a GPU: the first GPU session is the first
-//! run of these tests (tools/gpu_check.sh runs them).
+//! Written on machines without a GPU (the same plans and kernels run on the
+//! host in tests/cuda_plan.rs): tools/gpu_check.sh runs these on a GPU.
 #![cfg(feature = "cuda")]
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use xla_hlo_evaluator::compare::compare;
 use xla_hlo_evaluator::npy::{load_argument, read_npy};
-use xla_hlo_evaluator::{evaluate, Array, EvalContext, Value};
+use xla_hlo_evaluator::{evaluate, needs_spmd, Array, EvalContext, Value};
 use xla_hlo_ir::{HloModule, PrimitiveType};
 use xla_runtime::cpu::{literals_from_values, values_from_literals};
 use xla_runtime::cuda::CudaBackend;
-use xla_runtime::{Backend, DeviceContext, RuntimeError};
+use xla_runtime::{run_spmd, Backend, DeviceContext, LaunchPlan, RuntimeError};
 
-/// The backend, or `None` (with the reason printed) where there is no GPU.
+/// The backend over every GPU, or `None` (with the reason printed) where
+/// there is none.
 fn backend() -> Option<CudaBackend> {
-    match CudaBackend::new(0) {
+    match CudaBackend::all() {
         Ok(b) => Some(b),
         Err(e) => {
             eprintln!("skipping CUDA test: {e}");
@@ -200,19 +205,60 @@ fn small_modules_match_the_interpreter() {
 fn unsupported_module_is_a_compile_error() {
     let Some(be) = backend() else { return };
     let m = xla_hlo_parser::parse_module(
-        "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT s = f32[4] atan2(p, p)\n}",
+        "HloModule m\nENTRY e {\n  p = u64[2] parameter(0)\n  ROOT s = (u64[2], u32[4]) rng-bit-generator(p), algorithm=rng_three_fry\n}",
     )
     .unwrap();
     match be.compile(&m) {
         Err(RuntimeError::Compile { message, .. }) => {
-            assert!(message.contains("atan2 (s)"), "{message}")
+            assert!(message.contains("rng-bit-generator (s)"), "{message}")
         }
         Err(e) => panic!("{e}"),
-        Ok(_) => panic!("atan2 compiled"),
+        Ok(_) => panic!("rng-bit-generator compiled"),
     }
 }
 
-fn run_case(be: &CudaBackend, dir: &Path) -> Result<Option<f64>, String> {
+/// An all-reduce-start/done pair with independent work between them: the
+/// reduction runs on the communication stream through a single-rank NCCL
+/// communicator and the done makes the compute stream wait.
+#[test]
+fn async_all_reduce_on_the_communication_stream() {
+    let Some(be) = backend() else { return };
+    let m = xla_hlo_parser::parse_module(
+        r#"HloModule m, num_partitions=1
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[1024,256] parameter(0)
+  y = f32[256,256] parameter(1)
+  ars = f32[1024,256] all-reduce-start(x), replica_groups={{0}}, to_apply=add
+  d = f32[1024,256] dot(x, y), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ard = f32[1024,256] all-reduce-done(ars)
+  ROOT r = f32[1024,256] add(ard, d)
+}"#,
+    )
+    .unwrap();
+    let args = args_for(&m);
+    let want = interpret(&m, &args);
+    let got = be
+        .compile(&m)
+        .and_then(|e| e.execute(&DeviceContext::single(), &literals_from_values(&args)?))
+        .and_then(|o| values_from_literals(&o))
+        .unwrap();
+    let c = compare(&got[0].leaves()[0].clone(), want[0].leaves()[0], 1e-4, 1e-4);
+    assert!(c.matched(), "{c:?}");
+}
+
+struct Case {
+    module: HloModule,
+    args: Vec<Value>,
+    rtol: f64,
+    atol: f64,
+}
+
+fn load_case(dir: &Path) -> Result<Case, String> {
     let case: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.join("case.json")).map_err(|e| e.to_string())?,
     )
@@ -222,17 +268,8 @@ fn run_case(be: &CudaBackend, dir: &Path) -> Result<Option<f64>, String> {
     let rtol = case["rtol"].as_f64().unwrap_or(1e-5).max(1e-5);
     let atol = case["atol"].as_f64().unwrap_or(1e-5).max(1e-5);
     let text = std::fs::read_to_string(dir.join("input.hlo")).map_err(|e| e.to_string())?;
-    let m = xla_hlo_parser::parse_module(&text).map_err(|e| e.to_string())?;
-    let exe = match be.compile(&m) {
-        Ok(e) => e,
-        Err(RuntimeError::Compile { message, .. })
-            if message.contains("not supported by the CUDA backend") =>
-        {
-            return Ok(None)
-        }
-        Err(e) => return Err(e.to_string()),
-    };
-    let g = m.entry_computation();
+    let module = xla_hlo_parser::parse_module(&text).map_err(|e| e.to_string())?;
+    let g = module.entry_computation();
     let mut args = Vec::new();
     for (i, &p) in g.parameters.iter().enumerate() {
         let instr = &g.instructions[p.index()];
@@ -245,79 +282,146 @@ fn run_case(be: &CudaBackend, dir: &Path) -> Result<Option<f64>, String> {
         .map_err(|e| format!("argument {i}: {e}"))?;
         args.push(Value::Array(a));
     }
-    let args = literals_from_values(&args).map_err(|e| e.to_string())?;
-    exe.execute(&DeviceContext::single(), &args)
-        .map_err(|e| e.to_string())?; // warm-up
+    Ok(Case {
+        module,
+        args,
+        rtol,
+        atol,
+    })
+}
+
+/// Runs `m` on `plan`'s devices (warm-up, then one timed run) and compares
+/// with `dir`'s expected outputs; the time of the run in ms.
+fn run_and_compare(
+    be: &CudaBackend,
+    dir: &Path,
+    case: &Case,
+    m: &HloModule,
+    plan: &LaunchPlan,
+) -> Result<f64, String> {
+    let exe = be.compile(m).map_err(|e| e.to_string())?;
+    let args = literals_from_values(&case.args).map_err(|e| e.to_string())?;
+    run_spmd(exe.as_ref(), &args, plan).map_err(|e| e.to_string())?; // warm-up
     let t = Instant::now();
-    let outs = exe
-        .execute(&DeviceContext::single(), &args)
-        .map_err(|e| e.to_string())?;
+    let outs = run_spmd(exe.as_ref(), &args, plan).map_err(|e| e.to_string())?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let outs = values_from_literals(&outs).map_err(|e| e.to_string())?;
     let flat: Vec<_> = outs.iter().flat_map(|v| v.leaves()).collect();
     for (i, a) in flat.iter().enumerate() {
         let e = read_npy(&dir.join(format!("expected/out{i}.npy")))
             .map_err(|e| format!("expected {i}: {e}"))?;
-        let c = compare(a, &e, rtol, atol);
+        let c = compare(a, &e, case.rtol, case.atol);
         if !c.matched() {
             return Err(format!("output {i}: {c:?}"));
         }
     }
-    Ok(Some(ms))
+    Ok(ms)
 }
 
-fn run_dir(be: &CudaBackend, root: &Path) -> (usize, usize, Vec<String>) {
-    let (mut ran, mut matched, mut failures) = (0, 0, Vec::new());
+/// The global input.hlo (its devices where it needs SPMD semantics); `None`
+/// for Shardy manual computations, which have no global run.
+fn run_global(be: &CudaBackend, dir: &Path, case: &Case) -> Option<Result<f64, String>> {
+    if xla_pipelines::shardy_import::has_manual_computation(&case.module) {
+        return None;
+    }
+    let n = if needs_spmd(&case.module) {
+        case.module.num_partitions().max(1) as usize
+    } else {
+        1
+    };
+    let plan = LaunchPlan::replicated(&case.module, n);
+    Some(run_and_compare(be, dir, case, &case.module, &plan))
+}
+
+/// Our partitioned program on the module's devices.
+fn run_partitioned(be: &CudaBackend, dir: &Path, case: &Case) -> Result<f64, String> {
+    let n = case.module.num_partitions().max(1);
+    let options = xla_pipelines::PipelineOptions {
+        num_partitions: Some(n),
+        ..Default::default()
+    };
+    let mut m = case.module.clone();
+    let out_shape = m.entry_computation().root_instr().shape.clone();
+    xla_pipelines::spmd_pipeline(&options, false)
+        .run(&mut m)
+        .map_err(|e| format!("partitioning: {e}"))?;
+    let mut plan = LaunchPlan::for_partitioned(&m, out_shape);
+    plan.num_partitions = n as usize;
+    run_and_compare(be, dir, case, &m, &plan)
+}
+
+fn case_dirs(root: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(root) else {
         eprintln!("skipping {}: not present", root.display());
-        return (0, 0, failures);
+        return Vec::new();
     };
-    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|d| d.join("args").is_dir() && d.join("input.hlo").is_file())
+        .collect();
     dirs.sort();
-    for d in dirs {
-        if !d.join("args").is_dir() || !d.join("input.hlo").is_file() {
-            continue;
-        }
-        ran += 1;
-        let name = d.file_name().unwrap().to_string_lossy().to_string();
-        // One line per case, parsed by tools/gpu_check.sh.
-        match run_case(be, &d) {
-            Ok(Some(ms)) => {
-                matched += 1;
-                eprintln!("CUDA-CASE {name} MATCH {ms:.3}ms");
-            }
-            Ok(None) => eprintln!("CUDA-CASE {name} UNSUPPORTED -"),
-            Err(m) => {
-                eprintln!("CUDA-CASE {name} FAIL - {m}");
-                failures.push(format!("{name}: {m}"));
-            }
+    dirs
+}
+
+fn roots() -> Vec<PathBuf> {
+    std::iter::once(xla_test_paths::testdata_cases())
+        .chain(xla_test_paths::shared_corpus_cases())
+        .collect()
+}
+
+/// One line per case and mode, parsed by tools/gpu_check.sh:
+/// `CUDA-CASE <mode> <name> MATCH|FAIL|SKIP <ms> [message]`.
+fn report(mode: &str, name: &str, r: Option<Result<f64, String>>, failures: &mut Vec<String>) {
+    match r {
+        Some(Ok(ms)) => eprintln!("CUDA-CASE {mode} {name} MATCH {ms:.3}"),
+        None => eprintln!("CUDA-CASE {mode} {name} SKIP -"),
+        Some(Err(m)) => {
+            eprintln!("CUDA-CASE {mode} {name} FAIL - {m}");
+            failures.push(format!("{name} ({mode}): {m}"));
         }
     }
-    (ran, matched, failures)
 }
 
 #[test]
-fn corpus_cases_on_the_gpu_match_xla() {
+fn corpus_cases_on_one_gpu_match_xla() {
     let Some(be) = backend() else { return };
-    let mut all = Vec::new();
-    let roots = std::iter::once(xla_test_paths::testdata_cases())
-        .chain(xla_test_paths::shared_corpus_cases());
-    for root in roots {
-        let (ran, matched, failures) = run_dir(&be, &root);
-        eprintln!(
-            "{}: {matched} of {ran} cases matched on the GPU",
-            root.display()
-        );
-        all.extend(failures);
+    let mut failures = Vec::new();
+    for root in roots() {
+        for d in case_dirs(&root) {
+            let name = d.file_name().unwrap().to_string_lossy().to_string();
+            match load_case(&d) {
+                Ok(case) => report("global", &name, run_global(&be, &d, &case), &mut failures),
+                Err(e) => report("global", &name, Some(Err(e)), &mut failures),
+            }
+        }
     }
-    assert!(all.is_empty(), "{}", all.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The bf16 GEMM path alone (device-resident, f32 accumulation): prints
-/// TFLOP/s for 8192^3 (issue 8's target: at least 80% of the 787 TFLOP/s
-/// measured with cuBLAS on the H200). Reports; asserts only that it runs.
+/// Our partitioned programs on the GPUs: NCCL between GPUs where the
+/// process has as many GPUs as the program has devices, host collectives
+/// between devices sharing a GPU otherwise.
 #[test]
-fn bf16_gemm_throughput() {
+fn partitioned_corpus_on_the_gpus_matches_xla() {
+    let Some(be) = backend() else { return };
+    eprintln!("partitioned programs on {} GPU(s)", be.gpu_count());
+    let mut failures = Vec::new();
+    for root in roots() {
+        for d in case_dirs(&root) {
+            let name = d.file_name().unwrap().to_string_lossy().to_string();
+            let r = load_case(&d).and_then(|case| run_partitioned(&be, &d, &case));
+            report("partitioned", &name, Some(r), &mut failures);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The bf16 GEMM path alone (device-resident, f32 accumulation) and the
+/// device copy bandwidth: prints TFLOP/s for 8192^3 (the issue's target: at
+/// least 80% of the 787 TFLOP/s measured with cuBLAS on the H200) and GB/s.
+/// Reports; asserts only that it runs.
+#[test]
+fn bf16_gemm_throughput_and_copy_bandwidth() {
     let Some(be) = backend() else { return };
     for out in [PrimitiveType::Bf16, PrimitiveType::F32] {
         let t = be.bf16_gemm_tflops(8192, 8192, 8192, out, 20).unwrap();
@@ -327,4 +431,54 @@ fn bf16_gemm_throughput() {
             t / 787.0 * 100.0
         );
     }
+    let gbps = be.copy_gbps(1 << 30, 10).unwrap();
+    eprintln!("CUDA-COPY 1 GiB device-to-device: {gbps:.0} GB/s (read + write)");
+}
+
+/// perf_transformer_block's global program on one GPU (its inputs are not
+/// stored; the step time does not depend on their values, so deterministic
+/// ones are used) beside a roofline measured in the same run: its dots at
+/// the measured f32 cuBLAS rate plus the bytes its kernels and dots read
+/// and write at the measured copy bandwidth. Reports; run_hlo_module --case
+/// checks its outputs against the stored summary.
+#[test]
+fn perf_transformer_block_beside_its_roofline() {
+    let Some(be) = backend() else { return };
+    let Some(dir) = xla_test_paths::shared_corpus_cases().map(|d| d.join("perf_transformer_block"))
+    else {
+        return;
+    };
+    let Ok(text) = std::fs::read_to_string(dir.join("input.hlo")) else {
+        eprintln!("skipping: no perf_transformer_block");
+        return;
+    };
+    let m = xla_hlo_parser::parse_module(&text).unwrap();
+    let (plan, _) = xla_runtime::cuda::prepare(&m).unwrap();
+    let cost = xla_runtime::cuda::exec::plan_cost(&plan);
+    let args = literals_from_values(&args_for(&m)).unwrap();
+    let exe = be.compile(&m).unwrap();
+    exe.execute(&DeviceContext::single(), &args).unwrap();
+    let runs = 5;
+    let t = Instant::now();
+    for _ in 0..runs {
+        exe.execute(&DeviceContext::single(), &args).unwrap();
+    }
+    let step_ms = t.elapsed().as_secs_f64() * 1e3 / runs as f64;
+    let tflops = be.f32_gemm_tflops(4096, 4096, 1024, 20).unwrap();
+    let gbps = be.copy_gbps(1 << 28, 20).unwrap();
+    let input_bytes: usize = args
+        .iter()
+        .map(|a| a.leaves().iter().map(|b| b.bytes().len()).sum::<usize>())
+        .sum();
+    let h2d = be.htod_gbps(input_bytes.max(1), 5).unwrap();
+    let roofline_ms = cost.dot_flops / (tflops * 1e12) * 1e3
+        + cost.bytes / (gbps * 1e9) * 1e3
+        + input_bytes as f64 / (h2d * 1e9) * 1e3;
+    eprintln!(
+        "CUDA-PERF perf_transformer_block step {step_ms:.3} ms, roofline {roofline_ms:.3} ms ({:.2}x): {:.1} GFLOP of dots at {tflops:.1} TFLOP/s, {:.1} MB at {gbps:.0} GB/s, {:.1} MB of inputs at {h2d:.1} GB/s",
+        step_ms / roofline_ms,
+        cost.dot_flops / 1e9,
+        cost.bytes / 1e6,
+        input_bytes as f64 / 1e6
+    );
 }

@@ -15,7 +15,7 @@
 //! split into its elements, in the runtime's `Literal`s, as
 //! `Executable::execute` does.
 
-use super::plan::{BufId, CompPlan, DotStep, HostKind, Kernel, Plan, Step, ValRef};
+use super::plan::{BufId, BufferInfo, CompPlan, DotStep, HostKind, Kernel, Plan, Step, ValRef};
 use crate::backend::DeviceContext;
 use crate::cpu::{execute_error, literal_from_value, value_from_literal};
 use crate::error::RuntimeError;
@@ -25,7 +25,7 @@ use std::rc::Rc;
 use xla_hlo_evaluator::collective::{eval_collective, eval_custom_call};
 use xla_hlo_evaluator::{EvalContext, Evaluator};
 use xla_hlo_ir::literal::storage_bytes;
-use xla_hlo_ir::{HloModule, PrimitiveType};
+use xla_hlo_ir::{HloInstruction, HloModule, Opcode, PrimitiveType};
 
 /// Where a plan's buffers live and its kernels run.
 pub trait Machine {
@@ -57,6 +57,28 @@ pub trait Machine {
         rhs: &Self::Buf,
         out: &mut Self::Buf,
     ) -> Result<(), RuntimeError>;
+
+    /// Runs collective `instr` on the device, started after the work so far
+    /// and finished for later work only at [`Machine::wait`]: `Some` with the
+    /// result buffer when this machine has a device path for it (one array
+    /// operand, one array result), `None` to run it on the host through the
+    /// device's communicator. `reducer` is the opcode of `to_apply`'s
+    /// root when it combines its two parameters.
+    fn collective(
+        &self,
+        _instr: &HloInstruction,
+        _operand: (&Self::Buf, &BufferInfo),
+        _result: &BufferInfo,
+        _reducer: Option<Opcode>,
+        _device: &DeviceContext<'_>,
+    ) -> Option<Result<Self::Buf, RuntimeError>> {
+        None
+    }
+
+    /// Later work waits for the communication that wrote `buf`, if any.
+    fn wait(&self, _buf: &Self::Buf) -> Result<(), RuntimeError> {
+        Ok(())
+    }
 }
 
 fn exec_err(m: impl Into<String>) -> RuntimeError {
@@ -337,6 +359,18 @@ impl<M: Machine> Run<'_, M> {
                 let res = self.call(*comp, &args)?;
                 self.bind(out, &res)?;
             }
+            Step::Wait { value } => {
+                for v in self.values(value)? {
+                    self.machine.wait(&v)?;
+                }
+            }
+            Step::Host {
+                kind: HostKind::Collective,
+                instr,
+                operands,
+                out,
+                ..
+            } if self.on_device(instr, operands, out)? => {}
             Step::Host {
                 kind,
                 instr,
@@ -372,6 +406,76 @@ impl<M: Machine> Run<'_, M> {
         Ok(())
     }
 
+    /// Runs a collective through the machine's device path when it has one:
+    /// binds the result (and, for async starts, the operand alias and zero
+    /// context values); synchronous forms wait at once. `false` when the
+    /// machine has no device path for it.
+    fn on_device(
+        &mut self,
+        instr: &HloInstruction,
+        operands: &[ValRef],
+        out: &ValRef,
+    ) -> Result<bool, RuntimeError> {
+        let plan = self.plan;
+        let [ValRef::Buf(operand)] = operands else {
+            return Ok(false);
+        };
+        let is_start = matches!(
+            instr.opcode,
+            Opcode::AllReduceStart | Opcode::AllGatherStart | Opcode::CollectivePermuteStart
+        );
+        let result = match (out, instr.opcode) {
+            (ValRef::Buf(r), _) => *r,
+            (ValRef::Tuple(e), Opcode::AllGatherStart | Opcode::CollectivePermuteStart) => {
+                match e.get(1) {
+                    Some(ValRef::Buf(r)) => *r,
+                    _ => return Ok(false),
+                }
+            }
+            _ => return Ok(false),
+        };
+        let held = self.get(*operand)?;
+        let reducer = instr.to_apply().and_then(|c| {
+            let comp = self.module.comp(c);
+            let root = comp.root_instr();
+            let of_params = root.operands.len() == 2
+                && root
+                    .operands
+                    .iter()
+                    .all(|o| comp.instr(*o).opcode == Opcode::Parameter);
+            of_params.then_some(root.opcode)
+        });
+        let Some(done) = self.machine.collective(
+            instr,
+            (&held, &plan.buffers[*operand]),
+            &plan.buffers[result],
+            reducer,
+            self.device,
+        ) else {
+            return Ok(false);
+        };
+        let buf = Rc::new(done?);
+        if !is_start {
+            self.machine.wait(&buf)?;
+        }
+        self.bufs[result] = Some(buf);
+        if let ValRef::Tuple(e) = out {
+            for (i, leaf) in e.iter().enumerate() {
+                match (i, leaf) {
+                    (0, r) => self.bind(r, std::slice::from_ref(&held))?,
+                    (1, _) => {}
+                    (_, r) => {
+                        for b in r.leaves() {
+                            let zeros = self.machine.alloc(buffer_bytes(plan, b))?;
+                            self.bufs[b] = Some(Rc::new(zeros));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
     fn upload_into(&mut self, r: &ValRef, l: &Literal) -> Result<(), RuntimeError> {
         match (r, l) {
             (ValRef::Buf(b), Literal::Array(a)) => {
@@ -393,4 +497,65 @@ impl<M: Machine> Run<'_, M> {
             _ => Err(exec_err("a host step's result does not match its shape")),
         }
     }
+}
+
+/// What one run of a plan's entry computation moves and multiplies, for
+/// rooflines: floating-point operations of its dots (cuBLAS steps and dot
+/// or convolution kernels, 2 per multiply-add) and bytes read and written
+/// by its kernels and dots. Loop bodies and branches are counted once.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PlanCost {
+    pub dot_flops: f64,
+    pub bytes: f64,
+}
+
+/// The cost of the plan's computations (each counted once).
+pub fn plan_cost(plan: &Plan) -> PlanCost {
+    use super::plan::{Expr, KernelBody, Node};
+    fn node_flops(n: &Node) -> f64 {
+        let own = match &n.expr {
+            Expr::Dot { lhs, dnums, .. } => {
+                let k: i64 = dnums
+                    .lhs_contracting
+                    .iter()
+                    .map(|d| lhs.dims[*d as usize])
+                    .product();
+                2.0 * n.dims.iter().product::<i64>() as f64 * k as f64
+            }
+            Expr::Conv { rhs, dnums, .. } => {
+                let per_output: i64 = rhs.dims.iter().product::<i64>()
+                    / rhs.dims[dnums.kernel_output_feature as usize].max(1);
+                2.0 * n.dims.iter().product::<i64>() as f64 * per_output as f64
+            }
+            _ => 0.0,
+        };
+        own + n.children().iter().map(|c| node_flops(c)).sum::<f64>()
+    }
+    let mut cost = PlanCost::default();
+    for comp in &plan.comps {
+        for step in &comp.steps {
+            match step {
+                Step::Dot(d) => {
+                    cost.dot_flops += 2.0 * (d.batch * d.m * d.n * d.k) as f64;
+                    cost.bytes += [d.lhs, d.rhs, d.out]
+                        .iter()
+                        .map(|b| buffer_bytes(plan, *b) as f64)
+                        .sum::<f64>();
+                }
+                Step::Kernel(k) => {
+                    cost.bytes += k
+                        .outs
+                        .iter()
+                        .chain(&k.inputs)
+                        .map(|b| buffer_bytes(plan, *b) as f64)
+                        .sum::<f64>();
+                    if let KernelBody::Elementwise(roots) = &k.body {
+                        cost.dot_flops += roots.iter().map(node_flops).sum::<f64>();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    cost
 }

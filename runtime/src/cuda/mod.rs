@@ -18,9 +18,10 @@
 //!   through the device's communicator. Without the feature,
 //!   [`CudaBackend::new`] returns an error saying so.
 //!
-//! Not supported (rejected at compile with the instruction names): complex
-//! types and fft, rng-bit-generator, sub-byte and most f8 types, custom
-//! calls other than annotations, TopK and shard_map's boundary.
+//! Not supported (rejected at compile with the instruction names):
+//! rng-bit-generator, cholesky / triangular-solve, sub-byte types and the f8
+//! types other than e5m2 and e4m3fn, and custom-calls other than sharding
+//! annotations, TopK and shard_map's boundary.
 
 pub mod codegen;
 pub mod exec;
@@ -59,6 +60,10 @@ pub struct CudaBackend(());
 #[cfg(not(feature = "cuda"))]
 impl CudaBackend {
     pub fn new(_ordinal: usize) -> Result<CudaBackend, RuntimeError> {
+        Err(RuntimeError::Devices(NOT_BUILT.into()))
+    }
+
+    pub fn all() -> Result<CudaBackend, RuntimeError> {
         Err(RuntimeError::Devices(NOT_BUILT.into()))
     }
 }

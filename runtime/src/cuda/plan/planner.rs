@@ -827,12 +827,18 @@ impl CompPlanner<'_, '_> {
                 Ok(ValRef::Tuple(vec![v.clone(), v, ValRef::Token]))
             }
             Opcode::CopyDone => tuple_elem(self.val(ins.operands[0])?, 0),
-            Opcode::AllReduceDone => self.val(ins.operands[0]),
-            Opcode::AllGatherDone | Opcode::CollectivePermuteDone => {
-                match self.val(ins.operands[0])? {
-                    ValRef::Tuple(e) if e.len() >= 2 => Ok(e[1].clone()),
-                    v => Ok(v),
-                }
+            Opcode::AllReduceDone | Opcode::AllGatherDone | Opcode::CollectivePermuteDone => {
+                let started = self.val(ins.operands[0])?;
+                let result = match started {
+                    ValRef::Tuple(e) if ins.opcode != Opcode::AllReduceDone && e.len() >= 2 => {
+                        e[1].clone()
+                    }
+                    v => v,
+                };
+                self.steps.push(Step::Wait {
+                    value: result.clone(),
+                });
+                Ok(result)
             }
             Opcode::AllReduce
             | Opcode::AllGather

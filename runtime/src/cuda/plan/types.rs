@@ -340,6 +340,11 @@ pub enum Step {
         operands: Vec<ValRef>,
         out: ValRef,
     },
+    /// An async collective's done: later work waits for the communication
+    /// that produced `value` (a no-op where collectives are synchronous).
+    Wait {
+        value: ValRef,
+    },
     /// An instruction run on the host through the runtime's collectives
     /// (communication, or shard_map's boundary): operands are read back,
     /// the result written to fresh buffers bound to `out`.
