@@ -414,3 +414,38 @@ fn nccl_collectives_without_the_feature_are_named() {
     assert_refused(&results, &[output], "`nccl` feature");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The CUDA backend's plans (kernels built for the host, `--backend
+/// cuda-host`) in two processes of four devices each: our partitioned
+/// program's collectives cross processes over TCP through the executor's
+/// host steps, and the outputs match XLA's.
+#[test]
+fn cuda_host_backend_across_two_processes_matches_xla() {
+    for case in [
+        "fori_loop_accumulating_tp_dot",
+        "cond_switch_2x4",
+        "dot_reduce_scatter_2x4",
+    ] {
+        let dir = xla_test_paths::testdata_case(case);
+        let out = tool()
+            .arg("--case")
+            .arg(&dir)
+            .args([
+                "--partition",
+                "--backend",
+                "cuda-host",
+                "--spawn-local",
+                "2",
+            ])
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("\"all_matched\":true"),
+            "{case}: {stdout}\n{}",
+            text(&out.stderr)
+        );
+        let all = format!("{stdout}{}", text(&out.stderr));
+        assert!(all.contains("process 1:"), "{case}: {all}");
+    }
+}
