@@ -43,7 +43,7 @@ fi
 
 echo "== the NCCL backend compiles (cudarc loads CUDA at run time; no GPU needed to build)"
 cargo build --release -p collectives --features nccl
-cargo build --release -p xla-runtime --features cuda  # the CUDA backend compiles (cudarc loads CUDA at run time)
+cargo build --release -p xla-runtime --features cuda,nccl --test cuda  # the CUDA backend and its GPU tests compile (cudarc loads CUDA at run time)
 
 echo "== bad input: the CLI fuzzer's regression cases, then a one-minute fuzz run"
 cargo build --release -p hlo-opt -p run-hlo-module
