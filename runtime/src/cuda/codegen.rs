@@ -1434,7 +1434,6 @@ fn scatter_body(
         wsize[window_operand[k]] = update_dims[*ud as usize];
     }
     let mut start = vec!["0ll".to_string(); rank];
-    let it = PrimitiveType::S64;
     for (k, od) in dn.scatter_dims_to_operand_dims.iter().enumerate() {
         let ic: Vec<String> = (0..irank)
             .map(|d| {
@@ -1455,7 +1454,6 @@ fn scatter_body(
         ));
         start[*od as usize] = v;
     }
-    let _ = it;
     for (i, ibd) in dn.input_batching_dims.iter().enumerate() {
         let sbd = dn.scatter_indices_batching_dims[i] as usize;
         let p = idx_wo.iter().position(|x| *x == sbd).unwrap_or(0);

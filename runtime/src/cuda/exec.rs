@@ -365,19 +365,15 @@ impl<M: Machine> Run<'_, M> {
                 }
             }
             Step::Host {
-                kind: HostKind::Collective,
-                instr,
-                operands,
-                out,
-                ..
-            } if self.on_device(instr, operands, out)? => {}
-            Step::Host {
                 kind,
                 instr,
                 comp,
                 operands,
                 out,
             } => {
+                if *kind == HostKind::Collective && self.on_device(instr, operands, out)? {
+                    return Ok(());
+                }
                 let values = operands
                     .iter()
                     .map(|o| self.fetch(o).and_then(|l| value_from_literal(&l)))

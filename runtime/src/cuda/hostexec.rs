@@ -58,13 +58,12 @@ impl HostKernels {
         let source = dir.join("kernels.cc");
         let library = dir.join("kernels.so");
         std::fs::write(&source, super::codegen::host_library_source(plan)).map_err(io)?;
-        let cxx = std::env::var("XLA_RS_CXX").unwrap_or_else(|_| "c++".to_string());
-        let out = std::process::Command::new(&cxx)
+        let out = host_compiler()?
             .args(["-std=c++17", "-O1", "-w", "-fPIC", "-shared", "-o"])
             .arg(&library)
             .arg(&source)
             .output()
-            .map_err(|e| compile_err(format!("running the host C++ compiler `{cxx}`: {e}")))?;
+            .map_err(|e| compile_err(format!("running the host C++ compiler: {e}")))?;
         if !out.status.success() {
             return Err(compile_err(format!(
                 "the generated kernels do not compile (source kept in {}):\n{}",
@@ -90,6 +89,31 @@ impl HostKernels {
             functions,
         })
     }
+}
+
+/// The host C++ compiler: `$XLA_RS_CXX`, else the first of `c++`, `g++`,
+/// `clang++` that runs.
+fn host_compiler() -> Result<std::process::Command, RuntimeError> {
+    let candidates: Vec<String> = match std::env::var("XLA_RS_CXX") {
+        Ok(c) => vec![c],
+        Err(_) => ["c++", "g++", "clang++"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    for c in &candidates {
+        let found = std::process::Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if found {
+            return Ok(std::process::Command::new(c));
+        }
+    }
+    Err(compile_err(format!(
+        "no host C++ compiler found (tried {}; set XLA_RS_CXX)",
+        candidates.join(", ")
+    )))
 }
 
 /// Host memory and host-built kernels.
