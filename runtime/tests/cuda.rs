@@ -12,11 +12,13 @@
 //! host in tests/cuda_plan.rs): tools/gpu_check.sh runs these on a GPU.
 #![cfg(feature = "cuda")]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{case_dirs, compare_outputs, global_launch, load_case, partitioned, Case};
+use std::path::PathBuf;
 use std::time::Instant;
 use xla_hlo_evaluator::compare::compare;
-use xla_hlo_evaluator::npy::{load_argument, read_npy};
-use xla_hlo_evaluator::{evaluate, needs_spmd, Array, EvalContext, Value};
+use xla_hlo_evaluator::{evaluate, Array, EvalContext, Value};
 use xla_hlo_ir::{HloModule, PrimitiveType};
 use xla_runtime::cpu::{literals_from_values, values_from_literals};
 use xla_runtime::cuda::CudaBackend;
@@ -251,50 +253,10 @@ ENTRY e {
     assert!(c.matched(), "{c:?}");
 }
 
-struct Case {
-    module: HloModule,
-    args: Vec<Value>,
-    rtol: f64,
-    atol: f64,
-}
-
-fn load_case(dir: &Path) -> Result<Case, String> {
-    let case: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("case.json")).map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| e.to_string())?;
-    // At least 1e-5: the GPU's transcendental functions and cuBLAS'
-    // summation order differ from XLA's CPU run by a few ulps.
-    let rtol = case["rtol"].as_f64().unwrap_or(1e-5).max(1e-5);
-    let atol = case["atol"].as_f64().unwrap_or(1e-5).max(1e-5);
-    let text = std::fs::read_to_string(dir.join("input.hlo")).map_err(|e| e.to_string())?;
-    let module = xla_hlo_parser::parse_module(&text).map_err(|e| e.to_string())?;
-    let g = module.entry_computation();
-    let mut args = Vec::new();
-    for (i, &p) in g.parameters.iter().enumerate() {
-        let instr = &g.instructions[p.index()];
-        let a = load_argument(
-            &dir.join(format!("args/arg{i}.npy")),
-            i,
-            &instr.name,
-            &instr.shape,
-        )
-        .map_err(|e| format!("argument {i}: {e}"))?;
-        args.push(Value::Array(a));
-    }
-    Ok(Case {
-        module,
-        args,
-        rtol,
-        atol,
-    })
-}
-
 /// Runs `m` on `plan`'s devices (warm-up, then one timed run) and compares
-/// with `dir`'s expected outputs; the time of the run in ms.
+/// with the case's expected outputs; the time of the run in ms.
 fn run_and_compare(
     be: &CudaBackend,
-    dir: &Path,
     case: &Case,
     m: &HloModule,
     plan: &LaunchPlan,
@@ -306,61 +268,18 @@ fn run_and_compare(
     let outs = run_spmd(exe.as_ref(), &args, plan).map_err(|e| e.to_string())?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let outs = values_from_literals(&outs).map_err(|e| e.to_string())?;
-    let flat: Vec<_> = outs.iter().flat_map(|v| v.leaves()).collect();
-    for (i, a) in flat.iter().enumerate() {
-        let e = read_npy(&dir.join(format!("expected/out{i}.npy")))
-            .map_err(|e| format!("expected {i}: {e}"))?;
-        let c = compare(a, &e, case.rtol, case.atol);
-        if !c.matched() {
-            return Err(format!("output {i}: {c:?}"));
-        }
-    }
+    compare_outputs(case, &outs)?;
     Ok(ms)
 }
 
-/// The global input.hlo (its devices where it needs SPMD semantics); `None`
-/// for Shardy manual computations, which have no global run.
-fn run_global(be: &CudaBackend, dir: &Path, case: &Case) -> Option<Result<f64, String>> {
-    if xla_pipelines::shardy_import::has_manual_computation(&case.module) {
-        return None;
-    }
-    let n = if needs_spmd(&case.module) {
-        case.module.num_partitions().max(1) as usize
-    } else {
-        1
-    };
-    let plan = LaunchPlan::replicated(&case.module, n);
-    Some(run_and_compare(be, dir, case, &case.module, &plan))
+fn run_global(be: &CudaBackend, case: &Case) -> Option<Result<f64, String>> {
+    let plan = global_launch(&case.module)?;
+    Some(run_and_compare(be, case, &case.module, &plan))
 }
 
-/// Our partitioned program on the module's devices.
-fn run_partitioned(be: &CudaBackend, dir: &Path, case: &Case) -> Result<f64, String> {
-    let n = case.module.num_partitions().max(1);
-    let options = xla_pipelines::PipelineOptions {
-        num_partitions: Some(n),
-        ..Default::default()
-    };
-    let mut m = case.module.clone();
-    let out_shape = m.entry_computation().root_instr().shape.clone();
-    xla_pipelines::spmd_pipeline(&options, false)
-        .run(&mut m)
-        .map_err(|e| format!("partitioning: {e}"))?;
-    let mut plan = LaunchPlan::for_partitioned(&m, out_shape);
-    plan.num_partitions = n as usize;
-    run_and_compare(be, dir, case, &m, &plan)
-}
-
-fn case_dirs(root: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        eprintln!("skipping {}: not present", root.display());
-        return Vec::new();
-    };
-    let mut dirs: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|d| d.join("args").is_dir() && d.join("input.hlo").is_file())
-        .collect();
-    dirs.sort();
-    dirs
+fn run_partitioned(be: &CudaBackend, case: &Case) -> Result<f64, String> {
+    let (m, plan) = partitioned(&case.module)?;
+    run_and_compare(be, case, &m, &plan)
 }
 
 fn roots() -> Vec<PathBuf> {
@@ -390,7 +309,7 @@ fn corpus_cases_on_one_gpu_match_xla() {
         for d in case_dirs(&root) {
             let name = d.file_name().unwrap().to_string_lossy().to_string();
             match load_case(&d) {
-                Ok(case) => report("global", &name, run_global(&be, &d, &case), &mut failures),
+                Ok(case) => report("global", &name, run_global(&be, &case), &mut failures),
                 Err(e) => report("global", &name, Some(Err(e)), &mut failures),
             }
         }
@@ -409,7 +328,7 @@ fn partitioned_corpus_on_the_gpus_matches_xla() {
     for root in roots() {
         for d in case_dirs(&root) {
             let name = d.file_name().unwrap().to_string_lossy().to_string();
-            let r = load_case(&d).and_then(|case| run_partitioned(&be, &d, &case));
+            let r = load_case(&d).and_then(|case| run_partitioned(&be, &case));
             report("partitioned", &name, Some(r), &mut failures);
         }
     }

@@ -2,8 +2,8 @@
 //! backend plans each module, builds its generated kernels with the host
 //! C++ compiler and runs them with the backend's executor (control flow
 //! from the host, collectives through the launcher's loopback devices).
-//! For every case with stored arrays (testdata/cases and, when present,
-//! ../shared/corpus/cases):
+//! For every case with stored arrays (testdata/cases, testdata/cuda_cases
+//! and, when present, ../shared/corpus/cases):
 //!
 //! * the global `input.hlo` (one device, or its `num_partitions` devices
 //!   where the module needs SPMD semantics; a Shardy manual computation has
@@ -14,59 +14,19 @@
 //! must plan and match XLA's expected outputs. Prints a table; fails on any
 //! case that does not plan or does not match. No GPU involved.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{case_dirs, compare_outputs, global_launch, load_case, partitioned, Case};
+use std::path::Path;
 use std::sync::Mutex;
-use xla_hlo_evaluator::compare::compare;
-use xla_hlo_evaluator::npy::{load_argument, read_npy};
-use xla_hlo_evaluator::{needs_spmd, Value};
 use xla_hlo_ir::HloModule;
 use xla_runtime::cpu::{literals_from_values, values_from_literals};
 use xla_runtime::cuda::hostexec::CudaHostBackend;
 use xla_runtime::{run_spmd, Backend, LaunchPlan};
 
-struct Case {
-    dir: PathBuf,
-    module: HloModule,
-    args: Vec<Value>,
-    rtol: f64,
-    atol: f64,
-}
-
-fn load(dir: &Path) -> Result<Case, String> {
-    let case: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("case.json")).map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| e.to_string())?;
-    // At least 1e-5: the kernels use the host's libm (XLA's f32 sine, for
-    // one, is a ulp off at times) and accumulate dots in their own order.
-    let rtol = case["rtol"].as_f64().unwrap_or(1e-5).max(1e-5);
-    let atol = case["atol"].as_f64().unwrap_or(1e-5).max(1e-5);
-    let text = std::fs::read_to_string(dir.join("input.hlo")).map_err(|e| e.to_string())?;
-    let module = xla_hlo_parser::parse_module(&text).map_err(|e| e.to_string())?;
-    let g = module.entry_computation();
-    let mut args = Vec::new();
-    for (i, &p) in g.parameters.iter().enumerate() {
-        let instr = &g.instructions[p.index()];
-        let a = load_argument(
-            &dir.join(format!("args/arg{i}.npy")),
-            i,
-            &instr.name,
-            &instr.shape,
-        )
-        .map_err(|e| format!("argument {i}: {e}"))?;
-        args.push(Value::Array(a));
-    }
-    Ok(Case {
-        dir: dir.to_path_buf(),
-        module,
-        args,
-        rtol,
-        atol,
-    })
-}
-
 /// Runs `module` on `plan`'s devices with the cuda-host backend and
-/// compares with the case's expected outputs; `Err` names what failed.
+/// compares with the case's expected outputs; the kernel count, or what
+/// failed.
 fn run_and_compare(case: &Case, module: &HloModule, plan: &LaunchPlan) -> Result<usize, String> {
     let exe = CudaHostBackend
         .compile(module)
@@ -78,72 +38,23 @@ fn run_and_compare(case: &Case, module: &HloModule, plan: &LaunchPlan) -> Result
     let outs = run_spmd(exe.as_ref(), &args, plan)
         .and_then(|o| values_from_literals(&o))
         .map_err(|e| format!("run: {e}"))?;
-    let flat: Vec<_> = outs.iter().flat_map(|v| v.leaves()).collect();
-    for (i, a) in flat.iter().enumerate() {
-        let e = read_npy(&case.dir.join(format!("expected/out{i}.npy")))
-            .map_err(|e| format!("expected {i}: {e}"))?;
-        let c = compare(a, &e, case.rtol, case.atol);
-        if !c.matched() {
-            return Err(format!("output {i}: {c:?}"));
-        }
-    }
-    if case
-        .dir
-        .join(format!("expected/out{}.npy", flat.len()))
-        .exists()
-    {
-        return Err(format!("only {} outputs were produced", flat.len()));
-    }
+    compare_outputs(case, &outs)?;
     Ok(kernels)
 }
 
-/// The global run: `None` when the module has none (Shardy manual
-/// computations are written in per-device shapes).
 fn global(case: &Case) -> Option<Result<usize, String>> {
-    if xla_pipelines::shardy_import::has_manual_computation(&case.module) {
-        return None;
-    }
-    let n = if needs_spmd(&case.module) {
-        case.module.num_partitions().max(1) as usize
-    } else {
-        1
-    };
-    Some(run_and_compare(
-        case,
-        &case.module,
-        &LaunchPlan::replicated(&case.module, n),
-    ))
+    let plan = global_launch(&case.module)?;
+    Some(run_and_compare(case, &case.module, &plan))
 }
 
-/// Our partitioned program on the module's devices.
-fn partitioned(case: &Case) -> Result<usize, String> {
-    let n = case.module.num_partitions().max(1);
-    let options = xla_pipelines::PipelineOptions {
-        num_partitions: Some(n),
-        ..Default::default()
-    };
-    let mut m = case.module.clone();
-    let out_shape = m.entry_computation().root_instr().shape.clone();
-    xla_pipelines::spmd_pipeline(&options, false)
-        .run(&mut m)
-        .map_err(|e| format!("partitioning: {e}"))?;
-    let mut plan = LaunchPlan::for_partitioned(&m, out_shape);
-    plan.num_partitions = n as usize;
+fn partitioned_run(case: &Case) -> Result<usize, String> {
+    let (m, plan) = partitioned(&case.module)?;
     run_and_compare(case, &m, &plan)
 }
 
 /// (cases that matched both ways, cases, failures).
 fn run_dir(root: &Path) -> (usize, usize, Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        eprintln!("skipping {}: not present", root.display());
-        return (0, 0, Vec::new());
-    };
-    let mut dirs: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|d| d.join("args").is_dir() && d.join("input.hlo").is_file())
-        .collect();
-    dirs.sort();
-    let queue = Mutex::new(dirs.clone());
+    let queue = Mutex::new(case_dirs(root));
     let rows = Mutex::new(Vec::new());
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
@@ -155,9 +66,9 @@ fn run_dir(root: &Path) -> (usize, usize, Vec<String>) {
                     break;
                 };
                 let name = d.file_name().unwrap().to_string_lossy().to_string();
-                let row = match load(&d) {
+                let row = match load_case(&d) {
                     Err(e) => (name, Some(Err(e)), Err("not loaded".to_string())),
-                    Ok(case) => (name, global(&case), partitioned(&case)),
+                    Ok(case) => (name, global(&case), partitioned_run(&case)),
                 };
                 rows.lock().unwrap().push(row);
             });
@@ -191,6 +102,20 @@ fn testdata_cases_run_on_the_cuda_backend_with_host_built_kernels() {
     let (matched, ran, failures) = run_dir(&xla_test_paths::testdata_cases());
     assert!(ran > 0, "no testdata case ran");
     eprintln!("testdata: {matched} of {ran} cases planned and matched XLA, global and partitioned");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Held-out JAX programs that found bugs in this backend after it was done
+/// (tools/testdata_gen/cuda_heldout_cases.py): unsigned arithmetic shifts,
+/// bitcast-convert between widths, calls inside reducers, complex functions.
+#[test]
+fn heldout_cases_that_found_bugs_run_on_the_cuda_backend() {
+    let dir = xla_test_paths::workspace_root().join("testdata/cuda_cases");
+    let (matched, ran, failures) = run_dir(&dir);
+    assert!(ran > 0, "no case in {}", dir.display());
+    eprintln!(
+        "cuda_cases: {matched} of {ran} cases planned and matched XLA, global and partitioned"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

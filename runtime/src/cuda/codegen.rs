@@ -66,10 +66,12 @@ __device__ __forceinline__ unsigned int xla_encode_small(float f, int ebits, int
 __device__ __forceinline__ float xla_decode_small(unsigned int b, int ebits, int mbits, bool fn_style) {
   int bias = (1 << (ebits - 1)) - 1;
   unsigned int mag = b & ((1u << (ebits + mbits)) - 1u);
-  float s = (b >> (ebits + mbits)) & 1u ? -1.0f : 1.0f;
+  unsigned int negative = (b >> (ebits + mbits)) & 1u;
+  float s = negative ? -1.0f : 1.0f;
+  float nan = __uint_as_float(0x7fc00000u | (negative << 31));
   unsigned int e = mag >> mbits, m = mag & ((1u << mbits) - 1u);
-  if (fn_style) { if (mag == (1u << (ebits + mbits)) - 1u) return __int_as_float(0x7fc00000); }
-  else if (e == (1u << ebits) - 1u) return m ? __int_as_float(0x7fc00000) : s * __int_as_float(0x7f800000);
+  if (fn_style) { if (mag == (1u << (ebits + mbits)) - 1u) return nan; }
+  else if (e == (1u << ebits) - 1u) return m ? nan : s * __int_as_float(0x7f800000);
   if (e == 0) return s * ldexpf((float)m, 1 - bias - mbits);
   return s * ldexpf((float)(m | (1u << mbits)), (int)e - bias - mbits);
 }
@@ -107,7 +109,16 @@ __device__ __forceinline__ R xla_imag(C a) { return a.im; } \
 __device__ __forceinline__ R xla_abs(C a) { return (R)hypot((double)a.re, (double)a.im); } \
 __device__ __forceinline__ C xla_exp(C a) { double e = exp((double)a.re); return C((R)(e * cos((double)a.im)), (R)(e * sin((double)a.im))); } \
 __device__ __forceinline__ C xla_log(C a) { return C((R)log(hypot((double)a.re, (double)a.im)), (R)atan2((double)a.im, (double)a.re)); } \
-__device__ __forceinline__ C xla_sqrt(C a) { double r = sqrt(hypot((double)a.re, (double)a.im)), t = atan2((double)a.im, (double)a.re) / 2; return C((R)(r * cos(t)), (R)(r * sin(t))); }
+__device__ __forceinline__ C xla_sqrt(C a) { double r = sqrt(hypot((double)a.re, (double)a.im)), t = atan2((double)a.im, (double)a.re) / 2; return C((R)(r * cos(t)), (R)(r * sin(t))); } \
+__device__ __forceinline__ C xla_rsqrt(C a) { return C(1) / xla_sqrt(a); } \
+__device__ __forceinline__ C xla_sin(C a) { double x = a.re, y = a.im; return C((R)(sin(x) * cosh(y)), (R)(cos(x) * sinh(y))); } \
+__device__ __forceinline__ C xla_cos(C a) { double x = a.re, y = a.im; return C((R)(cos(x) * cosh(y)), (R)(-sin(x) * sinh(y))); } \
+__device__ __forceinline__ C xla_tan(C a) { return xla_sin(a) / xla_cos(a); } \
+__device__ __forceinline__ C xla_tanh(C a) { double x = 2.0 * a.re, y = 2.0 * a.im, d = cosh(x) + cos(y); return C((R)(sinh(x) / d), (R)(sin(y) / d)); } \
+__device__ __forceinline__ C xla_expm1(C a) { return xla_exp(a) - C(1); } \
+__device__ __forceinline__ C xla_log1p(C a) { return xla_log(C(1) + a); } \
+__device__ __forceinline__ C xla_sign(C a) { R m = xla_abs(a); return m == (R)0 ? C(0) : C(a.re / m, a.im / m); } \
+__device__ __forceinline__ C xla_pow(C a, C b) { if (a.re == (R)0 && a.im == (R)0) return (b.re == (R)0 && b.im == (R)0) ? C(1) : C(0); return xla_exp(b * xla_log(a)); }
 XLA_COMPLEX_OPS(xla_c64, float)
 XLA_COMPLEX_OPS(xla_c128, double)
 __device__ __forceinline__ float xla_real(float x) { return x; }
@@ -146,10 +157,12 @@ template <typename U, typename T> __device__ __forceinline__ T xla_shr_logical(T
   if (s >= (unsigned long long)width) return (T)0;
   return (T)((U)a >> s);
 }
-template <typename T> __device__ __forceinline__ T xla_shr_arith(T a, T b, int width) {
+// Arithmetic: on the signed value of the same width `S` (unsigned types too).
+template <typename S, typename T> __device__ __forceinline__ T xla_shr_arith(T a, T b, int width) {
   unsigned long long s = (unsigned long long)b;
-  if (s >= (unsigned long long)width) return a < (T)0 ? (T)-1 : (T)0;
-  return a >> s;
+  S v = (S)a;
+  if (s >= (unsigned long long)width) return v < (S)0 ? (T)-1 : (T)0;
+  return (T)(v >> s);
 }
 __device__ __forceinline__ float xla_exp(float x) { return expf(x); }
 __device__ __forceinline__ double xla_exp(double x) { return exp(x); }
@@ -283,6 +296,16 @@ fn unsigned_type(ty: PrimitiveType) -> &'static str {
         16 => "unsigned short",
         32 => "unsigned int",
         _ => "unsigned long long",
+    }
+}
+
+/// The signed C type of the same width (arithmetic shifts).
+fn signed_type(ty: PrimitiveType) -> &'static str {
+    match ty.bit_width() {
+        8 => "signed char",
+        16 => "short",
+        32 => "int",
+        _ => "long long",
     }
 }
 
@@ -640,10 +663,11 @@ impl Emitter {
                     format!("({ct})({a})")
                 }
             }
-            Expr::BitcastConvert(x) => {
+            Expr::BitcastConvert(x) if x.dims == node.dims => {
                 let a = self.emit(x, idx);
                 from_bits(ty, &bits_of(x.ty, &a))
             }
+            Expr::BitcastConvert(x) => self.bitcast_resize(node, idx, x),
             Expr::ReducePrecision {
                 x,
                 exponent_bits,
@@ -992,19 +1016,11 @@ impl Emitter {
         let irank = indices.dims.len();
         // Index coordinates without the index vector dim, from the batch dims.
         let idx_wo: Vec<usize> = (0..irank).filter(|d| *d != ivd).collect();
+        let batch: Vec<String> = batch_out.iter().map(|d| c[*d].clone()).collect();
         let mut start = vec!["0ll".to_string(); rank];
         for (k, od) in dn.start_index_map.iter().enumerate() {
             let od = *od as usize;
-            let ic: Vec<String> = (0..irank)
-                .map(|d| {
-                    if d == ivd {
-                        format!("{k}ll")
-                    } else {
-                        let p = idx_wo.iter().position(|x| *x == d).unwrap_or(0);
-                        c[batch_out[p]].clone()
-                    }
-                })
-                .collect();
+            let ic = index_vector_coords(irank, ivd, k, &batch);
             let j = self.linear(&indices.dims, &ic);
             let v = self.emit(indices, &j);
             start[od] = self.clamped(&v, (operand.dims[od] - slice_sizes[od]).max(0));
@@ -1028,6 +1044,44 @@ impl Emitter {
             .collect();
         let j = self.linear(&operand.dims, &oc);
         self.emit(operand, &j)
+    }
+
+    /// A bitcast-convert between widths (little-endian: element k of the
+    /// narrow type's trailing dim holds bits k*w .. (k+1)*w of the wide one).
+    fn bitcast_resize(&mut self, node: &Node, idx: &str, x: &Node) -> String {
+        let c = self.coords(&node.dims, idx);
+        let (wi, wo) = (x.ty.bit_width(), node.ty.bit_width());
+        if wi > wo {
+            let (k, outer) = c.split_last().expect("a trailing dim");
+            let j = self.linear(&x.dims, outer);
+            let v = self.emit(x, &j);
+            let mask = if wo >= 64 { u64::MAX } else { (1u64 << wo) - 1 };
+            from_bits(
+                node.ty,
+                &format!(
+                    "(({}) >> ((unsigned long long){k} * {wo}ull)) & {mask}ull",
+                    bits_of(x.ty, &v)
+                ),
+            )
+        } else {
+            let ratio = x.dims.last().copied().unwrap_or(1);
+            let acc = self.fresh("bits");
+            self.line(&format!("unsigned long long {acc} = 0ull;"));
+            let k = self.fresh("k");
+            self.open(&format!(
+                "for (long long {k} = 0; {k} < {ratio}ll; ++{k}) {{"
+            ));
+            let mut xc = c.clone();
+            xc.push(k.clone());
+            let j = self.linear(&x.dims, &xc);
+            let v = self.emit(x, &j);
+            self.line(&format!(
+                "{acc} |= ({}) << ((unsigned long long){k} * {wi}ull);",
+                bits_of(x.ty, &v)
+            ));
+            self.close();
+            from_bits(node.ty, &acc)
+        }
     }
 
     /// A direct DFT of `x` over its last `lengths.len()` dims at this
@@ -1199,6 +1253,22 @@ impl Emitter {
     }
 }
 
+/// Coordinates in an indices array of rank `irank` of component `k` of an
+/// index vector along `ivd` (which may be `irank`: an implicit trailing
+/// dim), the other dims taking `batch` in order.
+fn index_vector_coords(irank: usize, ivd: usize, k: usize, batch: &[String]) -> Vec<String> {
+    let mut next = batch.iter();
+    (0..irank)
+        .map(|d| {
+            if d == ivd {
+                format!("{k}ll")
+            } else {
+                next.next().cloned().unwrap_or_else(|| "0ll".to_string())
+            }
+        })
+        .collect()
+}
+
 /// The type dots and convolutions accumulate in: f32 for f32 and narrower
 /// floats, f64 for f64, the result type for integers.
 fn accumulation_type(ty: PrimitiveType) -> &'static str {
@@ -1223,7 +1293,7 @@ fn bin_expr(op: BinOp, ty: PrimitiveType, a: &str, b: &str) -> String {
         BinOp::Div => format!("xla_idiv<{ct}>({a}, {b})"),
         BinOp::Max => format!("xla_max<{ct}>({a}, {b})"),
         BinOp::Min => format!("xla_min<{ct}>({a}, {b})"),
-        BinOp::Pow if is_float(ty) => format!("xla_pow({a}, {b})"),
+        BinOp::Pow if is_float(ty) || ty.is_complex() => format!("xla_pow({a}, {b})"),
         BinOp::Pow => format!("xla_ipow<{ct}>({a}, {b})"),
         BinOp::Rem if is_float(ty) => format!("xla_fmod({a}, {b})"),
         BinOp::Rem => format!("xla_irem<{ct}>({a}, {b})"),
@@ -1238,7 +1308,9 @@ fn bin_expr(op: BinOp, ty: PrimitiveType, a: &str, b: &str) -> String {
                 unsigned_type(ty)
             )
         }
-        BinOp::ShiftRightArithmetic => format!("xla_shr_arith<{ct}>({a}, {b}, {w})"),
+        BinOp::ShiftRightArithmetic => {
+            format!("xla_shr_arith<{}, {ct}>({a}, {b}, {w})", signed_type(ty))
+        }
     }
 }
 
@@ -1433,18 +1505,10 @@ fn scatter_body(
     for (k, ud) in dn.update_window_dims.iter().enumerate() {
         wsize[window_operand[k]] = update_dims[*ud as usize];
     }
+    let batch: Vec<String> = update_scatter.iter().map(|d| uc[*d].clone()).collect();
     let mut start = vec!["0ll".to_string(); rank];
     for (k, od) in dn.scatter_dims_to_operand_dims.iter().enumerate() {
-        let ic: Vec<String> = (0..irank)
-            .map(|d| {
-                if d == ivd {
-                    format!("{k}ll")
-                } else {
-                    let p = idx_wo.iter().position(|x| *x == d).unwrap_or(0);
-                    uc[update_scatter[p]].clone()
-                }
-            })
-            .collect();
+        let ic = index_vector_coords(irank, ivd, k, &batch);
         let j = e.linear(indices_dims, &ic);
         let v = e.fresh("st");
         let ty = e.inputs[0];

@@ -32,7 +32,7 @@
 //! using the row-major trick: row-major `C = A B` is column-major
 //! `C^T = B^T A^T`, so cuBLAS gets (B, A) with m = n, n = m.
 
-use super::exec::{execute_plan, Machine};
+use super::exec::{execute_plan, refuse_consistent, Machine};
 use super::plan::{BufferInfo, DotStep, Kernel, Plan};
 use crate::backend::{Backend, DeviceContext, Executable};
 use crate::error::RuntimeError;
@@ -792,11 +792,7 @@ impl Executable for CudaExecutable {
         device: &DeviceContext<'_>,
         args: &[Literal],
     ) -> Result<Vec<Literal>, RuntimeError> {
-        if device.consistent {
-            return Err(exec_err(
-                "the CUDA backend has no consistent mode (its kernels do not follow the tree reduction order); run with --backend cpu",
-            ));
-        }
+        refuse_consistent(device, "cuda")?;
         let devices = (device.num_partitions * device.num_replicas).max(1) as usize;
         let id = (device.replica_id * device.num_partitions + device.partition_id).max(0) as usize;
         let g = id % self.gpus.len();

@@ -81,6 +81,21 @@ pub trait Machine {
     }
 }
 
+/// Refuses consistent mode: the kernels do not follow the interpreter's
+/// tree reduction order.
+pub fn refuse_consistent(
+    device: &DeviceContext<'_>,
+    backend: &'static str,
+) -> Result<(), RuntimeError> {
+    if device.consistent {
+        return Err(RuntimeError::Device {
+            backend,
+            message: "the CUDA backend has no consistent mode (its kernels do not follow the tree reduction order); run with --backend cpu".into(),
+        });
+    }
+    Ok(())
+}
+
 fn exec_err(m: impl Into<String>) -> RuntimeError {
     RuntimeError::Device {
         backend: "cuda",

@@ -10,7 +10,7 @@
 //! loopback devices) against XLA's outputs without a GPU. It needs a `c++`
 //! on the PATH (`XLA_RS_CXX` names another compiler).
 
-use super::exec::{execute_plan, Machine};
+use super::exec::{execute_plan, refuse_consistent, Machine};
 use super::plan::{DotStep, Kernel, Plan};
 use crate::backend::{Backend, DeviceContext, Executable};
 use crate::error::RuntimeError;
@@ -265,11 +265,7 @@ impl Executable for CudaHostExecutable {
         device: &DeviceContext<'_>,
         args: &[Literal],
     ) -> Result<Vec<Literal>, RuntimeError> {
-        if device.consistent {
-            return Err(exec_err(
-                "the CUDA backend has no consistent mode (its kernels do not follow the tree reduction order); run with --backend cpu",
-            ));
-        }
+        refuse_consistent(device, "cuda-host")?;
         let machine = HostMachine {
             kernels: &self.kernels,
         };

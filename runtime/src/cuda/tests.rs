@@ -722,3 +722,108 @@ ENTRY e {
         1e-5,
     );
 }
+
+/// Found by held-out JAX programs: arithmetic shifts of unsigned values
+/// shift the signed value of the same width.
+#[test]
+fn arithmetic_shift_of_unsigned_types() {
+    check(
+        r#"HloModule m
+ENTRY e {
+  a = s32[11] parameter(0)
+  u = u32[11] convert(a)
+  u8 = u8[11] convert(a)
+  s = u32[11] constant({0, 1, 3, 31, 32, 40, 2, 5, 7, 30, 1})
+  s8 = u8[11] convert(s)
+  r32 = u32[11] shift-right-arithmetic(u, s)
+  r8 = u8[11] shift-right-arithmetic(u8, s8)
+  ROOT t = (u32[11], u8[11]) tuple(r32, r8)
+}"#,
+        false,
+        0.0,
+    );
+}
+
+/// Found by held-out JAX programs: bitcast-convert between widths, both
+/// ways, little-endian.
+#[test]
+fn bitcast_convert_between_widths() {
+    check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[3,2] parameter(0)
+  b = u8[3,2,4] bitcast-convert(x)
+  h = f16[3,2,2] bitcast-convert(x)
+  back = f32[3,2] bitcast-convert(b)
+  w = u64[3] bitcast-convert(x)
+  ROOT t = (u8[3,2,4], f16[3,2,2], f32[3,2], u64[3]) tuple(b, h, back, w)
+}"#,
+        false,
+        0.0,
+    );
+}
+
+/// Found by held-out JAX programs: a `call` inside a reducer and a
+/// comparator is inlined into the kernel.
+#[test]
+fn calls_inside_reducers_and_comparators() {
+    check(
+        r#"HloModule m
+pick {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  g = pred[] compare(a, b), direction=GT
+  ROOT s = f32[] select(g, a, b)
+}
+comb {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  c = f32[] call(x, y), to_apply=pick
+  one = f32[] constant(1)
+  ROOT r = f32[] add(c, one)
+}
+less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  na = f32[] negate(a)
+  nb = f32[] negate(b)
+  c = f32[] call(na, nb), to_apply=pick
+  ROOT l = pred[] compare(c, na), direction=EQ
+}
+ENTRY e {
+  x = f32[4,6] parameter(0)
+  z = f32[] constant(0)
+  r = f32[4] reduce(x, z), dimensions={1}, to_apply=comb
+  s = f32[4,6] sort(x), dimensions={1}, to_apply=less
+  ROOT t = (f32[4], f32[4,6]) tuple(r, s)
+}"#,
+        false,
+        0.0,
+    );
+}
+
+/// Found by held-out JAX programs: complex transcendental functions, sign
+/// and power.
+#[test]
+fn complex_functions() {
+    check(
+        r#"HloModule m
+ENTRY e {
+  x = f32[7] parameter(0)
+  y = f32[7] parameter(1)
+  z = c64[7] complex(x, y)
+  a = c64[7] tanh(z)
+  b = c64[7] sine(z)
+  c = c64[7] cosine(z)
+  d = c64[7] tan(z)
+  f = c64[7] exponential-minus-one(z)
+  g = c64[7] log-plus-one(z)
+  h = c64[7] rsqrt(z)
+  i = c64[7] sign(z)
+  p = c64[7] power(z, a)
+  ROOT t = (c64[7], c64[7], c64[7], c64[7], c64[7], c64[7], c64[7], c64[7], c64[7]) tuple(a, b, c, d, f, g, h, i, p)
+}"#,
+        false,
+        1e-5,
+    );
+}

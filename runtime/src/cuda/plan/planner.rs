@@ -331,13 +331,44 @@ impl Exprs<'_> {
                 Opcode::Convert => Expr::Convert(op(0, inputs)?),
                 Opcode::BitcastConvert => {
                     let x = op(0, inputs)?;
-                    if x.ty.bit_width() != ty.bit_width() || x.dims != dims {
+                    let (wi, wo) = (x.ty.bit_width() as i64, ty.bit_width() as i64);
+                    let fits = if wi == wo {
+                        x.dims == dims
+                    } else if wi > wo {
+                        dims.split_last() == Some((&(wi / wo), &x.dims[..]))
+                    } else {
+                        x.dims.split_last() == Some((&(wo / wi), &dims[..]))
+                    };
+                    if !fits || wi % wo.min(wi).max(1) != 0 || wo % wi.min(wo).max(1) != 0 {
                         return Err(err(format!(
-                            "{}: bitcast-convert between element widths is unsupported",
-                            ins.name
+                            "{}: bitcast-convert from {} to {} with these shapes is unsupported",
+                            ins.name,
+                            x.ty.name(),
+                            ty.name()
                         )));
                     }
                     Expr::BitcastConvert(x)
+                }
+                Opcode::Call if self.scalar => {
+                    // A call inside a reducer, comparator or combiner: the
+                    // callee's expression with its parameters replaced by
+                    // the call's operands.
+                    let callee = ins
+                        .to_apply()
+                        .ok_or_else(|| err(format!("{}: call without to_apply", ins.name)))
+                        .and_then(|c| scalar_comp(self.module, c, &ins.name))?;
+                    let [root] = callee.roots.as_slice() else {
+                        return Err(err(format!(
+                            "{}: a call returning a tuple inside a scalar computation is unsupported",
+                            ins.name
+                        )));
+                    };
+                    let args = (0..ins.operands.len())
+                        .map(|i| op(i, inputs).map(|b| *b))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let mut node = root.clone();
+                    node.substitute_params(&args);
+                    return Ok(node);
                 }
                 Opcode::ReducePrecision => {
                     if !matches!(

@@ -140,7 +140,9 @@ pub enum Expr {
     },
     Select(Box<Node>, Box<Node>, Box<Node>),
     Convert(Box<Node>),
-    /// The operand's bits read as this node's type (same width).
+    /// The operand's bits read as this node's type: same width, or a
+    /// narrower type with a trailing dim of `wide / narrow` elements (low
+    /// bits first), or a wider one from such a trailing dim.
     BitcastConvert(Box<Node>),
     /// XLA's reduce-precision to `exponent_bits` / `mantissa_bits`.
     ReducePrecision {
@@ -426,6 +428,55 @@ impl Node {
     /// Number of nodes in the tree.
     pub fn size(&self) -> usize {
         1 + self.children().iter().map(|c| c.size()).sum::<usize>()
+    }
+
+    /// Replaces every `Expr::Param(k)` of this tree (outside nested scalar
+    /// computations, which have parameters of their own) by `args[k]`.
+    pub fn substitute_params(&mut self, args: &[Node]) {
+        if let Expr::Param(k) = self.expr {
+            if let Some(a) = args.get(k) {
+                *self = a.clone();
+            }
+            return;
+        }
+        for c in self.children_mut() {
+            c.substitute_params(args);
+        }
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut Node> {
+        match &mut self.expr {
+            Expr::Input(_) | Expr::Param(_) | Expr::Scalar(_) | Expr::Int(_) | Expr::Iota(_) => {
+                vec![]
+            }
+            Expr::Unary(_, x)
+            | Expr::Convert(x)
+            | Expr::BitcastConvert(x)
+            | Expr::ReducePrecision { x, .. }
+            | Expr::Fft { x, .. }
+            | Expr::Broadcast(x, _)
+            | Expr::Transpose(x, _)
+            | Expr::Reshape(x)
+            | Expr::Slice(x, _, _) => vec![&mut **x],
+            Expr::Binary(_, a, b) | Expr::Compare { a, b, .. } => vec![&mut **a, &mut **b],
+            Expr::Concat(parts, _) => parts.iter_mut().collect(),
+            Expr::DynSlice(x, st) => std::iter::once(&mut **x).chain(st.iter_mut()).collect(),
+            Expr::DynUpdate(x, u, st) => [&mut **x, &mut **u]
+                .into_iter()
+                .chain(st.iter_mut())
+                .collect(),
+            Expr::Pad { x, value, .. } => vec![&mut **x, &mut **value],
+            Expr::Select(p, t, f) => vec![&mut **p, &mut **t, &mut **f],
+            Expr::Reduce { xs, inits, .. } | Expr::ReduceWindow { xs, inits, .. } => {
+                xs.iter_mut().chain(inits.iter_mut()).collect()
+            }
+            Expr::Gather {
+                operand, indices, ..
+            } => vec![&mut **operand, &mut **indices],
+            Expr::Dot { lhs, rhs, .. } | Expr::Conv { lhs, rhs, .. } => {
+                vec![&mut **lhs, &mut **rhs]
+            }
+        }
     }
 
     pub fn children(&self) -> Vec<&Node> {

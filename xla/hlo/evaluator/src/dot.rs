@@ -23,7 +23,7 @@ use crate::value::{Array, Data};
 use gemm::Parallelism;
 use rayon::prelude::*;
 use xla_hlo_ir::attrs::{ConvDimensionNumbers, DotDimensionNumbers, Window};
-use xla_hlo_ir::PrimitiveType;
+use xla_hlo_ir::{Opcode, PrimitiveType};
 use xla_hlo_utils::reduction_order::fold_rows_in_place;
 
 /// How dots and convolutions accumulate floating-point products.
@@ -92,6 +92,42 @@ enum Kind {
     F32,
     F64,
     I64,
+}
+
+/// A dot with a complex result: (a + bi)(c + di) = (ac - bd) + (ad + bc)i,
+/// four real dots of the parts in the result's real type.
+fn complex_dot(
+    lhs: &Array,
+    rhs: &Array,
+    dn: &DotDimensionNumbers,
+    out_ty: PrimitiveType,
+    accumulation: Accumulation,
+) -> Result<Array, EvalError> {
+    let real_ty = if out_ty == PrimitiveType::C128 {
+        PrimitiveType::F64
+    } else {
+        PrimitiveType::F32
+    };
+    // The real and imaginary parts in `real_ty` (zero for a real operand).
+    let parts = |x: &Array| -> Result<(Array, Array), EvalError> {
+        let (re, im) = match (
+            crate::complex::unary(Opcode::Real, x),
+            crate::complex::unary(Opcode::Imag, x),
+        ) {
+            (Some(re), Some(im)) => (re?, im?),
+            _ => {
+                let zero = Array::from_f64s(real_ty, vec![], &[0.0])?;
+                (x.clone(), crate::elementwise::splat(&zero, &x.dims))
+            }
+        };
+        Ok((convert(&re, real_ty)?, convert(&im, real_ty)?))
+    };
+    let (a, b) = parts(lhs)?;
+    let (c, d) = parts(rhs)?;
+    let prod = |x: &Array, y: &Array| dot(x, y, dn, real_ty, accumulation);
+    let re = crate::elementwise::binary(Opcode::Subtract, &prod(&a, &c)?, &prod(&b, &d)?)?;
+    let im = crate::elementwise::binary(Opcode::Add, &prod(&a, &d)?, &prod(&b, &c)?)?;
+    crate::complex::make_complex(&re, &im).and_then(|z| convert(&z, out_ty))
 }
 
 fn compute_kind(a: PrimitiveType, b: PrimitiveType, out: PrimitiveType) -> Kind {
@@ -384,6 +420,9 @@ pub fn dot(
     let mut out_dims: Vec<i64> = lb.iter().map(|&d| lhs.dims[d]).collect();
     out_dims.extend(lf.iter().map(|&d| lhs.dims[d]));
     out_dims.extend(rf.iter().map(|&d| rhs.dims[d]));
+    if out_ty.is_complex() {
+        return complex_dot(lhs, rhs, dn, out_ty, accumulation);
+    }
     let kind = compute_kind(lhs.ty, rhs.ty, out_ty);
     let total = batch * m * n;
     if accumulation == Accumulation::Tree && kind != Kind::I64 {

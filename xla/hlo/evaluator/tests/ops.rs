@@ -782,3 +782,38 @@ ENTRY e { x = f32[1,6,4] parameter(0)  w = f32[3,4,2] parameter(1)
         }
     }
 }
+
+/// Found by held-out JAX programs: a dot of complex operands (and of a
+/// complex and a real one) is (ac - bd) + (ad + bc)i.
+#[test]
+fn complex_dot() {
+    let hlo = r#"HloModule m
+ENTRY e {
+  x = f32[2,2] parameter(0)
+  y = f32[2,2] parameter(1)
+  z = c64[2,2] complex(x, y)
+  d = c64[2,2] dot(z, z), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  m = c64[2,2] dot(z, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  re = f32[2,2] real(d)
+  im = f32[2,2] imag(d)
+  mr = f32[2,2] real(m)
+  mi = f32[2,2] imag(m)
+  ROOT t = (f32[2,2], f32[2,2], f32[2,2], f32[2,2]) tuple(re, im, mr, mi)
+}"#;
+    // z = [[1+5i, 2+6i], [3+7i, 4+8i]]
+    let out = run(
+        hlo,
+        vec![
+            fa(&[2, 2], &[1., 2., 3., 4.]),
+            fa(&[2, 2], &[5., 6., 7., 8.]),
+        ],
+    )
+    .unwrap();
+    let parts: Vec<Vec<f32>> = out.iter().map(|v| f32s(v.as_array().unwrap())).collect();
+    // z*z: row 0 col 0 = (1+5i)(1+5i) + (2+6i)(3+7i) = (-24+10i) + (-36+32i).
+    assert_eq!(parts[0][0], -60.0);
+    assert_eq!(parts[1][0], 42.0);
+    // z*x: row 0 col 0 = (1+5i)*1 + (2+6i)*3 = 7 + 23i.
+    assert_eq!(parts[2][0], 7.0);
+    assert_eq!(parts[3][0], 23.0);
+}
