@@ -607,6 +607,11 @@ impl Machine for CudaMachine<'_> {
         let world = nr * np;
         let me = (device.replica_id as usize) * np + device.partition_id as usize;
         let op = instr.effective_opcode();
+        // A permute's pairs are device ids only when one of the two counts
+        // is 1; otherwise they may be replica or partition ids.
+        if op == Opcode::CollectivePermute && nr > 1 && np > 1 {
+            return None;
+        }
         // Only groups of every device in order use the device path.
         if op != Opcode::CollectivePermute {
             let topo = Topology::new(nr, np).ok()?;
