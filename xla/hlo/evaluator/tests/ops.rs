@@ -817,3 +817,26 @@ ENTRY e {
     assert_eq!(parts[2][0], 7.0);
     assert_eq!(parts[3][0], 23.0);
 }
+
+/// Found by held-out JAX programs: converts to f8 encode NaN and overflow
+/// as ml_dtypes (and XLA) do: f8e4m3fn keeps the sign on its all-ones NaN
+/// (-inf becomes 0xFF), f8e5m2's NaN is the quiet 0x7E.
+#[test]
+fn f8_nan_and_overflow_encodings() {
+    let hlo = r#"HloModule m
+ENTRY e {
+  x = f32[3] parameter(0)
+  a = f8e4m3fn[3] convert(x)
+  b = f8e5m2[3] convert(x)
+  ab = u8[3] bitcast-convert(a)
+  bb = u8[3] bitcast-convert(b)
+  ROOT t = (u8[3], u8[3]) tuple(ab, bb)
+}"#;
+    let out = run(hlo, vec![fa(&[3], &[f32::NEG_INFINITY, f32::NAN, 1e6])]).unwrap();
+    let bytes = |v: &Value| match &*v.as_array().unwrap().data {
+        Data::U8(b) => b.clone(),
+        d => panic!("not u8: {d:?}"),
+    };
+    assert_eq!(bytes(&out[0]), vec![0xFF, 0x7F, 0x7F]);
+    assert_eq!(bytes(&out[1]), vec![0xFC, 0x7E, 0x7C]);
+}

@@ -66,11 +66,22 @@ impl MiniFloatFormat {
         }
     }
 
-    fn nan_bits(&self) -> u32 {
+    /// The NaN a conversion produces, as ml_dtypes (and so XLA) encodes it:
+    /// the quiet NaN (exponent all ones, top mantissa bit) for IEEE-style
+    /// types and all ones for the `fn` types, both keeping `sign`; the
+    /// `fnuz` types' one NaN (negative zero's pattern).
+    fn nan_bits(&self, sign: u32) -> u32 {
         let all = (1u32 << (self.exponent_bits + self.mantissa_bits)) - 1;
         match self.special {
-            SpecialValues::Ieee => all,
-            SpecialValues::FiniteNanAllOnes => all,
+            SpecialValues::Ieee => {
+                let quiet = if self.mantissa_bits == 0 {
+                    0
+                } else {
+                    1u32 << (self.mantissa_bits - 1)
+                };
+                sign | (((1u32 << self.exponent_bits) - 1) << self.mantissa_bits) | quiet
+            }
+            SpecialValues::FiniteNanAllOnes => sign | all,
             SpecialValues::FiniteNanNegZero => self.sign_bit(),
             SpecialValues::FiniteOnly => 0,
             SpecialValues::ExponentOnly => 0xFF,
@@ -107,20 +118,20 @@ impl MiniFloatFormat {
             let e = x.log2().round_ties_even() as i64 + self.bias as i64;
             return e.clamp(0, 0xFE) as u32;
         }
-        if x.is_nan() {
-            return self.nan_bits();
-        }
         let sign = if x.is_sign_negative() {
             self.sign_bit()
         } else {
             0
         };
+        if x.is_nan() {
+            return self.nan_bits(sign);
+        }
         let a = x.abs();
         let overflow = |sign: u32| -> u32 {
             match self.special {
                 SpecialValues::Ieee => sign | (((1u32 << self.exponent_bits) - 1) << m),
                 SpecialValues::FiniteNanAllOnes | SpecialValues::FiniteNanNegZero => {
-                    self.nan_bits()
+                    self.nan_bits(sign)
                 }
                 _ => sign | self.max_finite_bits(),
             }
