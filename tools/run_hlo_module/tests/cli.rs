@@ -190,3 +190,29 @@ fn backends_that_cannot_run_are_named() {
         assert!(err.contains(needle), "{backend}: {err}");
     }
 }
+
+/// Scheduled partitioned programs (the latency-hiding scheduler's async
+/// start/done pairs) on the CUDA backend's plans with host-built kernels:
+/// the starts run as host steps, the dones wait, and the outputs match XLA's.
+#[test]
+fn scheduled_async_collectives_on_cuda_host_match_xla() {
+    for case in [
+        "adam_step_mesh3d",
+        "dot_reduce_scatter_2x4",
+        "fori_loop_accumulating_tp_dot",
+    ] {
+        let dir = xla_test_paths::testdata_case(case);
+        let out = tool()
+            .arg("--case")
+            .arg(&dir)
+            .args(["--partition", "--schedule", "--backend", "cuda-host"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("\"all_matched\":true"),
+            "{case}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
