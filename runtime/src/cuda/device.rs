@@ -708,12 +708,13 @@ impl Machine for CudaMachine<'_> {
             }
             drop((_gs, _gd));
             let done = self.event(&self.gpu.comm)?;
-            let (ptr, _g) = out.device_ptr(&self.gpu.compute);
+            // Keyed by the result's address as taken on the communication
+            // stream: taking it on the compute stream would make that stream
+            // wait for the communication here rather than at the done.
             self.pending
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push((ptr, done));
-            drop(_g);
+                .push((dst as u64, done));
             Ok(out)
         };
         let supported = match op {
