@@ -2,7 +2,7 @@
 //! generated CUDA C is built by the host C++ compiler under
 //! `codegen::HOST_SHIM` into a shared library (one "thread" runs each
 //! grid-stride loop), loaded with `libloading`, and driven by the same
-//! executor as the GPU (`exec.rs`); dots are a plain loop with f32
+//! executor as the GPU (`exec.rs`); dots are a row-by-row loop with f32
 //! accumulation (f64 for f64), as cuBLAS computes them.
 //!
 //! This is how the ordinary test suite checks every generated kernel, the
@@ -206,22 +206,45 @@ impl Machine for HostMachine<'_> {
         out: &mut Vec<u8>,
     ) -> Result<(), RuntimeError> {
         let (m, n, k) = (d.m as usize, d.n as usize, d.k as usize);
-        let wide = lt == PrimitiveType::F64;
-        for bi in 0..d.batch as usize {
-            for i in 0..m {
-                for j in 0..n {
-                    let (mut s32, mut s64) = (0f32, 0f64);
+        let batch = d.batch as usize;
+        // Operands decoded once; rows of the result accumulated over k in
+        // order (i, l, j), so each sum adds its terms in increasing l.
+        if lt == PrimitiveType::F64 {
+            let a: Vec<f64> = (0..batch * m * k).map(|i| decode(lt, lhs, i)).collect();
+            let b: Vec<f64> = (0..batch * k * n).map(|i| decode(lt, rhs, i)).collect();
+            let mut row = vec![0f64; n];
+            for bi in 0..batch {
+                for i in 0..m {
+                    row.iter_mut().for_each(|x| *x = 0.0);
                     for l in 0..k {
-                        let a = decode(lt, lhs, bi * m * k + i * k + l);
-                        let b = decode(lt, rhs, bi * k * n + l * n + j);
-                        if wide {
-                            s64 += a * b;
-                        } else {
-                            s32 += (a as f32) * (b as f32);
-                        }
+                        let av = a[bi * m * k + i * k + l];
+                        let brow = &b[(bi * k + l) * n..(bi * k + l + 1) * n];
+                        row.iter_mut().zip(brow).for_each(|(x, bv)| *x += av * bv);
                     }
-                    let v = if wide { s64 } else { s32 as f64 };
-                    encode(ot, out, bi * m * n + i * n + j, v);
+                    for (j, v) in row.iter().enumerate() {
+                        encode(ot, out, (bi * m + i) * n + j, *v);
+                    }
+                }
+            }
+        } else {
+            let a: Vec<f32> = (0..batch * m * k)
+                .map(|i| decode(lt, lhs, i) as f32)
+                .collect();
+            let b: Vec<f32> = (0..batch * k * n)
+                .map(|i| decode(lt, rhs, i) as f32)
+                .collect();
+            let mut row = vec![0f32; n];
+            for bi in 0..batch {
+                for i in 0..m {
+                    row.iter_mut().for_each(|x| *x = 0.0);
+                    for l in 0..k {
+                        let av = a[bi * m * k + i * k + l];
+                        let brow = &b[(bi * k + l) * n..(bi * k + l + 1) * n];
+                        row.iter_mut().zip(brow).for_each(|(x, bv)| *x += av * bv);
+                    }
+                    for (j, v) in row.iter().enumerate() {
+                        encode(ot, out, (bi * m + i) * n + j, *v as f64);
+                    }
                 }
             }
         }
