@@ -46,15 +46,7 @@ impl Executable for CpuExecutable {
         device: &DeviceContext<'_>,
         args: &[Literal],
     ) -> Result<Vec<Literal>, RuntimeError> {
-        let ctx = EvalContext {
-            partition_id: device.partition_id,
-            replica_id: device.replica_id,
-            num_partitions: Some(device.num_partitions),
-            num_replicas: Some(device.num_replicas),
-            collectives: device.communicator,
-            memory_limit: None,
-            consistent: device.consistent,
-        };
+        let ctx = eval_context(device);
         let values = args
             .iter()
             .map(value_from_literal)
@@ -65,6 +57,20 @@ impl Executable for CpuExecutable {
 }
 
 /// An interpreter failure as a runtime error.
+/// The interpreter's context for one device: its ids, counts,
+/// communicator and consistent mode.
+pub fn eval_context<'a>(device: &DeviceContext<'a>) -> EvalContext<'a> {
+    EvalContext {
+        partition_id: device.partition_id,
+        replica_id: device.replica_id,
+        num_partitions: Some(device.num_partitions),
+        num_replicas: Some(device.num_replicas),
+        collectives: device.communicator,
+        memory_limit: None,
+        consistent: device.consistent,
+    }
+}
+
 pub fn execute_error(e: EvalError) -> RuntimeError {
     RuntimeError::Execute {
         backend: "cpu",

@@ -21,21 +21,17 @@ use std::path::Path;
 use std::sync::Mutex;
 use xla_hlo_ir::HloModule;
 use xla_runtime::cpu::{literals_from_values, values_from_literals};
-use xla_runtime::cuda::hostexec::CudaHostBackend;
-use xla_runtime::{run_spmd, Backend, LaunchPlan};
+use xla_runtime::cuda::hostexec::CudaHostExecutable;
+use xla_runtime::{run_spmd, LaunchPlan};
 
 /// Runs `module` on `plan`'s devices with the cuda-host backend and
 /// compares with the case's expected outputs; the kernel count, or what
 /// failed.
 fn run_and_compare(case: &Case, module: &HloModule, plan: &LaunchPlan) -> Result<usize, String> {
-    let exe = CudaHostBackend
-        .compile(module)
-        .map_err(|e| format!("compile: {e}"))?;
-    let kernels = xla_runtime::cuda::prepare(module)
-        .map(|(p, _)| p.kernels().count())
-        .unwrap_or(0);
+    let exe = CudaHostExecutable::build(module).map_err(|e| format!("compile: {e}"))?;
+    let kernels = exe.plan().kernels().count();
     let args = literals_from_values(&case.args).map_err(|e| e.to_string())?;
-    let outs = run_spmd(exe.as_ref(), &args, plan)
+    let outs = run_spmd(&exe, &args, plan)
         .and_then(|o| values_from_literals(&o))
         .map_err(|e| format!("run: {e}"))?;
     compare_outputs(case, &outs)?;

@@ -319,40 +319,42 @@ pub fn storage_type(ty: PrimitiveType) -> &'static str {
     }
 }
 
-fn load(ty: PrimitiveType, e: &str) -> String {
+/// The name of a narrow float type in the prelude's converters
+/// (`xla_NAME_to_f32`, `xla_f32_to_NAME`, `xla_round_NAME`): the types
+/// stored in their own bits and computed in `float`.
+fn narrow_float(ty: PrimitiveType) -> Option<&'static str> {
     use PrimitiveType as T;
-    match ty {
-        T::Bf16 => format!("xla_bf16_to_f32({e})"),
-        T::F16 => format!("xla_f16_to_f32({e})"),
-        T::F8E5M2 => format!("xla_f8e5m2_to_f32({e})"),
-        T::F8E4M3FN => format!("xla_f8e4m3fn_to_f32({e})"),
-        T::Pred => format!("({e} != 0)"),
-        _ => e.to_string(),
+    Some(match ty {
+        T::Bf16 => "bf16",
+        T::F16 => "f16",
+        T::F8E5M2 => "f8e5m2",
+        T::F8E4M3FN => "f8e4m3fn",
+        _ => return None,
+    })
+}
+
+fn load(ty: PrimitiveType, e: &str) -> String {
+    match narrow_float(ty) {
+        Some(n) => format!("xla_{n}_to_f32({e})"),
+        None if ty == PrimitiveType::Pred => format!("({e} != 0)"),
+        None => e.to_string(),
     }
 }
 
 fn store(ty: PrimitiveType, e: &str) -> String {
-    use PrimitiveType as T;
-    match ty {
-        T::Bf16 => format!("xla_f32_to_bf16({e})"),
-        T::F16 => format!("xla_f32_to_f16({e})"),
-        T::F8E5M2 => format!("xla_f32_to_f8e5m2({e})"),
-        T::F8E4M3FN => format!("xla_f32_to_f8e4m3fn({e})"),
-        T::Pred => format!("(unsigned char)({e})"),
-        _ => e.to_string(),
+    match narrow_float(ty) {
+        Some(n) => format!("xla_f32_to_{n}({e})"),
+        None if ty == PrimitiveType::Pred => format!("(unsigned char)({e})"),
+        None => e.to_string(),
     }
 }
 
 /// Rounds a computed value to its node's type (narrow floats only; the
 /// others are exact in their compute type).
 fn rounded(ty: PrimitiveType, e: String) -> String {
-    use PrimitiveType as T;
-    match ty {
-        T::Bf16 => format!("xla_round_bf16({e})"),
-        T::F16 => format!("xla_round_f16({e})"),
-        T::F8E5M2 => format!("xla_round_f8e5m2({e})"),
-        T::F8E4M3FN => format!("xla_round_f8e4m3fn({e})"),
-        _ => e,
+    match narrow_float(ty) {
+        Some(n) => format!("xla_round_{n}({e})"),
+        None => e,
     }
 }
 
@@ -389,29 +391,21 @@ fn int_literal(ty: PrimitiveType, v: i128) -> String {
 
 /// The bits of a value of `ty` (in its compute type) as an unsigned 64-bit.
 fn bits_of(ty: PrimitiveType, v: &str) -> String {
-    use PrimitiveType as T;
     match ty {
-        T::F32 => format!("(unsigned long long)__float_as_uint({v})"),
-        T::F64 => format!("(unsigned long long)__double_as_longlong({v})"),
-        T::Bf16 => format!("(unsigned long long)xla_f32_to_bf16({v})"),
-        T::F16 => format!("(unsigned long long)xla_f32_to_f16({v})"),
-        T::F8E5M2 => format!("(unsigned long long)xla_f32_to_f8e5m2({v})"),
-        T::F8E4M3FN => format!("(unsigned long long)xla_f32_to_f8e4m3fn({v})"),
+        PrimitiveType::F32 => format!("(unsigned long long)__float_as_uint({v})"),
+        PrimitiveType::F64 => format!("(unsigned long long)__double_as_longlong({v})"),
+        t if narrow_float(t).is_some() => format!("(unsigned long long){}", store(t, v)),
         t => format!("(unsigned long long)({})({v})", unsigned_type(t)),
     }
 }
 
 /// A value of `ty` (in its compute type) from its bits.
 fn from_bits(ty: PrimitiveType, b: &str) -> String {
-    use PrimitiveType as T;
     match ty {
-        T::F32 => format!("__uint_as_float((unsigned int)({b}))"),
-        T::F64 => format!("__longlong_as_double((long long)({b}))"),
-        T::Bf16 => format!("xla_bf16_to_f32((unsigned short)({b}))"),
-        T::F16 => format!("xla_f16_to_f32((unsigned short)({b}))"),
-        T::F8E5M2 => format!("xla_f8e5m2_to_f32((unsigned char)({b}))"),
-        T::F8E4M3FN => format!("xla_f8e4m3fn_to_f32((unsigned char)({b}))"),
-        T::Pred => format!("(({b}) != 0)"),
+        PrimitiveType::F32 => format!("__uint_as_float((unsigned int)({b}))"),
+        PrimitiveType::F64 => format!("__longlong_as_double((long long)({b}))"),
+        PrimitiveType::Pred => format!("(({b}) != 0)"),
+        t if narrow_float(t).is_some() => load(t, &format!("({})({b})", storage_type(t))),
         t => format!("({})({})({b})", compute_type(t), unsigned_type(t)),
     }
 }

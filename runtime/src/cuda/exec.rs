@@ -17,13 +17,13 @@
 
 use super::plan::{BufId, BufferInfo, CompPlan, DotStep, HostKind, Kernel, Plan, Step, ValRef};
 use crate::backend::DeviceContext;
-use crate::cpu::{execute_error, literal_from_value, value_from_literal};
+use crate::cpu::{eval_context, execute_error, literal_from_value, value_from_literal};
 use crate::error::RuntimeError;
 use crate::literal::Literal;
 use collectives::DeviceBuffer;
 use std::rc::Rc;
 use xla_hlo_evaluator::collective::{eval_collective, eval_custom_call};
-use xla_hlo_evaluator::{EvalContext, Evaluator};
+use xla_hlo_evaluator::Evaluator;
 use xla_hlo_ir::literal::storage_bytes;
 use xla_hlo_ir::{HloInstruction, HloModule, Opcode, PrimitiveType};
 
@@ -142,7 +142,9 @@ pub fn execute_plan<M: Machine>(
         bufs: (0..plan.buffers.len()).map(|_| None).collect(),
     };
     for (i, (p, a)) in entry.params.iter().zip(args).enumerate() {
-        run.bind_literal(p, a, &format!("argument {i}"))?;
+        run.upload_literal(p, a, &|m| {
+            RuntimeError::Arguments(format!("argument {i}: {m}"))
+        })?;
     }
     run.comp(entry)?;
     let outputs: Vec<ValRef> = match &entry.result {
@@ -162,14 +164,20 @@ impl<M: Machine> Run<'_, M> {
         })
     }
 
-    /// Uploads a literal into the buffers of `r` (same structure).
-    fn bind_literal(&mut self, r: &ValRef, l: &Literal, what: &str) -> Result<(), RuntimeError> {
+    /// Uploads a literal into the buffers of `r` (same structure, element
+    /// types and dims); `mismatch` makes the error for one that differs.
+    fn upload_literal(
+        &mut self,
+        r: &ValRef,
+        l: &Literal,
+        mismatch: &dyn Fn(String) -> RuntimeError,
+    ) -> Result<(), RuntimeError> {
         match (r, l) {
             (ValRef::Buf(b), Literal::Array(a)) => {
                 let info = &self.plan.buffers[*b];
                 if a.dims() != info.dims.as_slice() || a.dtype() != info.ty {
-                    return Err(RuntimeError::Arguments(format!(
-                        "{what}: expected {}{:?}, got {}",
+                    return Err(mismatch(format!(
+                        "expected {}{:?}, got {}",
                         info.ty.name(),
                         info.dims,
                         a.shape_string()
@@ -181,13 +189,11 @@ impl<M: Machine> Run<'_, M> {
             (ValRef::Token, _) => Ok(()),
             (ValRef::Tuple(rs), Literal::Tuple(ls)) if rs.len() == ls.len() => {
                 for (r, l) in rs.iter().zip(ls) {
-                    self.bind_literal(r, l, what)?;
+                    self.upload_literal(r, l, mismatch)?;
                 }
                 Ok(())
             }
-            _ => Err(RuntimeError::Arguments(format!(
-                "{what}: the value's structure does not match the parameter"
-            ))),
+            _ => Err(mismatch("the value's structure does not match".into())),
         }
     }
 
@@ -393,16 +399,7 @@ impl<M: Machine> Run<'_, M> {
                     .iter()
                     .map(|o| self.fetch(o).and_then(|l| value_from_literal(&l)))
                     .collect::<Result<Vec<_>, _>>()?;
-                let ctx = EvalContext {
-                    partition_id: self.device.partition_id,
-                    replica_id: self.device.replica_id,
-                    num_partitions: Some(self.device.num_partitions),
-                    num_replicas: Some(self.device.num_replicas),
-                    collectives: self.device.communicator,
-                    memory_limit: None,
-                    consistent: self.device.consistent,
-                };
-                let ev = Evaluator::new(self.module, ctx);
+                let ev = Evaluator::new(self.module, eval_context(self.device));
                 let result = match kind {
                     HostKind::Collective => eval_collective(&ev, instr, values),
                     HostKind::ShardShape => {
@@ -411,7 +408,9 @@ impl<M: Machine> Run<'_, M> {
                 }
                 .map_err(execute_error)?;
                 let lit = literal_from_value(&result)?;
-                self.upload_into(out, &lit)?;
+                self.upload_literal(out, &lit, &|m| {
+                    exec_err(format!("{}: the host's result: {m}", instr.name))
+                })?;
             }
         }
         Ok(())
@@ -485,28 +484,6 @@ impl<M: Machine> Run<'_, M> {
             }
         }
         Ok(true)
-    }
-
-    fn upload_into(&mut self, r: &ValRef, l: &Literal) -> Result<(), RuntimeError> {
-        match (r, l) {
-            (ValRef::Buf(b), Literal::Array(a)) => {
-                self.bufs[*b] = Some(Rc::new(self.machine.upload(a.bytes())?));
-                Ok(())
-            }
-            (ValRef::Token, _) => Ok(()),
-            (ValRef::Tuple(rs), Literal::Tuple(ls)) if rs.len() == ls.len() => {
-                for (r, l) in rs.iter().zip(ls) {
-                    self.upload_into(r, l)?;
-                }
-                Ok(())
-            }
-            (ValRef::Tuple(rs), _) if rs.is_empty() => Ok(()),
-            (ValRef::Buf(b), Literal::Token) => Err(exec_err(format!(
-                "{}: a token where an array was expected",
-                self.plan.buffers[*b].name
-            ))),
-            _ => Err(exec_err("a host step's result does not match its shape")),
-        }
     }
 }
 

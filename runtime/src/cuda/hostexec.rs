@@ -205,50 +205,53 @@ impl Machine for HostMachine<'_> {
         rhs: &Vec<u8>,
         out: &mut Vec<u8>,
     ) -> Result<(), RuntimeError> {
-        let (m, n, k) = (d.m as usize, d.n as usize, d.k as usize);
-        let batch = d.batch as usize;
-        // Operands decoded once; rows of the result accumulated over k in
-        // order (i, l, j), so each sum adds its terms in increasing l.
+        // f64 accumulates in f64, everything else in f32, as cuBLAS does.
         if lt == PrimitiveType::F64 {
-            let a: Vec<f64> = (0..batch * m * k).map(|i| decode(lt, lhs, i)).collect();
-            let b: Vec<f64> = (0..batch * k * n).map(|i| decode(lt, rhs, i)).collect();
-            let mut row = vec![0f64; n];
-            for bi in 0..batch {
-                for i in 0..m {
-                    row.iter_mut().for_each(|x| *x = 0.0);
-                    for l in 0..k {
-                        let av = a[bi * m * k + i * k + l];
-                        let brow = &b[(bi * k + l) * n..(bi * k + l + 1) * n];
-                        row.iter_mut().zip(brow).for_each(|(x, bv)| *x += av * bv);
-                    }
-                    for (j, v) in row.iter().enumerate() {
-                        encode(ot, out, (bi * m + i) * n + j, *v);
-                    }
-                }
-            }
+            host_gemm(
+                d,
+                |i| decode(lt, lhs, i),
+                |i| decode(lt, rhs, i),
+                |i, v| encode(ot, out, i, v),
+            );
         } else {
-            let a: Vec<f32> = (0..batch * m * k)
-                .map(|i| decode(lt, lhs, i) as f32)
-                .collect();
-            let b: Vec<f32> = (0..batch * k * n)
-                .map(|i| decode(lt, rhs, i) as f32)
-                .collect();
-            let mut row = vec![0f32; n];
-            for bi in 0..batch {
-                for i in 0..m {
-                    row.iter_mut().for_each(|x| *x = 0.0);
-                    for l in 0..k {
-                        let av = a[bi * m * k + i * k + l];
-                        let brow = &b[(bi * k + l) * n..(bi * k + l + 1) * n];
-                        row.iter_mut().zip(brow).for_each(|(x, bv)| *x += av * bv);
-                    }
-                    for (j, v) in row.iter().enumerate() {
-                        encode(ot, out, (bi * m + i) * n + j, *v as f64);
-                    }
-                }
-            }
+            host_gemm(
+                d,
+                |i| decode(lt, lhs, i) as f32,
+                |i| decode(lt, rhs, i) as f32,
+                |i, v: f32| encode(ot, out, i, v as f64),
+            );
         }
         Ok(())
+    }
+}
+
+/// `out = lhs * rhs` for a dot step in the accumulation type `T`: the
+/// operands decoded once, each result row accumulated over k in order
+/// (loops i, l, j), so every sum adds its terms in increasing l.
+fn host_gemm<T>(
+    d: &DotStep,
+    lhs: impl Fn(usize) -> T,
+    rhs: impl Fn(usize) -> T,
+    mut out: impl FnMut(usize, T),
+) where
+    T: Copy + Default + std::ops::AddAssign + std::ops::Mul<Output = T>,
+{
+    let (m, n, k, batch) = (d.m as usize, d.n as usize, d.k as usize, d.batch as usize);
+    let a: Vec<T> = (0..batch * m * k).map(lhs).collect();
+    let b: Vec<T> = (0..batch * k * n).map(rhs).collect();
+    let mut row = vec![T::default(); n];
+    for bi in 0..batch {
+        for i in 0..m {
+            row.iter_mut().for_each(|x| *x = T::default());
+            for l in 0..k {
+                let av = a[(bi * m + i) * k + l];
+                let brow = &b[(bi * k + l) * n..(bi * k + l + 1) * n];
+                row.iter_mut().zip(brow).for_each(|(x, bv)| *x += av * *bv);
+            }
+            for (j, v) in row.iter().enumerate() {
+                out((bi * m + i) * n + j, *v);
+            }
+        }
     }
 }
 
@@ -256,10 +259,28 @@ impl Machine for HostMachine<'_> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CudaHostBackend;
 
-struct CudaHostExecutable {
+/// A module planned for the CUDA backend with its kernels built for the host.
+pub struct CudaHostExecutable {
     module: HloModule,
     plan: Plan,
     kernels: HostKernels,
+}
+
+impl CudaHostExecutable {
+    /// Plans `module` and builds its kernels with the host C++ compiler.
+    pub fn build(module: &HloModule) -> Result<CudaHostExecutable, RuntimeError> {
+        let (plan, _source) = super::prepare(module)?;
+        let kernels = HostKernels::build(&plan)?;
+        Ok(CudaHostExecutable {
+            module: module.clone(),
+            plan,
+            kernels,
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
 }
 
 impl Backend for CudaHostBackend {
@@ -268,13 +289,7 @@ impl Backend for CudaHostBackend {
     }
 
     fn compile(&self, module: &HloModule) -> Result<Box<dyn Executable>, RuntimeError> {
-        let (plan, _source) = super::prepare(module)?;
-        let kernels = HostKernels::build(&plan)?;
-        Ok(Box::new(CudaHostExecutable {
-            module: module.clone(),
-            plan,
-            kernels,
-        }))
+        Ok(Box::new(CudaHostExecutable::build(module)?))
     }
 }
 

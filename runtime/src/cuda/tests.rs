@@ -47,13 +47,9 @@ pub(crate) fn args_for(m: &HloModule, positive: bool) -> Vec<Value> {
 
 fn interpret(m: &HloModule, args: &[Value]) -> Vec<Value> {
     let ctx = EvalContext {
-        partition_id: 0,
-        replica_id: 0,
         num_partitions: Some(1),
         num_replicas: Some(1),
-        collectives: None,
-        memory_limit: None,
-        consistent: false,
+        ..Default::default()
     };
     evaluate(m, args, &ctx).unwrap()
 }

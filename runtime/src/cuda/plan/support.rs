@@ -100,22 +100,14 @@ pub fn supported_opcode(op: Opcode) -> bool {
         )
 }
 
-/// Custom-calls that are the identity on one device (annotations).
+/// Custom-calls that are the identity on one device (annotations), as the
+/// interpreter defines them.
 pub fn is_identity_custom_call(ins: &HloInstruction) -> bool {
     ins.opcode == Opcode::CustomCall
         && ins.operands.len() == 1
-        && matches!(
-            ins.ident_attr(AttrKey::CustomCallTarget),
-            Some(
-                "Sharding"
-                    | "LayoutConstraint"
-                    | "MoveToHost"
-                    | "MoveToDevice"
-                    | "annotate_device_placement"
-                    | "ShardBarrierFrom"
-                    | "ShardBarrierTo"
-            )
-        )
+        && ins
+            .ident_attr(AttrKey::CustomCallTarget)
+            .is_some_and(xla_hlo_evaluator::collective::is_identity_custom_call)
 }
 
 /// `custom-call(x), custom_call_target="Sharding"` (a sharding annotation:

@@ -566,6 +566,22 @@ fn single(s: &xla_hlo_ir::HloSharding) -> Option<&SingleSharding> {
     s.leaves().first()
 }
 
+/// Custom-call targets that return their first operand on one device
+/// (annotations and placements).
+pub fn is_identity_custom_call(target: &str) -> bool {
+    matches!(
+        target,
+        "Sharding"
+            | "LayoutConstraint"
+            | "MoveToHost"
+            | "MoveToDevice"
+            | "annotate_device_placement"
+            | "ShardBarrierFrom"
+            | "ShardBarrierTo"
+            | "X64Combine"
+    )
+}
+
 /// Evaluates a custom-call.
 pub fn eval_custom_call(
     ev: &Evaluator,
@@ -580,14 +596,7 @@ pub fn eval_custom_call(
             .ok_or_else(|| EvalError::invalid("custom-call without operands"))
     };
     match target {
-        "Sharding"
-        | "LayoutConstraint"
-        | "MoveToHost"
-        | "MoveToDevice"
-        | "annotate_device_placement"
-        | "ShardBarrierFrom"
-        | "ShardBarrierTo"
-        | "X64Combine" => first(),
+        t if is_identity_custom_call(t) => first(),
         "SPMDFullToShardShape" => {
             let full = first()?.into_array().ok_or_else(|| {
                 EvalError::invalid("SPMDFullToShardShape operand is not an array")

@@ -15,7 +15,23 @@ use xla_hlo_evaluator::Value;
 use xla_hlo_ir::HloModule;
 use xla_runtime::cpu::{literals_from_values, values_from_literals};
 use xla_runtime::{run_spmd, Backend, CpuBackend, LaunchPlan};
-use xla_tactics::{apply_schedule, parse_schedule, TacticsRun};
+use xla_tactics::{apply_schedule, parse_schedule, TacticReport, TacticsRun};
+
+/// A tactic's step kept every earlier decision and met no conflict.
+fn assert_clean(report: &TacticReport) {
+    assert!(
+        report.conflicts.is_empty(),
+        "{}: {:?}",
+        report.name,
+        report.conflicts
+    );
+    assert!(
+        report.changed_earlier.is_empty(),
+        "{}: {:?}",
+        report.name,
+        report.changed_earlier
+    );
+}
 
 const MLP: &str = "mlp2_train";
 const TRANSFORMER: &str = "transformer_train";
@@ -130,16 +146,7 @@ fn each_tactic_keeps_earlier_decisions_and_matches_the_hand_derived_collectives(
     for (k, (name, collectives, bytes)) in EXPECTED.iter().enumerate() {
         let report = &full.reports[k];
         assert_eq!(report.name, *name);
-        assert!(
-            report.conflicts.is_empty(),
-            "{name}: {:?}",
-            report.conflicts
-        );
-        assert!(
-            report.changed_earlier.is_empty(),
-            "{name}: {:?}",
-            report.changed_earlier
-        );
+        assert_clean(report);
         let got: Vec<(&str, usize)> = report
             .collectives
             .iter()
@@ -225,18 +232,7 @@ fn transformer_schedule_keeps_earlier_decisions_and_matches_jax_after_each_tacti
     for k in 1..=3 {
         let run = apply_schedule(&module, &prefix(k, text), model().as_ref()).unwrap();
         let report = run.reports.last().unwrap();
-        assert!(
-            report.conflicts.is_empty(),
-            "{}: {:?}",
-            report.name,
-            report.conflicts
-        );
-        assert!(
-            report.changed_earlier.is_empty(),
-            "{}: {:?}",
-            report.name,
-            report.changed_earlier
-        );
+        assert_clean(report);
         run_case_on_devices(TRANSFORMER, &run)
             .unwrap_or_else(|e| panic!("after {}: {e}", report.name));
     }
@@ -266,18 +262,7 @@ fn intermediates_by_op_name_and_outputs_can_be_sharded() {
     assert_eq!(out.sharded.len(), 1, "{:?}", out);
     assert_eq!(out.sharded[0].1, "[x,y]");
     for report in &run.reports {
-        assert!(
-            report.changed_earlier.is_empty(),
-            "{}: {:?}",
-            report.name,
-            report.changed_earlier
-        );
-        assert!(
-            report.conflicts.is_empty(),
-            "{}: {:?}",
-            report.name,
-            report.conflicts
-        );
+        assert_clean(report);
     }
     run_on_devices(&run).unwrap();
     // An op_name that names nothing is refused.
