@@ -91,6 +91,18 @@ if [[ -d $obase ]]; then touch "$obase"; fi
 find "$CHROOT$OUTPUT_USER_ROOT" -mindepth 1 -maxdepth 1 -type d -regextype egrep \
   -regex '.*/[0-9a-f]{32}' -mtime +3 -exec rm -rf --one-file-system {} + 2>/dev/null || true
 
+# Bazel 7 garbage-collects the disk cache only while its server sits idle, and
+# this server ends with the command, so the cache is trimmed here instead: the
+# least recently used files (Bazel refreshes a file's mtime on every hit) go
+# until the rest fits in DISK_CACHE_MAX.
+if [[ -n $DISK_CACHE && -d $CHROOT$DISK_CACHE ]]; then
+  max_bytes=$(numfmt --from=iec "$DISK_CACHE_MAX")
+  find "$CHROOT$DISK_CACHE" -type f -printf '%T@ %s %p\n' | sort -rn \
+    | awk -v max="$max_bytes" '{ total += $2; if (total > max) { sub(/^[^ ]+ [^ ]+ /, ""); print } }' \
+    | xargs -r -d '\n' rm -f --
+  log "disk cache trimmed to $(du -sh "$CHROOT$DISK_CACHE" | cut -f1) (limit $DISK_CACHE_MAX)"
+fi
+
 log "bazel $* --config=debian_offline (in $CHROOT, no network, timeout ${TIMEOUT}s)"
 # The command, then the disk cache (before the user's flags, so that
 # `--disk_cache=` turns it off), the user's arguments, the offline config.
