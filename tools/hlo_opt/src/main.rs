@@ -175,6 +175,13 @@ struct Args {
     /// send-recv, async-compute; default 1 each).
     #[arg(long, value_name = "KIND=N", value_parser = parse_overlap_limit)]
     overlap_limit: Vec<(xla_latency_hiding_scheduler::ResourceKind, usize)>,
+    /// Run `--passes` this many times in this process, each time on a fresh
+    /// copy of the input module, logging every run's pass times
+    /// (`RUST_LOG=info`); the output is the last run's. For timing passes
+    /// the way a compiler process runs them: the first run pays for
+    /// first-touch page faults and cold caches, later runs do not.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repeat: u32,
 }
 
 /// Reads `KIND=N` with N >= 1.
@@ -310,6 +317,10 @@ fn run(args: &Args) -> Result<()> {
     }
     let want_schedule = args.schedule_report || args.trace.is_some();
     let original = want_schedule.then(|| module.clone());
+    for run in 1..args.repeat {
+        log::info!("--repeat: run {run} of {}", args.repeat);
+        run_passes(args, &model, &mut module.clone())?;
+    }
     let scheduler_ms = run_passes(args, &model, &mut module)?;
     let mut report_json = None;
     if let Some(original) = &original {
