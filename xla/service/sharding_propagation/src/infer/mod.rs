@@ -30,7 +30,7 @@ mod reshaping;
 mod tuples_and_control;
 
 use crate::dims;
-use crate::graph::{CustomCallKind, Node};
+use crate::graph::{CustomCallKind, Graph, Node};
 use crate::level::{BROADCAST_FROM_USERS_LEVEL, MAX_LEVEL, PASS_THROUGH_LEVEL};
 use crate::opcodes::{elementwise_opcodes, has_side_effect, opcodes_without_rules};
 use crate::state::{normalize, PropagationState};
@@ -162,6 +162,9 @@ impl PropagationState<'_> {
             _ => {}
         }
         match self.graph.opcode(node) {
+            // A bitcast-convert between element widths adds or drops a
+            // minor dimension: not elementwise, and no rule (as Shardy).
+            Opcode::BitcastConvert if changes_rank(&self.graph, node) => false,
             elementwise_opcodes!() | Opcode::Map | Opcode::Rng => {
                 pass_through::elementwise_from_operands(self, node, may_combine)
             }
@@ -307,6 +310,7 @@ impl PropagationState<'_> {
                 }
             }
             Opcode::Outfeed => None,
+            Opcode::BitcastConvert if changes_rank(graph, user) => None,
             elementwise_opcodes!()
             | Opcode::Map
             | Opcode::Rng
@@ -505,4 +509,12 @@ fn replicated_like(sharding: &InstrSharding) -> InstrSharding {
             InstrSharding::Tuple(vec![Sharding::Replicated; leaves.len()].into())
         }
     }
+}
+
+/// Whether `node`'s result has another rank than its first operand (a
+/// bitcast-convert between element widths).
+fn changes_rank(graph: &Graph, node: Node) -> bool {
+    graph
+        .operand(node, 0)
+        .is_some_and(|operand| graph.shape(operand).rank() != graph.shape(node).rank())
 }
