@@ -171,3 +171,34 @@ fn tempdir() -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// `--repeat N` runs the passes N times, logging each run's pass times,
+/// and prints the same module as one run; 0 is refused.
+#[test]
+fn repeat_runs_the_passes_again_on_fresh_copies() {
+    let dir = case_dirs().into_iter().next().expect("a case");
+    let input = dir.join("input.hlo");
+    let run = |repeat: &str| {
+        hlo_opt()
+            .arg(&input)
+            .arg("--passes=sharding-propagation,spmd-partitioning")
+            .args(["--repeat", repeat])
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap()
+    };
+    let once = run("1");
+    let thrice = run("3");
+    assert!(once.status.success() && thrice.status.success());
+    assert_eq!(once.stdout, thrice.stdout, "--repeat changed the output");
+    let partitioning_runs = |out: &std::process::Output| {
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| l.contains("xla_hlo_pass") && l.contains("pass spmd-partitioning:"))
+            .count()
+    };
+    assert_eq!(partitioning_runs(&once), 1);
+    assert_eq!(partitioning_runs(&thrice), 3);
+    let refused = run("0");
+    assert!(!refused.status.success());
+}
