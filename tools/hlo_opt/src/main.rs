@@ -182,6 +182,20 @@ struct Args {
     /// first-touch page faults and cold caches, later runs do not.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     repeat: u32,
+    /// The `windowed-einsum` pass windows every dot whose all-gathered
+    /// operand has at least this many MiB (XLA's
+    /// xla_gpu_threshold_for_windowed_einsum_mib); 0 = wherever legal;
+    /// without it the pass changes nothing.
+    #[arg(long, value_name = "MIB", value_parser = parse_mib)]
+    windowed_einsum_threshold_mib: Option<f64>,
+}
+
+/// A size in MiB: a finite number >= 0.
+fn parse_mib(text: &str) -> std::result::Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("'{text}': expected a number of MiB >= 0")),
+    }
 }
 
 /// Reads `KIND=N` with N >= 1.
@@ -243,6 +257,10 @@ fn run_passes(
             ..Default::default()
         },
         consistent: args.consistent,
+        windowed_einsum: xla_pipelines::WindowedEinsumOptions {
+            threshold_mib: args.windowed_einsum_threshold_mib,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut pipeline = xla_pipelines::pipeline(&options, "hlo-opt", &args.passes.join(","))?

@@ -158,6 +158,12 @@ struct Cli {
     /// "single_device": {"identical", "differing_outputs"}.
     #[arg(long)]
     compare_single_device: bool,
+    /// With --partition: window every dot whose all-gathered operand has
+    /// at least this many MiB into a loop over windows passed by
+    /// collective-permute (collective matmul; XLA's
+    /// xla_gpu_threshold_for_windowed_einsum_mib); 0 = wherever legal.
+    #[arg(long, value_name = "MIB", requires = "partition", value_parser = parse_mib)]
+    windowed_einsum_threshold_mib: Option<f64>,
     /// Pipeline parallelism: split the module's microbatch loop (a scan
     /// whose body marks stages with jax.named_scope("stage_K")) into stage
     /// programs and run them by this schedule's task table (`gpipe`,
@@ -223,6 +229,14 @@ fn start_watchdog(file: String, seconds: f64) -> Arc<Mutex<bool>> {
         }
     });
     finished
+}
+
+/// A size in MiB: a finite number >= 0.
+fn parse_mib(text: &str) -> std::result::Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("'{text}': expected a number of MiB >= 0")),
+    }
 }
 
 fn main() {
@@ -468,6 +482,7 @@ fn run(cli: &Cli) -> Result<bool> {
             cli.devices,
             cli.schedule,
             cli.consistent,
+            cli.windowed_einsum_threshold_mib,
         )?)
     } else {
         None

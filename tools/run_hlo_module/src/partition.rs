@@ -20,9 +20,39 @@ pub struct Partitioned {
     stats: Json,
 }
 
+/// Runs `windowed-einsum` on the partitioned module `m`; returns the loops
+/// it made and the module's static collectives afterwards (a permute in a
+/// loop body counts once).
+fn window_dots(m: &mut HloModule, n: i64, threshold_mib: f64) -> Result<Json> {
+    let options = xla_pipelines::PipelineOptions {
+        num_partitions: Some(n),
+        windowed_einsum: xla_pipelines::WindowedEinsumOptions {
+            threshold_mib: Some(threshold_mib),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let loops = |m: &HloModule| {
+        m.computations
+            .iter()
+            .flat_map(|c| &c.instructions)
+            .filter(|i| i.opcode == xla_hlo_ir::Opcode::While)
+            .count()
+    };
+    let before = loops(m);
+    xla_pipelines::pipeline(&options, "windowed-einsum", "windowed-einsum")?.run(m)?;
+    let stats = xla_hlo_ir::stats::ModuleStats::of(m);
+    Ok(json!({
+        "loops": loops(m) - before,
+        "collectives": stats.collectives,
+        "collective_bytes": stats.collective_bytes,
+    }))
+}
+
 impl Partitioned {
     /// Propagates shardings and partitions `module` for `devices` (default:
-    /// the module's `num_partitions`).
+    /// the module's `num_partitions`), then windows all-gather-then-dot
+    /// pairs when `windowed_einsum_threshold_mib` is set.
     /// With `consistent`, the partitioner runs in consistent mode and the
     /// statistics gain what that cost (see [`consistency_cost`]).
     pub fn new(
@@ -30,6 +60,7 @@ impl Partitioned {
         devices: Option<i64>,
         schedule: bool,
         consistent: bool,
+        windowed_einsum_threshold_mib: Option<f64>,
     ) -> Result<Partitioned> {
         let n = devices.unwrap_or_else(|| module.num_partitions()).max(1);
         let options = xla_pipelines::PipelineOptions {
@@ -41,6 +72,10 @@ impl Partitioned {
         // Propagation changes no shape, so the global outputs have the input's root shape.
         let out_shape = m.entry_computation().root_instr().shape.clone();
         let report = xla_pipelines::spmd_pipeline(&options, false).run(&mut m)?;
+        let windowed = match windowed_einsum_threshold_mib {
+            Some(threshold_mib) => Some(window_dots(&mut m, n, threshold_mib)?),
+            None => None,
+        };
         let seconds = |pass: &str| {
             report
                 .runs
@@ -78,6 +113,9 @@ impl Partitioned {
             "fallbacks": fallbacks,
         });
         let mut stats = stats;
+        if let Some(windowed) = windowed {
+            stats["windowed_einsum"] = windowed;
+        }
         if let Some(r) = schedule_report {
             stats["schedule"] = r;
         }

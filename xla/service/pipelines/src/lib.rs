@@ -20,7 +20,8 @@ use xla_hlo_pass::{Pass, PassError, PassRegistry, Pipeline};
 use xla_latency_hiding_scheduler::{CostModel, SchedulerConfig};
 pub use xla_sharding_propagation::shardy_import;
 pub use xla_sharding_propagation::ShardingPropagationOptions;
-use xla_spmd_partitioner::{PartitionSummary, SpmdOptions, SpmdPartitioner};
+pub use xla_spmd_partitioner::windowed_einsum::WindowedEinsumOptions;
+use xla_spmd_partitioner::{PartitionSummary, SpmdOptions, SpmdPartitioner, WindowedEinsum};
 
 /// Names of the passes of XLA's SPMD pipeline, in order: propagation, then
 /// partitioning.
@@ -47,6 +48,9 @@ pub struct PipelineOptions {
     pub propagation: ShardingPropagationOptions,
     /// `spmd-partitioning` in consistent mode (`SpmdOptions::consistent`).
     pub consistent: bool,
+    /// When `windowed-einsum` windows a dot (its threshold; off by default,
+    /// and then the standard pipeline does not run it).
+    pub windowed_einsum: WindowedEinsumOptions,
 }
 
 impl Default for PipelineOptions {
@@ -60,6 +64,7 @@ impl Default for PipelineOptions {
             partition_summary: SummaryCell::default(),
             propagation: Default::default(),
             consistent: false,
+            windowed_einsum: WindowedEinsumOptions::default(),
         }
     }
 }
@@ -111,6 +116,17 @@ pub fn registry(options: &PipelineOptions) -> PassRegistry {
             })
         },
     );
+    let windowed = options.windowed_einsum.clone();
+    registry.register(
+        "windowed-einsum",
+        "turn all-gather-then-dot into a loop over windows passed by collective-permute (XLA's windowed einsum; --windowed-einsum-threshold-mib)",
+        move || {
+            Box::new(WindowedEinsum {
+                options: windowed.clone(),
+                last_stats: None,
+            })
+        },
+    );
     registry.register(
         "async-collective-creator",
         "turn collectives into async start/done pairs (XLA's AsyncCollectiveCreator)",
@@ -141,8 +157,6 @@ pub fn pipeline(
     registry(options).pipeline(name, passes)
 }
 
-/// The standard SPMD pipeline: [`SPMD_PASSES`], then the scheduler when
-/// `schedule` is set.
 /// Runs `passes` (names from the registry, comma-separated) on `module`
 /// with the default options, verifying after each: for crates that run a
 /// few passes on the modules they build (stage programs, tactic steps).
@@ -155,8 +169,13 @@ pub fn run_passes(
     Ok(())
 }
 
+/// The standard SPMD pipeline: [`SPMD_PASSES`], `windowed-einsum` when
+/// its threshold is set, then the scheduler when `schedule` is set.
 pub fn spmd_pipeline(options: &PipelineOptions, schedule: bool) -> Pipeline {
     let mut names = SPMD_PASSES.to_vec();
+    if options.windowed_einsum.threshold_mib.is_some() {
+        names.push("windowed-einsum");
+    }
     if schedule {
         names.push(SCHEDULER_PASS);
     }
@@ -203,6 +222,7 @@ mod tests {
                 "sharding-propagation",
                 "complete-shardings",
                 "spmd-partitioning",
+                "windowed-einsum",
                 "async-collective-creator",
                 "latency-hiding-scheduler"
             ]

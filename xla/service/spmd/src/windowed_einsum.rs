@@ -1,0 +1,690 @@
+//! Windowed einsum (collective matmul) on a partitioned module: a dot
+//! fed by an all-gather, or feeding a reduce-scatter, along one of its
+//! non-contracting dimensions becomes a loop over windows of that
+//! dimension, each window's dot overlapping the collective-permute that
+//! moves the next window (or the running sum) around the group's ring
+//! (XLA's windowed einsum loops). A schedule of the unrolled program
+//! cannot hide such a collective when the dot is its only user or
+//! operand; the loop can.
+//!
+//! All-gather then dot, for a group of `n` devices where device `k` holds
+//! window `k` of `x` (what the all-gather concatenates in group order):
+//!   - step `i` (0 <= i < n) on device `k` holds window `(k + i) % n`,
+//!     multiplies it and writes the partial result at that window's offset
+//!     of the output dimension the gathered dimension maps to;
+//!   - between steps each device passes its window to its predecessor in
+//!     the group (`k -> k - 1`).
+//!
+//! Dot then reduce-scatter (device `k` must end with the sum over the
+//! group of block `k` of the scattered dimension):
+//!   - step `i` on device `k` computes the dot of block `(k + 1 + i) % n`
+//!     of the operand the scattered dimension comes from, adds it to the
+//!     running sum received from its successor, and passes the sum to its
+//!     predecessor; after `n` steps the sum is block `k`'s.
+//!
+//! In both the last step runs after the loop (peeled), so the `n - 1`
+//! permutes move exactly what the collective moved.
+//!
+//! Invariants: after an all-gather rewrite every output element is the
+//! same dot product over the same contracting elements, so results are
+//! bitwise equal to the unwindowed program; a reduce-scatter rewrite sums
+//! the group's partial results in ring order instead of group order
+//! (equal up to floating-point reassociation). A pair is rewritten only
+//! when the collective and the dot have no other user, the reduce-scatter
+//! sums with `add`, the module has one replica, the groups are partition
+//! ids of equal size `n` with `2 <= n <= max_iterations`, and the
+//! collective's operand or result reaches the threshold; otherwise the
+//! module is left as it is.
+
+use crate::builder::Builder;
+use crate::context::ModuleContext;
+use std::sync::Arc;
+use xla_hlo_ir::attrs::{AttrValue, Attribute};
+use xla_hlo_ir::collective_groups::{group_mode, GroupMode};
+use xla_hlo_ir::{
+    AttrKey, CompId, HloComputation, HloInstruction, HloModule, InstrId, Opcode, PrimitiveType,
+    Shape,
+};
+
+/// When dots are windowed (XLA's `xla_gpu_threshold_for_windowed_einsum_mib`
+/// and `SpmdPartitionerOptions::max_windowed_einsum_iteration`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowedEinsumOptions {
+    /// Window a dot when its all-gathered operand (full size) has at least
+    /// this many MiB; `None`: never; `Some(0.0)`: wherever legal.
+    pub threshold_mib: Option<f64>,
+    /// Largest group (loop trip count) to window over.
+    pub max_iterations: i64,
+}
+
+impl Default for WindowedEinsumOptions {
+    fn default() -> Self {
+        WindowedEinsumOptions {
+            threshold_mib: None,
+            max_iterations: 32,
+        }
+    }
+}
+
+/// What the rewrite did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WindowedEinsumStats {
+    /// All-gather-then-dot pairs turned into loops.
+    pub all_gather_loops: usize,
+    /// Dot-then-reduce-scatter pairs turned into loops.
+    pub reduce_scatter_loops: usize,
+}
+
+/// Which collective the loop replaces.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// The dot's operand `side` is an all-gather (removed).
+    AllGather { all_gather: InstrId },
+    /// The dot's only user is a reduce-scatter (replaced by the loop);
+    /// the scattered dimension is `operand_dim` of operand `side`.
+    ReduceScatter {
+        reduce_scatter: InstrId,
+        operand_dim: usize,
+    },
+}
+
+/// A dot with an all-gather or reduce-scatter that can be windowed.
+struct Candidate {
+    form: Form,
+    dot: InstrId,
+    /// The dot operand the windows are taken from (0: lhs, 1: rhs).
+    side: usize,
+    /// The dot output dimension the windows tile.
+    output_dim: usize,
+    /// Group size (trip count) and window size along that dimension.
+    group_size: i64,
+    window: i64,
+    /// Each partition's position in its group.
+    positions: Arc<[i64]>,
+    /// `(source, target)`: each device sends to its group predecessor.
+    pairs: Vec<(i64, i64)>,
+}
+
+impl Candidate {
+    /// The instruction whose uses the loop's result takes over.
+    fn replaced(&self) -> InstrId {
+        match self.form {
+            Form::AllGather { .. } => self.dot,
+            Form::ReduceScatter { reduce_scatter, .. } => reduce_scatter,
+        }
+    }
+    /// The instruction dropped from the computation.
+    fn dropped(&self) -> InstrId {
+        match self.form {
+            Form::AllGather { all_gather } => all_gather,
+            Form::ReduceScatter { .. } => self.dot,
+        }
+    }
+}
+
+/// Windows every eligible all-gather-then-dot and dot-then-reduce-scatter
+/// of the module.
+pub fn windowed_einsum(
+    module: &mut HloModule,
+    options: &WindowedEinsumOptions,
+) -> WindowedEinsumStats {
+    let mut stats = WindowedEinsumStats::default();
+    let Some(threshold_mib) = options.threshold_mib else {
+        return stats;
+    };
+    if module.replica_count() != 1 {
+        return stats;
+    }
+    let num_partitions = module.num_partitions().max(1);
+    let limits = Limits {
+        num_partitions,
+        threshold_bytes: threshold_mib * 1024.0 * 1024.0,
+        max_iterations: options.max_iterations,
+    };
+    let mut ctx = ModuleContext::new(module, num_partitions);
+    for comp_index in 0..module.computations.len() {
+        let candidates = find_candidates(module, comp_index, &limits);
+        if candidates.is_empty() {
+            continue;
+        }
+        let mut loops = Vec::with_capacity(candidates.len());
+        for candidate in &candidates {
+            let comp = &module.computations[comp_index];
+            let (body, condition) = loop_computations(&mut ctx, comp, candidate);
+            let body_id = CompId(module.computations.len() as u32);
+            module.computations.push(body);
+            let condition_id = CompId(module.computations.len() as u32);
+            module.computations.push(condition);
+            loops.push((body_id, condition_id));
+            match candidate.form {
+                Form::AllGather { .. } => stats.all_gather_loops += 1,
+                Form::ReduceScatter { .. } => stats.reduce_scatter_loops += 1,
+            }
+        }
+        let old = std::mem::replace(
+            &mut module.computations[comp_index],
+            HloComputation::new(""),
+        );
+        module.computations[comp_index] = rewrite(&mut ctx, old, &candidates, &loops);
+    }
+    stats
+}
+
+/// What a pair must satisfy beside its shape.
+struct Limits {
+    num_partitions: i64,
+    threshold_bytes: f64,
+    max_iterations: i64,
+}
+
+/// The dots of computation `comp_index` that can be windowed, at most one
+/// form per dot.
+fn find_candidates(module: &HloModule, comp_index: usize, limits: &Limits) -> Vec<Candidate> {
+    let comp = &module.computations[comp_index];
+    let mut users: Vec<Vec<InstrId>> = vec![Vec::new(); comp.instructions.len()];
+    let mut control_edges = vec![false; comp.instructions.len()];
+    for (index, instr) in comp.instructions.iter().enumerate() {
+        for operand in &instr.operands {
+            users[operand.index()].push(InstrId(index as u32));
+        }
+        for predecessor in &instr.control_predecessors {
+            control_edges[predecessor.index()] = true;
+        }
+        if !instr.control_predecessors.is_empty() {
+            control_edges[index] = true;
+        }
+    }
+    let only_user = |id: InstrId| -> Option<InstrId> {
+        match users[id.index()].as_slice() {
+            [user] if id != comp.root && !control_edges[id.index()] => Some(*user),
+            _ => None,
+        }
+    };
+    let mut candidates = Vec::new();
+    for (index, dot) in comp.instructions.iter().enumerate() {
+        let dot_id = InstrId(index as u32);
+        if dot.opcode != Opcode::Dot || dot.operands.len() != 2 || control_edges[index] {
+            continue;
+        }
+        let gathered = (0..2).find_map(|side| {
+            let all_gather = dot.operands[side];
+            (dot.operands[1 - side] != all_gather && only_user(all_gather) == Some(dot_id))
+                .then(|| all_gather_candidate(comp, dot_id, all_gather, side, limits))
+                .flatten()
+        });
+        if let Some(candidate) = gathered {
+            candidates.push(candidate);
+            continue;
+        }
+        if let Some(reduce_scatter) = only_user(dot_id) {
+            if let Some(candidate) =
+                reduce_scatter_candidate(module, comp, dot_id, reduce_scatter, limits)
+            {
+                candidates.push(candidate);
+            }
+        }
+    }
+    candidates
+}
+
+/// Operand `side`'s free (non-contracting, non-batch) dimensions and the
+/// dot output dimension of the first of them: batch dimensions come
+/// first, then the lhs's free dimensions, then the rhs's, each in order.
+fn output_dim_of(
+    comp: &HloComputation,
+    dot: &HloInstruction,
+    side: usize,
+    dim: usize,
+) -> Option<usize> {
+    let free = |operand: usize, contracting: AttrKey, batch: AttrKey| -> Vec<usize> {
+        let rank = comp.instr(dot.operands[operand]).shape.rank();
+        let contracting = dot.ints_attr(contracting).unwrap_or(&[]);
+        let batch = dot.ints_attr(batch).unwrap_or(&[]);
+        (0..rank)
+            .filter(|&d| !contracting.contains(&(d as i64)) && !batch.contains(&(d as i64)))
+            .collect()
+    };
+    let batch_count = dot.ints_attr(AttrKey::LhsBatchDims).unwrap_or(&[]).len();
+    let lhs_free = free(0, AttrKey::LhsContractingDims, AttrKey::LhsBatchDims);
+    let rhs_free = free(1, AttrKey::RhsContractingDims, AttrKey::RhsBatchDims);
+    let (list, base) = if side == 0 {
+        (&lhs_free, batch_count)
+    } else {
+        (&rhs_free, batch_count + lhs_free.len())
+    };
+    let at = list.iter().position(|&d| d == dim)?;
+    let output_dim = base + at;
+    (output_dim < dot.shape.rank()).then_some(output_dim)
+}
+
+/// The inverse of [`output_dim_of`]: the operand and its dimension that
+/// dot output dimension `output_dim` comes from (`None` for a batch one).
+fn operand_dim_of(
+    comp: &HloComputation,
+    dot: &HloInstruction,
+    output_dim: usize,
+) -> Option<(usize, usize)> {
+    (0..2).find_map(|side| {
+        let rank = comp.instr(dot.operands[side]).shape.rank();
+        (0..rank)
+            .find(|&dim| output_dim_of(comp, dot, side, dim) == Some(output_dim))
+            .map(|dim| (side, dim))
+    })
+}
+
+/// Each partition's position in its group and the ring's pairs (each
+/// device to its predecessor), for a collective over partition ids in
+/// groups of equal size within the limits.
+fn ring(
+    collective: &HloInstruction,
+    limits: &Limits,
+) -> Option<(i64, Arc<[i64]>, Vec<(i64, i64)>)> {
+    if !matches!(
+        group_mode(collective, collective.opcode),
+        Ok(GroupMode::FlattenedId | GroupMode::CrossPartition)
+    ) {
+        return None;
+    }
+    let groups = match collective.attr(AttrKey::ReplicaGroups) {
+        Some(AttrValue::ReplicaGroups(list)) => list.groups()?,
+        None => Vec::new(),
+        Some(_) => return None,
+    };
+    let groups = if groups.is_empty() {
+        vec![(0..limits.num_partitions).collect::<Vec<i64>>()]
+    } else {
+        groups
+    };
+    let group_size = groups[0].len() as i64;
+    if group_size < 2 || group_size > limits.max_iterations {
+        return None;
+    }
+    let mut positions = vec![-1i64; limits.num_partitions as usize];
+    let mut pairs = Vec::new();
+    for group in &groups {
+        if group.len() as i64 != group_size {
+            return None;
+        }
+        for (k, &device) in group.iter().enumerate() {
+            let slot = positions.get_mut(usize::try_from(device).ok()?)?;
+            if *slot != -1 {
+                return None;
+            }
+            *slot = k as i64;
+            pairs.push((device, group[(k + group.len() - 1) % group.len()]));
+        }
+    }
+    if positions.contains(&-1) {
+        return None;
+    }
+    Some((group_size, positions.into(), pairs))
+}
+
+fn all_gather_candidate(
+    comp: &HloComputation,
+    dot_id: InstrId,
+    all_gather: InstrId,
+    side: usize,
+    limits: &Limits,
+) -> Option<Candidate> {
+    let dot = comp.instr(dot_id);
+    let ag = comp.instr(all_gather);
+    if ag.opcode != Opcode::AllGather || ag.operands.len() != 1 {
+        return None;
+    }
+    let &[gathered] = ag.ints_attr(AttrKey::Dimensions)? else {
+        return None;
+    };
+    let output_dim = output_dim_of(comp, dot, side, usize::try_from(gathered).ok()?)?;
+    if (ag.shape.byte_size() as f64) < limits.threshold_bytes {
+        return None;
+    }
+    let (group_size, positions, pairs) = ring(ag, limits)?;
+    let window = *comp
+        .instr(ag.operands[0])
+        .shape
+        .dims()
+        .get(gathered as usize)?;
+    if ag.shape.dims().get(gathered as usize) != Some(&(window * group_size)) {
+        return None;
+    }
+    Some(Candidate {
+        form: Form::AllGather { all_gather },
+        dot: dot_id,
+        side,
+        output_dim,
+        group_size,
+        window,
+        positions,
+        pairs,
+    })
+}
+
+fn reduce_scatter_candidate(
+    module: &HloModule,
+    comp: &HloComputation,
+    dot_id: InstrId,
+    reduce_scatter: InstrId,
+    limits: &Limits,
+) -> Option<Candidate> {
+    let dot = comp.instr(dot_id);
+    let rs = comp.instr(reduce_scatter);
+    if rs.opcode != Opcode::ReduceScatter
+        || rs.operands.len() != 1
+        || !sums(module, rs.to_apply()?)
+        || rs.shape.element_type() != dot.shape.element_type()
+    {
+        return None;
+    }
+    let &[scattered] = rs.ints_attr(AttrKey::Dimensions)? else {
+        return None;
+    };
+    let output_dim = usize::try_from(scattered).ok()?;
+    let (side, operand_dim) = operand_dim_of(comp, dot, output_dim)?;
+    if (dot.shape.byte_size() as f64) < limits.threshold_bytes {
+        return None;
+    }
+    let (group_size, positions, pairs) = ring(rs, limits)?;
+    let window = *rs.shape.dims().get(output_dim)?;
+    if dot.shape.dims().get(output_dim) != Some(&(window * group_size)) {
+        return None;
+    }
+    Some(Candidate {
+        form: Form::ReduceScatter {
+            reduce_scatter,
+            operand_dim,
+        },
+        dot: dot_id,
+        side,
+        output_dim,
+        group_size,
+        window,
+        positions,
+        pairs,
+    })
+}
+
+/// Whether computation `reducer` is `add` of its two parameters.
+fn sums(module: &HloModule, reducer: CompId) -> bool {
+    let Some(comp) = module.computations.get(reducer.index()) else {
+        return false;
+    };
+    let root = comp.root_instr();
+    root.opcode == Opcode::Add
+        && comp.parameters.len() == 2
+        && root.operands.len() == 2
+        && root.operands.iter().all(|o| comp.parameters.contains(o))
+        && root.operands[0] != root.operands[1]
+}
+
+/// The dot of one window: the original dot's attributes on the window's
+/// shapes.
+fn window_dot(
+    b: &mut Builder<'_>,
+    dot: &HloInstruction,
+    candidate: &Candidate,
+    window: InstrId,
+    other: InstrId,
+) -> InstrId {
+    let mut dims = dot.shape.dims().to_vec();
+    dims[candidate.output_dim] = candidate.window;
+    let shape = crate::shapes::with_dims(&dot.shape, &dims);
+    let operands = if candidate.side == 0 {
+        vec![window, other]
+    } else {
+        vec![other, window]
+    };
+    let attrs: Vec<(AttrKey, AttrValue)> = dot
+        .attrs
+        .iter()
+        .map(|Attribute { key, value }| (*key, value.clone()))
+        .collect();
+    b.add(&dot.name, Opcode::Dot, shape, operands, attrs)
+}
+
+/// The start of window `(position + shift) % n` along a dimension, and
+/// zero for the others, as dynamic-slice/update-slice start operands.
+fn window_starts(
+    b: &mut Builder<'_>,
+    candidate: &Candidate,
+    shift: InstrId,
+    rank: usize,
+    dim: usize,
+) -> Vec<InstrId> {
+    let position = b.table(&candidate.positions);
+    let n = b.scalar(PrimitiveType::S32, candidate.group_size);
+    let shifted = b.binary(Opcode::Add, position, shift);
+    let block = b.binary(Opcode::Remainder, shifted, n);
+    let window = b.scalar(PrimitiveType::S32, candidate.window);
+    let offset = b.binary(Opcode::Multiply, block, window);
+    let zero = b.scalar(PrimitiveType::S32, 0);
+    (0..rank)
+        .map(|d| if d == dim { offset } else { zero })
+        .collect()
+}
+
+/// One step: for an all-gather, the dot of the window held, written into
+/// `output` at window `(position + step) % n`; for a reduce-scatter, the
+/// dot of block `(position + 1 + step) % n` of the windowed operand added
+/// to the running sum `output`.
+fn step(
+    b: &mut Builder<'_>,
+    dot: &HloInstruction,
+    candidate: &Candidate,
+    operands: [InstrId; 2],
+    output: InstrId,
+    step: InstrId,
+) -> InstrId {
+    let [windowed, other] = operands;
+    match candidate.form {
+        Form::AllGather { .. } => {
+            let partial = window_dot(b, dot, candidate, windowed, other);
+            let rank = b.shape(output).rank();
+            let mut update = vec![output, partial];
+            update.extend(window_starts(
+                b,
+                candidate,
+                step,
+                rank,
+                candidate.output_dim,
+            ));
+            let shape = b.shape(output).clone();
+            b.add(
+                "dynamic-update-slice",
+                Opcode::DynamicUpdateSlice,
+                shape,
+                update,
+                vec![],
+            )
+        }
+        Form::ReduceScatter { operand_dim, .. } => {
+            let one = b.scalar(PrimitiveType::S32, 1);
+            let shift = b.binary(Opcode::Add, step, one);
+            let rank = b.shape(windowed).rank();
+            let starts = window_starts(b, candidate, shift, rank, operand_dim);
+            let mut sizes = b.dims(windowed);
+            sizes[operand_dim] = candidate.window;
+            let block = b.dynamic_slice(windowed, starts, &sizes);
+            let partial = window_dot(b, dot, candidate, block, other);
+            b.binary(Opcode::Add, output, partial)
+        }
+    }
+}
+
+/// The loop state: (step, windowed operand, other operand, output or
+/// running sum).
+fn state_shape(comp: &HloComputation, candidate: &Candidate) -> Shape {
+    let dot = comp.instr(candidate.dot);
+    let other = comp.instr(dot.operands[1 - candidate.side]);
+    let (windowed, output) = match candidate.form {
+        Form::AllGather { all_gather } => (
+            comp.instr(comp.instr(all_gather).operands[0]),
+            dot.shape.clone(),
+        ),
+        Form::ReduceScatter { reduce_scatter, .. } => (
+            comp.instr(dot.operands[candidate.side]),
+            comp.instr(reduce_scatter).shape.clone(),
+        ),
+    };
+    Shape::tuple(vec![
+        Shape::scalar(PrimitiveType::S32),
+        windowed.shape.clone(),
+        other.shape.clone(),
+        output,
+    ])
+}
+
+/// The loop's body and condition for `candidate` of `comp`.
+fn loop_computations(
+    ctx: &mut ModuleContext,
+    comp: &HloComputation,
+    candidate: &Candidate,
+) -> (HloComputation, HloComputation) {
+    let dot = comp.instr(candidate.dot);
+    let state = state_shape(comp, candidate);
+    let body_name = ctx.fresh("windowed_einsum_body");
+    let mut b = Builder::new(ctx, &body_name, 24);
+    let param = parameter(&mut b, &state);
+    let [index, windowed, other, output] = [0, 1, 2, 3].map(|k| element(&mut b, param, &state, k));
+    let updated = step(&mut b, dot, candidate, [windowed, other], output, index);
+    let (windowed, updated) = match candidate.form {
+        Form::AllGather { .. } => (b.collective_permute(windowed, &candidate.pairs), updated),
+        Form::ReduceScatter { .. } => (windowed, b.collective_permute(updated, &candidate.pairs)),
+    };
+    let one = b.scalar(PrimitiveType::S32, 1);
+    let next = b.binary(Opcode::Add, index, one);
+    let root = b.add(
+        "tuple",
+        Opcode::Tuple,
+        state.clone(),
+        vec![next, windowed, other, updated],
+        vec![],
+    );
+    b.comp.root = root;
+    let body = std::mem::replace(&mut b.comp, HloComputation::new(""));
+
+    let condition_name = ctx.fresh("windowed_einsum_condition");
+    let mut c = Builder::new(ctx, &condition_name, 4);
+    let param = parameter(&mut c, &state);
+    let index = element(&mut c, param, &state, 0);
+    let last = c.scalar(PrimitiveType::S32, candidate.group_size - 1);
+    c.comp.root = c.compare(index, last, "LT");
+    let condition = std::mem::replace(&mut c.comp, HloComputation::new(""));
+    (body, condition)
+}
+
+fn parameter(b: &mut Builder<'_>, shape: &Shape) -> InstrId {
+    let name = b.ctx.fresh("param");
+    let mut p = HloInstruction::new(name, Opcode::Parameter, shape.clone(), vec![]);
+    p.parameter_number = Some(0);
+    b.push(p)
+}
+
+fn element(b: &mut Builder<'_>, tuple: InstrId, shape: &Shape, k: usize) -> InstrId {
+    b.add(
+        "get-tuple-element",
+        Opcode::GetTupleElement,
+        shape.tuple_elements()[k].clone(),
+        vec![tuple],
+        vec![(AttrKey::Index, AttrValue::Int(k as i64))],
+    )
+}
+
+/// `old` with each candidate's pair replaced by its loop (`loops`: body
+/// and condition per candidate) and the peeled last step.
+fn rewrite(
+    ctx: &mut ModuleContext,
+    old: HloComputation,
+    candidates: &[Candidate],
+    loops: &[(CompId, CompId)],
+) -> HloComputation {
+    let mut b = Builder::new(
+        ctx,
+        &old.name,
+        old.instructions.len() + 24 * candidates.len(),
+    );
+    b.comp.execution_thread = old.execution_thread.clone();
+    let dots: Vec<HloInstruction> = candidates
+        .iter()
+        .map(|c| old.instr(c.dot).clone())
+        .collect();
+    // The instruction the windows come from, in `old`.
+    let windowed_sources: Vec<InstrId> = candidates
+        .iter()
+        .map(|c| match c.form {
+            Form::AllGather { all_gather } => old.instr(all_gather).operands[0],
+            Form::ReduceScatter { .. } => old.instr(c.dot).operands[c.side],
+        })
+        .collect();
+    let replaced_sharding: Vec<_> = candidates
+        .iter()
+        .map(|c| old.instr(c.replaced()).sharding.clone())
+        .collect();
+    let mut map: Vec<InstrId> = Vec::with_capacity(old.instructions.len());
+    for (index, mut instr) in old.instructions.into_iter().enumerate() {
+        let id = InstrId(index as u32);
+        if candidates.iter().any(|c| c.dropped() == id) {
+            map.push(InstrId(u32::MAX));
+            continue;
+        }
+        if let Some(k) = candidates.iter().position(|c| c.replaced() == id) {
+            let candidate = &candidates[k];
+            let dot = &dots[k];
+            let windowed = map[windowed_sources[k].index()];
+            let other = map[dot.operands[1 - candidate.side].index()];
+            let output_shape = match candidate.form {
+                Form::AllGather { .. } => dot.shape.clone(),
+                Form::ReduceScatter { .. } => instr.shape.clone(),
+            };
+            let ty = output_shape.element_type().unwrap_or(PrimitiveType::F32);
+            let zero = b.scalar(ty, 0);
+            let output = b.broadcast(zero, output_shape.dims(), &[]);
+            let first = b.scalar(PrimitiveType::S32, 0);
+            let state = Shape::tuple(vec![
+                Shape::scalar(PrimitiveType::S32),
+                b.shape(windowed).clone(),
+                b.shape(other).clone(),
+                output_shape,
+            ]);
+            let init = b.add(
+                "tuple",
+                Opcode::Tuple,
+                state.clone(),
+                vec![first, windowed, other, output],
+                vec![],
+            );
+            let (body, condition) = loops[k];
+            let looped = b.add(
+                "windowed_einsum",
+                Opcode::While,
+                state.clone(),
+                vec![init],
+                vec![
+                    (AttrKey::Condition, AttrValue::Computation(condition)),
+                    (AttrKey::Body, AttrValue::Computation(body)),
+                ],
+            );
+            let windowed = match candidate.form {
+                Form::AllGather { .. } => element(&mut b, looped, &state, 1),
+                Form::ReduceScatter { .. } => windowed,
+            };
+            let output = element(&mut b, looped, &state, 3);
+            let last = b.scalar(PrimitiveType::S32, candidate.group_size - 1);
+            let result = step(&mut b, dot, candidate, [windowed, other], output, last);
+            // The entry root keeps its global sharding for the launcher.
+            b.comp.instr_mut(result).sharding = replaced_sharding[k].clone();
+            map.push(result);
+            continue;
+        }
+        for operand in instr
+            .operands
+            .iter_mut()
+            .chain(instr.control_predecessors.iter_mut())
+        {
+            *operand = map[operand.index()];
+        }
+        map.push(b.push(instr));
+    }
+    b.comp.root = map[old.root.index()];
+    std::mem::replace(&mut b.comp, HloComputation::new(""))
+}
