@@ -344,7 +344,7 @@ pub fn devices_in_shardings(module: &HloModule) -> i64 {
 
 /// Reorders computations so that every computation comes after the ones it
 /// calls (XLA's parser reads callees first), keeping the order otherwise.
-fn order_callees_first(module: &mut HloModule) -> bool {
+pub(crate) fn order_callees_first(module: &mut HloModule) -> bool {
     use xla_hlo_ir::{AttrValue, CompId};
     let n = module.computations.len();
     let graph = xla_hlo_ir::call_graph::CallGraph::new(module);

@@ -167,6 +167,10 @@ pub fn windowed_einsum(
         );
         module.computations[comp_index] = rewrite(&mut ctx, old, &candidates, &loops);
     }
+    if stats != WindowedEinsumStats::default() {
+        // The loops' computations were appended; callees print first.
+        crate::order_callees_first(module);
+    }
     stats
 }
 
