@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prints every HLO file we have (../shared/corpus, ../shared/xla-hlo,
-# testdata/cases) through our parser and printer (`hlo-opt FILE -o OUT`), then
-# checks that XLA's own parser (jaxlib) accepts every printed file.
+# testdata/cases) through our parser and printer (`hlo-opt FILE -o OUT`), and
+# testdata's partitioned programs with windowed einsum loops, then checks that
+# XLA's own parser (jaxlib) accepts every printed file.
 # Skips with a message when jaxlib is not installed. Exit 1 on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,9 +30,23 @@ for f in "${files[@]}"; do
   "$HLO_OPT" "$f" -o "$dst"
   echo "$dst" >> "$list"
 done
-echo "printed ${#files[@]} files with hlo-opt; checking them with XLA's parser"
+# The partitioned programs of testdata's cases with every legal dot windowed
+# (collective matmul loops: while, collective-permute, dynamic slices).
+windowed=0
+while IFS= read -r f; do
+  i=$((i + 1))
+  dst="$out/$i.hlo"
+  "$HLO_OPT" "$f" --passes=sharding-propagation,spmd-partitioning,windowed-einsum \
+    --windowed-einsum-threshold-mib 0 -o "$dst"
+  if grep -q windowed_einsum_body "$dst"; then
+    echo "$dst" >> "$list"
+    windowed=$((windowed + 1))
+  fi
+done < <(find testdata/cases -name input.hlo | sort)
+total=$((${#files[@]} + windowed))
+echo "printed $total files with hlo-opt ($windowed windowed-einsum programs); checking them with XLA's parser"
 if python3 tools/check_xla_parses.py --from-list "$list" > "$out/result.txt"; then
-  echo "XLA's parser accepted all ${#files[@]} printed files"
+  echo "XLA's parser accepted all $total printed files"
 else
   grep -v '^OK' "$out/result.txt" || true
   echo "XLA's parser rejected some printed files" >&2
