@@ -15,15 +15,20 @@
 //!   - between steps each device passes its window to its predecessor in
 //!     the group (`k -> k - 1`).
 //!
+//!   - the last step runs after the loop (peeled), so no window is sent
+//!     that nobody multiplies.
+//!
 //! Dot then reduce-scatter (device `k` must end with the sum over the
 //! group of block `k` of the scattered dimension):
 //!   - step `i` on device `k` computes the dot of block `(k + 1 + i) % n`
-//!     of the operand the scattered dimension comes from, adds it to the
-//!     running sum received from its successor, and passes the sum to its
-//!     predecessor; after `n` steps the sum is block `k`'s.
+//!     of the operand the scattered dimension comes from and adds it to
+//!     the running sum its successor built in step `i - 1`; after `n`
+//!     steps the sum is block `k`'s;
+//!   - the first step runs before the loop (peeled), and each iteration
+//!     starts by passing the running sum to the predecessor, so the permute
+//!     overlaps the iteration's dot, which does not need it.
 //!
-//! In both the last step runs after the loop (peeled), so the `n - 1`
-//! permutes move exactly what the collective moved.
+//! Either way the `n - 1` permutes move exactly what the collective moved.
 //!
 //! Invariants: after an all-gather rewrite every output element is the
 //! same dot product over the same contracting elements, so results are
@@ -470,18 +475,19 @@ fn window_starts(
 /// One step: for an all-gather, the dot of the window held, written into
 /// `output` at window `(position + step) % n`; for a reduce-scatter, the
 /// dot of block `(position + 1 + step) % n` of the windowed operand added
-/// to the running sum `output`.
+/// to the running sum `output` (the dot alone when there is none yet).
 fn step(
     b: &mut Builder<'_>,
     dot: &HloInstruction,
     candidate: &Candidate,
     operands: [InstrId; 2],
-    output: InstrId,
+    output: Option<InstrId>,
     step: InstrId,
 ) -> InstrId {
     let [windowed, other] = operands;
     match candidate.form {
         Form::AllGather { .. } => {
+            let output = output.expect("an all-gather step writes into an output");
             let partial = window_dot(b, dot, candidate, windowed, other);
             let rank = b.shape(output).rank();
             let mut update = vec![output, partial];
@@ -510,7 +516,10 @@ fn step(
             sizes[operand_dim] = candidate.window;
             let block = b.dynamic_slice(windowed, starts, &sizes);
             let partial = window_dot(b, dot, candidate, block, other);
-            b.binary(Opcode::Add, output, partial)
+            match output {
+                Some(sum) => b.binary(Opcode::Add, sum, partial),
+                None => partial,
+            }
         }
     }
 }
@@ -550,10 +559,30 @@ fn loop_computations(
     let mut b = Builder::new(ctx, &body_name, 24);
     let param = parameter(&mut b, &state);
     let [index, windowed, other, output] = [0, 1, 2, 3].map(|k| element(&mut b, param, &state, k));
-    let updated = step(&mut b, dot, candidate, [windowed, other], output, index);
     let (windowed, updated) = match candidate.form {
-        Form::AllGather { .. } => (b.collective_permute(windowed, &candidate.pairs), updated),
-        Form::ReduceScatter { .. } => (windowed, b.collective_permute(updated, &candidate.pairs)),
+        Form::AllGather { .. } => {
+            let updated = step(
+                &mut b,
+                dot,
+                candidate,
+                [windowed, other],
+                Some(output),
+                index,
+            );
+            (b.collective_permute(windowed, &candidate.pairs), updated)
+        }
+        Form::ReduceScatter { .. } => {
+            let received = b.collective_permute(output, &candidate.pairs);
+            let updated = step(
+                &mut b,
+                dot,
+                candidate,
+                [windowed, other],
+                Some(received),
+                index,
+            );
+            (windowed, updated)
+        }
     };
     let one = b.scalar(PrimitiveType::S32, 1);
     let next = b.binary(Opcode::Add, index, one);
@@ -571,8 +600,14 @@ fn loop_computations(
     let mut c = Builder::new(ctx, &condition_name, 4);
     let param = parameter(&mut c, &state);
     let index = element(&mut c, param, &state, 0);
-    let last = c.scalar(PrimitiveType::S32, candidate.group_size - 1);
-    c.comp.root = c.compare(index, last, "LT");
+    // Steps 0..n-1 run in the loop for an all-gather, 1..n for a
+    // reduce-scatter (the other step is peeled).
+    let end = match candidate.form {
+        Form::AllGather { .. } => candidate.group_size - 1,
+        Form::ReduceScatter { .. } => candidate.group_size,
+    };
+    let end = c.scalar(PrimitiveType::S32, end);
+    c.comp.root = c.compare(index, end, "LT");
     let condition = std::mem::replace(&mut c.comp, HloComputation::new(""));
     (body, condition)
 }
@@ -640,10 +675,21 @@ fn rewrite(
                 Form::AllGather { .. } => dot.shape.clone(),
                 Form::ReduceScatter { .. } => instr.shape.clone(),
             };
-            let ty = output_shape.element_type().unwrap_or(PrimitiveType::F32);
-            let zero = b.scalar(ty, 0);
-            let output = b.broadcast(zero, output_shape.dims(), &[]);
-            let first = b.scalar(PrimitiveType::S32, 0);
+            let (first, output) = match candidate.form {
+                Form::AllGather { .. } => {
+                    let ty = output_shape.element_type().unwrap_or(PrimitiveType::F32);
+                    let zero = b.scalar(ty, 0);
+                    (0, b.broadcast(zero, output_shape.dims(), &[]))
+                }
+                Form::ReduceScatter { .. } => {
+                    let zero = b.scalar(PrimitiveType::S32, 0);
+                    (
+                        1,
+                        step(&mut b, dot, candidate, [windowed, other], None, zero),
+                    )
+                }
+            };
+            let first = b.scalar(PrimitiveType::S32, first);
             let state = Shape::tuple(vec![
                 Shape::scalar(PrimitiveType::S32),
                 b.shape(windowed).clone(),
@@ -668,13 +714,15 @@ fn rewrite(
                     (AttrKey::Body, AttrValue::Computation(body)),
                 ],
             );
-            let windowed = match candidate.form {
-                Form::AllGather { .. } => element(&mut b, looped, &state, 1),
-                Form::ReduceScatter { .. } => windowed,
-            };
             let output = element(&mut b, looped, &state, 3);
-            let last = b.scalar(PrimitiveType::S32, candidate.group_size - 1);
-            let result = step(&mut b, dot, candidate, [windowed, other], output, last);
+            let result = match candidate.form {
+                Form::AllGather { .. } => {
+                    let window = element(&mut b, looped, &state, 1);
+                    let last = b.scalar(PrimitiveType::S32, candidate.group_size - 1);
+                    step(&mut b, dot, candidate, [window, other], Some(output), last)
+                }
+                Form::ReduceScatter { .. } => output,
+            };
             // The entry root keeps its global sharding for the launcher.
             b.comp.instr_mut(result).sharding = replaced_sharding[k].clone();
             map.push(result);
