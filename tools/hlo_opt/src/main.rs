@@ -188,6 +188,11 @@ struct Args {
     /// without it the pass changes nothing.
     #[arg(long, value_name = "MIB", value_parser = parse_mib)]
     windowed_einsum_threshold_mib: Option<f64>,
+    /// `windowed-einsum` windows only the pairs whose loop the cost model
+    /// (--cost-model) estimates faster than the dot and its collective;
+    /// without --windowed-einsum-threshold-mib every size is considered.
+    #[arg(long)]
+    windowed_einsum_by_cost: bool,
 }
 
 /// A size in MiB: a finite number >= 0.
@@ -258,9 +263,12 @@ fn run_passes(
         },
         consistent: args.consistent,
         windowed_einsum: xla_pipelines::WindowedEinsumOptions {
-            threshold_mib: args.windowed_einsum_threshold_mib,
+            threshold_mib: args
+                .windowed_einsum_threshold_mib
+                .or(args.windowed_einsum_by_cost.then_some(0.0)),
             ..Default::default()
         },
+        windowed_einsum_by_cost: args.windowed_einsum_by_cost,
         ..Default::default()
     };
     let mut pipeline = xla_pipelines::pipeline(&options, "hlo-opt", &args.passes.join(","))?

@@ -164,6 +164,11 @@ struct Cli {
     /// xla_gpu_threshold_for_windowed_einsum_mib); 0 = wherever legal.
     #[arg(long, value_name = "MIB", requires = "partition", value_parser = parse_mib)]
     windowed_einsum_threshold_mib: Option<f64>,
+    /// With --partition: window only the pairs whose loop the analytical
+    /// cost model says pays, and only when the simulated step gets shorter
+    /// (every size, unless --windowed-einsum-threshold-mib limits it).
+    #[arg(long, requires = "partition")]
+    windowed_einsum_by_cost: bool,
     /// Pipeline parallelism: split the module's microbatch loop (a scan
     /// whose body marks stages with jax.named_scope("stage_K")) into stage
     /// programs and run them by this schedule's task table (`gpipe`,
@@ -482,7 +487,10 @@ fn run(cli: &Cli) -> Result<bool> {
             cli.devices,
             cli.schedule,
             cli.consistent,
-            cli.windowed_einsum_threshold_mib,
+            partition::Windowing {
+                threshold_mib: cli.windowed_einsum_threshold_mib,
+                by_cost: cli.windowed_einsum_by_cost,
+            },
         )?)
     } else {
         None

@@ -20,16 +20,24 @@ pub struct Partitioned {
     stats: Json,
 }
 
+/// When `windowed-einsum` runs after partitioning (`--windowed-einsum-*`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Windowing {
+    pub threshold_mib: Option<f64>,
+    pub by_cost: bool,
+}
+
 /// Runs `windowed-einsum` on the partitioned module `m`; returns the loops
 /// it made and the module's static collectives afterwards (a permute in a
 /// loop body counts once).
-fn window_dots(m: &mut HloModule, n: i64, threshold_mib: f64) -> Result<Json> {
+fn window_dots(m: &mut HloModule, n: i64, windowing: &Windowing) -> Result<Json> {
     let options = xla_pipelines::PipelineOptions {
         num_partitions: Some(n),
         windowed_einsum: xla_pipelines::WindowedEinsumOptions {
-            threshold_mib: Some(threshold_mib),
+            threshold_mib: windowing.threshold_mib.or(Some(0.0)),
             ..Default::default()
         },
+        windowed_einsum_by_cost: windowing.by_cost,
         ..Default::default()
     };
     let loops = |m: &HloModule| {
@@ -51,8 +59,8 @@ fn window_dots(m: &mut HloModule, n: i64, threshold_mib: f64) -> Result<Json> {
 
 impl Partitioned {
     /// Propagates shardings and partitions `module` for `devices` (default:
-    /// the module's `num_partitions`), then windows all-gather-then-dot
-    /// pairs when `windowed_einsum_threshold_mib` is set.
+    /// the module's `num_partitions`), then windows collective-and-dot
+    /// pairs as `windowing` asks.
     /// With `consistent`, the partitioner runs in consistent mode and the
     /// statistics gain what that cost (see [`consistency_cost`]).
     pub fn new(
@@ -60,7 +68,7 @@ impl Partitioned {
         devices: Option<i64>,
         schedule: bool,
         consistent: bool,
-        windowed_einsum_threshold_mib: Option<f64>,
+        windowing: Windowing,
     ) -> Result<Partitioned> {
         let n = devices.unwrap_or_else(|| module.num_partitions()).max(1);
         let options = xla_pipelines::PipelineOptions {
@@ -72,9 +80,10 @@ impl Partitioned {
         // Propagation changes no shape, so the global outputs have the input's root shape.
         let out_shape = m.entry_computation().root_instr().shape.clone();
         let report = xla_pipelines::spmd_pipeline(&options, false).run(&mut m)?;
-        let windowed = match windowed_einsum_threshold_mib {
-            Some(threshold_mib) => Some(window_dots(&mut m, n, threshold_mib)?),
-            None => None,
+        let windowed = if windowing.threshold_mib.is_some() || windowing.by_cost {
+            Some(window_dots(&mut m, n, &windowing)?)
+        } else {
+            None
         };
         let seconds = |pass: &str| {
             report

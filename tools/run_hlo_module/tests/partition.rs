@@ -140,3 +140,38 @@ ENTRY main {
     assert_eq!(j["partition"]["fallbacks"], serde_json::json!([]), "{j}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--windowed-einsum-threshold-mib 0` windows an MLP's collectives
+/// wherever legal and the outputs still match; `--windowed-
+/// einsum-by-cost` leaves this small case whole (a window's permute would
+/// cost more than it hides), and the JSON line says both.
+#[test]
+fn windowed_einsum_flags() {
+    let c = case("mlp_2d_weight_dp_tp_activations_both_2x4");
+    let run_with = |flag: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_run_hlo_module"));
+        command
+            .arg(c.join("input.hlo"))
+            .arg("--partition")
+            .args(["--args".as_ref(), c.join("args").as_os_str()])
+            .args(["--expected".as_ref(), c.join("expected").as_os_str()])
+            .args(["--rtol", "1e-4", "--atol", "1e-4"])
+            .arg(flag);
+        if flag == "--windowed-einsum-threshold-mib" {
+            command.arg("0");
+        }
+        let out = command.output().unwrap();
+        let line = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{flag}: {line}");
+        let json: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+        assert_eq!(json["all_matched"], true, "{flag}");
+        json["partition"]["windowed_einsum"].clone()
+    };
+    let always = run_with("--windowed-einsum-threshold-mib");
+    assert_eq!(always["loops"], 2, "{always}");
+    // Two of the partitioned program's all-gathers and reduce-scatters
+    // became one permute each in a loop body (it had two permutes).
+    assert_eq!(always["collectives"]["collective-permute"], 4, "{always}");
+    let by_cost = run_with("--windowed-einsum-by-cost");
+    assert_eq!(by_cost["loops"], 0, "{by_cost}");
+}

@@ -21,7 +21,9 @@ use xla_latency_hiding_scheduler::{CostModel, SchedulerConfig};
 pub use xla_sharding_propagation::shardy_import;
 pub use xla_sharding_propagation::ShardingPropagationOptions;
 pub use xla_spmd_partitioner::windowed_einsum::WindowedEinsumOptions;
-use xla_spmd_partitioner::{PartitionSummary, SpmdOptions, SpmdPartitioner, WindowedEinsum};
+use xla_spmd_partitioner::{PartitionSummary, SpmdOptions, SpmdPartitioner};
+
+pub mod windowed;
 
 /// Names of the passes of XLA's SPMD pipeline, in order: propagation, then
 /// partitioning.
@@ -51,6 +53,9 @@ pub struct PipelineOptions {
     /// When `windowed-einsum` windows a dot (its threshold; off by default,
     /// and then the standard pipeline does not run it).
     pub windowed_einsum: WindowedEinsumOptions,
+    /// `windowed-einsum` windows only the pairs the cost model says pay
+    /// (`windowed::WindowedEinsumPass`).
+    pub windowed_einsum_by_cost: bool,
 }
 
 impl Default for PipelineOptions {
@@ -65,6 +70,7 @@ impl Default for PipelineOptions {
             propagation: Default::default(),
             consistent: false,
             windowed_einsum: WindowedEinsumOptions::default(),
+            windowed_einsum_by_cost: false,
         }
     }
 }
@@ -117,13 +123,18 @@ pub fn registry(options: &PipelineOptions) -> PassRegistry {
         },
     );
     let windowed = options.windowed_einsum.clone();
+    let by_cost = options.windowed_einsum_by_cost;
+    let model = options.cost_model.clone();
+    let scheduler = options.scheduler.clone();
     registry.register(
         "windowed-einsum",
-        "turn all-gather-then-dot into a loop over windows passed by collective-permute (XLA's windowed einsum; --windowed-einsum-threshold-mib)",
+        "turn all-gather-then-dot and dot-then-reduce-scatter into loops over windows moved by collective-permute (XLA's windowed einsum; --windowed-einsum-threshold-mib, --windowed-einsum-by-cost)",
         move || {
-            Box::new(WindowedEinsum {
+            Box::new(windowed::WindowedEinsumPass {
                 options: windowed.clone(),
-                last_stats: None,
+                by_cost,
+                model: model.clone(),
+                scheduler: scheduler.clone(),
             })
         },
     );

@@ -438,7 +438,7 @@ impl Pass for WindowedEinsum {
     }
     fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
         let stats = windowed_einsum::windowed_einsum(module, &self.options);
-        let changed = stats.all_gather_loops + stats.reduce_scatter_loops > 0;
+        let changed = !stats.loops.is_empty();
         if changed {
             log::info!(
                 "windowed-einsum: {} all-gather-then-dot and {} dot-then-reduce-scatter pairs became loops",

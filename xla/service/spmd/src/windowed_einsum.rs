@@ -78,6 +78,21 @@ pub struct WindowedEinsumStats {
     pub all_gather_loops: usize,
     /// Dot-then-reduce-scatter pairs turned into loops.
     pub reduce_scatter_loops: usize,
+    /// Every loop made, in the order made.
+    pub loops: Vec<WindowedLoop>,
+}
+
+/// One pair turned into a loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowedLoop {
+    /// The computation (index before the pass) and the dot and collective
+    /// (ids in that computation before the pass).
+    pub computation: usize,
+    pub dot: InstrId,
+    pub collective: InstrId,
+    /// The loop body's name after the pass, and its trip count.
+    pub body: String,
+    pub trip_count: i64,
 }
 
 /// Which collective the loop replaces.
@@ -133,6 +148,16 @@ pub fn windowed_einsum(
     module: &mut HloModule,
     options: &WindowedEinsumOptions,
 ) -> WindowedEinsumStats {
+    windowed_einsum_where(module, options, |_, _| true)
+}
+
+/// Windows the eligible pairs whose dot `keep(computation index, dot id)`
+/// accepts (ids as in the module before the pass).
+pub fn windowed_einsum_where(
+    module: &mut HloModule,
+    options: &WindowedEinsumOptions,
+    keep: impl Fn(usize, InstrId) -> bool,
+) -> WindowedEinsumStats {
     let mut stats = WindowedEinsumStats::default();
     let Some(threshold_mib) = options.threshold_mib else {
         return stats;
@@ -148,7 +173,8 @@ pub fn windowed_einsum(
     };
     let mut ctx = ModuleContext::new(module, num_partitions);
     for comp_index in 0..module.computations.len() {
-        let candidates = find_candidates(module, comp_index, &limits);
+        let mut candidates = find_candidates(module, comp_index, &limits);
+        candidates.retain(|c| keep(comp_index, c.dot));
         if candidates.is_empty() {
             continue;
         }
@@ -156,6 +182,16 @@ pub fn windowed_einsum(
         for candidate in &candidates {
             let comp = &module.computations[comp_index];
             let (body, condition) = loop_computations(&mut ctx, comp, candidate);
+            stats.loops.push(WindowedLoop {
+                computation: comp_index,
+                dot: candidate.dot,
+                collective: match candidate.form {
+                    Form::AllGather { all_gather } => all_gather,
+                    Form::ReduceScatter { reduce_scatter, .. } => reduce_scatter,
+                },
+                body: body.name.clone(),
+                trip_count: candidate.group_size - 1,
+            });
             let body_id = CompId(module.computations.len() as u32);
             module.computations.push(body);
             let condition_id = CompId(module.computations.len() as u32);

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Side-by-side effect of windowed einsum (collective matmul) under the
+analytical cost model: for every module, our pipeline
+(sharding-propagation, spmd-partitioning, latency-hiding-scheduler) with and
+without `windowed-einsum` before the scheduler, as `hlo-opt --schedule-report`
+simulates them: step time (makespan), exposed communication, and the change.
+
+Modules: testdata/cases/*/input.hlo, ../shared/corpus/cases/*/input.hlo (when
+present), the MaxText and DeepSeek train steps of ../shared, and any files
+given with --extra. Already-partitioned modules are skipped (our pipeline
+would not partition them).
+
+Printed: every module whose current schedule leaves >= --exposed-min (10%)
+of its step as exposed communication, and every module whose step time
+changes; then the counts of modules improved, unchanged and worse.
+
+Usage:
+    python3 tools/testdata_gen/windowed_einsum_effect.py [--threshold-mib 0] [--by-cost]
+        [--cost-model analytical] [--extra FILE ...]
+Needs a release build of hlo-opt (cargo build --release -p hlo-opt).
+"""
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+SHARED = os.path.abspath(os.path.join(REPO_ROOT, "..", "shared"))
+BASE = "sharding-propagation,spmd-partitioning"
+
+
+def modules(extra):
+    found = sorted(glob.glob(os.path.join(REPO_ROOT, "testdata", "cases", "*", "input.hlo")))
+    found += sorted(glob.glob(os.path.join(SHARED, "corpus", "cases", "*", "input.hlo")))
+    for rel in ("xla-hlo/nv_maxtext_1n1g_jit_train_step_before_optimization.hlo",
+                "xla-hlo-more/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo"):
+        path = os.path.join(SHARED, rel)
+        if os.path.exists(path):
+            found.append(path)
+    return found + list(extra)
+
+
+def report(hlo_opt, path, passes, threshold, cost_model, by_cost=False):
+    cmd = [hlo_opt, path, "--passes=" + passes, "--schedule-report", "--cost-model", cost_model]
+    if threshold is not None:
+        cmd += ["--windowed-einsum-threshold-mib", str(threshold)]
+    if by_cost:
+        cmd.append("--windowed-einsum-by-cost")
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return None, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed"
+    return json.loads(p.stdout), None
+
+
+def name_of(path):
+    parent = os.path.basename(os.path.dirname(path))
+    return parent if os.path.basename(path) == "input.hlo" else os.path.basename(path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hlo-opt", default=os.path.join(REPO_ROOT, "target", "release", "hlo-opt"))
+    ap.add_argument("--threshold-mib", type=float, default=0.0)
+    ap.add_argument("--cost-model", default="analytical")
+    ap.add_argument("--exposed-min", type=float, default=0.10)
+    ap.add_argument("--extra", nargs="*", default=[])
+    ap.add_argument("--by-cost", action="store_true",
+                    help="window only the pairs the cost model says pay (--windowed-einsum-by-cost)")
+    ap.add_argument("--json", help="write every row here")
+    args = ap.parse_args()
+    rows = []
+    for path in modules(args.extra):
+        before, err = report(args.hlo_opt, path, BASE + ",latency-hiding-scheduler", None,
+                             args.cost_model)
+        if before is None:
+            print("skip %s: %s" % (name_of(path), err), file=sys.stderr)
+            continue
+        after, err = report(args.hlo_opt, path, BASE + ",windowed-einsum,latency-hiding-scheduler",
+                            args.threshold_mib, args.cost_model, args.by_cost)
+        if after is None:
+            print("FAILED %s with windowed-einsum: %s" % (name_of(path), err), file=sys.stderr)
+            continue
+        rows.append({
+            "module": name_of(path),
+            "makespan_us": [before["makespan_us"], after["makespan_us"]],
+            "exposed_comm_us": [before["exposed_comm_us"], after["exposed_comm_us"]],
+            "scheduler_ms": [before["scheduler_ms"], after["scheduler_ms"]],
+        })
+    print("%-52s %12s %12s %8s %12s %12s" % ("module", "step us", "windowed", "change",
+                                             "exposed us", "windowed"))
+    improved = worse = same = 0
+    for r in rows:
+        (m0, m1), (e0, e1) = r["makespan_us"], r["exposed_comm_us"]
+        change = (m1 - m0) / m0 if m0 > 0 else 0.0
+        exposed_share = e0 / m0 if m0 > 0 else 0.0
+        if abs(change) < 1e-9:
+            same += 1
+        elif change < 0:
+            improved += 1
+        else:
+            worse += 1
+        r["exposed_share"] = exposed_share
+        if exposed_share >= args.exposed_min or abs(change) >= 1e-9:
+            print("%-52s %12.1f %12.1f %+7.1f%% %12.1f %12.1f%s"
+                  % (r["module"][:52], m0, m1, 100 * change, e0, e1,
+                     "  (exposed %.0f%%)" % (100 * exposed_share)
+                     if exposed_share >= args.exposed_min else ""))
+    print("\n%d modules: %d faster, %d unchanged, %d slower (threshold %g MiB%s, %s)"
+          % (len(rows), improved, same, worse, args.threshold_mib,
+             ", by cost" if args.by_cost else "", args.cost_model))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
