@@ -30,6 +30,11 @@
 //!
 //! Either way the `n - 1` permutes move exactly what the collective moved.
 //!
+//! An all-gather along a contracting dimension (FSDP-style weights) is
+//! left alone: every device of the group would hold the whole output but
+//! sum the window products in its own ring order, so replicas of one value
+//! would differ in their last bits.
+//!
 //! Invariants: after an all-gather rewrite every output element is the
 //! same dot product over the same contracting elements, so results are
 //! bitwise equal to the unwindowed program; a reduce-scatter rewrite sums
