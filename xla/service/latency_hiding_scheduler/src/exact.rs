@@ -1,5 +1,6 @@
-//! An exact lower bound for small computations: branch and bound over
-//! every valid order of a relaxed problem.
+//! Branch and bound over every valid order of a computation: an exact
+//! lower bound for small computations (a relaxed problem), and exact
+//! schedules with a proven gap (`solve`).
 //!
 //! Relaxation: compute nodes cheaper than 1% of the largest cost or
 //! transfer are free (and free nodes are placed as soon as they are
@@ -12,13 +13,21 @@
 //! search finishes within its budget it is also (up to the relaxation)
 //! the optimum, so a schedule that reaches it is optimal.
 //!
-//! Invariant: `exact_bound` returns `None` rather than a value when the
+//! [`solve`] runs the same search on the exact problem (no node is made
+//! free) from a given order, within a time limit, and returns the best
+//! order with a proven lower bound: the optimum (gap 0) when the search
+//! finishes, the detailed lower bound of `Graph::lower_bounds` otherwise.
+//! `tests/exact.rs` checks it against brute force over every valid order.
+//!
+//! Invariants: `exact_bound` returns `None` rather than a value when the
 //! search space is too large (more than `MAX_DECISIONS` decision nodes or
-//! `budget` expansions); a returned value never exceeds `upper`.
+//! `budget` expansions); a returned value never exceeds `upper`. `solve`
+//! never returns an order slower than the one it was given.
 
 use crate::graph::{Graph, NodeKind};
 use crate::kinds::NUM_RESOURCES;
 use rustc_hash::FxHashMap;
+use std::time::{Duration, Instant};
 
 /// Largest number of nodes the search branches on.
 pub const MAX_DECISIONS: usize = 64;
@@ -47,6 +56,8 @@ struct Search<'a> {
     best: f64,
     expansions: usize,
     budget: usize,
+    /// Checked every 256 expansions.
+    deadline: Option<Instant>,
     exhausted: bool,
     /// The order of the best complete schedule found below `upper`.
     best_order: Option<Vec<u32>>,
@@ -76,6 +87,7 @@ pub fn exact_bound(
 pub struct SearchResult {
     pub bound: Option<f64>,
     pub order: Option<Vec<u32>>,
+    pub expansions: usize,
 }
 
 /// The search behind [`exact_bound`]; `None` when the computation has
@@ -87,11 +99,132 @@ pub fn exact_search(
     rank: &[usize],
     budget: usize,
 ) -> Option<SearchResult> {
-    let n = g.n;
-    let scale = (0..n)
+    let scale = (0..g.n)
         .map(|i| g.lb_cost[i].max(g.latency[i]))
         .fold(0.0f64, f64::max);
-    let delta = 0.01 * scale;
+    search(
+        g,
+        limits,
+        upper,
+        rank,
+        Limit {
+            free_below: 0.01 * scale,
+            max_decisions: MAX_DECISIONS,
+            budget,
+            deadline: None,
+        },
+    )
+}
+
+/// How far a search may go.
+struct Limit {
+    /// Compute nodes cheaper than this are free (the relaxation; 0: none).
+    free_below: f64,
+    max_decisions: usize,
+    /// Expansions.
+    budget: usize,
+    deadline: Option<Instant>,
+}
+
+/// Largest number of decision nodes [`solve`] searches.
+pub const MAX_EXACT_DECISIONS: usize = 4096;
+
+/// What [`solve`] proved about one computation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExactSchedule {
+    /// The best order found (every node), and its simulated makespan.
+    pub order: Vec<u32>,
+    pub makespan: f64,
+    /// A proven lower bound on every valid order's makespan.
+    pub bound: f64,
+    /// The search finished: `makespan` is the optimum (`bound` equals it).
+    pub optimal: bool,
+    /// Search nodes expanded.
+    pub expansions: usize,
+}
+
+impl ExactSchedule {
+    /// `(makespan - bound) / makespan`: 0 when optimal.
+    pub fn gap(&self) -> f64 {
+        if self.makespan > 0.0 {
+            ((self.makespan - self.bound) / self.makespan).max(0.0)
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The exact problem of `g` (no relaxation: every node that costs time is
+/// a decision), solved by branch and bound from `order` (a valid order,
+/// e.g. the list scheduler's) within `time_limit`: the best order found
+/// and a proven lower bound. The search model is the simulator's (one
+/// in-order compute stream, transfers on their resource's lanes, dones
+/// waiting, at most `limits[r]` operations of a resource in flight), and
+/// every order it returns is re-simulated with `simulate_graph`, so the
+/// makespan is the simulator's. When the search does not finish, the
+/// bound is `Graph::lower_bounds` (detailed).
+pub fn solve(
+    g: &Graph,
+    limits: &[usize; NUM_RESOURCES],
+    order: &[u32],
+    time_limit: Duration,
+) -> ExactSchedule {
+    let lanes = limits.map(|l| l.max(1));
+    let simulate = |order: &[u32]| {
+        crate::simulator::simulate_graph(g, order, &lanes, None, false)
+            .0
+            .makespan
+    };
+    let incumbent = simulate(order);
+    let mut best = ExactSchedule {
+        order: order.to_vec(),
+        makespan: incumbent,
+        bound: g.lower_bounds(&lanes, true).value().min(incumbent),
+        optimal: false,
+        expansions: 0,
+    };
+    let mut rank = vec![usize::MAX; g.n];
+    for (position, &node) in order.iter().enumerate() {
+        if let Some(r) = rank.get_mut(node as usize) {
+            *r = position;
+        }
+    }
+    let limit = Limit {
+        free_below: 0.0,
+        max_decisions: MAX_EXACT_DECISIONS,
+        budget: usize::MAX,
+        deadline: Some(Instant::now() + time_limit),
+    };
+    // The incumbent plus a hair, so the search also proves it optimal when
+    // nothing beats it.
+    let upper = incumbent * (1.0 + 1e-9) + 1e-9;
+    let Some(found) = search(g, &lanes, upper, &rank, limit) else {
+        return best;
+    };
+    if let Some(order) = found.order.filter(|o| o.len() == g.n) {
+        let makespan = simulate(&order);
+        if makespan < best.makespan {
+            best.order = order;
+            best.makespan = makespan;
+        }
+    }
+    best.expansions = found.expansions;
+    if found.bound.is_some() {
+        best.optimal = true;
+        best.bound = best.makespan;
+    }
+    best
+}
+
+fn search(
+    g: &Graph,
+    limits: &[usize; NUM_RESOURCES],
+    upper: f64,
+    rank: &[usize],
+    limit: Limit,
+) -> Option<SearchResult> {
+    let n = g.n;
+    let delta = limit.free_below;
     let mut w = vec![0.0; n];
     let mut decision = vec![false; n];
     for i in 0..n {
@@ -109,7 +242,7 @@ pub fn exact_search(
             }
         }
     }
-    if decision.iter().filter(|&&d| d).count() > MAX_DECISIONS {
+    if decision.iter().filter(|&&d| d).count() > limit.max_decisions {
         return None;
     }
     let topo = g.topological();
@@ -144,7 +277,8 @@ pub fn exact_search(
         rank: rank.to_vec(),
         best: upper,
         expansions: 0,
-        budget,
+        budget: limit.budget,
+        deadline: limit.deadline,
         exhausted: false,
         best_order: None,
         seen: FxHashMap::default(),
@@ -155,6 +289,7 @@ pub fn exact_search(
     Some(SearchResult {
         bound: (!s.exhausted).then_some(s.best),
         order: s.best_order,
+        expansions: s.expansions,
     })
 }
 
@@ -293,7 +428,12 @@ impl Search<'_> {
             return;
         }
         self.expansions += 1;
-        if self.expansions > self.budget {
+        if self.expansions > self.budget
+            || (self.expansions % 256 == 0
+                && self
+                    .deadline
+                    .is_some_and(|deadline| Instant::now() >= deadline))
+        {
             self.exhausted = true;
             return;
         }
