@@ -193,6 +193,23 @@ struct Args {
     /// without --windowed-einsum-threshold-mib every size is considered.
     #[arg(long)]
     windowed_einsum_by_cost: bool,
+    /// Seconds per computation for the exact scheduler (branch and bound
+    /// from the list schedule): the latency-hiding scheduler keeps its
+    /// order when faster, and --schedule-report gains "exact": each
+    /// computation's schedule beside the best order found and the proven
+    /// bound (optimal when the search finished).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    exact_time_limit: Option<std::time::Duration>,
+}
+
+/// A duration in seconds: a finite number >= 0.
+fn parse_seconds(text: &str) -> std::result::Result<std::time::Duration, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=86_400.0).contains(&v) => {
+            Ok(std::time::Duration::from_secs_f64(v))
+        }
+        _ => Err(format!("'{text}': expected seconds between 0 and 86400")),
+    }
 }
 
 /// A size in MiB: a finite number >= 0.
@@ -234,6 +251,7 @@ fn main() -> ExitCode {
 fn scheduler_config(args: &Args) -> xla_latency_hiding_scheduler::SchedulerConfig {
     let mut config = xla_latency_hiding_scheduler::SchedulerConfig {
         memory_limit: args.memory_limit,
+        exact_time_limit: args.exact_time_limit,
         ..Default::default()
     };
     for &(kind, n) in &args.overlap_limit {
@@ -290,6 +308,34 @@ fn run_passes(
         }
     }
     Ok(scheduler_ms)
+}
+
+/// The exact scheduler's verdict on every computation of the scheduled
+/// module: the entry's figures, the computations whose search finished
+/// (optimal), the largest gap of a schedule to its proven bound, and each
+/// computation.
+fn exact_json(
+    module: &xla_hlo_ir::HloModule,
+    model: &dyn xla_latency_hiding_scheduler::CostModel,
+    config: &xla_latency_hiding_scheduler::SchedulerConfig,
+    time_limit: std::time::Duration,
+) -> Result<serde_json::Value> {
+    let gaps =
+        xla_latency_hiding_scheduler::exact_gaps(module, model, &config.overlap_limits, time_limit)?;
+    let entry_name = &module.entry_computation().name;
+    let entry = gaps.iter().find(|g| &g.computation == entry_name);
+    let largest = gaps
+        .iter()
+        .map(|g| g.schedule_gap())
+        .fold(0.0f64, f64::max);
+    Ok(serde_json::json!({
+        "time_limit_s": time_limit.as_secs_f64(),
+        "computations": gaps.len(),
+        "optimal": gaps.iter().filter(|g| g.optimal).count(),
+        "largest_schedule_gap": (largest * 10000.0).round() / 10000.0,
+        "entry": entry.map(|g| g.to_json()),
+        "by_computation": gaps.iter().map(|g| g.to_json()).collect::<Vec<_>>(),
+    }))
 }
 
 /// The `--compare-shardings` JSON.
@@ -364,7 +410,11 @@ fn run(args: &Args) -> Result<()> {
             let trace = xla_latency_hiding_scheduler::chrome_trace(&sim.timelines, &module.name);
             write_atomically(path, |w| w.write_all(trace.to_string().as_bytes()))?;
         }
-        report_json = Some(report.to_json());
+        let mut json = report.to_json();
+        if let Some(time_limit) = args.exact_time_limit {
+            json["exact"] = exact_json(&module, model.as_ref(), &config, time_limit)?;
+        }
+        report_json = Some(json);
     }
     let report = if let Some(json) = report_json.filter(|_| args.schedule_report) {
         let mut s = json.to_string();

@@ -39,7 +39,7 @@ pub use error::SchedulerError;
 pub use graph::CompSummary;
 pub use kinds::{ResourceKind, NUM_RESOURCES};
 pub use pass::{schedule_module, LatencyHidingScheduler, ScheduleStats, SchedulerConfig};
-pub use report::ScheduleReport;
+pub use report::{exact_gaps, ComputationGap, ScheduleReport};
 pub use scheduler::{MemoryPolicy, PressureOrder, Priority};
 pub use simulator::{simulate_module, ModuleSimulation, Timeline};
 pub use trace::chrome_trace;

@@ -105,3 +105,78 @@ impl ScheduleReport {
         })
     }
 }
+
+/// The exact search's verdict on one computation's schedule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ComputationGap {
+    pub computation: String,
+    /// Graph nodes (instructions).
+    pub nodes: usize,
+    /// The schedule's simulated makespan (µs).
+    pub schedule_us: f64,
+    /// The best order the exact search found and its proven lower bound.
+    pub best_us: f64,
+    pub bound_us: f64,
+    /// The search finished: `best_us` is the optimum.
+    pub optimal: bool,
+}
+
+impl ComputationGap {
+    /// How far the schedule is from the proven bound, relative to it.
+    pub fn schedule_gap(&self) -> f64 {
+        if self.bound_us > 0.0 {
+            (self.schedule_us / self.bound_us - 1.0).max(0.0)
+        } else {
+            0.0
+        }
+    }
+    pub fn to_json(&self) -> Value {
+        let round = |x: f64| (x * 1000.0).round() / 1000.0;
+        json!({
+            "computation": self.computation,
+            "nodes": self.nodes,
+            "schedule_us": round(self.schedule_us),
+            "best_us": round(self.best_us),
+            "bound_us": round(self.bound_us),
+            "optimal": self.optimal,
+            "schedule_gap": (self.schedule_gap() * 10000.0).round() / 10000.0,
+        })
+    }
+}
+
+/// Runs the exact search (`exact::solve`, `time_limit` per computation)
+/// from the schedule of every sequential computation of `scheduled` (arena
+/// order), callees first; nested computations cost what their schedules
+/// cost.
+pub fn exact_gaps(
+    scheduled: &HloModule,
+    model: &dyn CostModel,
+    lanes: &[usize; NUM_RESOURCES],
+    time_limit: std::time::Duration,
+) -> Result<Vec<ComputationGap>, SchedulerError> {
+    use crate::calls::{callee_first_order, computation_uses, CompUse};
+    use crate::graph::Graph;
+    use crate::simulator::simulate_graph;
+    let uses = computation_uses(scheduled);
+    let mut summaries = vec![None; scheduled.computations.len()];
+    let mut gaps = Vec::new();
+    for c in callee_first_order(scheduled) {
+        if uses.get(c.index()) != Some(&CompUse::Sequential) {
+            continue;
+        }
+        let g = Graph::build(scheduled, c, model, &summaries)?;
+        let order: Vec<u32> = (0..g.n as u32).collect();
+        let (summary, _) = simulate_graph(&g, &order, lanes, None, false);
+        let solved = crate::exact::solve(&g, lanes, &order, time_limit);
+        gaps.push(ComputationGap {
+            computation: scheduled.computations[c.index()].name.clone(),
+            nodes: g.n,
+            schedule_us: summary.makespan,
+            best_us: solved.makespan,
+            bound_us: solved.bound,
+            optimal: solved.optimal,
+        });
+        summaries[c.index()] = Some(summary);
+    }
+    Ok(gaps)
+}
