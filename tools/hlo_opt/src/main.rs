@@ -320,14 +320,15 @@ fn exact_json(
     config: &xla_latency_hiding_scheduler::SchedulerConfig,
     time_limit: std::time::Duration,
 ) -> Result<serde_json::Value> {
-    let gaps =
-        xla_latency_hiding_scheduler::exact_gaps(module, model, &config.overlap_limits, time_limit)?;
+    let gaps = xla_latency_hiding_scheduler::exact_gaps(
+        module,
+        model,
+        &config.overlap_limits,
+        time_limit,
+    )?;
     let entry_name = &module.entry_computation().name;
     let entry = gaps.iter().find(|g| &g.computation == entry_name);
-    let largest = gaps
-        .iter()
-        .map(|g| g.schedule_gap())
-        .fold(0.0f64, f64::max);
+    let largest = gaps.iter().map(|g| g.schedule_gap()).fold(0.0f64, f64::max);
     Ok(serde_json::json!({
         "time_limit_s": time_limit.as_secs_f64(),
         "computations": gaps.len(),

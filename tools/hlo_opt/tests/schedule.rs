@@ -186,3 +186,41 @@ fn memory_limit_is_honoured_or_refused() {
     assert_eq!(model.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&model.stderr).contains("unknown cost model 'quantum'"));
 }
+
+/// `--exact-time-limit` adds the exact scheduler's verdict: every
+/// computation with its schedule, best order and proven bound; a small
+/// computation is settled (optimal, best = bound); the scheduler's
+/// makespan is never above the list schedule's. A bad value is refused.
+#[test]
+fn exact_time_limit_reports_gaps() {
+    let list = report(&[]);
+    let exact = report(&["--exact-time-limit", "0.5"]);
+    assert!(list.get("exact").is_none());
+    let verdict = &exact["exact"];
+    let computations = verdict["by_computation"].as_array().unwrap();
+    assert_eq!(
+        computations.len() as u64,
+        verdict["computations"].as_u64().unwrap()
+    );
+    assert!(!computations.is_empty());
+    for c in computations {
+        let (schedule, best, bound) = (
+            c["schedule_us"].as_f64().unwrap(),
+            c["best_us"].as_f64().unwrap(),
+            c["bound_us"].as_f64().unwrap(),
+        );
+        assert!(bound <= best + 1e-6 && best <= schedule + 1e-6, "{c}");
+        if c["optimal"] == true {
+            assert!((best - bound).abs() < 1e-6, "{c}");
+        }
+    }
+    assert!(exact["makespan_us"].as_f64().unwrap() <= list["makespan_us"].as_f64().unwrap() + 1e-6);
+    let out = hlo_opt()
+        .arg(module())
+        .arg("--passes=latency-hiding-scheduler")
+        .arg("--exact-time-limit=-1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected seconds"));
+}

@@ -228,7 +228,11 @@ pub fn schedule_module(
                             comp.name,
                             s.makespan,
                             sa.makespan,
-                            if solved.optimal { "optimal" } else { "time limit" }
+                            if solved.optimal {
+                                "optimal"
+                            } else {
+                                "time limit"
+                            }
                         );
                         ord = solved.order;
                         s = sa;

@@ -250,3 +250,37 @@ fn without_time_the_start_order_and_a_valid_bound_come_back() {
         assert!(exact.gap() >= 0.0);
     }
 }
+
+/// With a time limit for the exact search, the scheduler never returns a
+/// slower schedule than the list scheduler alone, on XLA's partitioned
+/// programs of testdata's cases, and its schedules stay valid.
+#[test]
+fn the_scheduler_with_exact_search_is_never_slower() {
+    use xla_latency_hiding_scheduler::SchedulerConfig;
+    let model = xla_latency_hiding_scheduler::cost_model_from_spec("analytical").unwrap();
+    let mut compared = 0;
+    for dir in xla_test_paths::case_dirs(&xla_test_paths::testdata_cases())
+        .into_iter()
+        .take(60)
+    {
+        let Ok(text) = std::fs::read_to_string(dir.join("xla_partitioned.hlo")) else {
+            continue;
+        };
+        let module = parse(&text);
+        let list = common::schedule(&module, &SchedulerConfig::default(), model.as_ref()).1;
+        let with_exact = SchedulerConfig {
+            exact_time_limit: Some(Duration::from_millis(50)),
+            ..Default::default()
+        };
+        let exact = common::schedule(&module, &with_exact, model.as_ref()).1;
+        assert!(
+            exact.entry.makespan <= list.entry.makespan * (1.0 + 1e-9),
+            "{}: {} > {}",
+            dir.display(),
+            exact.entry.makespan,
+            list.entry.makespan
+        );
+        compared += 1;
+    }
+    assert!(compared >= 50, "only {compared} modules");
+}

@@ -638,17 +638,17 @@ ENTRY %e (p: f32[]) -> f32[4] {
 /// and an output that may be sharded keeps a sharding of its own rank.
 #[test]
 fn width_changing_bitcast_convert_has_no_rule() {
-    let module = propagate(&format!(
-        "HloModule m, num_partitions=8, allow_spmd_sharding_propagation_to_output={{true,true}}
+    let module = propagate(
+        "HloModule m, num_partitions=8, allow_spmd_sharding_propagation_to_output={true,true}
 
-ENTRY %e (p: f32[8,6], q: u8[8,6,4]) -> (u8[8,6,4], f32[8,6]) {{
-  %p = f32[8,6] parameter(0), sharding={{devices=[8,1]<=[8]}}
-  %q = u8[8,6,4] parameter(1), sharding={{devices=[8,1,1]<=[8]}}
+ENTRY %e (p: f32[8,6], q: u8[8,6,4]) -> (u8[8,6,4], f32[8,6]) {
+  %p = f32[8,6] parameter(0), sharding={devices=[8,1]<=[8]}
+  %q = u8[8,6,4] parameter(1), sharding={devices=[8,1,1]<=[8]}
   %wide = u8[8,6,4] bitcast-convert(%p)
   %narrow = f32[8,6] bitcast-convert(%q)
   ROOT %t = (u8[8,6,4], f32[8,6]) tuple(%wide, %narrow)
-}}"
-    ));
+}",
+    );
     check(&module, "wide", None);
     check(&module, "narrow", None);
     // Every sharding fits its shape (the verifier checks tile ranks).
