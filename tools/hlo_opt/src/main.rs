@@ -99,9 +99,10 @@ struct Args {
     #[arg(long)]
     pipeline_report: bool,
     /// Run these passes in order, e.g. `--passes=sharding-propagation`
-    /// (known: sharding-propagation, complete-shardings, spmd-partitioning,
-    /// async-collective-creator, latency-hiding-scheduler). The module is
-    /// verified after each.
+    /// (known: shardy-import, sdy-propagation, sharding-propagation,
+    /// complete-shardings, spmd-partitioning, windowed-einsum,
+    /// decompose-collectives, async-collective-creator,
+    /// latency-hiding-scheduler). The module is verified after each.
     #[arg(long, value_delimiter = ',', value_name = "PASS,...")]
     passes: Vec<String>,
     /// Number of partitions for the passes (spmd-partitioning); default:

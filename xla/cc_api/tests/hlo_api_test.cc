@@ -103,6 +103,7 @@ void TestPassesByName() {
   CHECK((available == std::vector<std::string>{"shardy-import", "sdy-propagation",
                                                "sharding-propagation",
                                                "complete-shardings", "spmd-partitioning",
+                                               "windowed-einsum", "decompose-collectives",
                                                "async-collective-creator",
                                                "latency-hiding-scheduler"}));
 

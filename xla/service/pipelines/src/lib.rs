@@ -23,6 +23,7 @@ pub use xla_sharding_propagation::ShardingPropagationOptions;
 pub use xla_spmd_partitioner::windowed_einsum::WindowedEinsumOptions;
 use xla_spmd_partitioner::{PartitionSummary, SpmdOptions, SpmdPartitioner};
 
+pub mod decompose;
 pub mod windowed;
 
 /// Names of the passes of XLA's SPMD pipeline, in order: propagation, then
@@ -56,6 +57,9 @@ pub struct PipelineOptions {
     /// `windowed-einsum` windows only the pairs the cost model says pay
     /// (`windowed::WindowedEinsumPass`).
     pub windowed_einsum_by_cost: bool,
+    /// The standard pipeline runs `decompose-collectives` after
+    /// partitioning (and windowing).
+    pub decompose_collectives: bool,
 }
 
 impl Default for PipelineOptions {
@@ -71,6 +75,7 @@ impl Default for PipelineOptions {
             consistent: false,
             windowed_einsum: WindowedEinsumOptions::default(),
             windowed_einsum_by_cost: false,
+            decompose_collectives: false,
         }
     }
 }
@@ -138,6 +143,18 @@ pub fn registry(options: &PipelineOptions) -> PassRegistry {
             })
         },
     );
+    let model = options.cost_model.clone();
+    let scheduler = options.scheduler.clone();
+    registry.register(
+        "decompose-collectives",
+        "split collectives and the dots they feed or come from into chunks that overlap, where the cost model says it pays (Concerto's decomposition)",
+        move || {
+            Box::new(decompose::DecomposeCollectives {
+                model: model.clone(),
+                scheduler: scheduler.clone(),
+            })
+        },
+    );
     registry.register(
         "async-collective-creator",
         "turn collectives into async start/done pairs (XLA's AsyncCollectiveCreator)",
@@ -181,11 +198,15 @@ pub fn run_passes(
 }
 
 /// The standard SPMD pipeline: [`SPMD_PASSES`], `windowed-einsum` when
-/// its threshold is set, then the scheduler when `schedule` is set.
+/// its threshold is set, `decompose-collectives` when asked, then the
+/// scheduler when `schedule` is set.
 pub fn spmd_pipeline(options: &PipelineOptions, schedule: bool) -> Pipeline {
     let mut names = SPMD_PASSES.to_vec();
     if options.windowed_einsum.threshold_mib.is_some() {
         names.push("windowed-einsum");
+    }
+    if options.decompose_collectives {
+        names.push("decompose-collectives");
     }
     if schedule {
         names.push(SCHEDULER_PASS);
@@ -234,6 +255,7 @@ mod tests {
                 "complete-shardings",
                 "spmd-partitioning",
                 "windowed-einsum",
+                "decompose-collectives",
                 "async-collective-creator",
                 "latency-hiding-scheduler"
             ]

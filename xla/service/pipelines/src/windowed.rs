@@ -95,27 +95,37 @@ impl Pass for WindowedEinsumPass {
 }
 
 impl WindowedEinsumPass {
-    /// The simulated step time of `module` once scheduled (µs).
     fn step_us(&self, module: &HloModule) -> Result<f64, PassError> {
-        let failed = |e: xla_latency_hiding_scheduler::SchedulerError| PassError::Failed {
-            pass: "windowed-einsum".into(),
-            message: e.to_string(),
-        };
-        let mut scheduled = module.clone();
-        schedule_module(&mut scheduled, &self.scheduler, self.model.as_ref()).map_err(failed)?;
-        let simulation = simulate_module(
-            &scheduled,
+        simulated_step_us(
+            module,
+            &self.scheduler,
             self.model.as_ref(),
-            &self.scheduler.overlap_limits,
-            false,
+            "windowed-einsum",
         )
-        .map_err(failed)?;
-        Ok(simulation.entry.makespan)
     }
 }
 
+/// The simulated step time of `module` once scheduled by the
+/// latency-hiding scheduler (µs); errors name `pass`.
+pub(crate) fn simulated_step_us(
+    module: &HloModule,
+    scheduler: &SchedulerConfig,
+    model: &dyn CostModel,
+    pass: &str,
+) -> Result<f64, PassError> {
+    let failed = |e: xla_latency_hiding_scheduler::SchedulerError| PassError::Failed {
+        pass: pass.into(),
+        message: e.to_string(),
+    };
+    let mut scheduled = module.clone();
+    schedule_module(&mut scheduled, scheduler, model).map_err(failed)?;
+    let simulation =
+        simulate_module(&scheduled, model, &scheduler.overlap_limits, false).map_err(failed)?;
+    Ok(simulation.entry.makespan)
+}
+
 /// Compute and transfer time of `id` in `comp` (µs).
-fn cost(
+pub(crate) fn cost(
     model: &dyn CostModel,
     module: &HloModule,
     comp: &HloComputation,

@@ -72,6 +72,7 @@ pub mod assemble;
 pub mod builder;
 pub mod consistent;
 pub mod context;
+pub mod decompose;
 pub mod dot;
 pub mod dynamic_slice;
 pub mod error;

@@ -280,7 +280,7 @@ fn find_candidates(module: &HloModule, comp_index: usize, limits: &Limits) -> Ve
 /// Operand `side`'s free (non-contracting, non-batch) dimensions and the
 /// dot output dimension of the first of them: batch dimensions come
 /// first, then the lhs's free dimensions, then the rhs's, each in order.
-fn output_dim_of(
+pub(crate) fn output_dim_of(
     comp: &HloComputation,
     dot: &HloInstruction,
     side: usize,
@@ -309,7 +309,7 @@ fn output_dim_of(
 
 /// The inverse of [`output_dim_of`]: the operand and its dimension that
 /// dot output dimension `output_dim` comes from (`None` for a batch one).
-fn operand_dim_of(
+pub(crate) fn operand_dim_of(
     comp: &HloComputation,
     dot: &HloInstruction,
     output_dim: usize,

@@ -151,9 +151,23 @@ pub fn run_partitioned(
     out_shape: &Shape,
     n: i64,
 ) -> Result<Value, String> {
+    run_partitioned_in_mode(module, args, out_shape, n, false)
+}
+
+/// [`run_partitioned`], in consistent mode when `consistent` (every
+/// floating-point reduction, dots included, in one pairwise-tree order
+/// whatever the shapes, so a dot split into pieces gives the same bits).
+pub fn run_partitioned_in_mode(
+    module: &HloModule,
+    args: &[Value],
+    out_shape: &Shape,
+    n: i64,
+    consistent: bool,
+) -> Result<Value, String> {
     let exe = CpuBackend.compile(module).map_err(|e| e.to_string())?;
     let mut plan = LaunchPlan::for_partitioned(module, out_shape.clone());
     plan.num_partitions = n as usize;
+    plan.consistent = consistent;
     let args = literals_from_values(args).map_err(|e| e.to_string())?;
     let outs = xla_runtime::run_spmd(exe.as_ref(), &args, &plan)
         .and_then(|outs| values_from_literals(&outs))
