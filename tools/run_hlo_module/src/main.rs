@@ -169,6 +169,12 @@ struct Cli {
     /// (every size, unless --windowed-einsum-threshold-mib limits it).
     #[arg(long, requires = "partition")]
     windowed_einsum_by_cost: bool,
+    /// With --partition: split collectives and the dots they feed or come
+    /// from into chunks that overlap, where the analytical cost model says
+    /// it pays and the simulated step gets shorter (Concerto's
+    /// decomposition; results bitwise unchanged in --consistent mode).
+    #[arg(long, requires = "partition")]
+    decompose_collectives: bool,
     /// Pipeline parallelism: split the module's microbatch loop (a scan
     /// whose body marks stages with jax.named_scope("stage_K")) into stage
     /// programs and run them by this schedule's task table (`gpipe`,
@@ -490,6 +496,7 @@ fn run(cli: &Cli) -> Result<bool> {
             partition::Windowing {
                 threshold_mib: cli.windowed_einsum_threshold_mib,
                 by_cost: cli.windowed_einsum_by_cost,
+                decompose: cli.decompose_collectives,
             },
         )?)
     } else {

@@ -20,16 +20,20 @@ pub struct Partitioned {
     stats: Json,
 }
 
-/// When `windowed-einsum` runs after partitioning (`--windowed-einsum-*`).
+/// What runs after partitioning to create overlap: `windowed-einsum`
+/// (`--windowed-einsum-*`) and `decompose-collectives`
+/// (`--decompose-collectives`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Windowing {
     pub threshold_mib: Option<f64>,
     pub by_cost: bool,
+    pub decompose: bool,
 }
 
-/// Runs `windowed-einsum` on the partitioned module `m`; returns the loops
-/// it made and the module's static collectives afterwards (a permute in a
-/// loop body counts once).
+/// Runs `windowed-einsum` (when asked) and `decompose-collectives` (when
+/// asked) on the partitioned module `m`; returns the loops made and the
+/// module's static collectives afterwards (a permute in a loop body counts
+/// once).
 fn window_dots(m: &mut HloModule, n: i64, windowing: &Windowing) -> Result<Json> {
     let options = xla_pipelines::PipelineOptions {
         num_partitions: Some(n),
@@ -48,7 +52,15 @@ fn window_dots(m: &mut HloModule, n: i64, windowing: &Windowing) -> Result<Json>
             .count()
     };
     let before = loops(m);
-    xla_pipelines::pipeline(&options, "windowed-einsum", "windowed-einsum")?.run(m)?;
+    let windows = windowing.threshold_mib.is_some() || windowing.by_cost;
+    let passes: Vec<&str> = [
+        windows.then_some("windowed-einsum"),
+        windowing.decompose.then_some("decompose-collectives"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    xla_pipelines::pipeline(&options, "overlap", &passes.join(","))?.run(m)?;
     let stats = xla_hlo_ir::stats::ModuleStats::of(m);
     Ok(json!({
         "loops": loops(m) - before,
@@ -80,11 +92,12 @@ impl Partitioned {
         // Propagation changes no shape, so the global outputs have the input's root shape.
         let out_shape = m.entry_computation().root_instr().shape.clone();
         let report = xla_pipelines::spmd_pipeline(&options, false).run(&mut m)?;
-        let windowed = if windowing.threshold_mib.is_some() || windowing.by_cost {
-            Some(window_dots(&mut m, n, &windowing)?)
-        } else {
-            None
-        };
+        let windowed =
+            if windowing.threshold_mib.is_some() || windowing.by_cost || windowing.decompose {
+                Some(window_dots(&mut m, n, &windowing)?)
+            } else {
+                None
+            };
         let seconds = |pass: &str| {
             report
                 .runs

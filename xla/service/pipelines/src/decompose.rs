@@ -105,3 +105,69 @@ fn best_chunks(module: &HloModule, candidate: &Candidate, model: &dyn CostModel)
     }
     best.map(|(k, _)| k)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::windowed::simulated_step_us;
+    use crate::{pipeline, PipelineOptions};
+
+    /// A Megatron MLP over 8 devices without sequence parallelism: the
+    /// row-parallel matmul's partial sums are all-reduced.
+    fn layer(rows: i64) -> String {
+        format!(
+            "HloModule tp, num_partitions=8
+
+ENTRY %e (x: bf16[{rows},4096], w: bf16[4096,16384], v: bf16[16384,4096]) -> bf16[{rows},4096] {{
+  %x = bf16[{rows},4096] parameter(0), sharding={{replicated}}
+  %w = bf16[4096,16384] parameter(1), sharding={{devices=[1,8]<=[8]}}
+  %v = bf16[16384,4096] parameter(2), sharding={{devices=[8,1]<=[8]}}
+  %h = bf16[{rows},16384] dot(%x, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, sharding={{devices=[1,8]<=[8]}}
+  ROOT %y = bf16[{rows},4096] dot(%h, %v), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, sharding={{replicated}}
+}}
+"
+        )
+    }
+
+    /// The simulated step without and with `decompose-collectives`, and
+    /// the all-reduces after it.
+    fn steps(text: &str) -> (f64, f64, usize) {
+        let options = PipelineOptions::default();
+        let mut module = xla_hlo_parser::parse_module(text).unwrap();
+        pipeline(&options, "t", "sharding-propagation,spmd-partitioning")
+            .unwrap()
+            .run(&mut module)
+            .unwrap();
+        let step = |m: &xla_hlo_ir::HloModule| {
+            simulated_step_us(m, &options.scheduler, options.cost_model.as_ref(), "t").unwrap()
+        };
+        let before = step(&module);
+        pipeline(&options, "t", "decompose-collectives")
+            .unwrap()
+            .run(&mut module)
+            .unwrap();
+        let all_reduces = module
+            .computations
+            .iter()
+            .flat_map(|c| &c.instructions)
+            .filter(|i| i.opcode == xla_hlo_ir::Opcode::AllReduce)
+            .count();
+        (before, step(&module), all_reduces)
+    }
+
+    #[test]
+    fn splits_a_large_all_reduce_and_the_step_gets_shorter() {
+        let (before, after, all_reduces) = steps(&layer(8192));
+        assert!(all_reduces >= 2, "{all_reduces} all-reduces");
+        assert!(
+            after < 0.95 * before,
+            "{after:.1} us against {before:.1} us"
+        );
+    }
+
+    #[test]
+    fn leaves_a_small_all_reduce_whole() {
+        let (before, after, all_reduces) = steps(&layer(16));
+        assert_eq!(all_reduces, 1);
+        assert_eq!(after, before);
+    }
+}
