@@ -27,7 +27,8 @@ module grows linearly with the layer count), or, with scan=True, stacked
 along a leading layer dim (P(None, ...) on it) and run with jax.lax.scan.
 
 Only jax / numpy are needed.  `build(cfg, mesh)` returns
-(fn, in_shardings, out_shardings, abstract_args); compile with
+(fn, in_shardings, out_shardings, abstract_args) (with forward_only, fn is
+the loss of (params, tokens, targets)); compile with
 jax.jit(fn, in_shardings=..., out_shardings=...).lower(*abstract_args).compile().
 """
 
@@ -55,6 +56,7 @@ class Config:
     remat: bool = False
     dtype: str = "float32"      # params and activations
     lr: float = 1e-3
+    forward_only: bool = False  # the loss alone (no gradient, no update)
 
     def name(self):
         return "llama_%s%dL_d%d_h%d_s%d_b%d_v%d%s" % (
@@ -204,4 +206,8 @@ def build(cfg, mesh):
         tuple(sds(s, jnp.float32) for _, s, _ in specs),
     )
     train_step.__name__ = train_step.__qualname__ = "llama_train_step"
+    if cfg.forward_only:
+        forward_loss.__name__ = forward_loss.__qualname__ = "llama_forward"
+        return forward_loss, (p_sh, data_sh, data_sh), ns(P()), (abstract[3], abstract[1],
+                                                                  abstract[2])
     return train_step, in_sh, out_sh, abstract

@@ -1,21 +1,24 @@
 #!/usr/bin/env python3
-"""Side-by-side effect of windowed einsum (collective matmul) under the
-analytical cost model: for every module, our pipeline
-(sharding-propagation, spmd-partitioning, latency-hiding-scheduler) with and
-without `windowed-einsum` before the scheduler, as `hlo-opt --schedule-report`
-simulates them: step time (makespan), exposed communication, and the change.
+"""Side-by-side effect of the overlap passes, windowed einsum (collective
+matmul) and collective decomposition, under the analytical cost model: for
+every module, our pipeline (sharding-propagation, spmd-partitioning,
+latency-hiding-scheduler) with and without `windowed-einsum` (and with
+--decompose, `decompose-collectives`) before the scheduler, as `hlo-opt
+--schedule-report` simulates them: step time (makespan), exposed
+communication, and the change.
 
-Modules: testdata/cases/*/input.hlo, ../shared/corpus/cases/*/input.hlo (when
-present), the MaxText and DeepSeek train steps of ../shared, and any files
-given with --extra. Already-partitioned modules are skipped (our pipeline
-would not partition them).
+Modules: testdata/cases/*/input.hlo, testdata/overlap_cases/*.hlo (tensor
+parallel Llama steps at realistic widths), ../shared/corpus/cases/*/input.hlo
+(when present), the MaxText and DeepSeek train steps of ../shared, and any
+files given with --extra. Already-partitioned modules are skipped (our
+pipeline would not partition them).
 
 Printed: every module whose current schedule leaves >= --exposed-min (10%)
 of its step as exposed communication, and every module whose step time
 changes; then the counts of modules improved, unchanged and worse.
 
 Usage:
-    python3 tools/testdata_gen/windowed_einsum_effect.py [--threshold-mib 0] [--by-cost]
+    python3 tools/testdata_gen/overlap_effect.py [--threshold-mib 0] [--by-cost] [--decompose]
         [--cost-model analytical] [--extra FILE ...]
 Needs a release build of hlo-opt (cargo build --release -p hlo-opt).
 """
@@ -35,6 +38,7 @@ BASE = "sharding-propagation,spmd-partitioning"
 
 def modules(extra):
     found = sorted(glob.glob(os.path.join(REPO_ROOT, "testdata", "cases", "*", "input.hlo")))
+    found += sorted(glob.glob(os.path.join(REPO_ROOT, "testdata", "overlap_cases", "*.hlo")))
     found += sorted(glob.glob(os.path.join(SHARED, "corpus", "cases", "*", "input.hlo")))
     for rel in ("xla-hlo/nv_maxtext_1n1g_jit_train_step_before_optimization.hlo",
                 "xla-hlo-more/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo"):
@@ -70,6 +74,8 @@ def main():
     ap.add_argument("--extra", nargs="*", default=[])
     ap.add_argument("--by-cost", action="store_true",
                     help="window only the pairs the cost model says pay (--windowed-einsum-by-cost)")
+    ap.add_argument("--decompose", action="store_true",
+                    help="also run decompose-collectives after windowed-einsum")
     ap.add_argument("--json", help="write every row here")
     args = ap.parse_args()
     rows = []
@@ -79,7 +85,8 @@ def main():
         if before is None:
             print("skip %s: %s" % (name_of(path), err), file=sys.stderr)
             continue
-        after, err = report(args.hlo_opt, path, BASE + ",windowed-einsum,latency-hiding-scheduler",
+        passes = BASE + ",windowed-einsum" + (",decompose-collectives" if args.decompose else "")
+        after, err = report(args.hlo_opt, path, passes + ",latency-hiding-scheduler",
                             args.threshold_mib, args.cost_model, args.by_cost)
         if after is None:
             print("FAILED %s with windowed-einsum: %s" % (name_of(path), err), file=sys.stderr)
@@ -109,9 +116,10 @@ def main():
                   % (r["module"][:52], m0, m1, 100 * change, e0, e1,
                      "  (exposed %.0f%%)" % (100 * exposed_share)
                      if exposed_share >= args.exposed_min else ""))
-    print("\n%d modules: %d faster, %d unchanged, %d slower (threshold %g MiB%s, %s)"
+    print("\n%d modules: %d faster, %d unchanged, %d slower (threshold %g MiB%s%s, %s)"
           % (len(rows), improved, same, worse, args.threshold_mib,
-             ", by cost" if args.by_cost else "", args.cost_model))
+             ", by cost" if args.by_cost else "",
+             ", decomposition" if args.decompose else "", args.cost_model))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Tensor-parallel training steps at realistic widths for the overlap passes
+(windowed-einsum, decompose-collectives): the Llama-style decoder train
+step of llama_shardy.py (2 layers, bf16, hidden 4096, 32 heads of 128, 8
+KV heads, SwiGLU 14336, vocabulary 32000, sequence 2048) lowered with JAX's
+defaults (Shardy) on 8 CPU devices, in two layouts:
+
+    llama_tp8_b1          mesh fsdp=1 x tp=8, batch 1 (Megatron TP at small batch)
+    llama_fsdp2_tp4_b2    mesh fsdp=2 x tp=4, batch 2
+    llama_forward_tp8_b1  the forward pass alone (the loss, as in prefill), tp=8
+
+Only XLA's input module is kept (the dump's before_optimizations, the
+module our pipeline reads), as testdata/overlap_cases/<name>.hlo; nothing
+runs at these sizes (the modules are for the cost model and the scheduler:
+tools/testdata_gen/windowed_einsum_effect.py). The compile only serves to
+dump the input.
+
+Usage:
+    python3 tools/testdata_gen/overlap_cases.py [--out testdata/overlap_cases]
+"""
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+# name: (mesh fsdp x tp, batch, forward only)
+CASES = {
+    "llama_tp8_b1": ((1, 8), 1, False),
+    "llama_fsdp2_tp4_b2": ((2, 4), 2, False),
+    "llama_forward_tp8_b1": ((1, 8), 1, True),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(REPO_ROOT, "testdata", "overlap_cases"))
+    args = ap.parse_args()
+    dump = tempfile.mkdtemp(prefix="overlap_cases_")
+    os.environ["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=8 --xla_dump_to=%s "
+                               "--xla_dump_hlo_as_text --xla_dump_hlo_pass_re=^$" % dump)
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    sys.path.insert(0, HERE)
+    import numpy as np
+    import jax
+    from jax.sharding import Mesh
+    import llama_shardy as L
+    assert jax.config.jax_use_shardy_partitioner, "these cases use JAX's default lowering (Shardy)"
+    os.makedirs(args.out, exist_ok=True)
+    for name, (mesh_shape, batch, forward_only) in CASES.items():
+        mesh = Mesh(np.array(jax.devices()[:8]).reshape(mesh_shape), ("fsdp", "tp"))
+        cfg = L.Config(layers=2, vocab=32000, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+                       mlp=14336, batch=batch, seq=2048, dtype="bfloat16",
+                       forward_only=forward_only)
+        fn, in_sh, out_sh, abstract = L.build(cfg, mesh)
+        fn.__name__ = fn.__qualname__ = name
+        jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh).lower(*abstract).compile()
+        pat = re.compile(r"^module_\d+\.jit_%s\..*before_optimizations\.txt$" % re.escape(name))
+        hits = [f for f in os.listdir(dump) if pat.match(f)]
+        if len(hits) != 1:
+            raise SystemExit("expected one before_optimizations dump of %s, got %r" % (name, hits))
+        shutil.copy(os.path.join(dump, hits[0]), os.path.join(args.out, name + ".hlo"))
+        print("wrote %s" % os.path.join(args.out, name + ".hlo"))
+    shutil.rmtree(dump, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
