@@ -1,8 +1,10 @@
 //! The `decompose-collectives` pass (Concerto's decomposition): each
 //! collective paired with the dot that produces or consumes it
-//! (`xla_spmd_partitioner::decompose`) is split into the number of chunks
-//! `k` (2, 4 or 8, dividing the chunked dimension) the cost model says is
-//! fastest, or left whole when no split pays.
+//! (`xla_spmd_partitioner::decompose`) and left exposed by the current
+//! schedule (the compute stream waits for it once the module is scheduled
+//! and simulated: Concerto's critical-path collectives) is split into the
+//! number of chunks `k` (2, 4 or 8, dividing the chunked dimension) the
+//! cost model says is fastest, or left whole when no split pays.
 //!
 //! The estimate, per pair, from the cost model's figures: whole, the dot
 //! plus the collective (neither can hide the other); in `k` chunks, a
@@ -15,7 +17,7 @@
 //! Invariants: results are bitwise those of the unsplit program (see the
 //! partitioner's `decompose`); the simulated step never gets longer.
 
-use crate::windowed::{cost, simulated_step_us};
+use crate::windowed::{cost, exposed_collectives, simulated_step_us};
 use std::sync::Arc;
 use xla_hlo_ir::HloModule;
 use xla_hlo_pass::{Pass, PassError};
@@ -41,8 +43,21 @@ impl Pass for DecomposeCollectives {
     }
     fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
         let all = candidates(module);
+        if all.is_empty() {
+            return Ok(false);
+        }
+        let exposed = exposed_collectives(
+            module,
+            &self.scheduler,
+            self.model.as_ref(),
+            "decompose-collectives",
+        )?;
         let plan: Vec<(Candidate, i64)> = all
             .iter()
+            .filter(|c| {
+                let comp = &module.computations[c.computation];
+                exposed.contains(&(comp.name.clone(), comp.instr(c.collective).name.clone()))
+            })
             .filter_map(|c| best_chunks(module, c, self.model.as_ref()).map(|k| (c.clone(), k)))
             .collect();
         log::info!(

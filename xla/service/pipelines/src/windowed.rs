@@ -1,7 +1,9 @@
 //! `windowed-einsum` with the scheduler's cost model deciding (`by_cost`):
 //! of the pairs the partitioner could window (over the threshold), only
-//! those whose loop is estimated faster than the dot and its exposed
-//! collective are windowed.
+//! those whose collective the current schedule leaves exposed (the compute
+//! stream waits for it once the module is scheduled and simulated) and
+//! whose loop is estimated faster than the dot and the collective are
+//! windowed.
 //!
 //! The estimate, per pair, from the cost model's own figures: before, the
 //! dot's compute plus the collective's transfer (the dot is the
@@ -49,11 +51,22 @@ impl Pass for WindowedEinsumPass {
     }
     fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
         let stats = if self.by_cost {
+            let exposed = exposed_collectives(
+                module,
+                &self.scheduler,
+                self.model.as_ref(),
+                "windowed-einsum",
+            )?;
             let mut trial = module.clone();
             let every = windowed_einsum(&mut trial, &self.options);
             let paying: FxHashSet<(usize, InstrId)> = every
                 .loops
                 .iter()
+                .filter(|l| {
+                    let comp = &module.computations[l.computation];
+                    let name = &comp.instr(l.collective).name;
+                    exposed.contains(&(comp.name.clone(), name.clone()))
+                })
                 .filter(|l| pays(module, &trial, l, self.model.as_ref()))
                 .map(|l| (l.computation, l.dot))
                 .collect();
@@ -122,6 +135,39 @@ pub(crate) fn simulated_step_us(
     let simulation =
         simulate_module(&scheduled, model, &scheduler.overlap_limits, false).map_err(failed)?;
     Ok(simulation.entry.makespan)
+}
+
+/// The collectives the schedule leaves exposed: `(computation name,
+/// collective name)` of every collective whose done the compute stream
+/// waits for once `module` is scheduled and simulated (the async pair the
+/// scheduler makes of collective `X` is `X-start`/`X-done`).
+pub(crate) fn exposed_collectives(
+    module: &HloModule,
+    scheduler: &SchedulerConfig,
+    model: &dyn CostModel,
+    pass: &str,
+) -> Result<FxHashSet<(String, String)>, PassError> {
+    let failed = |e: xla_latency_hiding_scheduler::SchedulerError| PassError::Failed {
+        pass: pass.into(),
+        message: e.to_string(),
+    };
+    let mut scheduled = module.clone();
+    schedule_module(&mut scheduled, scheduler, model).map_err(failed)?;
+    let simulation =
+        simulate_module(&scheduled, model, &scheduler.overlap_limits, true).map_err(failed)?;
+    let mut exposed = FxHashSet::default();
+    for timeline in &simulation.timelines {
+        let computation = timeline
+            .computation
+            .strip_suffix(" (one execution)")
+            .unwrap_or(&timeline.computation);
+        for event in timeline.events.iter().filter(|e| e.category == "exposed") {
+            let done = event.name.strip_prefix("wait ").unwrap_or(&event.name);
+            let collective = done.strip_suffix("-done").unwrap_or(done);
+            exposed.insert((computation.to_string(), collective.to_string()));
+        }
+    }
+    Ok(exposed)
 }
 
 /// Compute and transfer time of `id` in `comp` (µs).
