@@ -9,9 +9,10 @@ communication, and the change.
 
 Modules: testdata/cases/*/input.hlo, testdata/overlap_cases/*.hlo (tensor
 parallel Llama steps at realistic widths), ../shared/corpus/cases/*/input.hlo
-(when present), the MaxText and DeepSeek train steps of ../shared, and any
-files given with --extra. Already-partitioned modules are skipped (our
-pipeline would not partition them).
+(when present), any files given with --extra, and XLA's benchmark modules of
+../shared (the MaxText and DeepSeek train steps partitioned by us; the
+already-partitioned Llama and Mixtral programs as they are, the overlap
+passes run on them directly).
 
 Printed: every module whose current schedule leaves >= --exposed-min (10%)
 of its step as exposed communication, and every module whose step time
@@ -37,15 +38,19 @@ BASE = "sharding-propagation,spmd-partitioning"
 
 
 def modules(extra):
+    """(path, whether it still needs partitioning)."""
     found = sorted(glob.glob(os.path.join(REPO_ROOT, "testdata", "cases", "*", "input.hlo")))
     found += sorted(glob.glob(os.path.join(REPO_ROOT, "testdata", "overlap_cases", "*.hlo")))
     found += sorted(glob.glob(os.path.join(SHARED, "corpus", "cases", "*", "input.hlo")))
-    for rel in ("xla-hlo/nv_maxtext_1n1g_jit_train_step_before_optimization.hlo",
-                "xla-hlo-more/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo"):
-        path = os.path.join(SHARED, rel)
-        if os.path.exists(path):
-            found.append(path)
-    return found + list(extra)
+    found += list(extra)
+    out = [(path, True) for path in found]
+    # XLA's benchmark modules: the two train steps as XLA receives them, the
+    # others already partitioned per device (the overlap passes run on
+    # them directly).
+    for path in sorted(glob.glob(os.path.join(SHARED, "xla-hlo", "*.hlo"))
+                       + glob.glob(os.path.join(SHARED, "xla-hlo-more", "*.hlo"))):
+        out.append((path, "before_optimization" in path))
+    return out
 
 
 def report(hlo_opt, path, passes, threshold, cost_model, by_cost=False):
@@ -79,13 +84,14 @@ def main():
     ap.add_argument("--json", help="write every row here")
     args = ap.parse_args()
     rows = []
-    for path in modules(args.extra):
-        before, err = report(args.hlo_opt, path, BASE + ",latency-hiding-scheduler", None,
+    for path, partition in modules(args.extra):
+        base = BASE + "," if partition else ""
+        before, err = report(args.hlo_opt, path, base + "latency-hiding-scheduler", None,
                              args.cost_model)
         if before is None:
             print("skip %s: %s" % (name_of(path), err), file=sys.stderr)
             continue
-        passes = BASE + ",windowed-einsum" + (",decompose-collectives" if args.decompose else "")
+        passes = base + "windowed-einsum" + (",decompose-collectives" if args.decompose else "")
         after, err = report(args.hlo_opt, path, passes + ",latency-hiding-scheduler",
                             args.threshold_mib, args.cost_model, args.by_cost)
         if after is None:
