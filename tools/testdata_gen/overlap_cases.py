@@ -9,6 +9,9 @@ defaults (Shardy) on 8 CPU devices, in two layouts:
     llama_fsdp2_tp4_b2    mesh fsdp=2 x tp=4, batch 2
     llama_forward_tp8_b1  the forward pass alone (the loss, as in prefill), tp=8
 
+and two single MLPs written as HLO (HAND_WRITTEN): mlp_tp8_seqpar and
+mlp_tp8_allreduce.
+
 Only XLA's input module is kept (the dump's before_optimizations, the
 module our pipeline reads), as testdata/overlap_cases/<name>.hlo; nothing
 runs at these sizes (the modules are for the cost model and the scheduler:
@@ -34,6 +37,38 @@ CASES = {
     "llama_tp8_b1": ((1, 8), 1, False),
     "llama_fsdp2_tp4_b2": ((2, 4), 2, False),
     "llama_forward_tp8_b1": ((1, 8), 1, True),
+}
+
+
+# One tensor-parallel MLP over 8 devices at full width, written as HLO: with
+# sequence parallelism (all-gather before the column-parallel matmul,
+# reduce-scatter after the row-parallel one), and without (an all-reduce
+# after the row-parallel one). Nothing else runs beside them, so their
+# collectives are exposed unless a pass creates overlap.
+HAND_WRITTEN = {
+    "mlp_tp8_seqpar": """HloModule tp, num_partitions=8
+
+ENTRY %e (x: bf16[8192,4096], w: bf16[4096,16384], v: bf16[16384,4096]) -> bf16[8192,4096] {
+  %x = bf16[8192,4096] parameter(0), sharding={devices=[8,1]<=[8]}
+  %w = bf16[4096,16384] parameter(1), sharding={devices=[1,8]<=[8]}
+  %v = bf16[16384,4096] parameter(2), sharding={devices=[8,1]<=[8]}
+  %h = bf16[8192,16384] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[1,8]<=[8]}
+  %g = bf16[8192,16384] multiply(%h, %h), sharding={devices=[1,8]<=[8]}
+  ROOT %y = bf16[8192,4096] dot(%g, %v), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[8,1]<=[8]}
+}
+""",
+    "mlp_tp8_allreduce": """HloModule tp_ar, num_partitions=8
+
+ENTRY %e (x: bf16[8192,4096], w: bf16[4096,16384], v: bf16[16384,4096]) -> bf16[8192,4096] {
+  %x = bf16[8192,4096] parameter(0), sharding={replicated}
+  %w = bf16[4096,16384] parameter(1), sharding={devices=[1,8]<=[8]}
+  %v = bf16[16384,4096] parameter(2), sharding={devices=[8,1]<=[8]}
+  %h = bf16[8192,16384] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[1,8]<=[8]}
+  %g = bf16[8192,16384] multiply(%h, %h), sharding={devices=[1,8]<=[8]}
+  %y = bf16[8192,4096] dot(%g, %v), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+  ROOT %z = bf16[8192,4096] add(%y, %x), sharding={replicated}
+}
+""",
 }
 
 
@@ -67,6 +102,10 @@ def main():
         shutil.copy(os.path.join(dump, hits[0]), os.path.join(args.out, name + ".hlo"))
         print("wrote %s" % os.path.join(args.out, name + ".hlo"))
     shutil.rmtree(dump, ignore_errors=True)
+    for name, text in HAND_WRITTEN.items():
+        with open(os.path.join(args.out, name + ".hlo"), "w") as f:
+            f.write(text)
+        print("wrote %s" % os.path.join(args.out, name + ".hlo"))
 
 
 if __name__ == "__main__":
