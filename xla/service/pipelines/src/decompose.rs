@@ -17,7 +17,7 @@
 //! Invariants: results are bitwise those of the unsplit program (see the
 //! partitioner's `decompose`); the simulated step never gets longer.
 
-use crate::windowed::{cost, exposed_collectives, simulated_step_us};
+use crate::windowed::{cost, simulate};
 use std::sync::Arc;
 use xla_hlo_ir::HloModule;
 use xla_hlo_pass::{Pass, PassError};
@@ -46,17 +46,14 @@ impl Pass for DecomposeCollectives {
         if all.is_empty() {
             return Ok(false);
         }
-        let exposed = exposed_collectives(
-            module,
-            &self.scheduler,
-            self.model.as_ref(),
-            "decompose-collectives",
-        )?;
+        let current = simulate(module, &self.scheduler, self.model.as_ref(), self.name())?;
         let plan: Vec<(Candidate, i64)> = all
             .iter()
             .filter(|c| {
                 let comp = &module.computations[c.computation];
-                exposed.contains(&(comp.name.clone(), comp.instr(c.collective).name.clone()))
+                current
+                    .exposed
+                    .contains(&(comp.name.clone(), comp.instr(c.collective).name.clone()))
             })
             .filter_map(|c| best_chunks(module, c, self.model.as_ref()).map(|k| (c.clone(), k)))
             .collect();
@@ -71,15 +68,8 @@ impl Pass for DecomposeCollectives {
         }
         let mut split = module.clone();
         let count = decompose(&mut split, &plan);
-        let step = |m: &HloModule| {
-            simulated_step_us(
-                m,
-                &self.scheduler,
-                self.model.as_ref(),
-                "decompose-collectives",
-            )
-        };
-        let (before, after) = (step(module)?, step(&split)?);
+        let before = current.step_us;
+        let after = simulate(&split, &self.scheduler, self.model.as_ref(), self.name())?.step_us;
         if after >= before {
             log::info!(
                 "decompose-collectives: not applied: the simulated step would take {after:.1} us, not {before:.1} us"
@@ -123,7 +113,7 @@ fn best_chunks(module: &HloModule, candidate: &Candidate, model: &dyn CostModel)
 
 #[cfg(test)]
 mod tests {
-    use crate::windowed::simulated_step_us;
+    use crate::windowed::simulate;
     use crate::{pipeline, PipelineOptions};
 
     /// A Megatron MLP over 8 devices without sequence parallelism: the
@@ -153,7 +143,9 @@ ENTRY %e (x: bf16[{rows},4096], w: bf16[4096,16384], v: bf16[16384,4096]) -> bf1
             .run(&mut module)
             .unwrap();
         let step = |m: &xla_hlo_ir::HloModule| {
-            simulated_step_us(m, &options.scheduler, options.cost_model.as_ref(), "t").unwrap()
+            simulate(m, &options.scheduler, options.cost_model.as_ref(), "t")
+                .unwrap()
+                .step_us
         };
         let before = step(&module);
         pipeline(&options, "t", "decompose-collectives")

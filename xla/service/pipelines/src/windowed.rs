@@ -51,21 +51,19 @@ impl Pass for WindowedEinsumPass {
     }
     fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
         let stats = if self.by_cost {
-            let exposed = exposed_collectives(
-                module,
-                &self.scheduler,
-                self.model.as_ref(),
-                "windowed-einsum",
-            )?;
             let mut trial = module.clone();
             let every = windowed_einsum(&mut trial, &self.options);
+            if every.loops.is_empty() {
+                return Ok(false);
+            }
+            let current = simulate(module, &self.scheduler, self.model.as_ref(), self.name())?;
             let paying: FxHashSet<(usize, InstrId)> = every
                 .loops
                 .iter()
                 .filter(|l| {
                     let comp = &module.computations[l.computation];
                     let name = &comp.instr(l.collective).name;
-                    exposed.contains(&(comp.name.clone(), name.clone()))
+                    current.exposed.contains(&(comp.name.clone(), name.clone()))
                 })
                 .filter(|l| pays(module, &trial, l, self.model.as_ref()))
                 .map(|l| (l.computation, l.dot))
@@ -83,7 +81,9 @@ impl Pass for WindowedEinsumPass {
             let stats = windowed_einsum_where(&mut windowed, &self.options, |comp, dot| {
                 paying.contains(&(comp, dot))
             });
-            let (before, after) = (self.step_us(module)?, self.step_us(&windowed)?);
+            let before = current.step_us;
+            let after =
+                simulate(&windowed, &self.scheduler, self.model.as_ref(), self.name())?.step_us;
             if after >= before {
                 log::info!(
                     "windowed-einsum: not applied: the simulated step would take {after:.1} us, not {before:.1} us"
@@ -107,46 +107,24 @@ impl Pass for WindowedEinsumPass {
     }
 }
 
-impl WindowedEinsumPass {
-    fn step_us(&self, module: &HloModule) -> Result<f64, PassError> {
-        simulated_step_us(
-            module,
-            &self.scheduler,
-            self.model.as_ref(),
-            "windowed-einsum",
-        )
-    }
+/// What scheduling and simulating a module shows the overlap passes.
+pub(crate) struct Simulated {
+    /// The step time (µs).
+    pub step_us: f64,
+    /// `(computation name, collective name)` of every collective whose
+    /// done the compute stream waits for (the async pair the scheduler
+    /// makes of collective `X` is `X-start`/`X-done`).
+    pub exposed: FxHashSet<(String, String)>,
 }
 
-/// The simulated step time of `module` once scheduled by the
-/// latency-hiding scheduler (µs); errors name `pass`.
-pub(crate) fn simulated_step_us(
+/// Schedules a copy of `module` with the latency-hiding scheduler and
+/// simulates it; errors name `pass`.
+pub(crate) fn simulate(
     module: &HloModule,
     scheduler: &SchedulerConfig,
     model: &dyn CostModel,
     pass: &str,
-) -> Result<f64, PassError> {
-    let failed = |e: xla_latency_hiding_scheduler::SchedulerError| PassError::Failed {
-        pass: pass.into(),
-        message: e.to_string(),
-    };
-    let mut scheduled = module.clone();
-    schedule_module(&mut scheduled, scheduler, model).map_err(failed)?;
-    let simulation =
-        simulate_module(&scheduled, model, &scheduler.overlap_limits, false).map_err(failed)?;
-    Ok(simulation.entry.makespan)
-}
-
-/// The collectives the schedule leaves exposed: `(computation name,
-/// collective name)` of every collective whose done the compute stream
-/// waits for once `module` is scheduled and simulated (the async pair the
-/// scheduler makes of collective `X` is `X-start`/`X-done`).
-pub(crate) fn exposed_collectives(
-    module: &HloModule,
-    scheduler: &SchedulerConfig,
-    model: &dyn CostModel,
-    pass: &str,
-) -> Result<FxHashSet<(String, String)>, PassError> {
+) -> Result<Simulated, PassError> {
     let failed = |e: xla_latency_hiding_scheduler::SchedulerError| PassError::Failed {
         pass: pass.into(),
         message: e.to_string(),
@@ -167,7 +145,10 @@ pub(crate) fn exposed_collectives(
             exposed.insert((computation.to_string(), collective.to_string()));
         }
     }
-    Ok(exposed)
+    Ok(Simulated {
+        step_us: simulation.entry.makespan,
+        exposed,
+    })
 }
 
 /// Compute and transfer time of `id` in `comp` (µs).
@@ -261,13 +242,13 @@ ENTRY %e (x: bf16[{sequence},4096], w: bf16[4096,16384], v: bf16[16384,4096]) ->
             .flat_map(|c| &c.instructions)
             .filter(|i| i.opcode == xla_hlo_ir::Opcode::While)
             .count();
-        let pass = WindowedEinsumPass {
-            options: options.windowed_einsum.clone(),
-            by_cost,
-            model: options.cost_model.clone(),
-            scheduler: options.scheduler.clone(),
-        };
-        (pass.step_us(&module).unwrap(), loops)
+        let step = simulate(
+            &module,
+            &options.scheduler,
+            options.cost_model.as_ref(),
+            "t",
+        );
+        (step.unwrap().step_us, loops)
     }
 
     #[test]

@@ -423,31 +423,3 @@ pub fn is_communication_free(module: &HloModule) -> bool {
             .all(|i| !i.opcode.is_collective() || i.opcode == Opcode::PartitionId)
     })
 }
-
-/// The `windowed-einsum` pass: all-gather-then-dot and
-/// dot-then-reduce-scatter as loops over windows (see [`windowed_einsum`]);
-/// a no-op unless a threshold is set.
-#[derive(Clone, Debug, Default)]
-pub struct WindowedEinsum {
-    pub options: windowed_einsum::WindowedEinsumOptions,
-    pub last_stats: Option<windowed_einsum::WindowedEinsumStats>,
-}
-
-impl Pass for WindowedEinsum {
-    fn name(&self) -> &str {
-        "windowed-einsum"
-    }
-    fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
-        let stats = windowed_einsum::windowed_einsum(module, &self.options);
-        let changed = !stats.loops.is_empty();
-        if changed {
-            log::info!(
-                "windowed-einsum: {} all-gather-then-dot and {} dot-then-reduce-scatter pairs became loops",
-                stats.all_gather_loops,
-                stats.reduce_scatter_loops
-            );
-        }
-        self.last_stats = Some(stats);
-        Ok(changed)
-    }
-}

@@ -13,8 +13,7 @@
 //!     multiplies it and writes the partial result at that window's offset
 //!     of the output dimension the gathered dimension maps to;
 //!   - between steps each device passes its window to its predecessor in
-//!     the group (`k -> k - 1`).
-//!
+//!     the group (`k -> k - 1`);
 //!   - the last step runs after the loop (peeled), so no window is sent
 //!     that nobody multiplies.
 //!
@@ -37,7 +36,9 @@
 //!
 //! Invariants: after an all-gather rewrite every output element is the
 //! same dot product over the same contracting elements, so results are
-//! bitwise equal to the unwindowed program; a reduce-scatter rewrite sums
+//! bitwise equal to the unwindowed program where a dot's sum does not
+//! depend on its shape (the interpreter's consistent mode; a GEMM library
+//! may round a window's dot differently); a reduce-scatter rewrite sums
 //! the group's partial results in ring order instead of group order
 //! (equal up to floating-point reassociation). A pair is rewritten only
 //! when the collective and the dot have no other user, the reduce-scatter
@@ -60,8 +61,10 @@ use xla_hlo_ir::{
 /// and `SpmdPartitionerOptions::max_windowed_einsum_iteration`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct WindowedEinsumOptions {
-    /// Window a dot when its all-gathered operand (full size) has at least
-    /// this many MiB; `None`: never; `Some(0.0)`: wherever legal.
+    /// Window a pair when its collective's full-size array (the
+    /// all-gather's result, or the dot result a reduce-scatter scatters)
+    /// has at least this many MiB; `None`: never; `Some(0.0)`: wherever
+    /// legal.
     pub threshold_mib: Option<f64>,
     /// Largest group (loop trip count) to window over.
     pub max_iterations: i64,
