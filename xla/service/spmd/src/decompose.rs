@@ -26,7 +26,7 @@
 
 use crate::builder::Builder;
 use crate::context::ModuleContext;
-use crate::windowed_einsum::{operand_dim_of, output_dim_of};
+use crate::windowed_einsum::{operand_dim_of, output_dim_of, Uses};
 use xla_hlo_ir::attrs::{AttrValue, Attribute};
 use xla_hlo_ir::{AttrKey, HloComputation, HloInstruction, HloModule, InstrId, Opcode};
 
@@ -64,28 +64,12 @@ pub struct Candidate {
 pub fn candidates(module: &HloModule) -> Vec<Candidate> {
     let mut found = Vec::new();
     for (computation, comp) in module.computations.iter().enumerate() {
-        let mut users: Vec<Vec<InstrId>> = vec![Vec::new(); comp.instructions.len()];
-        let mut control = vec![false; comp.instructions.len()];
-        for (index, instr) in comp.instructions.iter().enumerate() {
-            for operand in &instr.operands {
-                users[operand.index()].push(InstrId(index as u32));
-            }
-            for predecessor in &instr.control_predecessors {
-                control[predecessor.index()] = true;
-            }
-            if !instr.control_predecessors.is_empty() {
-                control[index] = true;
-            }
-        }
-        let only_user = |id: InstrId| -> Option<InstrId> {
-            match users[id.index()].as_slice() {
-                [user] if id != comp.root && !control[id.index()] => Some(*user),
-                _ => None,
-            }
-        };
+        let uses = Uses::of(comp);
+        let only_user = |id: InstrId| uses.only_user(comp, id);
         for (index, collective) in comp.instructions.iter().enumerate() {
             let id = InstrId(index as u32);
-            if control[index] || collective.operands.len() != 1 || !collective.shape.is_array() {
+            if uses.control[index] || collective.operands.len() != 1 || !collective.shape.is_array()
+            {
                 continue;
             }
             let pair = match collective.opcode {

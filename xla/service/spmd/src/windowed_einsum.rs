@@ -230,33 +230,51 @@ struct Limits {
     max_iterations: i64,
 }
 
+/// Who uses each instruction of a computation, and which instructions
+/// carry control edges (either way).
+pub(crate) struct Uses {
+    pub users: Vec<Vec<InstrId>>,
+    pub control: Vec<bool>,
+}
+
+impl Uses {
+    pub(crate) fn of(comp: &HloComputation) -> Uses {
+        let mut users: Vec<Vec<InstrId>> = vec![Vec::new(); comp.instructions.len()];
+        let mut control = vec![false; comp.instructions.len()];
+        for (index, instr) in comp.instructions.iter().enumerate() {
+            for operand in &instr.operands {
+                users[operand.index()].push(InstrId(index as u32));
+            }
+            for predecessor in &instr.control_predecessors {
+                control[predecessor.index()] = true;
+            }
+            if !instr.control_predecessors.is_empty() {
+                control[index] = true;
+            }
+        }
+        Uses { users, control }
+    }
+
+    /// The one user of `id`, when it has exactly one, is not the root and
+    /// has no control edges.
+    pub(crate) fn only_user(&self, comp: &HloComputation, id: InstrId) -> Option<InstrId> {
+        match self.users[id.index()].as_slice() {
+            [user] if id != comp.root && !self.control[id.index()] => Some(*user),
+            _ => None,
+        }
+    }
+}
+
 /// The dots of computation `comp_index` that can be windowed, at most one
 /// form per dot.
 fn find_candidates(module: &HloModule, comp_index: usize, limits: &Limits) -> Vec<Candidate> {
     let comp = &module.computations[comp_index];
-    let mut users: Vec<Vec<InstrId>> = vec![Vec::new(); comp.instructions.len()];
-    let mut control_edges = vec![false; comp.instructions.len()];
-    for (index, instr) in comp.instructions.iter().enumerate() {
-        for operand in &instr.operands {
-            users[operand.index()].push(InstrId(index as u32));
-        }
-        for predecessor in &instr.control_predecessors {
-            control_edges[predecessor.index()] = true;
-        }
-        if !instr.control_predecessors.is_empty() {
-            control_edges[index] = true;
-        }
-    }
-    let only_user = |id: InstrId| -> Option<InstrId> {
-        match users[id.index()].as_slice() {
-            [user] if id != comp.root && !control_edges[id.index()] => Some(*user),
-            _ => None,
-        }
-    };
+    let uses = Uses::of(comp);
+    let only_user = |id: InstrId| uses.only_user(comp, id);
     let mut candidates = Vec::new();
     for (index, dot) in comp.instructions.iter().enumerate() {
         let dot_id = InstrId(index as u32);
-        if dot.opcode != Opcode::Dot || dot.operands.len() != 2 || control_edges[index] {
+        if dot.opcode != Opcode::Dot || dot.operands.len() != 2 || uses.control[index] {
             continue;
         }
         let gathered = (0..2).find_map(|side| {

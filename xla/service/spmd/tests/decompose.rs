@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{random_value, run_partitioned_in_mode, Rng};
+use common::{random_args, run_partitioned_in_mode};
 use std::path::PathBuf;
 use xla_hlo_evaluator::Value;
 use xla_hlo_ir::Opcode;
@@ -105,14 +105,8 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
             "{name}"
         );
 
-        let mut rng = Rng(0xdec0_3905);
-        let entry = global.entry_computation();
-        let args: Vec<Value> = entry
-            .parameters
-            .iter()
-            .map(|&p| random_value(&entry.instr(p).shape, &mut rng))
-            .collect();
-        let out_shape = entry.root_instr().shape.clone();
+        let args = random_args(&global, 0xdec0_3905);
+        let out_shape = global.entry_computation().root_instr().shape.clone();
         let n = module.num_partitions();
         let want = run_partitioned_in_mode(&module, &args, &out_shape, n, true)
             .unwrap_or_else(|e| panic!("{name}: whole: {e}"));

@@ -11,9 +11,8 @@
 
 mod common;
 
-use common::{compare, random_value, run_partitioned, run_partitioned_in_mode, Rng};
+use common::{compare, random_args, run_partitioned, run_partitioned_in_mode};
 use std::path::PathBuf;
-use xla_hlo_evaluator::Value;
 use xla_hlo_ir::stats::ModuleStats;
 use xla_hlo_ir::{HloModule, Opcode};
 use xla_hlo_pass::Pass;
@@ -125,14 +124,8 @@ fn windowed_cases_compute_what_the_unwindowed_ones_compute() {
             "{name}: each reduce-scatter loop replaces one reduce-scatter"
         );
 
-        let mut rng = Rng(0x5eed_1234);
-        let entry = global.entry_computation();
-        let args: Vec<Value> = entry
-            .parameters
-            .iter()
-            .map(|&p| random_value(&entry.instr(p).shape, &mut rng))
-            .collect();
-        let out_shape = entry.root_instr().shape.clone();
+        let args = random_args(&global, 0x5eed_1234);
+        let out_shape = global.entry_computation().root_instr().shape.clone();
         let n = plain.num_partitions();
         // All-gather loops are checked bitwise in consistent mode, where a
         // window's dot sums as the whole dot does whatever its shape.
@@ -201,14 +194,8 @@ fn megatron_layer_with_sequence_parallelism_moves_the_same_bytes_in_loops() {
     assert_eq!(after.collective_bytes, 128 + 64);
     assert_eq!(plain_stats.collective_bytes, 16 * 8 * 4 + 4 * 4 * 4);
 
-    let mut rng = Rng(7);
-    let entry = global.entry_computation();
-    let args: Vec<Value> = entry
-        .parameters
-        .iter()
-        .map(|&p| random_value(&entry.instr(p).shape, &mut rng))
-        .collect();
-    let out_shape = entry.root_instr().shape.clone();
+    let args = random_args(&global, 7);
+    let out_shape = global.entry_computation().root_instr().shape.clone();
     let want = common::run_global(&global, &args);
     let got = run_partitioned(&windowed, &args, &out_shape, 4).unwrap();
     // Multiples of 1/8 summed in any order are exact here.

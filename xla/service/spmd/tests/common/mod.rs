@@ -48,6 +48,18 @@ pub fn random_value(shape: &Shape, rng: &mut Rng) -> Value {
     }
 }
 
+/// Random arguments for `module`'s entry parameters (deterministic in
+/// `seed`).
+pub fn random_args(module: &HloModule, seed: u64) -> Vec<Value> {
+    let mut rng = Rng(seed | 1);
+    let entry = module.entry_computation();
+    entry
+        .parameters
+        .iter()
+        .map(|&p| random_value(&entry.instr(p).shape, &mut rng))
+        .collect()
+}
+
 pub fn parse(text: &str) -> HloModule {
     let m = xla_hlo_parser::parse_module(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     xla_hlo_verifier::verify(&m).unwrap_or_else(|e| panic!("{e}\n{text}"));
