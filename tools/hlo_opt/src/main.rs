@@ -183,15 +183,18 @@ struct Args {
     /// first-touch page faults and cold caches, later runs do not.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     repeat: u32,
-    /// The `windowed-einsum` pass windows every dot whose all-gathered
-    /// operand has at least this many MiB (XLA's
-    /// xla_gpu_threshold_for_windowed_einsum_mib); 0 = wherever legal;
-    /// without it the pass changes nothing.
+    /// The `windowed-einsum` pass windows every all-gather-then-dot and
+    /// dot-then-reduce-scatter whose collective's full array has at least
+    /// this many MiB (XLA's xla_gpu_threshold_for_windowed_einsum_mib); 0 =
+    /// wherever legal; without it (or --windowed-einsum-by-cost) the pass
+    /// changes nothing.
     #[arg(long, value_name = "MIB", value_parser = parse_mib)]
     windowed_einsum_threshold_mib: Option<f64>,
-    /// `windowed-einsum` windows only the pairs whose loop the cost model
-    /// (--cost-model) estimates faster than the dot and its collective;
-    /// without --windowed-einsum-threshold-mib every size is considered.
+    /// `windowed-einsum` windows only the pairs whose collective the
+    /// current schedule leaves exposed and whose loop the cost model
+    /// (--cost-model) estimates faster, and keeps them only when the
+    /// simulated step gets shorter; without --windowed-einsum-threshold-mib
+    /// every size is considered.
     #[arg(long)]
     windowed_einsum_by_cost: bool,
     /// Seconds per computation for the exact scheduler (branch and bound
