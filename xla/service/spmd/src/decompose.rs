@@ -18,7 +18,9 @@
 //! applies a plan); `xla-pipelines` decides it with the scheduler's cost
 //! model.
 //!
-//! Invariants: a pair is split only when the collective and the dot have
+//! Invariants: only computations that run as programs of their own (the
+//! entry and what its loops, conditionals and calls reach) are changed; a
+//! pair is split only when the collective and the dot have
 //! no other user or operand relation (the collective is the dot's only
 //! user, or its only operand's only user), carry no control edges, and
 //! the chunked dimension divides evenly; new collectives keep the
@@ -26,7 +28,7 @@
 
 use crate::builder::Builder;
 use crate::context::ModuleContext;
-use crate::windowed_einsum::{operand_dim_of, output_dim_of, Uses};
+use crate::windowed_einsum::{operand_dim_of, output_dim_of, sequential_computations, Uses};
 use xla_hlo_ir::attrs::{AttrValue, Attribute};
 use xla_hlo_ir::{AttrKey, HloComputation, HloInstruction, HloModule, InstrId, Opcode};
 
@@ -63,7 +65,11 @@ pub struct Candidate {
 /// first per pair.
 pub fn candidates(module: &HloModule) -> Vec<Candidate> {
     let mut found = Vec::new();
+    let sequential = sequential_computations(module);
     for (computation, comp) in module.computations.iter().enumerate() {
+        if !sequential[computation] {
+            continue;
+        }
         let uses = Uses::of(comp);
         let only_user = |id: InstrId| uses.only_user(comp, id);
         for (index, collective) in comp.instructions.iter().enumerate() {

@@ -34,6 +34,10 @@
 //! sum the window products in its own ring order, so replicas of one value
 //! would differ in their last bits.
 //!
+//! Only computations that run as programs of their own are rewritten (the
+//! entry and what its loops, conditionals and calls reach), never fusions,
+//! reducers or async bodies.
+//!
 //! Invariants: after an all-gather rewrite every output element is the
 //! same dot product over the same contracting elements, so results are
 //! bitwise equal to the unwindowed program where a dot's sum does not
@@ -180,7 +184,11 @@ pub fn windowed_einsum_where(
         max_iterations: options.max_iterations,
     };
     let mut ctx = ModuleContext::new(module, num_partitions);
+    let sequential = sequential_computations(module);
     for comp_index in 0..module.computations.len() {
+        if !sequential[comp_index] {
+            continue;
+        }
         let mut candidates = find_candidates(module, comp_index, &limits);
         candidates.retain(|c| keep(comp_index, c.dot));
         if candidates.is_empty() {
@@ -228,6 +236,32 @@ struct Limits {
     num_partitions: i64,
     threshold_bytes: f64,
     max_iterations: i64,
+}
+
+/// Which computations run as programs of their own (the entry, and the
+/// bodies, conditions, branches and call targets they reach), as opposed
+/// to fusions, reducers, comparators and async bodies, where a loop or a
+/// collective may not go.
+pub(crate) fn sequential_computations(module: &HloModule) -> Vec<bool> {
+    let mut sequential = vec![false; module.computations.len()];
+    let mut stack = vec![module.entry];
+    while let Some(comp) = stack.pop() {
+        let Some(slot) = sequential.get_mut(comp.index()) else {
+            continue;
+        };
+        if std::mem::replace(slot, true) {
+            continue;
+        }
+        for instr in &module.comp(comp).instructions {
+            if matches!(
+                instr.opcode,
+                Opcode::While | Opcode::Call | Opcode::Conditional
+            ) {
+                stack.extend(instr.called_computation_ids());
+            }
+        }
+    }
+    sequential
 }
 
 /// Who uses each instruction of a computation, and which instructions
@@ -801,4 +835,65 @@ fn rewrite(
     }
     b.comp.root = map[old.root.index()];
     std::mem::replace(&mut b.comp, HloComputation::new(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sequential_computations;
+
+    #[test]
+    fn loop_bodies_are_programs_reducers_and_fusions_are_not() {
+        let module = xla_hlo_parser::parse_module(
+            "HloModule m
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%fused (p: f32[4]) -> f32[4] {
+  %p = f32[4] parameter(0)
+  ROOT %n = f32[4] negate(%p)
+}
+
+%body (t: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %t = (s32[], f32[4]) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %x = f32[4] get-tuple-element(%t), index=1
+  %f = f32[4] fusion(%x), kind=kLoop, calls=%fused
+  ROOT %r = (s32[], f32[4]) tuple(%i, %f)
+}
+
+%cond (t: (s32[], f32[4])) -> pred[] {
+  %t = (s32[], f32[4]) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %z = s32[] constant(3)
+  ROOT %lt = pred[] compare(%i, %z), direction=LT
+}
+
+ENTRY %e (x: f32[4]) -> f32[] {
+  %x = f32[4] parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[4]) tuple(%zero, %x)
+  %w = (s32[], f32[4]) while(%init), condition=%cond, body=%body
+  %y = f32[4] get-tuple-element(%w), index=1
+  %c = f32[] constant(0)
+  ROOT %sum = f32[] reduce(%y, %c), dimensions={0}, to_apply=%add
+}
+",
+        )
+        .unwrap();
+        let sequential = sequential_computations(&module);
+        let named = |name: &str| {
+            let index = module
+                .computations
+                .iter()
+                .position(|c| c.name == name)
+                .unwrap();
+            sequential[index]
+        };
+        assert!(named("e") && named("body") && named("cond"));
+        assert!(!named("add") && !named("fused"));
+    }
 }
