@@ -13,7 +13,9 @@
 //!
 //! Every output element is the same dot product, reduced (or gathered) over
 //! the same devices in the same order as before, so results are bitwise
-//! equal to the undecomposed program. How many chunks (or none) is the
+//! equal to the undecomposed program wherever a dot's sum does not depend
+//! on its shape (the interpreter's consistent mode; a GEMM library may
+//! round a smaller dot differently). How many chunks (or none) is the
 //! caller's choice per pair ([`candidates`] lists them, [`decompose`]
 //! applies a plan); `xla-pipelines` decides it with the scheduler's cost
 //! model.
