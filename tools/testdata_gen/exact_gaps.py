@@ -11,10 +11,10 @@ whether every computation of at most --small nodes (30) was settled, the
 entry's list makespan beside the exact best and the proven bound, and the
 largest gap of a schedule to its bound. Then the totals.
 
-Modules: testdata/cases/*/input.hlo, ../shared/corpus/cases/*/input.hlo and
-XLA's benchmark modules in ../shared/xla-hlo and ../shared/xla-hlo-more
-(the MaxText and DeepSeek steps partitioned by us, the others scheduled as
-the per-device programs they are).
+Modules: those of overlap_effect.py (testdata/cases, testdata/overlap_cases,
+../shared/corpus/cases and XLA's benchmark modules in ../shared/xla-hlo and
+../shared/xla-hlo-more: the MaxText and DeepSeek steps partitioned by us, the
+others scheduled as the per-device programs they are).
 
 Usage:
     python3 tools/testdata_gen/exact_gaps.py [--time-limit 0.2] [--small 30] [--only SUBSTRING]
@@ -22,7 +22,6 @@ Needs a release build of hlo-opt (cargo build --release -p hlo-opt).
 """
 
 import argparse
-import glob
 import json
 import os
 import subprocess
@@ -30,26 +29,19 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import overlap_effect  # noqa: E402
+from overlap_effect import name_of  # noqa: E402
 REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-SHARED = os.path.abspath(os.path.join(REPO_ROOT, "..", "shared"))
 PARTITION = "sharding-propagation,spmd-partitioning,latency-hiding-scheduler"
 SCHEDULE = "latency-hiding-scheduler"
 
 
 def modules():
-    found = [(p, PARTITION) for p in
-             sorted(glob.glob(os.path.join(REPO_ROOT, "testdata", "cases", "*", "input.hlo")))
-             + sorted(glob.glob(os.path.join(SHARED, "corpus", "cases", "*", "input.hlo")))]
-    for path in sorted(glob.glob(os.path.join(SHARED, "xla-hlo", "*.hlo"))
-                       + glob.glob(os.path.join(SHARED, "xla-hlo-more", "*.hlo"))):
-        passes = PARTITION if "before_optimization" in path else SCHEDULE
-        found.append((path, passes))
-    return found
-
-
-def name_of(path):
-    parent = os.path.basename(os.path.dirname(path))
-    return parent if os.path.basename(path) == "input.hlo" else os.path.basename(path)
+    """(path, passes): every module overlap_effect.py measures, partitioned
+    and scheduled, or only scheduled where it is already partitioned."""
+    return [(path, PARTITION if partition else SCHEDULE)
+            for path, partition in overlap_effect.modules([])]
 
 
 def main():

@@ -493,7 +493,7 @@ fn run(cli: &Cli) -> Result<bool> {
             cli.devices,
             cli.schedule,
             cli.consistent,
-            partition::Windowing {
+            partition::Overlap {
                 threshold_mib: cli.windowed_einsum_threshold_mib,
                 by_cost: cli.windowed_einsum_by_cost,
                 decompose: cli.decompose_collectives,

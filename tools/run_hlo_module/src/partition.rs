@@ -24,7 +24,7 @@ pub struct Partitioned {
 /// (`--windowed-einsum-*`) and `decompose-collectives`
 /// (`--decompose-collectives`).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Windowing {
+pub struct Overlap {
     pub threshold_mib: Option<f64>,
     pub by_cost: bool,
     pub decompose: bool,
@@ -34,14 +34,14 @@ pub struct Windowing {
 /// asked) on the partitioned module `m`; returns the loops made and the
 /// module's static collectives afterwards (a permute in a loop body counts
 /// once).
-fn window_dots(m: &mut HloModule, n: i64, windowing: &Windowing) -> Result<Json> {
+fn add_overlap(m: &mut HloModule, n: i64, overlap: &Overlap) -> Result<Json> {
     let options = xla_pipelines::PipelineOptions {
         num_partitions: Some(n),
         windowed_einsum: xla_pipelines::WindowedEinsumOptions {
-            threshold_mib: windowing.threshold_mib.or(Some(0.0)),
+            threshold_mib: overlap.threshold_mib.or(Some(0.0)),
             ..Default::default()
         },
-        windowed_einsum_by_cost: windowing.by_cost,
+        windowed_einsum_by_cost: overlap.by_cost,
         ..Default::default()
     };
     let loops = |m: &HloModule| {
@@ -52,10 +52,10 @@ fn window_dots(m: &mut HloModule, n: i64, windowing: &Windowing) -> Result<Json>
             .count()
     };
     let before = loops(m);
-    let windows = windowing.threshold_mib.is_some() || windowing.by_cost;
+    let windows = overlap.threshold_mib.is_some() || overlap.by_cost;
     let passes: Vec<&str> = [
         windows.then_some("windowed-einsum"),
-        windowing.decompose.then_some("decompose-collectives"),
+        overlap.decompose.then_some("decompose-collectives"),
     ]
     .into_iter()
     .flatten()
@@ -72,7 +72,7 @@ fn window_dots(m: &mut HloModule, n: i64, windowing: &Windowing) -> Result<Json>
 impl Partitioned {
     /// Propagates shardings and partitions `module` for `devices` (default:
     /// the module's `num_partitions`), then windows collective-and-dot
-    /// pairs as `windowing` asks.
+    /// pairs as `overlap` asks.
     /// With `consistent`, the partitioner runs in consistent mode and the
     /// statistics gain what that cost (see [`consistency_cost`]).
     pub fn new(
@@ -80,7 +80,7 @@ impl Partitioned {
         devices: Option<i64>,
         schedule: bool,
         consistent: bool,
-        windowing: Windowing,
+        overlap: Overlap,
     ) -> Result<Partitioned> {
         let n = devices.unwrap_or_else(|| module.num_partitions()).max(1);
         let options = xla_pipelines::PipelineOptions {
@@ -92,12 +92,11 @@ impl Partitioned {
         // Propagation changes no shape, so the global outputs have the input's root shape.
         let out_shape = m.entry_computation().root_instr().shape.clone();
         let report = xla_pipelines::spmd_pipeline(&options, false).run(&mut m)?;
-        let windowed =
-            if windowing.threshold_mib.is_some() || windowing.by_cost || windowing.decompose {
-                Some(window_dots(&mut m, n, &windowing)?)
-            } else {
-                None
-            };
+        let windowed = if overlap.threshold_mib.is_some() || overlap.by_cost || overlap.decompose {
+            Some(add_overlap(&mut m, n, &overlap)?)
+        } else {
+            None
+        };
         let seconds = |pass: &str| {
             report
                 .runs

@@ -108,6 +108,16 @@ pub fn shared_corpus_cases() -> Option<PathBuf> {
     shared_path("corpus/cases")
 }
 
+/// Every stored case folder: testdata's, then the shared corpus's where it
+/// exists (a note where it does not).
+pub fn all_case_dirs() -> Vec<PathBuf> {
+    let mut dirs = case_dirs(&testdata_cases());
+    if let Some(shared) = shared_corpus_cases() {
+        dirs.extend(case_dirs(&shared));
+    }
+    dirs
+}
+
 /// The subfolders of `parent` that hold an `input.hlo`, sorted by name
 /// (empty when `parent` does not exist).
 pub fn case_dirs(parent: &Path) -> Vec<PathBuf> {

@@ -51,26 +51,26 @@ pub fn holds_accumulation(ty: PrimitiveType) -> bool {
 /// any grouping gives the same bits (max, min, and, or; integer and pred
 /// arithmetic).
 pub fn reducer_is_order_free(module: &HloModule, comp: Option<CompId>, ty: PrimitiveType) -> bool {
-    let Some(c) = comp.and_then(|c| module.computations.get(c.index())) else {
-        return false;
-    };
-    let Some(root) = c.instructions.get(c.root.index()) else {
-        return false;
-    };
+    match binary_reducer(module, comp) {
+        Some(Opcode::Maximum | Opcode::Minimum | Opcode::And | Opcode::Or) => true,
+        Some(Opcode::Add | Opcode::Multiply | Opcode::Xor) => !order_sensitive(ty),
+        _ => false,
+    }
+}
+
+/// The opcode of a reducer computation `comp` whose root applies it to its
+/// two parameters (`add(x, y)`), if it is one.
+pub fn binary_reducer(module: &HloModule, comp: Option<CompId>) -> Option<Opcode> {
+    let c = comp.and_then(|c| module.computations.get(c.index()))?;
+    let root = c.instructions.get(c.root.index())?;
     let binary_of_params = c.parameters.len() == 2
         && root.operands.len() == 2
+        && root.operands[0] != root.operands[1]
         && root
             .operands
             .iter()
             .all(|&o| c.instr(o).opcode == Opcode::Parameter);
-    if !binary_of_params {
-        return false;
-    }
-    match root.opcode {
-        Opcode::Maximum | Opcode::Minimum | Opcode::And | Opcode::Or => true,
-        Opcode::Add | Opcode::Multiply | Opcode::Xor => !order_sensitive(ty),
-        _ => false,
-    }
+    binary_of_params.then_some(root.opcode)
 }
 
 /// Whether splitting reduced dims of `sizes` (in the reduction order's

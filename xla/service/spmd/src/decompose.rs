@@ -30,7 +30,9 @@
 
 use crate::builder::Builder;
 use crate::context::ModuleContext;
-use crate::windowed_einsum::{operand_dim_of, output_dim_of, sequential_computations, Uses};
+use crate::windowed_einsum::{
+    operand_dim_of, output_dim_of, sequential_computations, single_dimension, Uses,
+};
 use xla_hlo_ir::attrs::{AttrValue, Attribute};
 use xla_hlo_ir::{AttrKey, HloComputation, HloInstruction, HloModule, InstrId, Opcode};
 
@@ -108,10 +110,7 @@ fn reduction_candidate(
     let instr = comp.instr(collective);
     let (kind, scattered) = match instr.opcode {
         Opcode::AllReduce => (PairKind::AllReduce, None),
-        _ => match instr.ints_attr(AttrKey::Dimensions)? {
-            &[d] => (PairKind::ReduceScatter, Some(usize::try_from(d).ok()?)),
-            _ => return None,
-        },
+        _ => (PairKind::ReduceScatter, Some(single_dimension(instr)?)),
     };
     (0..dot.shape.rank())
         .filter(|&od| Some(od) != scattered)
@@ -143,10 +142,7 @@ fn gather_candidate(
     if dot.operands.iter().filter(|&&o| o == all_gather).count() != 1 {
         return None;
     }
-    let gathered = match ag.ints_attr(AttrKey::Dimensions)? {
-        &[d] => usize::try_from(d).ok()?,
-        _ => return None,
-    };
+    let gathered = single_dimension(ag)?;
     let x = comp.instr(ag.operands[0]);
     (0..x.shape.rank())
         .filter(|&d| d != gathered)

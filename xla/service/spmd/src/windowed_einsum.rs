@@ -52,6 +52,7 @@
 //! module is left as it is.
 
 use crate::builder::Builder;
+use crate::consistent::binary_reducer;
 use crate::context::ModuleContext;
 use std::sync::Arc;
 use xla_hlo_ir::attrs::{AttrValue, Attribute};
@@ -264,6 +265,14 @@ pub(crate) fn sequential_computations(module: &HloModule) -> Vec<bool> {
     sequential
 }
 
+/// The one dimension of a collective's `dimensions={d}`.
+pub(crate) fn single_dimension(collective: &HloInstruction) -> Option<usize> {
+    match collective.ints_attr(AttrKey::Dimensions)? {
+        &[d] => usize::try_from(d).ok(),
+        _ => None,
+    }
+}
+
 /// Who uses each instruction of a computation, and which instructions
 /// carry control edges (either way).
 pub(crate) struct Uses {
@@ -437,20 +446,14 @@ fn all_gather_candidate(
     if ag.opcode != Opcode::AllGather || ag.operands.len() != 1 {
         return None;
     }
-    let &[gathered] = ag.ints_attr(AttrKey::Dimensions)? else {
-        return None;
-    };
-    let output_dim = output_dim_of(comp, dot, side, usize::try_from(gathered).ok()?)?;
+    let gathered = single_dimension(ag)?;
+    let output_dim = output_dim_of(comp, dot, side, gathered)?;
     if (ag.shape.byte_size() as f64) < limits.threshold_bytes {
         return None;
     }
     let (group_size, positions, pairs) = ring(ag, limits)?;
-    let window = *comp
-        .instr(ag.operands[0])
-        .shape
-        .dims()
-        .get(gathered as usize)?;
-    if ag.shape.dims().get(gathered as usize) != Some(&(window * group_size)) {
+    let window = *comp.instr(ag.operands[0]).shape.dims().get(gathered)?;
+    if ag.shape.dims().get(gathered) != Some(&(window * group_size)) {
         return None;
     }
     Some(Candidate {
@@ -476,15 +479,12 @@ fn reduce_scatter_candidate(
     let rs = comp.instr(reduce_scatter);
     if rs.opcode != Opcode::ReduceScatter
         || rs.operands.len() != 1
-        || !sums(module, rs.to_apply()?)
+        || binary_reducer(module, rs.to_apply()) != Some(Opcode::Add)
         || rs.shape.element_type() != dot.shape.element_type()
     {
         return None;
     }
-    let &[scattered] = rs.ints_attr(AttrKey::Dimensions)? else {
-        return None;
-    };
-    let output_dim = usize::try_from(scattered).ok()?;
+    let output_dim = single_dimension(rs)?;
     let (side, operand_dim) = operand_dim_of(comp, dot, output_dim)?;
     if (dot.shape.byte_size() as f64) < limits.threshold_bytes {
         return None;
@@ -507,19 +507,6 @@ fn reduce_scatter_candidate(
         positions,
         pairs,
     })
-}
-
-/// Whether computation `reducer` is `add` of its two parameters.
-fn sums(module: &HloModule, reducer: CompId) -> bool {
-    let Some(comp) = module.computations.get(reducer.index()) else {
-        return false;
-    };
-    let root = comp.root_instr();
-    root.opcode == Opcode::Add
-        && comp.parameters.len() == 2
-        && root.operands.len() == 2
-        && root.operands.iter().all(|o| comp.parameters.contains(o))
-        && root.operands[0] != root.operands[1]
 }
 
 /// The dot of one window: the original dot's attributes on the window's

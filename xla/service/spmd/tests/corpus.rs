@@ -7,7 +7,7 @@
 //! Cases without stored arrays are skipped; in debug builds cases with more
 //! than 4 MB of arguments are skipped too (run with --release for all).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use xla_hlo_evaluator::npy::{load_argument, read_npy};
 use xla_hlo_evaluator::Value;
 use xla_hlo_pass::Pass;
@@ -43,14 +43,6 @@ const KNOWN_ABOVE_XLA: &[(&str, u64, &str)] = &[
         "XLA 1020: the same uneven axis swap as int_rem_negative_clamp_2x4",
     ),
 ];
-
-fn case_dirs() -> Vec<PathBuf> {
-    let mut dirs = xla_test_paths::case_dirs(&xla_test_paths::testdata_cases());
-    if let Some(shared) = xla_test_paths::shared_corpus_cases() {
-        dirs.extend(xla_test_paths::case_dirs(&shared));
-    }
-    dirs
-}
 
 fn args_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir.join("args"))
@@ -127,7 +119,7 @@ fn run_case(dir: &Path) -> Result<Option<(u64, u64)>, String> {
 
 #[test]
 fn every_stored_case_runs_correctly_with_no_more_communication_than_xla() {
-    let dirs = case_dirs();
+    let dirs = xla_test_paths::all_case_dirs();
     assert!(!dirs.is_empty(), "no cases found");
     let mut failures = Vec::new();
     let mut ran = 0;

@@ -12,21 +12,11 @@
 mod common;
 
 use common::{random_args, run_partitioned_in_mode};
-use std::path::PathBuf;
 use xla_hlo_evaluator::Value;
 use xla_hlo_ir::Opcode;
 use xla_hlo_pass::Pass;
 use xla_spmd_partitioner::decompose::{candidates, decompose, PairKind};
 use xla_spmd_partitioner::{partition_module, SpmdOptions};
-
-fn case_dirs() -> Vec<PathBuf> {
-    let mut dirs = xla_test_paths::case_dirs(&xla_test_paths::testdata_cases());
-    match xla_test_paths::shared_corpus_cases() {
-        Some(shared) => dirs.extend(xla_test_paths::case_dirs(&shared)),
-        None => eprintln!("note: ../shared/corpus is absent; testdata cases only"),
-    }
-    dirs
-}
 
 /// Every output element has the same bits (NaNs included, which `==`
 /// would call different).
@@ -45,7 +35,7 @@ fn assert_bitwise_equal(got: &Value, want: &Value, name: &str) {
 #[test]
 fn split_collectives_compute_bitwise_what_whole_ones_compute() {
     let (mut cases, mut pairs) = (0, [0usize; 3]);
-    for dir in case_dirs() {
+    for dir in xla_test_paths::all_case_dirs() {
         let Ok(text) = std::fs::read_to_string(dir.join("input.hlo")) else {
             continue;
         };

@@ -12,7 +12,6 @@
 mod common;
 
 use common::{compare, random_args, run_partitioned, run_partitioned_in_mode};
-use std::path::PathBuf;
 use xla_hlo_ir::stats::ModuleStats;
 use xla_hlo_ir::{HloModule, Opcode};
 use xla_hlo_pass::Pass;
@@ -20,15 +19,6 @@ use xla_spmd_partitioner::windowed_einsum::{
     windowed_einsum, WindowedEinsumOptions, WindowedEinsumStats,
 };
 use xla_spmd_partitioner::{partition_module, SpmdOptions};
-
-fn case_dirs() -> Vec<PathBuf> {
-    let mut dirs = xla_test_paths::case_dirs(&xla_test_paths::testdata_cases());
-    match xla_test_paths::shared_corpus_cases() {
-        Some(shared) => dirs.extend(xla_test_paths::case_dirs(&shared)),
-        None => eprintln!("note: ../shared/corpus is absent; testdata cases only"),
-    }
-    dirs
-}
 
 fn always() -> WindowedEinsumOptions {
     WindowedEinsumOptions {
@@ -64,7 +54,7 @@ fn count(module: &HloModule, opcode: Opcode) -> usize {
 fn windowed_cases_compute_what_the_unwindowed_ones_compute() {
     let mut total = WindowedEinsumStats::default();
     let mut windowed_cases = 0;
-    for dir in case_dirs() {
+    for dir in xla_test_paths::all_case_dirs() {
         let Some((global, plain)) = partitioned(&dir) else {
             continue;
         };
