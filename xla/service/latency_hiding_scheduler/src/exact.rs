@@ -17,12 +17,20 @@
 //! free) from a given order, within a time limit, and returns the best
 //! order with a proven lower bound: the optimum (gap 0) when the search
 //! finishes, the detailed lower bound of `Graph::lower_bounds` otherwise.
-//! `tests/exact.rs` checks it against brute force over every valid order.
+//! [`solve_within_memory`] adds the memory limit: the peak of live bytes
+//! (`memory::peak_of_order`'s model, parameters included) of every order
+//! it returns as fitting stays within it. Live bytes depend only on which
+//! nodes are placed, so the search tracks them per state and prunes a
+//! state whose placement overflows; nodes that allocate are decisions
+//! then (placing them early is not free). `tests/exact.rs` checks both
+//! against brute force over every valid order.
 //!
 //! Invariants: `exact_bound` returns `None` rather than a value when the
 //! search space is too large (more than `MAX_DECISIONS` decision nodes or
 //! `budget` expansions); a returned value never exceeds `upper`. `solve`
-//! never returns an order slower than the one it was given.
+//! never returns an order slower than the one it was given; with a memory
+//! limit, never one that does not fit when the given one does, nor a
+//! slower fitting one.
 
 use crate::graph::{Graph, NodeKind};
 use crate::kinds::NUM_RESOURCES;
@@ -42,6 +50,12 @@ struct State {
     inflight: [usize; NUM_RESOURCES],
     rem_compute: f64,
     done_count: usize,
+    /// Memory tracking (empty without a limit): uses still to place per
+    /// buffer, and live bytes of temporaries.
+    pending_uses: Vec<u32>,
+    live: u64,
+    /// A placement overflowed the memory limit.
+    overflow: bool,
     /// Nodes in the order they were placed.
     order: Vec<u32>,
 }
@@ -64,7 +78,66 @@ struct Search<'a> {
     /// Time profiles already explored per set of placed nodes: a state
     /// whose profile is no earlier anywhere than a seen one is dominated.
     seen: FxHashMap<Vec<u64>, Vec<Vec<f64>>>,
+    memory: Option<MemoryTrack>,
 }
+
+/// What the search needs to follow live bytes under a limit.
+struct MemoryTrack {
+    /// Bytes of temporaries allowed (the limit less the parameters).
+    limit: u64,
+    /// Buffers counted as temporaries: defined by a node, not a parameter.
+    counted: Vec<bool>,
+    /// Buffers the root returns: live to the end.
+    held: Vec<bool>,
+}
+
+impl MemoryTrack {
+    fn new(g: &Graph, limit: u64) -> MemoryTrack {
+        let b = &g.buffers;
+        let mut counted = vec![false; b.num_buffers()];
+        for i in 0..g.n {
+            for &d in b.defs.get(i) {
+                counted[d as usize] = !b.is_param[d as usize];
+            }
+        }
+        let mut held = vec![false; b.num_buffers()];
+        for &r in &b.root_uses {
+            if let Some(h) = held.get_mut(r as usize) {
+                *h = true;
+            }
+        }
+        MemoryTrack {
+            limit: limit.saturating_sub(b.param_bytes),
+            counted,
+            held,
+        }
+    }
+
+    /// Number of nodes using each buffer.
+    fn use_counts(g: &Graph) -> Vec<u32> {
+        let b = &g.buffers;
+        let mut count = vec![0u32; b.num_buffers()];
+        for i in 0..g.n {
+            for &u in b.uses.get(i) {
+                count[u as usize] += 1;
+            }
+        }
+        count
+    }
+
+    /// Whether node `i` changes live bytes when placed.
+    fn allocates(&self, g: &Graph, i: usize) -> bool {
+        g.transient.get(i).copied().unwrap_or(0) > 0
+            || g.buffers
+                .defs
+                .get(i)
+                .iter()
+                .any(|&d| self.counted[d as usize])
+    }
+}
+
+/// A freed buffer's entry in `State::pending_uses`.
+const FREED: u32 = u32::MAX;
 
 /// The relaxed optimum of `g`, given an achievable makespan `upper` (the
 /// scheduler's) and the position of each node in that schedule (`rank`,
@@ -141,6 +214,10 @@ pub struct ExactSchedule {
     pub optimal: bool,
     /// Search nodes expanded.
     pub expansions: usize,
+    /// Peak live bytes of `order` (parameters included), and whether it is
+    /// within the memory limit (always, without one).
+    pub peak_bytes: u64,
+    pub fits_memory: bool,
 }
 
 impl ExactSchedule {
@@ -169,19 +246,41 @@ pub fn solve(
     order: &[u32],
     time_limit: Duration,
 ) -> ExactSchedule {
+    solve_within_memory(g, limits, order, time_limit, None)
+}
+
+/// [`solve`] under a memory limit (bytes, parameters included, as
+/// `memory::peak_of_order` counts them): the fastest order found whose
+/// peak fits. When the given order does not fit, any fitting order beats
+/// it; when the search finds none, the given order comes back with
+/// `fits_memory` false. The bound ignores memory, so it stays a lower
+/// bound of the constrained problem; `optimal` means the search finished,
+/// i.e. no fitting order is faster.
+pub fn solve_within_memory(
+    g: &Graph,
+    limits: &[usize; NUM_RESOURCES],
+    order: &[u32],
+    time_limit: Duration,
+    memory_limit: Option<u64>,
+) -> ExactSchedule {
     let lanes = limits.map(|l| l.max(1));
     let simulate = |order: &[u32]| {
         crate::simulator::simulate_graph(g, order, &lanes, None, false)
             .0
             .makespan
     };
+    let peak_of = |order: &[u32]| crate::memory::peak_of_order(&g.buffers, order, &g.transient).0;
     let incumbent = simulate(order);
+    let peak = peak_of(order);
+    let fits = memory_limit.is_none_or(|l| peak <= l);
     let mut best = ExactSchedule {
         order: order.to_vec(),
         makespan: incumbent,
         bound: g.lower_bounds(&lanes, true).value().min(incumbent),
         optimal: false,
         expansions: 0,
+        peak_bytes: peak,
+        fits_memory: fits,
     };
     let mut rank = vec![usize::MAX; g.n];
     for (position, &node) in order.iter().enumerate() {
@@ -196,23 +295,33 @@ pub fn solve(
         deadline: Some(Instant::now() + time_limit),
     };
     // The incumbent plus a hair, so the search also proves it optimal when
-    // nothing beats it.
-    let upper = incumbent * (1.0 + 1e-9) + 1e-9;
-    let Some(found) = search(g, &lanes, upper, &rank, limit) else {
+    // nothing beats it; anything fitting when the incumbent does not.
+    let upper = if fits {
+        incumbent * (1.0 + 1e-9) + 1e-9
+    } else {
+        f64::INFINITY
+    };
+    let memory = memory_limit.map(|l| MemoryTrack::new(g, l));
+    let Some(found) = search_with(g, &lanes, upper, &rank, limit, memory) else {
         return best;
     };
     if let Some(order) = found.order.filter(|o| o.len() == g.n) {
         let makespan = simulate(&order);
-        if makespan < best.makespan {
+        let peak = peak_of(&order);
+        let order_fits = memory_limit.is_none_or(|l| peak <= l);
+        if order_fits && (!best.fits_memory || makespan < best.makespan) {
             best.order = order;
             best.makespan = makespan;
+            best.peak_bytes = peak;
+            best.fits_memory = true;
         }
     }
     best.expansions = found.expansions;
-    if found.bound.is_some() {
+    if found.bound.is_some() && best.fits_memory {
         best.optimal = true;
         best.bound = best.makespan;
     }
+    best.bound = best.bound.min(best.makespan);
     best
 }
 
@@ -222,6 +331,17 @@ fn search(
     upper: f64,
     rank: &[usize],
     limit: Limit,
+) -> Option<SearchResult> {
+    search_with(g, limits, upper, rank, limit, None)
+}
+
+fn search_with(
+    g: &Graph,
+    limits: &[usize; NUM_RESOURCES],
+    upper: f64,
+    rank: &[usize],
+    limit: Limit,
+    memory: Option<MemoryTrack>,
 ) -> Option<SearchResult> {
     let n = g.n;
     let delta = limit.free_below;
@@ -240,6 +360,9 @@ fn search(
                 w[i] = g.lb_cost[i];
                 decision[i] = true;
             }
+        }
+        if memory.as_ref().is_some_and(|m| m.allocates(g, i)) {
+            decision[i] = true;
         }
     }
     if decision.iter().filter(|&&d| d).count() > limit.max_decisions {
@@ -267,6 +390,13 @@ fn search(
         rem_compute: w.iter().sum(),
         done_count: 0,
         order: Vec::with_capacity(n),
+        pending_uses: if memory.is_some() {
+            MemoryTrack::use_counts(g)
+        } else {
+            Vec::new()
+        },
+        live: 0,
+        overflow: false,
     };
     let mut s = Search {
         g,
@@ -282,6 +412,7 @@ fn search(
         exhausted: false,
         best_order: None,
         seen: FxHashMap::default(),
+        memory,
     };
     let mut st = state;
     s.close(&mut st);
@@ -333,6 +464,39 @@ impl Search<'_> {
         }
         for &x in g.succs.get(i) {
             st.remaining[x as usize] -= 1;
+        }
+        if let Some(memory) = &self.memory {
+            Self::track_memory(memory, g, st, i);
+        }
+    }
+
+    /// Live bytes after placing `i`, as `memory::peak_of_order` counts
+    /// them: its buffers become live, the step's peak adds its transient,
+    /// then every buffer whose last use (or whose definition, when it has
+    /// no use) this was dies, except the root's.
+    fn track_memory(memory: &MemoryTrack, g: &Graph, st: &mut State, i: usize) {
+        let b = &g.buffers;
+        for &d in b.defs.get(i) {
+            let d = d as usize;
+            if memory.counted[d] && st.pending_uses[d] != FREED {
+                st.live += b.size[d];
+            }
+        }
+        if st.live + g.transient.get(i).copied().unwrap_or(0) > memory.limit {
+            st.overflow = true;
+        }
+        for &u in b.uses.get(i) {
+            let u = u as usize;
+            if st.pending_uses[u] != FREED {
+                st.pending_uses[u] -= 1;
+            }
+        }
+        for &x in b.uses.get(i).iter().chain(b.defs.get(i)) {
+            let x = x as usize;
+            if st.pending_uses[x] == 0 && memory.counted[x] && !memory.held[x] {
+                st.live = st.live.saturating_sub(b.size[x]);
+                st.pending_uses[x] = FREED;
+            }
         }
     }
 
@@ -416,6 +580,9 @@ impl Search<'_> {
             return;
         }
         let g = self.g;
+        if st.overflow {
+            return;
+        }
         if st.done_count == g.n {
             let end = st.comm_end.iter().copied().fold(st.t, f64::max);
             if end < self.best {

@@ -47,8 +47,10 @@ pub struct SchedulerConfig {
     pub convert: Option<AsyncConversionConfig>,
     /// How ready compute is ranked.
     pub priority: Priority,
-    /// Per computation, time for the exact search (`exact::solve`) to
-    /// improve the list schedule without a memory limit binding; `None`:
+    /// Per computation, time for the exact search
+    /// (`exact::solve_within_memory`, held to `memory_limit` in the entry)
+    /// to improve the list schedule: it takes the search's order when that
+    /// is faster and fits, or fits where the list order does not; `None`:
     /// the list scheduler alone (the fast default).
     pub exact_time_limit: Option<std::time::Duration>,
 }
@@ -218,16 +220,39 @@ pub fn schedule_module(
                         }
                     }
                 }
-                if let (Some(time_limit), None) = (config.exact_time_limit, policy) {
-                    let solved = crate::exact::solve(&g, &config.overlap_limits, &ord, time_limit);
-                    if solved.makespan < s.makespan {
+                if let Some(time_limit) = config.exact_time_limit {
+                    // The memory limit applies to the entry's peak (a
+                    // fitting order replaces one that does not fit); under
+                    // a limit, a callee's order may not raise its own peak,
+                    // which its callers count while it runs.
+                    let memory_limit = config.memory_limit.map(|limit| {
+                        if c == module.entry {
+                            limit
+                        } else {
+                            s.peak_total
+                        }
+                    });
+                    let solved = crate::exact::solve_within_memory(
+                        &g,
+                        &config.overlap_limits,
+                        &ord,
+                        time_limit,
+                        memory_limit,
+                    );
+                    let list_fits = memory_limit.is_none_or(|l| s.peak_total <= l);
+                    let better = solved.fits_memory
+                        && (solved.makespan < s.makespan || !list_fits)
+                        && solved.order != ord;
+                    if better {
                         let (sa, _) =
                             simulate_graph(&g, &solved.order, &config.overlap_limits, None, false);
                         log::debug!(
-                            "exact schedule of %{}: {:.1} -> {:.1} us ({})",
+                            "exact schedule of %{}: {:.1} -> {:.1} us, peak {} -> {} bytes ({})",
                             comp.name,
                             s.makespan,
                             sa.makespan,
+                            s.peak_total,
+                            sa.peak_total,
                             if solved.optimal {
                                 "optimal"
                             } else {

@@ -10,9 +10,9 @@ mod common;
 use common::{fixed, parse};
 use std::time::Duration;
 use xla_hlo_ir::HloModule;
-use xla_latency_hiding_scheduler::exact::solve;
+use xla_latency_hiding_scheduler::exact::{solve, solve_within_memory};
 use xla_latency_hiding_scheduler::graph::{Graph, NodeKind};
-use xla_latency_hiding_scheduler::simulator::simulate_graph;
+use xla_latency_hiding_scheduler::simulator::{peak_total_of, simulate_graph};
 use xla_latency_hiding_scheduler::{CostModel, NUM_RESOURCES};
 
 /// A small deterministic generator.
@@ -31,8 +31,19 @@ impl Rng {
 
 /// A random entry computation: two parameters, then `ops` instructions,
 /// each a compute op on earlier values or an async all-reduce or
-/// all-gather pair; costs (µs) per instruction name.
+/// all-gather pair; costs (µs) per instruction name. Every value is an
+/// output.
 fn random_module(rng: &mut Rng, ops: usize) -> (String, Vec<(String, f64)>) {
+    random_module_with(rng, ops, true)
+}
+
+/// `random_module`; with `all_outputs` false only values nothing uses are
+/// outputs, so buffers die at their last use and the order sets the peak.
+fn random_module_with(
+    rng: &mut Rng,
+    ops: usize,
+    all_outputs: bool,
+) -> (String, Vec<(String, f64)>) {
     let mut lines = vec![
         "  %p0 = f32[4] parameter(0)".to_string(),
         "  %p1 = f32[4] parameter(1)".to_string(),
@@ -79,9 +90,22 @@ fn random_module(rng: &mut Rng, ops: usize) -> (String, Vec<(String, f64)>) {
             }
         }
     }
-    // Every value is an output, so nothing is dead.
-    let outputs: Vec<String> = values.iter().map(|v| format!("%{v}")).collect();
-    let shapes: Vec<&str> = values.iter().map(|_| "f32[4]").collect();
+    let used: std::collections::HashSet<String> = lines
+        .iter()
+        .flat_map(|line| {
+            let operands = line.split_once('(').map_or("", |(_, rest)| rest);
+            operands
+                .split(|c: char| !c.is_alphanumeric())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let outputs: Vec<String> = values
+        .iter()
+        .filter(|v| all_outputs || !used.contains(*v))
+        .map(|v| format!("%{v}"))
+        .collect();
+    let shapes: Vec<&str> = outputs.iter().map(|_| "f32[4]").collect();
     let text = format!(
         "HloModule r, num_partitions=2\n\n%sum (x: f32[], y: f32[]) -> f32[] {{\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n  ROOT %s = f32[] add(%x, %y)\n}}\n\nENTRY %e (p0: f32[4], p1: f32[4]) -> ({}) {{\n{}\n  ROOT %out = ({}) tuple({})\n}}\n",
         shapes.join(", "),
@@ -105,6 +129,13 @@ fn makespan(g: &Graph, order: &[u32], limits: &[usize; NUM_RESOURCES]) -> f64 {
 /// never more than `limits[r]` operations of resource `r` in flight (the
 /// schedule validator's rule).
 fn brute_force(g: &Graph, limits: &[usize; NUM_RESOURCES]) -> (f64, usize) {
+    brute_force_within(g, limits, u64::MAX)
+}
+
+/// `brute_force` over the orders whose peak of live bytes
+/// (`memory::peak_of_order`, parameters included) is at most `memory`:
+/// `(minimum makespan, orders counted)`; infinity when none fits.
+fn brute_force_within(g: &Graph, limits: &[usize; NUM_RESOURCES], memory: u64) -> (f64, usize) {
     struct Walk<'a> {
         g: &'a Graph,
         limits: &'a [usize; NUM_RESOURCES],
@@ -113,13 +144,16 @@ fn brute_force(g: &Graph, limits: &[usize; NUM_RESOURCES]) -> (f64, usize) {
         order: Vec<u32>,
         best: f64,
         count: usize,
+        memory: u64,
     }
     impl Walk<'_> {
         fn walk(&mut self) {
             let g = self.g;
             if self.order.len() == g.n {
                 self.count += 1;
-                self.best = self.best.min(makespan(g, &self.order, self.limits));
+                if peak_total_of(g, &self.order) <= self.memory {
+                    self.best = self.best.min(makespan(g, &self.order, self.limits));
+                }
                 return;
             }
             for i in 0..g.n {
@@ -163,6 +197,7 @@ fn brute_force(g: &Graph, limits: &[usize; NUM_RESOURCES]) -> (f64, usize) {
         order: Vec::new(),
         best: f64::INFINITY,
         count: 0,
+        memory,
     };
     walk.walk();
     (walk.best, walk.count)
@@ -231,6 +266,82 @@ fn exact_schedules_are_optimal_against_brute_force() {
     assert_eq!(checked, 120);
 }
 
+/// Under a memory limit between the least and the greatest peak of any
+/// order, the exact search finds the fastest fitting order (brute force
+/// over every order), never returns one above the limit, and when the
+/// start order does not fit, still returns a fitting one.
+#[test]
+fn exact_schedules_under_a_memory_limit_are_optimal_against_brute_force() {
+    let mut rng = Rng(0x5151_7a7a_0102_0304);
+    let mut checked = 0;
+    let mut binding = 0;
+    for case in 0..40 {
+        let ops = 4 + case % if cfg!(debug_assertions) { 5 } else { 8 };
+        let (text, costs) = random_module_with(&mut rng, ops, false);
+        let module = parse(&text);
+        let costs: Vec<(&str, f64)> = costs.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+        let model = fixed(&costs);
+        let g = graph(&module, model.as_ref());
+        let limits = [1; NUM_RESOURCES];
+        let (free_optimum, _) = brute_force(&g, &limits);
+        // The least peak over all orders, and a limit halfway to the peak
+        // of the poor start order.
+        let start = poor_order(&g);
+        let start_peak = peak_total_of(&g, &start);
+        let least = least_peak(&g);
+        for memory in [least, (least + start_peak) / 2] {
+            let (optimum, count) = brute_force_within(&g, &limits, memory);
+            assert!(optimum.is_finite(), "case {case}: no order fits {memory}");
+            let exact =
+                solve_within_memory(&g, &limits, &start, Duration::from_secs(10), Some(memory));
+            assert!(exact.optimal, "case {case}: search did not finish\n{text}");
+            assert!(exact.fits_memory, "case {case}: no fitting order found");
+            assert!(peak_total_of(&g, &exact.order) <= memory);
+            assert_eq!(exact.peak_bytes, peak_total_of(&g, &exact.order));
+            assert!(
+                (exact.makespan - optimum).abs() <= 1e-9 * (1.0 + optimum),
+                "case {case}, limit {memory}: exact {} but brute force {optimum} over {count} orders\n{text}",
+                exact.makespan
+            );
+            if optimum > free_optimum + 1e-9 {
+                binding += 1;
+            }
+            checked += 1;
+        }
+    }
+    eprintln!("{checked} computations under a memory limit, {binding} where it binds");
+    assert_eq!(checked, 80);
+    assert!(binding >= 5, "the limit bound only {binding} times");
+}
+
+/// The least peak of live bytes over every valid order (one lane).
+fn least_peak(g: &Graph) -> u64 {
+    fn walk(g: &Graph, remaining: &mut Vec<usize>, order: &mut Vec<u32>, best: &mut u64) {
+        if order.len() == g.n {
+            *best = (*best).min(peak_total_of(g, order));
+            return;
+        }
+        for i in 0..g.n {
+            if remaining[i] != 0 || order.contains(&(i as u32)) {
+                continue;
+            }
+            order.push(i as u32);
+            for &s in g.succs.get(i) {
+                remaining[s as usize] -= 1;
+            }
+            walk(g, remaining, order, best);
+            for &s in g.succs.get(i) {
+                remaining[s as usize] += 1;
+            }
+            order.pop();
+        }
+    }
+    let mut remaining: Vec<usize> = (0..g.n).map(|i| g.preds.get(i).len()).collect();
+    let mut best = u64::MAX;
+    walk(g, &mut remaining, &mut Vec::new(), &mut best);
+    best
+}
+
 #[test]
 fn without_time_the_start_order_and_a_valid_bound_come_back() {
     let mut rng = Rng(42);
@@ -253,7 +364,8 @@ fn without_time_the_start_order_and_a_valid_bound_come_back() {
 
 /// With a time limit for the exact search, the scheduler never returns a
 /// slower schedule than the list scheduler alone, on XLA's partitioned
-/// programs of testdata's cases, and its schedules stay valid.
+/// programs of testdata's cases; held to the list schedule's peak as its
+/// memory limit, it still never is, and its peak stays within it.
 #[test]
 fn the_scheduler_with_exact_search_is_never_slower() {
     use xla_latency_hiding_scheduler::SchedulerConfig;
@@ -278,6 +390,19 @@ fn the_scheduler_with_exact_search_is_never_slower() {
             "{}: {} > {}",
             dir.display(),
             exact.entry.makespan,
+            list.entry.makespan
+        );
+        let held = SchedulerConfig {
+            memory_limit: Some(list.entry.peak_total),
+            ..with_exact
+        };
+        let within = common::schedule(&module, &held, model.as_ref()).1;
+        assert!(within.entry.peak_total <= list.entry.peak_total);
+        assert!(
+            within.entry.makespan <= list.entry.makespan * (1.0 + 1e-9),
+            "{}: {} > {} under the memory limit",
+            dir.display(),
+            within.entry.makespan,
             list.entry.makespan
         );
         compared += 1;
