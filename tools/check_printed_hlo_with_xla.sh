@@ -31,17 +31,20 @@ for f in "${files[@]}"; do
   echo "$dst" >> "$list"
 done
 # The partitioned programs of testdata's cases with every legal dot windowed
-# (collective matmul loops: while, collective-permute, dynamic slices).
+# (collective matmul loops: while, collective-permute, dynamic slices), one
+# way and both ways round the ring.
 windowed=0
 while IFS= read -r f; do
-  i=$((i + 1))
-  dst="$out/$i.hlo"
-  "$HLO_OPT" "$f" --passes=sharding-propagation,spmd-partitioning,windowed-einsum \
-    --windowed-einsum-threshold-mib 0 -o "$dst"
-  if grep -q windowed_einsum_body "$dst"; then
-    echo "$dst" >> "$list"
-    windowed=$((windowed + 1))
-  fi
+  for direction in "" --windowed-einsum-bidirectional; do
+    i=$((i + 1))
+    dst="$out/$i.hlo"
+    "$HLO_OPT" "$f" --passes=sharding-propagation,spmd-partitioning,windowed-einsum \
+      --windowed-einsum-threshold-mib 0 $direction -o "$dst"
+    if grep -q windowed_einsum_body "$dst"; then
+      echo "$dst" >> "$list"
+      windowed=$((windowed + 1))
+    fi
+  done
 done < <(find testdata/cases -name input.hlo | sort)
 total=$((${#files[@]} + windowed))
 echo "printed $total files with hlo-opt ($windowed windowed-einsum programs); checking them with XLA's parser"

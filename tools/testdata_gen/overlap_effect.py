@@ -19,7 +19,7 @@ of its step as exposed communication, and every module whose step time
 changes; then the counts of modules improved, unchanged and worse.
 
 Usage:
-    python3 tools/testdata_gen/overlap_effect.py [--threshold-mib 0] [--by-cost] [--decompose]
+    python3 tools/testdata_gen/overlap_effect.py [--threshold-mib 0] [--by-cost] [--bidirectional] [--decompose]
         [--cost-model analytical] [--extra FILE ...]
 Needs a release build of hlo-opt (cargo build --release -p hlo-opt).
 """
@@ -53,12 +53,14 @@ def modules(extra):
     return out
 
 
-def report(hlo_opt, path, passes, threshold, cost_model, by_cost=False):
+def report(hlo_opt, path, passes, threshold, cost_model, by_cost=False, bidirectional=False):
     cmd = [hlo_opt, path, "--passes=" + passes, "--schedule-report", "--cost-model", cost_model]
     if threshold is not None:
         cmd += ["--windowed-einsum-threshold-mib", str(threshold)]
     if by_cost:
         cmd.append("--windowed-einsum-by-cost")
+    if bidirectional:
+        cmd.append("--windowed-einsum-bidirectional")
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return None, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed"
@@ -79,6 +81,8 @@ def main():
     ap.add_argument("--extra", nargs="*", default=[])
     ap.add_argument("--by-cost", action="store_true",
                     help="window only the pairs the cost model says pay (--windowed-einsum-by-cost)")
+    ap.add_argument("--bidirectional", action="store_true",
+                    help="bidirectional windowed loops (--windowed-einsum-bidirectional)")
     ap.add_argument("--decompose", action="store_true",
                     help="also run decompose-collectives after windowed-einsum")
     ap.add_argument("--json", help="write every row here")
@@ -93,7 +97,8 @@ def main():
             continue
         passes = base + "windowed-einsum" + (",decompose-collectives" if args.decompose else "")
         after, err = report(args.hlo_opt, path, passes + ",latency-hiding-scheduler",
-                            args.threshold_mib, args.cost_model, args.by_cost)
+                            args.threshold_mib, args.cost_model, args.by_cost,
+                            args.bidirectional)
         if after is None:
             print("FAILED %s with windowed-einsum: %s" % (name_of(path), err), file=sys.stderr)
             continue

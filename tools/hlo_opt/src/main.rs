@@ -197,6 +197,11 @@ struct Args {
     /// every size is considered.
     #[arg(long)]
     windowed_einsum_by_cost: bool,
+    /// `windowed-einsum` sends windows both ways round the ring in groups
+    /// of 5 or more devices: about half the iterations, two dots and two
+    /// permutes each (smaller groups stay unidirectional).
+    #[arg(long)]
+    windowed_einsum_bidirectional: bool,
     /// Seconds per computation for the exact scheduler (branch and bound
     /// from the list schedule): the latency-hiding scheduler keeps its
     /// order when faster, and --schedule-report gains "exact": each
@@ -288,6 +293,7 @@ fn run_passes(
             threshold_mib: args
                 .windowed_einsum_threshold_mib
                 .or(args.windowed_einsum_by_cost.then_some(0.0)),
+            bidirectional: args.windowed_einsum_bidirectional,
             ..Default::default()
         },
         windowed_einsum_by_cost: args.windowed_einsum_by_cost,

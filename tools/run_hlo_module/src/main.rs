@@ -169,6 +169,10 @@ struct Cli {
     /// (every size, unless --windowed-einsum-threshold-mib limits it).
     #[arg(long, requires = "partition")]
     windowed_einsum_by_cost: bool,
+    /// With --partition: windowed loops send windows both ways round the
+    /// ring in groups of 5 or more devices (half the iterations).
+    #[arg(long, requires = "partition")]
+    windowed_einsum_bidirectional: bool,
     /// With --partition: split collectives and the dots they feed or come
     /// from into chunks that overlap, where the analytical cost model says
     /// it pays and the simulated step gets shorter (Concerto's
@@ -496,6 +500,7 @@ fn run(cli: &Cli) -> Result<bool> {
             partition::Overlap {
                 threshold_mib: cli.windowed_einsum_threshold_mib,
                 by_cost: cli.windowed_einsum_by_cost,
+                bidirectional: cli.windowed_einsum_bidirectional,
                 decompose: cli.decompose_collectives,
             },
         )?)

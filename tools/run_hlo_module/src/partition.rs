@@ -27,6 +27,7 @@ pub struct Partitioned {
 pub struct Overlap {
     pub threshold_mib: Option<f64>,
     pub by_cost: bool,
+    pub bidirectional: bool,
     pub decompose: bool,
 }
 
@@ -39,6 +40,7 @@ fn add_overlap(m: &mut HloModule, n: i64, overlap: &Overlap) -> Result<Json> {
         num_partitions: Some(n),
         windowed_einsum: xla_pipelines::WindowedEinsumOptions {
             threshold_mib: overlap.threshold_mib.or(Some(0.0)),
+            bidirectional: overlap.bidirectional,
             ..Default::default()
         },
         windowed_einsum_by_cost: overlap.by_cost,

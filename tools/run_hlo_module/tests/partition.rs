@@ -175,3 +175,32 @@ fn windowed_einsum_flags() {
     let by_cost = run_with("--windowed-einsum-by-cost");
     assert_eq!(by_cost["loops"], 0, "{by_cost}");
 }
+
+/// `--windowed-einsum-bidirectional` on a dot whose reduce-scatter spans
+/// all 8 devices: one loop whose permutes go both ways round the ring
+/// (five static permutes instead of one), and the outputs still match
+/// XLA's.
+#[test]
+fn bidirectional_windowed_einsum_flag() {
+    let c = case("dot_output_sharded_like_contracting");
+    let out = Command::new(env!("CARGO_BIN_EXE_run_hlo_module"))
+        .arg(c.join("input.hlo"))
+        .arg("--partition")
+        .args(["--args".as_ref(), c.join("args").as_os_str()])
+        .args(["--expected".as_ref(), c.join("expected").as_os_str()])
+        .args(["--rtol", "1e-4", "--atol", "1e-4"])
+        .args(["--windowed-einsum-threshold-mib", "0"])
+        .arg("--windowed-einsum-bidirectional")
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{line}");
+    let json: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(json["all_matched"], true, "{json}");
+    let windowed = &json["partition"]["windowed_einsum"];
+    assert_eq!(windowed["loops"], 1, "{windowed}");
+    assert_eq!(
+        windowed["collectives"]["collective-permute"], 5,
+        "{windowed}"
+    );
+}

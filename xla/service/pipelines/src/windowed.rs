@@ -11,8 +11,11 @@
 //! after, each of the loop's `n - 1` iterations takes the longer of its
 //! body's compute and its permute (they are independent in the body, and
 //! the latency-hiding scheduler overlaps them), plus the peeled step's
-//! compute (as much as one body's). Windows are taken from a trial copy of
-//! the module with every eligible pair windowed.
+//! compute (as much as one body's). A bidirectional loop's body holds two
+//! steps; around it run the own window's dot beside the first two permutes
+//! and the peeled steps (up to one and a half bodies of compute). Windows
+//! are taken from a trial copy of the module with every eligible pair
+//! windowed.
 //!
 //! The choice is then checked on the whole module: both versions are
 //! scheduled by the latency-hiding scheduler and simulated under the same
@@ -188,7 +191,12 @@ fn pays(
         compute += c;
         transfer += t;
     }
-    let after = windowed.trip_count as f64 * f64::max(compute, transfer) + compute;
+    let iterations = windowed.trip_count as f64 * f64::max(compute, transfer);
+    let after = if windowed.bidirectional {
+        f64::max(compute / 2.0, transfer) + iterations + 1.5 * compute
+    } else {
+        iterations + compute
+    };
     after < before
 }
 

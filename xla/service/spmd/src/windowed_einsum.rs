@@ -29,6 +29,27 @@
 //!
 //! Either way the `n - 1` permutes move exactly what the collective moved.
 //!
+//! Bidirectional loops (`bidirectional`, groups of at least 5) send
+//! windows both ways around the ring, so a loop takes about half as many
+//! iterations, each with two dots and two permutes that run concurrently.
+//! With `F = ceil((n - 1) / 2)` windows coming one way and
+//! `B = floor((n - 1) / 2)` the other:
+//!   - all-gather: device `k` multiplies its own window before the loop
+//!     and sends it both ways; iteration `j` (1 <= j < B) multiplies the
+//!     windows `k + j` and `k - j` it holds while passing them on (to
+//!     `k - 1` and `k + 1`); step `B` is peeled, and for even `n` the last
+//!     window `k + F` arrives by one more permute after it;
+//!   - reduce-scatter: two running sums travel the two ways, one through
+//!     the `F` devices after `k` (toward `k - 1`), one through the `B`
+//!     before it (toward `k + 1`); the first step of each is peeled (both
+//!     first steps of the longer one for even `n`), each iteration passes
+//!     both sums on and adds its two blocks, and after the loop device
+//!     `k` adds both received sums to its own block's dot.
+//!
+//! Again `F + B = n - 1` windows or sums move, as many bytes as the
+//! collective; on a node whose GPUs share one switch the two ways share
+//! each GPU's links, so the gain is fewer steps, not more bandwidth.
+//!
 //! An all-gather along a contracting dimension (FSDP-style weights) is
 //! left alone: every device of the group would hold the whole output but
 //! sum the window products in its own ring order, so replicas of one value
@@ -73,6 +94,9 @@ pub struct WindowedEinsumOptions {
     pub threshold_mib: Option<f64>,
     /// Largest group (loop trip count) to window over.
     pub max_iterations: i64,
+    /// Send windows both ways around the ring (groups of 5 or more; smaller
+    /// groups get unidirectional loops).
+    pub bidirectional: bool,
 }
 
 impl Default for WindowedEinsumOptions {
@@ -80,6 +104,7 @@ impl Default for WindowedEinsumOptions {
         WindowedEinsumOptions {
             threshold_mib: None,
             max_iterations: 32,
+            bidirectional: false,
         }
     }
 }
@@ -106,6 +131,8 @@ pub struct WindowedLoop {
     /// The loop body's name after the pass, and its trip count.
     pub body: String,
     pub trip_count: i64,
+    /// The loop sends both ways around the ring.
+    pub bidirectional: bool,
 }
 
 /// Which collective the loop replaces.
@@ -136,9 +163,29 @@ struct Candidate {
     positions: Arc<[i64]>,
     /// `(source, target)`: each device sends to its group predecessor.
     pairs: Vec<(i64, i64)>,
+    /// Each device to its group successor (the other way round the ring).
+    backward_pairs: Vec<(i64, i64)>,
+    /// Windows travel both ways (see the module doc).
+    bidirectional: bool,
 }
 
 impl Candidate {
+    /// Windows (or sums) arriving from the successors' side (`F`) and from
+    /// the predecessors' side (`B`) in a bidirectional loop.
+    fn forward_backward(&self) -> (i64, i64) {
+        let others = self.group_size - 1;
+        ((others + 1) / 2, others / 2)
+    }
+
+    /// Iterations of the loop.
+    fn trip_count(&self) -> i64 {
+        if self.bidirectional {
+            self.forward_backward().1 - 1
+        } else {
+            self.group_size - 1
+        }
+    }
+
     /// The instruction whose uses the loop's result takes over.
     fn replaced(&self) -> InstrId {
         match self.form {
@@ -183,6 +230,7 @@ pub fn windowed_einsum_where(
         num_partitions,
         threshold_bytes: threshold_mib * 1024.0 * 1024.0,
         max_iterations: options.max_iterations,
+        bidirectional: options.bidirectional,
     };
     let mut ctx = ModuleContext::new(module, num_partitions);
     let sequential = sequential_computations(module);
@@ -207,7 +255,8 @@ pub fn windowed_einsum_where(
                     Form::ReduceScatter { reduce_scatter, .. } => reduce_scatter,
                 },
                 body: body.name.clone(),
-                trip_count: candidate.group_size - 1,
+                trip_count: candidate.trip_count(),
+                bidirectional: candidate.bidirectional,
             });
             let body_id = CompId(module.computations.len() as u32);
             module.computations.push(body);
@@ -237,7 +286,12 @@ struct Limits {
     num_partitions: i64,
     threshold_bytes: f64,
     max_iterations: i64,
+    bidirectional: bool,
 }
+
+/// Smallest group a bidirectional loop is made for (a loop of at least
+/// one iteration); smaller groups get unidirectional loops.
+const MIN_BIDIRECTIONAL_GROUP: i64 = 5;
 
 /// Which computations run as programs of their own (the entry, and the
 /// bodies, conditions, branches and call targets they reach), as opposed
@@ -386,13 +440,19 @@ pub(crate) fn operand_dim_of(
     })
 }
 
-/// Each partition's position in its group and the ring's pairs (each
-/// device to its predecessor), for a collective over partition ids in
-/// groups of equal size within the limits.
-fn ring(
-    collective: &HloInstruction,
-    limits: &Limits,
-) -> Option<(i64, Arc<[i64]>, Vec<(i64, i64)>)> {
+/// A collective's group ring: its size, each partition's position, and
+/// the pairs of each device to its predecessor (`forward`) and to its
+/// successor (`backward`).
+struct Ring {
+    group_size: i64,
+    positions: Arc<[i64]>,
+    forward: Vec<(i64, i64)>,
+    backward: Vec<(i64, i64)>,
+}
+
+/// The ring of a collective over partition ids in groups of equal size
+/// within the limits.
+fn ring(collective: &HloInstruction, limits: &Limits) -> Option<Ring> {
     if !matches!(
         group_mode(collective, collective.opcode),
         Ok(GroupMode::FlattenedId | GroupMode::CrossPartition)
@@ -414,7 +474,8 @@ fn ring(
         return None;
     }
     let mut positions = vec![-1i64; limits.num_partitions as usize];
-    let mut pairs = Vec::new();
+    let mut forward = Vec::new();
+    let mut backward = Vec::new();
     for group in &groups {
         if group.len() as i64 != group_size {
             return None;
@@ -425,13 +486,44 @@ fn ring(
                 return None;
             }
             *slot = k as i64;
-            pairs.push((device, group[(k + group.len() - 1) % group.len()]));
+            forward.push((device, group[(k + group.len() - 1) % group.len()]));
+            backward.push((device, group[(k + 1) % group.len()]));
         }
     }
     if positions.contains(&-1) {
         return None;
     }
-    Some((group_size, positions.into(), pairs))
+    Some(Ring {
+        group_size,
+        positions: positions.into(),
+        forward,
+        backward,
+    })
+}
+
+impl Ring {
+    fn candidate(
+        self,
+        form: Form,
+        dot: InstrId,
+        side: usize,
+        output_dim: usize,
+        window: i64,
+        limits: &Limits,
+    ) -> Candidate {
+        Candidate {
+            form,
+            dot,
+            side,
+            output_dim,
+            group_size: self.group_size,
+            window,
+            positions: self.positions,
+            pairs: self.forward,
+            backward_pairs: self.backward,
+            bidirectional: limits.bidirectional && self.group_size >= MIN_BIDIRECTIONAL_GROUP,
+        }
+    }
 }
 
 fn all_gather_candidate(
@@ -451,21 +543,19 @@ fn all_gather_candidate(
     if (ag.shape.byte_size() as f64) < limits.threshold_bytes {
         return None;
     }
-    let (group_size, positions, pairs) = ring(ag, limits)?;
+    let ring = ring(ag, limits)?;
     let window = *comp.instr(ag.operands[0]).shape.dims().get(gathered)?;
-    if ag.shape.dims().get(gathered) != Some(&(window * group_size)) {
+    if ag.shape.dims().get(gathered) != Some(&(window * ring.group_size)) {
         return None;
     }
-    Some(Candidate {
-        form: Form::AllGather { all_gather },
-        dot: dot_id,
+    Some(ring.candidate(
+        Form::AllGather { all_gather },
+        dot_id,
         side,
         output_dim,
-        group_size,
         window,
-        positions,
-        pairs,
-    })
+        limits,
+    ))
 }
 
 fn reduce_scatter_candidate(
@@ -489,24 +579,22 @@ fn reduce_scatter_candidate(
     if (dot.shape.byte_size() as f64) < limits.threshold_bytes {
         return None;
     }
-    let (group_size, positions, pairs) = ring(rs, limits)?;
+    let ring = ring(rs, limits)?;
     let window = *rs.shape.dims().get(output_dim)?;
-    if dot.shape.dims().get(output_dim) != Some(&(window * group_size)) {
+    if dot.shape.dims().get(output_dim) != Some(&(window * ring.group_size)) {
         return None;
     }
-    Some(Candidate {
-        form: Form::ReduceScatter {
+    Some(ring.candidate(
+        Form::ReduceScatter {
             reduce_scatter,
             operand_dim,
         },
-        dot: dot_id,
+        dot_id,
         side,
         output_dim,
-        group_size,
         window,
-        positions,
-        pairs,
-    })
+        limits,
+    ))
 }
 
 /// The dot of one window: the original dot's attributes on the window's
@@ -567,43 +655,72 @@ fn step(
     output: Option<InstrId>,
     step: InstrId,
 ) -> InstrId {
-    let [windowed, other] = operands;
     match candidate.form {
         Form::AllGather { .. } => {
             let output = output.expect("an all-gather step writes into an output");
-            let partial = window_dot(b, dot, candidate, windowed, other);
-            let rank = b.shape(output).rank();
-            let mut update = vec![output, partial];
-            update.extend(window_starts(
-                b,
-                candidate,
-                step,
-                rank,
-                candidate.output_dim,
-            ));
-            let shape = b.shape(output).clone();
-            b.add(
-                "dynamic-update-slice",
-                Opcode::DynamicUpdateSlice,
-                shape,
-                update,
-                vec![],
-            )
+            gathered_window(b, dot, candidate, operands, output, step)
         }
-        Form::ReduceScatter { operand_dim, .. } => {
+        Form::ReduceScatter { .. } => {
             let one = b.scalar(PrimitiveType::S32, 1);
             let shift = b.binary(Opcode::Add, step, one);
-            let rank = b.shape(windowed).rank();
-            let starts = window_starts(b, candidate, shift, rank, operand_dim);
-            let mut sizes = b.dims(windowed);
-            sizes[operand_dim] = candidate.window;
-            let block = b.dynamic_slice(windowed, starts, &sizes);
-            let partial = window_dot(b, dot, candidate, block, other);
-            match output {
-                Some(sum) => b.binary(Opcode::Add, sum, partial),
-                None => partial,
-            }
+            scattered_block(b, dot, candidate, operands, output, shift)
         }
+    }
+}
+
+/// The dot of the window held (`operands[0]`) written into `output` at
+/// window `(position + shift) % n` of the output dimension.
+fn gathered_window(
+    b: &mut Builder<'_>,
+    dot: &HloInstruction,
+    candidate: &Candidate,
+    [windowed, other]: [InstrId; 2],
+    output: InstrId,
+    shift: InstrId,
+) -> InstrId {
+    let partial = window_dot(b, dot, candidate, windowed, other);
+    let rank = b.shape(output).rank();
+    let mut update = vec![output, partial];
+    update.extend(window_starts(
+        b,
+        candidate,
+        shift,
+        rank,
+        candidate.output_dim,
+    ));
+    let shape = b.shape(output).clone();
+    b.add(
+        "dynamic-update-slice",
+        Opcode::DynamicUpdateSlice,
+        shape,
+        update,
+        vec![],
+    )
+}
+
+/// The dot of block `(position + shift) % n` of the windowed operand
+/// (`operands[0]`), added to `sum` (the dot alone when `None`).
+fn scattered_block(
+    b: &mut Builder<'_>,
+    dot: &HloInstruction,
+    candidate: &Candidate,
+    [windowed, other]: [InstrId; 2],
+    sum: Option<InstrId>,
+    shift: InstrId,
+) -> InstrId {
+    let operand_dim = match candidate.form {
+        Form::ReduceScatter { operand_dim, .. } => operand_dim,
+        Form::AllGather { .. } => candidate.output_dim,
+    };
+    let rank = b.shape(windowed).rank();
+    let starts = window_starts(b, candidate, shift, rank, operand_dim);
+    let mut sizes = b.dims(windowed);
+    sizes[operand_dim] = candidate.window;
+    let block = b.dynamic_slice(windowed, starts, &sizes);
+    let partial = window_dot(b, dot, candidate, block, other);
+    match sum {
+        Some(sum) => b.binary(Opcode::Add, sum, partial),
+        None => partial,
     }
 }
 
@@ -636,6 +753,9 @@ fn loop_computations(
     comp: &HloComputation,
     candidate: &Candidate,
 ) -> (HloComputation, HloComputation) {
+    if candidate.bidirectional {
+        return bidirectional_loop_computations(ctx, comp, candidate);
+    }
     let dot = comp.instr(candidate.dot);
     let state = state_shape(comp, candidate);
     let body_name = ctx.fresh("windowed_einsum_body");
@@ -693,6 +813,231 @@ fn loop_computations(
     c.comp.root = c.compare(index, end, "LT");
     let condition = std::mem::replace(&mut c.comp, HloComputation::new(""));
     (body, condition)
+}
+
+/// The state of a bidirectional loop: (step, window from the successors'
+/// side, window from the predecessors' side, other operand, output) for
+/// an all-gather; (step, windowed operand, other operand, sum travelling
+/// toward predecessors, sum travelling toward successors) for a
+/// reduce-scatter.
+fn bidirectional_state_shape(windowed: &Shape, other: &Shape, output: &Shape, form: Form) -> Shape {
+    let step = Shape::scalar(PrimitiveType::S32);
+    match form {
+        Form::AllGather { .. } => Shape::tuple(vec![
+            step,
+            windowed.clone(),
+            windowed.clone(),
+            other.clone(),
+            output.clone(),
+        ]),
+        Form::ReduceScatter { .. } => Shape::tuple(vec![
+            step,
+            windowed.clone(),
+            other.clone(),
+            output.clone(),
+            output.clone(),
+        ]),
+    }
+}
+
+/// Body and condition of a bidirectional loop (steps `1..B`).
+fn bidirectional_loop_computations(
+    ctx: &mut ModuleContext,
+    comp: &HloComputation,
+    candidate: &Candidate,
+) -> (HloComputation, HloComputation) {
+    let dot = comp.instr(candidate.dot);
+    let unidirectional = state_shape(comp, candidate);
+    let parts = unidirectional.tuple_elements();
+    let state = bidirectional_state_shape(&parts[1], &parts[2], &parts[3], candidate.form);
+    let (forward, backward) = candidate.forward_backward();
+    let n = candidate.group_size;
+    let body_name = ctx.fresh("windowed_einsum_body");
+    let mut b = Builder::new(ctx, &body_name, 48);
+    let param = parameter(&mut b, &state);
+    let [index, first, second, third, fourth] =
+        [0, 1, 2, 3, 4].map(|k| element(&mut b, param, &state, k));
+    let elements = match candidate.form {
+        Form::AllGather { .. } => {
+            // Windows `k + j` and `k - j` are multiplied while passed on.
+            let (ahead, behind, other, output) = (first, second, third, fourth);
+            let output = gathered_window(&mut b, dot, candidate, [ahead, other], output, index);
+            let group = b.scalar(PrimitiveType::S32, n);
+            let back = b.binary(Opcode::Subtract, group, index);
+            let output = gathered_window(&mut b, dot, candidate, [behind, other], output, back);
+            let ahead = b.collective_permute(ahead, &candidate.pairs);
+            let behind = b.collective_permute(behind, &candidate.backward_pairs);
+            vec![ahead, behind, other, output]
+        }
+        Form::ReduceScatter { .. } => {
+            let (windowed, other, toward_predecessors, toward_successors) =
+                (first, second, third, fourth);
+            let received_ahead = b.collective_permute(toward_predecessors, &candidate.pairs);
+            let received_behind =
+                b.collective_permute(toward_successors, &candidate.backward_pairs);
+            // Step `j` of the chain through the successors adds block
+            // `k - F + D + j`; of the other chain, block `k + B - j`.
+            let base = b.scalar(PrimitiveType::S32, n - forward + (forward - backward));
+            let ahead_shift = b.binary(Opcode::Add, base, index);
+            let backward_base = b.scalar(PrimitiveType::S32, backward);
+            let behind_shift = b.binary(Opcode::Subtract, backward_base, index);
+            let ahead = scattered_block(
+                &mut b,
+                dot,
+                candidate,
+                [windowed, other],
+                Some(received_ahead),
+                ahead_shift,
+            );
+            let behind = scattered_block(
+                &mut b,
+                dot,
+                candidate,
+                [windowed, other],
+                Some(received_behind),
+                behind_shift,
+            );
+            vec![windowed, other, ahead, behind]
+        }
+    };
+    let one = b.scalar(PrimitiveType::S32, 1);
+    let next = b.binary(Opcode::Add, index, one);
+    let mut operands = vec![next];
+    operands.extend(elements);
+    let root = b.add("tuple", Opcode::Tuple, state.clone(), operands, vec![]);
+    b.comp.root = root;
+    let body = std::mem::replace(&mut b.comp, HloComputation::new(""));
+
+    let condition_name = ctx.fresh("windowed_einsum_condition");
+    let mut c = Builder::new(ctx, &condition_name, 4);
+    let param = parameter(&mut c, &state);
+    let index = element(&mut c, param, &state, 0);
+    let end = c.scalar(PrimitiveType::S32, backward);
+    c.comp.root = c.compare(index, end, "LT");
+    let condition = std::mem::replace(&mut c.comp, HloComputation::new(""));
+    (body, condition)
+}
+
+/// A bidirectional pair in the rewritten computation: the peeled steps
+/// around the loop `(body, condition)`; returns the value that replaces
+/// the dot (all-gather) or the reduce-scatter.
+fn bidirectional_pair(
+    b: &mut Builder<'_>,
+    dot: &HloInstruction,
+    candidate: &Candidate,
+    windowed: InstrId,
+    other: InstrId,
+    (body, condition): (CompId, CompId),
+) -> InstrId {
+    let (forward, backward) = candidate.forward_backward();
+    let n = candidate.group_size;
+    let windowed_shape = b.shape(windowed).clone();
+    let other_shape = b.shape(other).clone();
+    let shift = |b: &mut Builder<'_>, v: i64| b.scalar(PrimitiveType::S32, v.rem_euclid(n));
+    match candidate.form {
+        Form::AllGather { .. } => {
+            let output_shape = dot.shape.clone();
+            let ty = output_shape.element_type().unwrap_or(PrimitiveType::F32);
+            let zero = b.scalar(ty, 0);
+            let output = b.broadcast(zero, output_shape.dims(), &[]);
+            let own = shift(b, 0);
+            let output = gathered_window(b, dot, candidate, [windowed, other], output, own);
+            let ahead = b.collective_permute(windowed, &candidate.pairs);
+            let behind = b.collective_permute(windowed, &candidate.backward_pairs);
+            let state = bidirectional_state_shape(
+                &windowed_shape,
+                &other_shape,
+                &output_shape,
+                candidate.form,
+            );
+            let first = b.scalar(PrimitiveType::S32, 1);
+            let init = b.add(
+                "tuple",
+                Opcode::Tuple,
+                state.clone(),
+                vec![first, ahead, behind, other, output],
+                vec![],
+            );
+            let looped = while_loop(b, init, &state, body, condition);
+            let ahead = element(b, looped, &state, 1);
+            let behind = element(b, looped, &state, 2);
+            let output = element(b, looped, &state, 4);
+            let at = shift(b, backward);
+            let output = gathered_window(b, dot, candidate, [ahead, other], output, at);
+            let at = shift(b, -backward);
+            let mut output = gathered_window(b, dot, candidate, [behind, other], output, at);
+            if forward > backward {
+                let last = b.collective_permute(ahead, &candidate.pairs);
+                let at = shift(b, forward);
+                output = gathered_window(b, dot, candidate, [last, other], output, at);
+            }
+            output
+        }
+        Form::ReduceScatter { .. } => {
+            let output_shape = {
+                let mut dims = dot.shape.dims().to_vec();
+                dims[candidate.output_dim] = candidate.window;
+                crate::shapes::with_dims(&dot.shape, &dims)
+            };
+            let at = shift(b, -forward);
+            let mut ahead = scattered_block(b, dot, candidate, [windowed, other], None, at);
+            if forward > backward {
+                let received = b.collective_permute(ahead, &candidate.pairs);
+                let at = shift(b, 1 - forward);
+                ahead = scattered_block(b, dot, candidate, [windowed, other], Some(received), at);
+            }
+            let at = shift(b, backward);
+            let behind = scattered_block(b, dot, candidate, [windowed, other], None, at);
+            let state = bidirectional_state_shape(
+                &windowed_shape,
+                &other_shape,
+                &output_shape,
+                candidate.form,
+            );
+            let first = b.scalar(PrimitiveType::S32, 1);
+            let init = b.add(
+                "tuple",
+                Opcode::Tuple,
+                state.clone(),
+                vec![first, windowed, other, ahead, behind],
+                vec![],
+            );
+            let looped = while_loop(b, init, &state, body, condition);
+            let ahead = element(b, looped, &state, 3);
+            let behind = element(b, looped, &state, 4);
+            let received_ahead = b.collective_permute(ahead, &candidate.pairs);
+            let received_behind = b.collective_permute(behind, &candidate.backward_pairs);
+            let own = shift(b, 0);
+            let sum = scattered_block(
+                b,
+                dot,
+                candidate,
+                [windowed, other],
+                Some(received_ahead),
+                own,
+            );
+            b.binary(Opcode::Add, sum, received_behind)
+        }
+    }
+}
+
+fn while_loop(
+    b: &mut Builder<'_>,
+    init: InstrId,
+    state: &Shape,
+    body: CompId,
+    condition: CompId,
+) -> InstrId {
+    b.add(
+        "windowed_einsum",
+        Opcode::While,
+        state.clone(),
+        vec![init],
+        vec![
+            (AttrKey::Condition, AttrValue::Computation(condition)),
+            (AttrKey::Body, AttrValue::Computation(body)),
+        ],
+    )
 }
 
 fn parameter(b: &mut Builder<'_>, shape: &Shape) -> InstrId {
@@ -754,6 +1099,12 @@ fn rewrite(
             let dot = &dots[k];
             let windowed = map[windowed_sources[k].index()];
             let other = map[dot.operands[1 - candidate.side].index()];
+            if candidate.bidirectional {
+                let result = bidirectional_pair(&mut b, dot, candidate, windowed, other, loops[k]);
+                b.comp.instr_mut(result).sharding = replaced_sharding[k].clone();
+                map.push(result);
+                continue;
+            }
             let output_shape = match candidate.form {
                 Form::AllGather { .. } => dot.shape.clone(),
                 Form::ReduceScatter { .. } => instr.shape.clone(),

@@ -6,8 +6,9 @@
 //! same random arguments: bitwise in consistent mode where only
 //! all-gathers were windowed (each output element is the same dot
 //! product), within a tolerance where a reduce-scatter's sum is taken in
-//! ring order. Plus the
-//! threshold and trip-count limits, and the communication it keeps.
+//! ring order; and again with bidirectional loops. Plus the threshold and
+//! trip-count limits, and the communication it keeps (both ways round the
+//! ring, for groups of 4 to 9).
 
 mod common;
 
@@ -52,6 +53,36 @@ fn count(module: &HloModule, opcode: Opcode) -> usize {
 
 #[test]
 fn windowed_cases_compute_what_the_unwindowed_ones_compute() {
+    let (windowed_cases, total) = window_every_case(&always());
+    // testdata alone has 18 such cases with 7 all-gather and 17
+    // reduce-scatter loops; the test must not pass by windowing nothing.
+    assert!(windowed_cases >= 18, "only {windowed_cases} cases windowed");
+    assert!(
+        total.all_gather_loops >= 7 && total.reduce_scatter_loops >= 17,
+        "{total:?}"
+    );
+}
+
+#[test]
+fn bidirectional_windowed_cases_compute_what_the_unwindowed_ones_compute() {
+    let options = WindowedEinsumOptions {
+        bidirectional: true,
+        ..always()
+    };
+    let (_, total) = window_every_case(&options);
+    let bidirectional = total.loops.iter().filter(|l| l.bidirectional).count();
+    // testdata's pairs over groups of 8 give 5 bidirectional loops; the
+    // others have groups of 4 or fewer (unidirectional).
+    assert!(
+        bidirectional >= 5,
+        "only {bidirectional} bidirectional loops"
+    );
+}
+
+/// Windows every stored case with `options` and checks each windowed
+/// module against its unwindowed one (see the file's doc); returns the
+/// number of cases windowed and the loops made.
+fn window_every_case(options: &WindowedEinsumOptions) -> (usize, WindowedEinsumStats) {
     let mut total = WindowedEinsumStats::default();
     let mut windowed_cases = 0;
     for dir in xla_test_paths::all_case_dirs() {
@@ -59,7 +90,7 @@ fn windowed_cases_compute_what_the_unwindowed_ones_compute() {
             continue;
         };
         let mut windowed = plain.clone();
-        let stats = windowed_einsum(&mut windowed, &always());
+        let stats = windowed_einsum(&mut windowed, options);
         if stats == WindowedEinsumStats::default() {
             assert_eq!(
                 windowed,
@@ -72,6 +103,7 @@ fn windowed_cases_compute_what_the_unwindowed_ones_compute() {
         windowed_cases += 1;
         total.all_gather_loops += stats.all_gather_loops;
         total.reduce_scatter_loops += stats.reduce_scatter_loops;
+        total.loops.extend(stats.loops.iter().cloned());
         let name = dir.display();
         if let Err(e) = xla_hlo_verifier::verify(&windowed) {
             panic!(
@@ -128,16 +160,12 @@ fn windowed_cases_compute_what_the_unwindowed_ones_compute() {
         compare(&got, &want, tolerance, &windowed);
     }
     eprintln!(
-        "windowed {windowed_cases} cases: {} all-gather loops, {} reduce-scatter loops",
-        total.all_gather_loops, total.reduce_scatter_loops
+        "windowed {windowed_cases} cases: {} all-gather loops, {} reduce-scatter loops, {} bidirectional",
+        total.all_gather_loops,
+        total.reduce_scatter_loops,
+        total.loops.iter().filter(|l| l.bidirectional).count()
     );
-    // testdata alone has 18 such cases with 7 all-gather and 17
-    // reduce-scatter loops; the test must not pass by windowing nothing.
-    assert!(windowed_cases >= 18, "only {windowed_cases} cases windowed");
-    assert!(
-        total.all_gather_loops >= 7 && total.reduce_scatter_loops >= 17,
-        "{total:?}"
-    );
+    (windowed_cases, total)
 }
 
 /// Sequence-parallel input times a column-parallel weight, and a
@@ -155,7 +183,21 @@ ENTRY %e (x: f32[16,8], w: f32[8,12], v: f32[12,4]) -> f32[16,4] {
 "#;
 
 fn megatron_partitioned() -> (HloModule, HloModule) {
-    let mut module = common::parse(MEGATRON_SP);
+    megatron_partitioned_over(4)
+}
+
+/// `MEGATRON_SP` over `n` devices (4 rows, 3 hidden columns per device).
+fn megatron_partitioned_over(n: i64) -> (HloModule, HloModule) {
+    let text = MEGATRON_SP
+        .replace("num_partitions=4", &format!("num_partitions={n}"))
+        .replace("<=[4]", &format!("<=[{n}]"))
+        .replace("[4,1]", &format!("[{n},1]"))
+        .replace("[1,4]", &format!("[1,{n}]"))
+        .replace("[16,12]", &format!("[{},{}]", 4 * n, 3 * n))
+        .replace("f32[16,", &format!("f32[{},", 4 * n))
+        .replace("[8,12]", &format!("[8,{}]", 3 * n))
+        .replace("[12,4]", &format!("[{},4]", 3 * n));
+    let mut module = common::parse(&text);
     let global = module.clone();
     partition_module(&mut module, &SpmdOptions::default()).unwrap();
     (global, module)
@@ -204,6 +246,7 @@ fn threshold_and_trip_count_limit_leave_the_module_alone() {
         WindowedEinsumOptions {
             threshold_mib: Some(0.0),
             max_iterations: 3,
+            bidirectional: false,
         },
     ] {
         let mut module = plain.clone();
@@ -223,4 +266,60 @@ fn threshold_and_trip_count_limit_leave_the_module_alone() {
     );
     assert_eq!(stats.all_gather_loops, 1);
     assert_eq!(stats.reduce_scatter_loops, 0);
+}
+
+/// Bytes the collective-permutes of `module` move when it runs: those of
+/// the entry once, those of a windowed loop's body once per iteration.
+fn executed_permute_bytes(module: &HloModule, stats: &WindowedEinsumStats) -> u64 {
+    let permutes = |comp: &xla_hlo_ir::HloComputation| -> u64 {
+        comp.instructions
+            .iter()
+            .filter(|i| i.opcode == Opcode::CollectivePermute)
+            .map(|i| i.shape.byte_size())
+            .sum()
+    };
+    let mut bytes = permutes(module.entry_computation());
+    for l in &stats.loops {
+        let body = module
+            .computations
+            .iter()
+            .find(|c| c.name == l.body)
+            .expect("the loop body");
+        bytes += permutes(body) * l.trip_count as u64;
+    }
+    bytes
+}
+
+#[test]
+fn bidirectional_loops_move_the_collectives_bytes_and_compute_the_same() {
+    let options = WindowedEinsumOptions {
+        bidirectional: true,
+        ..always()
+    };
+    for n in 4..=9 {
+        let (global, plain) = megatron_partitioned_over(n);
+        let mut windowed = plain.clone();
+        let stats = windowed_einsum(&mut windowed, &options);
+        assert_eq!((stats.all_gather_loops, stats.reduce_scatter_loops), (1, 1));
+        xla_hlo_verifier::verify(&windowed).unwrap();
+        let others = n - 1;
+        for l in &stats.loops {
+            // Groups of 5 or more go both ways in about half the steps.
+            assert_eq!(l.bidirectional, n >= 5, "n = {n}");
+            let trip = if n >= 5 { others / 2 - 1 } else { others };
+            assert_eq!(l.trip_count, trip, "n = {n}");
+        }
+        // n - 1 windows of f32[4,8] and n - 1 sums of f32[4,4], each way
+        // round the ring or both.
+        assert_eq!(
+            executed_permute_bytes(&windowed, &stats),
+            others as u64 * (128 + 64),
+            "n = {n}"
+        );
+        let args = random_args(&global, 11 + n as u64);
+        let out_shape = global.entry_computation().root_instr().shape.clone();
+        let want = common::run_global(&global, &args);
+        let got = run_partitioned(&windowed, &args, &out_shape, n).unwrap();
+        compare(&got, &want, 0.0, &windowed);
+    }
 }
