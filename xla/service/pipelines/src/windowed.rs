@@ -27,7 +27,7 @@
 //! `windowed_einsum` (XLA's threshold semantics: 0 windows wherever legal);
 //! with it on, the simulated step never gets longer.
 
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 use xla_hlo_ir::{HloComputation, HloModule, InstrId};
 use xla_hlo_pass::{Pass, PassError};
@@ -66,7 +66,9 @@ impl Pass for WindowedEinsumPass {
                 .filter(|l| {
                     let comp = &module.computations[l.computation];
                     let name = &comp.instr(l.collective).name;
-                    current.exposed.contains(&(comp.name.clone(), name.clone()))
+                    current
+                        .exposed
+                        .contains_key(&(comp.name.clone(), name.clone()))
                 })
                 .filter(|l| pays(module, &trial, l, self.model.as_ref()))
                 .map(|l| (l.computation, l.dot))
@@ -116,8 +118,9 @@ pub(crate) struct Simulated {
     pub step_us: f64,
     /// `(computation name, collective name)` of every collective whose
     /// done the compute stream waits for (the async pair the scheduler
-    /// makes of collective `X` is `X-start`/`X-done`).
-    pub exposed: FxHashSet<(String, String)>,
+    /// makes of collective `X` is `X-start`/`X-done`), with how long it
+    /// waits in one execution of the computation (µs).
+    pub exposed: FxHashMap<(String, String), f64>,
 }
 
 /// Schedules a copy of `module` with the latency-hiding scheduler and
@@ -136,7 +139,7 @@ pub(crate) fn simulate(
     schedule_module(&mut scheduled, scheduler, model).map_err(failed)?;
     let simulation =
         simulate_module(&scheduled, model, &scheduler.overlap_limits, true).map_err(failed)?;
-    let mut exposed = FxHashSet::default();
+    let mut exposed = FxHashMap::default();
     for timeline in &simulation.timelines {
         let computation = timeline
             .computation
@@ -145,7 +148,9 @@ pub(crate) fn simulate(
         for event in timeline.events.iter().filter(|e| e.category == "exposed") {
             let done = event.name.strip_prefix("wait ").unwrap_or(&event.name);
             let collective = done.strip_suffix("-done").unwrap_or(done);
-            exposed.insert((computation.to_string(), collective.to_string()));
+            *exposed
+                .entry((computation.to_string(), collective.to_string()))
+                .or_insert(0.0) += event.dur_us;
         }
     }
     Ok(Simulated {

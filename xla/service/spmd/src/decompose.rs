@@ -11,8 +11,23 @@
 //!     gathered one is sliced; each piece is all-gathered and multiplied
 //!     on its own, the products concatenated.
 //!
+//! The work that follows the split value (the all-reduce's or
+//! reduce-scatter's result, or the all-gather's dot) is split with it
+//! where it can be (Concerto's dependent compute, the candidate's
+//! `chain`): elementwise ops, broadcasts, transposes, reshapes and
+//! reductions that keep the chunked dimension, dots that take it as a free
+//! dimension, and further collectives (a transformer layer's next
+//! all-reduce and the work after it, until an op needs the whole of a
+//! chained value, as attention needs every key). Chunk `i`'s chain can then run while
+//! chunk `i + 1`'s collective is in flight, which hides a collective whose
+//! own dot is too small to. Operands from outside the chain are sliced
+//! (those that do not depend on the split value; an op needing one that
+//! does ends the chain), and every chain value used outside the chain is
+//! concatenated back.
+//!
 //! Every output element is the same dot product, reduced (or gathered) over
-//! the same devices in the same order as before, so results are bitwise
+//! the same devices in the same order as before, and every chain element
+//! is computed from the same elements by the same ops, so results are bitwise
 //! equal to the undecomposed program wherever a dot's sum does not depend
 //! on its shape (the interpreter's consistent mode; a GEMM library may
 //! round a smaller dot differently). How many chunks (or none) is the
@@ -33,6 +48,7 @@ use crate::context::ModuleContext;
 use crate::windowed_einsum::{
     operand_dim_of, output_dim_of, sequential_computations, single_dimension, Uses,
 };
+use rustc_hash::{FxHashMap, FxHashSet};
 use xla_hlo_ir::attrs::{AttrValue, Attribute};
 use xla_hlo_ir::{AttrKey, HloComputation, HloInstruction, HloModule, InstrId, Opcode};
 
@@ -63,10 +79,25 @@ pub struct Candidate {
     pub output_dim: usize,
     /// The sliced dimension's size: `k` must divide it.
     pub size: i64,
+    /// The ops after the split value that are split with it, in program
+    /// order, each with the dimension of its result that is chunked.
+    pub chain: Vec<(InstrId, usize)>,
 }
 
-/// Every pair of the module that can be split, largest sliced dimension
-/// first per pair.
+impl Candidate {
+    /// The value the pair's pieces are concatenated into: the collective
+    /// for a reduction, the dot for an all-gather.
+    pub fn head(&self) -> InstrId {
+        replaced_and_dropped(self).0
+    }
+}
+
+/// Largest number of ops a chain takes.
+const MAX_CHAIN: usize = 512;
+
+/// Every pair of the module that can be split, once each: along the
+/// dimension whose chain reaches the most dots, then the longest chain,
+/// then the largest dimension.
 pub fn candidates(module: &HloModule) -> Vec<Candidate> {
     let mut found = Vec::new();
     let sequential = sequential_computations(module);
@@ -94,48 +125,68 @@ pub fn candidates(module: &HloModule) -> Vec<Candidate> {
                     .and_then(|dot| gather_candidate(comp, computation, id, dot)),
                 _ => None,
             };
-            found.extend(pair);
+            let best = pair
+                .into_iter()
+                .flatten()
+                .map(|mut c| {
+                    c.chain = chain_of(comp, &uses, c.head(), c.output_dim);
+                    c
+                })
+                .max_by_key(|c| {
+                    let dots = c
+                        .chain
+                        .iter()
+                        .filter(|(op, _)| comp.instr(*op).opcode == Opcode::Dot)
+                        .count();
+                    (dots, c.chain.len(), c.size)
+                });
+            found.extend(best);
         }
     }
     found
 }
 
+/// The ways to split a reduction of a dot's result: one per dimension.
 fn reduction_candidate(
     comp: &HloComputation,
     computation: usize,
     collective: InstrId,
     dot_id: InstrId,
-) -> Option<Candidate> {
+) -> Option<Vec<Candidate>> {
     let dot = comp.instr(dot_id);
     let instr = comp.instr(collective);
     let (kind, scattered) = match instr.opcode {
         Opcode::AllReduce => (PairKind::AllReduce, None),
         _ => (PairKind::ReduceScatter, Some(single_dimension(instr)?)),
     };
-    (0..dot.shape.rank())
-        .filter(|&od| Some(od) != scattered)
-        .filter_map(|od| {
-            let (side, operand_dim) = operand_dim_of(comp, dot, od)?;
-            Some(Candidate {
-                computation,
-                kind,
-                collective,
-                dot: dot_id,
-                side,
-                operand_dim,
-                output_dim: od,
-                size: dot.shape.dims()[od],
+    Some(
+        (0..dot.shape.rank())
+            .filter(|&od| Some(od) != scattered)
+            .filter_map(move |od| {
+                let (side, operand_dim) = operand_dim_of(comp, dot, od)?;
+                Some(Candidate {
+                    computation,
+                    kind,
+                    collective,
+                    dot: dot_id,
+                    side,
+                    operand_dim,
+                    output_dim: od,
+                    size: dot.shape.dims()[od],
+                    chain: Vec::new(),
+                })
             })
-        })
-        .max_by_key(|c| c.size)
+            .collect(),
+    )
 }
 
+/// The ways to split a dot of an all-gather: one per dimension.
 fn gather_candidate(
     comp: &HloComputation,
     computation: usize,
     all_gather: InstrId,
     dot_id: InstrId,
-) -> Option<Candidate> {
+) -> Option<Vec<Candidate>> {
     let dot = comp.instr(dot_id);
     let ag = comp.instr(all_gather);
     let side = dot.operands.iter().position(|&o| o == all_gather)?;
@@ -144,22 +195,135 @@ fn gather_candidate(
     }
     let gathered = single_dimension(ag)?;
     let x = comp.instr(ag.operands[0]);
-    (0..x.shape.rank())
-        .filter(|&d| d != gathered)
-        .filter_map(|d| {
-            let output_dim = output_dim_of(comp, dot, side, d)?;
-            Some(Candidate {
-                computation,
-                kind: PairKind::AllGather,
-                collective: all_gather,
-                dot: dot_id,
-                side,
-                operand_dim: d,
-                output_dim,
-                size: x.shape.dims()[d],
+    Some(
+        (0..x.shape.rank())
+            .filter(|&d| d != gathered)
+            .filter_map(|d| {
+                let output_dim = output_dim_of(comp, dot, side, d)?;
+                Some(Candidate {
+                    computation,
+                    kind: PairKind::AllGather,
+                    collective: all_gather,
+                    dot: dot_id,
+                    side,
+                    operand_dim: d,
+                    output_dim,
+                    size: x.shape.dims()[d],
+                    chain: Vec::new(),
+                })
             })
-        })
-        .max_by_key(|c| c.size)
+            .collect(),
+    )
+}
+
+/// The chain after `head` (chunked along `head_dim`): in program order,
+/// every op with an operand in the chain whose result keeps the chunked
+/// dimension (see [`chunked_dim`]) and whose other operands do not depend
+/// on `head`. At most `MAX_CHAIN` ops.
+fn chain_of(
+    comp: &HloComputation,
+    uses: &Uses,
+    head: InstrId,
+    head_dim: usize,
+) -> Vec<(InstrId, usize)> {
+    let n = comp.instructions.len();
+    // Chunked dimension of each chain value (head included).
+    let mut dim: Vec<Option<usize>> = vec![None; n];
+    dim[head.index()] = Some(head_dim);
+    // Depends on `head` without being in the chain.
+    let mut tainted = vec![false; n];
+    let mut chain = Vec::new();
+    for index in head.index() + 1..n {
+        let instr = &comp.instructions[index];
+        let touches = |o: &InstrId| dim[o.index()].is_some() || tainted[o.index()];
+        if !instr.operands.iter().any(touches) {
+            continue;
+        }
+        let joins = chain.len() < MAX_CHAIN
+            && !uses.control[index]
+            && instr.shape.is_array()
+            && instr.operands.iter().all(|o| !tainted[o.index()]);
+        let chunked = joins.then(|| chunked_dim(comp, instr, &dim)).flatten();
+        match chunked {
+            Some(d) => {
+                dim[index] = Some(d);
+                chain.push((InstrId(index as u32), d));
+            }
+            None => tainted[index] = true,
+        }
+    }
+    chain
+}
+
+/// The dimension of `instr`'s result that its chain operands' chunked
+/// dimensions (`dim`) map to, when `instr` can be computed chunk by chunk
+/// with its other operands sliced (or whole): elementwise ops (same
+/// shapes), broadcasts, transposes, reshapes that keep the dimension
+/// whole, reductions over other dimensions, dots taking the chunked
+/// dimension as a free one from one side only, and all-reduces (and
+/// all-gathers and reduce-scatters along another dimension).
+fn chunked_dim(
+    comp: &HloComputation,
+    instr: &HloInstruction,
+    dim: &[Option<usize>],
+) -> Option<usize> {
+    let in_chain: Vec<(usize, usize)> = instr
+        .operands
+        .iter()
+        .enumerate()
+        .filter_map(|(k, o)| dim[o.index()].map(|d| (k, d)))
+        .collect();
+    let &(first, d) = in_chain.first()?;
+    let rank = instr.shape.rank();
+    if instr.opcode.is_elementwise() {
+        let same_shape = instr.operands.iter().all(|o| {
+            let shape = &comp.instr(*o).shape;
+            shape.rank() == 0 || shape.dims() == instr.shape.dims()
+        });
+        return (same_shape && d < rank && in_chain.iter().all(|&(_, e)| e == d)).then_some(d);
+    }
+    if in_chain.len() != 1 {
+        return None;
+    }
+    match instr.opcode {
+        Opcode::Broadcast => {
+            let mapped = *instr.ints_attr(AttrKey::Dimensions)?.get(d)?;
+            usize::try_from(mapped).ok().filter(|&m| m < rank)
+        }
+        Opcode::Transpose => {
+            let perm = instr.ints_attr(AttrKey::Dimensions)?;
+            perm.iter().position(|&p| p == d as i64)
+        }
+        Opcode::Reshape => {
+            // A reshape that keeps the dimension whole, with as many
+            // elements before it: each chunk reshapes on its own.
+            let from = comp.instr(instr.operands[0]).shape.dims();
+            let to = instr.shape.dims();
+            let size = *from.get(d)?;
+            let before: i64 = from[..d].iter().product();
+            (0..to.len()).find(|&e| to[e] == size && to[..e].iter().product::<i64>() == before)
+        }
+        Opcode::Reduce => {
+            // One input and its scalar init.
+            if instr.operands.len() != 2 || first != 0 {
+                return None;
+            }
+            let reduced = instr.ints_attr(AttrKey::Dimensions)?;
+            if reduced.contains(&(d as i64)) {
+                return None;
+            }
+            Some(d - reduced.iter().filter(|&&r| r < d as i64).count())
+        }
+        Opcode::Dot => output_dim_of(comp, instr, first, d),
+        // A collective reduces or moves each element on its own along
+        // every dimension it does not gather or scatter, so its chunks are
+        // the same collective on smaller arrays.
+        Opcode::AllReduce if instr.operands.len() == 1 => Some(d),
+        Opcode::AllGather | Opcode::ReduceScatter if instr.operands.len() == 1 => {
+            (single_dimension(instr)? != d).then_some(d)
+        }
+        _ => None,
+    }
 }
 
 /// Splits each planned pair into its `k` chunks (`k >= 2` dividing the
@@ -170,15 +334,20 @@ pub fn decompose(module: &mut HloModule, plan: &[(Candidate, i64)]) -> usize {
     let mut ctx = ModuleContext::new(module, num_partitions);
     let mut split = 0;
     for computation in 0..module.computations.len() {
-        // A dot between two collectives belongs to the first planned pair.
-        let mut taken = Vec::new();
+        // An instruction belongs to the first planned pair that touches it
+        // (a dot between two collectives, an op in two chains).
+        let mut taken: FxHashSet<InstrId> = FxHashSet::default();
         let pairs: Vec<(&Candidate, i64)> = plan
             .iter()
             .filter(|(c, k)| c.computation == computation && *k >= 2 && c.size % k == 0)
             .filter(|(c, _)| {
-                let free = !taken.contains(&c.dot) && !taken.contains(&c.collective);
+                let members: Vec<InstrId> = [c.dot, c.collective]
+                    .into_iter()
+                    .chain(c.chain.iter().map(|(op, _)| *op))
+                    .collect();
+                let free = members.iter().all(|m| !taken.contains(m));
                 if free {
-                    taken.extend([c.dot, c.collective]);
+                    taken.extend(members);
                 }
                 free
             })
@@ -195,6 +364,24 @@ pub fn decompose(module: &mut HloModule, plan: &[(Candidate, i64)]) -> usize {
         split += pairs.len();
     }
     split
+}
+
+/// For each `(candidate, k)`, the candidate's computation as `decompose`
+/// would rewrite it for that pair alone (the module is left as it is):
+/// what a caller needs to cost a split before choosing it.
+pub fn trial_splits(
+    module: &HloModule,
+    trials: &[(Candidate, i64)],
+) -> Vec<Option<HloComputation>> {
+    let num_partitions = module.num_partitions().max(1);
+    let mut ctx = ModuleContext::new(module, num_partitions);
+    trials
+        .iter()
+        .map(|(c, k)| {
+            let comp = module.computations.get(c.computation)?;
+            (*k >= 2 && c.size % k == 0).then(|| rewrite(&mut ctx, comp.clone(), &[(c, *k)]))
+        })
+        .collect()
 }
 
 /// The instruction whose uses the concatenation takes over, and the one
@@ -240,6 +427,38 @@ fn rewrite(
 ) -> HloComputation {
     let mut b = Builder::new(ctx, &old.name, old.instructions.len() + 16 * pairs.len());
     b.comp.execution_thread = old.execution_thread.clone();
+    let uses = Uses::of(&old);
+    // Split value (a pair's head or chain op) -> its pair's index.
+    let mut owner: FxHashMap<InstrId, usize> = FxHashMap::default();
+    // Chain op -> (its pair's chunk count, chunked dimension of its result).
+    let mut chain_ops: FxHashMap<InstrId, (i64, usize)> = FxHashMap::default();
+    // Split value -> (chunk count, chunked dimension).
+    let mut chunking: FxHashMap<InstrId, (i64, usize)> = FxHashMap::default();
+    for (p, (c, k)) in pairs.iter().enumerate() {
+        owner.insert(c.head(), p);
+        owner.extend(c.chain.iter().map(|&(op, _)| (op, p)));
+        chain_ops.extend(c.chain.iter().map(|&(op, d)| (op, (*k, d))));
+        chunking.insert(c.head(), (*k, c.output_dim));
+        chunking.extend(c.chain.iter().map(|&(op, d)| (op, (*k, d))));
+    }
+    // Whether split op `user` takes split value `value` piece by piece: in
+    // its own pair, or (an elementwise op of another pair) chunked alike.
+    let takes_pieces = |user: InstrId, value: InstrId| {
+        owner.contains_key(&user)
+            && (owner.get(&user) == owner.get(&value)
+                || (old.instr(user).opcode.is_elementwise()
+                    && chain_ops.contains_key(&user)
+                    && chain_ops.get(&user) == chunking.get(&value)))
+    };
+    // Values split into pieces (new ids, one per chunk); a value is also
+    // needed whole when the root or an op that does not take its pieces
+    // uses it.
+    let mut pieces: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
+    let escapes = |id: InstrId| {
+        id == old.root || uses.users[id.index()].iter().any(|&u| !takes_pieces(u, id))
+    };
+    // Slices of whole operands, per (operand, dimension, chunk count).
+    let mut slices: FxHashMap<(InstrId, usize, i64), Vec<InstrId>> = FxHashMap::default();
     let mut map: Vec<InstrId> = Vec::with_capacity(old.instructions.len());
     for (index, mut instr) in old.instructions.clone().into_iter().enumerate() {
         let id = InstrId(index as u32);
@@ -247,61 +466,153 @@ fn rewrite(
             map.push(InstrId(u32::MAX));
             continue;
         }
-        let Some(&(candidate, k)) = pairs.iter().find(|(c, _)| replaced_and_dropped(c).0 == id)
-        else {
-            for operand in instr
-                .operands
-                .iter_mut()
-                .chain(instr.control_predecessors.iter_mut())
-            {
-                *operand = map[operand.index()];
-            }
-            map.push(b.push(instr));
-            continue;
-        };
-        let dot = old.instr(candidate.dot);
-        let collective = old.instr(candidate.collective);
-        let chunk = candidate.size / k;
-        let mut pieces = Vec::with_capacity(k as usize);
-        for i in 0..k {
-            let piece = match candidate.kind {
-                PairKind::AllReduce | PairKind::ReduceScatter => {
-                    let sliced = map[dot.operands[candidate.side].index()];
-                    let other = map[dot.operands[1 - candidate.side].index()];
-                    let part = slice_along(&mut b, sliced, candidate.operand_dim, i * chunk, chunk);
-                    let operands = if candidate.side == 0 {
-                        vec![part, other]
-                    } else {
-                        vec![other, part]
-                    };
-                    let dot_shape = with_dim(&dot.shape, candidate.output_dim, chunk);
-                    let product = chunk_of(&mut b, dot, operands, dot_shape);
-                    let shape = with_dim(&collective.shape, candidate.output_dim, chunk);
-                    chunk_of(&mut b, collective, vec![product], shape)
+        let (parts, output_dim) =
+            if let Some(&(candidate, k)) = pairs.iter().find(|(c, _)| c.head() == id) {
+                (
+                    pair_pieces(&mut b, &old, &map, candidate, k),
+                    candidate.output_dim,
+                )
+            } else if let Some(&(k, dim)) = chain_ops.get(&id) {
+                let parts = (0..k)
+                    .map(|i| {
+                        let operands: Vec<InstrId> = instr
+                            .operands
+                            .iter()
+                            .map(|o| match pieces.get(o).filter(|_| takes_pieces(id, *o)) {
+                                Some(parts) => parts[i as usize],
+                                None if old.instr(*o).shape.rank() > 0
+                                    && instr.opcode.is_elementwise() =>
+                                {
+                                    let chunk = instr.shape.dims()[dim] / k;
+                                    slices.entry((*o, dim, k)).or_insert_with(|| {
+                                        (0..k)
+                                            .map(|j| {
+                                                operand_chunk(
+                                                    &mut b,
+                                                    &old,
+                                                    &map,
+                                                    *o,
+                                                    dim,
+                                                    j * chunk,
+                                                    chunk,
+                                                )
+                                            })
+                                            .collect()
+                                    })[i as usize]
+                                }
+                                None => map[o.index()],
+                            })
+                            .collect();
+                        let chunk = instr.shape.dims()[dim] / k;
+                        let shape = with_dim(&instr.shape, dim, chunk);
+                        chunk_of(&mut b, &instr, operands, shape)
+                    })
+                    .collect();
+                (parts, dim)
+            } else {
+                for operand in instr
+                    .operands
+                    .iter_mut()
+                    .chain(instr.control_predecessors.iter_mut())
+                {
+                    *operand = map[operand.index()];
                 }
-                PairKind::AllGather => {
-                    let x = map[collective.operands[0].index()];
-                    let other = map[dot.operands[1 - candidate.side].index()];
-                    let part = slice_along(&mut b, x, candidate.operand_dim, i * chunk, chunk);
-                    let gathered_shape = with_dim(&collective.shape, candidate.operand_dim, chunk);
-                    let gathered = chunk_of(&mut b, collective, vec![part], gathered_shape);
-                    let operands = if candidate.side == 0 {
-                        vec![gathered, other]
-                    } else {
-                        vec![other, gathered]
-                    };
-                    let shape = with_dim(&dot.shape, candidate.output_dim, chunk);
-                    chunk_of(&mut b, dot, operands, shape)
-                }
+                map.push(b.push(instr));
+                continue;
             };
-            pieces.push(piece);
+        if escapes(id) {
+            let whole = b.concatenate(parts.clone(), output_dim);
+            b.comp.instr_mut(whole).sharding = instr.sharding.take();
+            map.push(whole);
+        } else {
+            map.push(InstrId(u32::MAX));
         }
-        let result = b.concatenate(pieces, candidate.output_dim);
-        b.comp.instr_mut(result).sharding = instr.sharding.take();
-        map.push(result);
+        pieces.insert(id, parts);
     }
     b.comp.root = map[old.root.index()];
     std::mem::replace(&mut b.comp, HloComputation::new(""))
+}
+
+/// The `k` pieces of a pair: each chunk's dot and collective.
+fn pair_pieces(
+    b: &mut Builder<'_>,
+    old: &HloComputation,
+    map: &[InstrId],
+    candidate: &Candidate,
+    k: i64,
+) -> Vec<InstrId> {
+    let dot = old.instr(candidate.dot);
+    let collective = old.instr(candidate.collective);
+    let chunk = candidate.size / k;
+    let mut pieces = Vec::with_capacity(k as usize);
+    for i in 0..k {
+        let piece = match candidate.kind {
+            PairKind::AllReduce | PairKind::ReduceScatter => {
+                let sliced = map[dot.operands[candidate.side].index()];
+                let other = map[dot.operands[1 - candidate.side].index()];
+                let part = slice_along(b, sliced, candidate.operand_dim, i * chunk, chunk);
+                let operands = if candidate.side == 0 {
+                    vec![part, other]
+                } else {
+                    vec![other, part]
+                };
+                let dot_shape = with_dim(&dot.shape, candidate.output_dim, chunk);
+                let product = chunk_of(b, dot, operands, dot_shape);
+                let shape = with_dim(&collective.shape, candidate.output_dim, chunk);
+                chunk_of(b, collective, vec![product], shape)
+            }
+            PairKind::AllGather => {
+                let x = map[collective.operands[0].index()];
+                let other = map[dot.operands[1 - candidate.side].index()];
+                let part = slice_along(b, x, candidate.operand_dim, i * chunk, chunk);
+                let gathered_shape = with_dim(&collective.shape, candidate.operand_dim, chunk);
+                let gathered = chunk_of(b, collective, vec![part], gathered_shape);
+                let operands = if candidate.side == 0 {
+                    vec![gathered, other]
+                } else {
+                    vec![other, gathered]
+                };
+                let shape = with_dim(&dot.shape, candidate.output_dim, chunk);
+                chunk_of(b, dot, operands, shape)
+            }
+        };
+        pieces.push(piece);
+    }
+    pieces
+}
+
+/// Elements `[start, start + size)` along `dim` of `operand` (an old id)
+/// for a chain op: a broadcast is broadcast again at the chunk's shape
+/// (from a slice of its operand when the dimension comes from it), so the
+/// whole broadcast need not exist; anything else is sliced.
+fn operand_chunk(
+    b: &mut Builder<'_>,
+    old: &HloComputation,
+    map: &[InstrId],
+    operand: InstrId,
+    dim: usize,
+    start: i64,
+    size: i64,
+) -> InstrId {
+    let instr = old.instr(operand);
+    if instr.opcode == Opcode::Broadcast && instr.operands.len() == 1 {
+        if let Some(mapping) = instr.ints_attr(AttrKey::Dimensions) {
+            let source = map[instr.operands[0].index()];
+            let source = match mapping.iter().position(|&m| m == dim as i64) {
+                Some(source_dim) => slice_along(b, source, source_dim, start, size),
+                None => source,
+            };
+            let shape = with_dim(&instr.shape, dim, size);
+            return b.add(
+                &instr.name,
+                Opcode::Broadcast,
+                shape,
+                vec![source],
+                vec![(AttrKey::Dimensions, AttrValue::Ints(mapping.to_vec()))],
+            );
+        }
+    }
+    slice_along(b, map[operand.index()], dim, start, size)
 }
 
 fn slice_along(b: &mut Builder<'_>, x: InstrId, dim: usize, start: i64, size: i64) -> InstrId {

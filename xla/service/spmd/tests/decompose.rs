@@ -35,6 +35,8 @@ fn assert_bitwise_equal(got: &Value, want: &Value, name: &str) {
 #[test]
 fn split_collectives_compute_bitwise_what_whole_ones_compute() {
     let (mut cases, mut pairs) = (0, [0usize; 3]);
+    // Ops split with a collective (its chain), and chains reaching a dot.
+    let (mut chain_ops, mut chains_with_dots) = (0, 0);
     for dir in xla_test_paths::all_case_dirs() {
         let Ok(text) = std::fs::read_to_string(dir.join("input.hlo")) else {
             continue;
@@ -69,6 +71,12 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
         cases += 1;
         for (c, _) in &plan {
             pairs[c.kind as usize] += 1;
+            chain_ops += c.chain.len();
+            let ends_in_dot = c
+                .chain
+                .iter()
+                .any(|(op, _)| module.computations[c.computation].instr(*op).opcode == Opcode::Dot);
+            chains_with_dots += usize::from(ends_in_dot);
         }
         if let Err(e) = xla_hlo_verifier::verify(&split) {
             panic!(
@@ -105,7 +113,7 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
         assert_bitwise_equal(&got, &want, &name.to_string());
     }
     eprintln!(
-        "split {cases} cases: {} all-reduce, {} reduce-scatter, {} all-gather pairs",
+        "split {cases} cases: {} all-reduce, {} reduce-scatter, {} all-gather pairs; {chain_ops} ops split with them, {chains_with_dots} chains reaching a dot",
         pairs[PairKind::AllReduce as usize],
         pairs[PairKind::ReduceScatter as usize],
         pairs[PairKind::AllGather as usize]
@@ -115,5 +123,81 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
         // testdata alone: 81 cases, 132 all-reduce, 16 reduce-scatter and
         // 17 all-gather pairs.
         assert!(cases >= 80 && pairs.iter().all(|&p| p >= 15), "{pairs:?}");
+        // And 372 chain ops, 24 chains reaching the next dot.
+        assert!(chain_ops >= 300 && chains_with_dots >= 20);
+    }
+}
+
+/// Two tensor-parallel MLP blocks with a residual connection: the first
+/// all-reduce's chain runs through the second block, its all-reduce and
+/// the residual add to the root, so the whole second block is split with
+/// the first collective; the split program computes the same bits.
+#[test]
+fn a_chain_through_the_next_block_and_its_all_reduce_computes_the_same() {
+    let text = r#"HloModule tp2, num_partitions=4
+
+ENTRY %e (x: f32[8,16], w1: f32[16,32], w2: f32[32,16], w3: f32[16,32], w4: f32[32,16]) -> f32[8,16] {
+  %x = f32[8,16] parameter(0), sharding={replicated}
+  %w1 = f32[16,32] parameter(1), sharding={devices=[1,4]<=[4]}
+  %w2 = f32[32,16] parameter(2), sharding={devices=[4,1]<=[4]}
+  %w3 = f32[16,32] parameter(3), sharding={devices=[1,4]<=[4]}
+  %w4 = f32[32,16] parameter(4), sharding={devices=[4,1]<=[4]}
+  %h1 = f32[8,32] dot(%x, %w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[1,4]<=[4]}
+  %y1 = f32[8,16] dot(%h1, %w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+  %r1 = f32[8,16] add(%x, %y1), sharding={replicated}
+  %t = f32[8,16] tanh(%r1), sharding={replicated}
+  %h2 = f32[8,32] dot(%t, %w3), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[1,4]<=[4]}
+  %y2 = f32[8,16] dot(%h2, %w4), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+  ROOT %r2 = f32[8,16] add(%r1, %y2), sharding={replicated}
+}
+"#;
+    let mut module = xla_hlo_parser::parse_module(text).unwrap();
+    xla_sharding_propagation::ShardingPropagation::default()
+        .run(&mut module)
+        .unwrap();
+    let global = module.clone();
+    partition_module(&mut module, &SpmdOptions::default()).unwrap();
+    let found = candidates(&module);
+    let comp = &module.computations[module.entry.index()];
+    let first = found
+        .iter()
+        .filter(|c| c.kind == PairKind::AllReduce)
+        .min_by_key(|c| c.collective)
+        .expect("the first block's all-reduce")
+        .clone();
+    // Along the rows, through the second block's dots and all-reduce to
+    // the root.
+    let chained: Vec<Opcode> = first
+        .chain
+        .iter()
+        .map(|&(op, _)| comp.instr(op).opcode)
+        .collect();
+    assert_eq!(
+        chained.iter().filter(|o| **o == Opcode::Dot).count(),
+        2,
+        "{chained:?}"
+    );
+    assert!(chained.contains(&Opcode::AllReduce), "{chained:?}");
+    assert!(first.chain.iter().any(|&(op, _)| op == comp.root));
+    let args = random_args(&global, 0xc4a1);
+    let out_shape = global.entry_computation().root_instr().shape.clone();
+    let want = run_partitioned_in_mode(&module, &args, &out_shape, 4, true).unwrap();
+    for k in [2, 4, 8] {
+        let mut split = module.clone();
+        assert_eq!(decompose(&mut split, &[(first.clone(), k)]), 1);
+        xla_hlo_verifier::verify(&split).unwrap_or_else(|e| panic!("{e}\n{}", split.to_text()));
+        let all_reduces = split
+            .entry_computation()
+            .instructions
+            .iter()
+            .filter(|i| i.opcode == Opcode::AllReduce)
+            .count();
+        assert_eq!(
+            all_reduces,
+            2 * k as usize,
+            "both all-reduces in {k} chunks"
+        );
+        let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
+        assert_bitwise_equal(&got, &want, &format!("{k} chunks"));
     }
 }
