@@ -3,11 +3,15 @@
 (windowed-einsum, decompose-collectives): the Llama-style decoder train
 step of llama_shardy.py (2 layers, bf16, hidden 4096, 32 heads of 128, 8
 KV heads, SwiGLU 14336, vocabulary 32000, sequence 2048) lowered with JAX's
-defaults (Shardy) on 8 CPU devices, in two layouts:
+defaults (Shardy) on 8 or 16 CPU devices:
 
-    llama_tp8_b1          mesh fsdp=1 x tp=8, batch 1 (Megatron TP at small batch)
-    llama_fsdp2_tp4_b2    mesh fsdp=2 x tp=4, batch 2
-    llama_forward_tp8_b1  the forward pass alone (the loss, as in prefill), tp=8
+    llama_tp8_b1            mesh fsdp=1 x tp=8, batch 1 (Megatron TP at small batch)
+    llama_fsdp2_tp4_b2      mesh fsdp=2 x tp=4, batch 2
+    llama_forward_tp8_b1    the forward pass alone (the loss, as in prefill), tp=8
+    llama_forward_tp8_s512  the same with a sequence of 512
+    llama_forward_tp16_b1   the forward pass with tp=16 (16 KV heads): two nodes
+                            of 8 GPUs in the cost model, so every all-reduce
+                            crosses the NICs
 
 and two single MLPs written as HLO (HAND_WRITTEN): mlp_tp8_seqpar and
 mlp_tp8_allreduce.
@@ -32,11 +36,13 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
-# name: (mesh fsdp x tp, batch, forward only)
+# name: (mesh fsdp x tp, batch, forward only, sequence)
 CASES = {
-    "llama_tp8_b1": ((1, 8), 1, False),
-    "llama_fsdp2_tp4_b2": ((2, 4), 2, False),
-    "llama_forward_tp8_b1": ((1, 8), 1, True),
+    "llama_tp8_b1": ((1, 8), 1, False, 2048),
+    "llama_fsdp2_tp4_b2": ((2, 4), 2, False, 2048),
+    "llama_forward_tp8_b1": ((1, 8), 1, True, 2048),
+    "llama_forward_tp8_s512": ((1, 8), 1, True, 512),
+    "llama_forward_tp16_b1": ((1, 16), 1, True, 2048),
 }
 
 
@@ -77,7 +83,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO_ROOT, "testdata", "overlap_cases"))
     args = ap.parse_args()
     dump = tempfile.mkdtemp(prefix="overlap_cases_")
-    os.environ["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=8 --xla_dump_to=%s "
+    os.environ["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=16 --xla_dump_to=%s "
                                "--xla_dump_hlo_as_text --xla_dump_hlo_pass_re=^$" % dump)
     os.environ["JAX_PLATFORMS"] = "cpu"
     sys.path.insert(0, HERE)
@@ -87,10 +93,13 @@ def main():
     import llama_shardy as L
     assert jax.config.jax_use_shardy_partitioner, "these cases use JAX's default lowering (Shardy)"
     os.makedirs(args.out, exist_ok=True)
-    for name, (mesh_shape, batch, forward_only) in CASES.items():
-        mesh = Mesh(np.array(jax.devices()[:8]).reshape(mesh_shape), ("fsdp", "tp"))
-        cfg = L.Config(layers=2, vocab=32000, hidden=4096, heads=32, kv_heads=8, head_dim=128,
-                       mlp=14336, batch=batch, seq=2048, dtype="bfloat16",
+    for name, (mesh_shape, batch, forward_only, seq) in CASES.items():
+        devices = mesh_shape[0] * mesh_shape[1]
+        mesh = Mesh(np.array(jax.devices()[:devices]).reshape(mesh_shape), ("fsdp", "tp"))
+        # At tp=16 the KV heads are 16, so that they shard evenly.
+        kv_heads = max(8, mesh_shape[1])
+        cfg = L.Config(layers=2, vocab=32000, hidden=4096, heads=32, kv_heads=kv_heads, head_dim=128,
+                       mlp=14336, batch=batch, seq=seq, dtype="bfloat16",
                        forward_only=forward_only)
         fn, in_sh, out_sh, abstract = L.build(cfg, mesh)
         fn.__name__ = fn.__qualname__ = name

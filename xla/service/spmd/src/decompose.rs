@@ -9,7 +9,10 @@
 //!     dimension (not the scattered one);
 //!   - `dot(all-gather(x), b)`: a free dimension of `x` other than the
 //!     gathered one is sliced; each piece is all-gathered and multiplied
-//!     on its own, the products concatenated.
+//!     on its own, the products concatenated;
+//!   - a collective with no such dot (`Alone`, as the all-reduce of an
+//!     embedding lookup): its operand is sliced along a dimension the
+//!     collective does not gather or scatter, when a chain follows.
 //!
 //! The work that follows the split value (the all-reduce's or
 //! reduce-scatter's result, or the all-gather's dot) is split with it
@@ -18,12 +21,13 @@
 //! reductions that keep the chunked dimension, dots that take it as a free
 //! dimension, and further collectives (a transformer layer's next
 //! all-reduce and the work after it, until an op needs the whole of a
-//! chained value, as attention needs every key). Chunk `i`'s chain can then run while
-//! chunk `i + 1`'s collective is in flight, which hides a collective whose
-//! own dot is too small to. Operands from outside the chain are sliced
-//! (those that do not depend on the split value; an op needing one that
-//! does ends the chain), and every chain value used outside the chain is
-//! concatenated back.
+//! chained value, as attention needs every key). Chunk `i`'s chain can
+//! then run while chunk `i + 1`'s collective is in flight, which hides a
+//! collective whose own dot is too small to. Operands from outside the
+//! chain are sliced (a broadcast is broadcast again per chunk; an operand
+//! that depends on the split value without being in the chain ends the
+//! chain there), another pair's pieces chunked alike are taken piece by
+//! piece, and every chain value used elsewhere is concatenated back.
 //!
 //! Every output element is the same dot product, reduced (or gathered) over
 //! the same devices in the same order as before, and every chain element
@@ -32,15 +36,16 @@
 //! on its shape (the interpreter's consistent mode; a GEMM library may
 //! round a smaller dot differently). How many chunks (or none) is the
 //! caller's choice per pair ([`candidates`] lists them, [`decompose`]
-//! applies a plan); `xla-pipelines` decides it with the scheduler's cost
-//! model.
+//! applies a plan, [`trial_splits`] shows one split without applying it);
+//! `xla-pipelines` decides it with the scheduler and its cost model.
 //!
 //! Invariants: only computations that run as programs of their own (the
 //! entry and what its loops, conditionals and calls reach) are changed; a
-//! pair is split only when the collective and the dot have
-//! no other user or operand relation (the collective is the dot's only
-//! user, or its only operand's only user), carry no control edges, and
-//! the chunked dimension divides evenly; new collectives keep the
+//! dot is paired only when it and the collective have no other user or
+//! operand relation (the collective is the dot's only user, or its only
+//! operand's only user); nothing split carries control edges; the chunked
+//! dimension divides evenly; an instruction belongs to one pair of a plan
+//! (later pairs touching it are skipped); new collectives keep the
 //! original's attributes with fresh channel ids.
 
 use crate::builder::Builder;
@@ -61,6 +66,9 @@ pub enum PairKind {
     ReduceScatter,
     /// `dot(all-gather(x), ..)`.
     AllGather,
+    /// A collective with no dot beside it (its operand is sliced), split
+    /// for the sake of its chain.
+    Alone,
 }
 
 /// A collective and its dot that can be split.
@@ -69,6 +77,7 @@ pub struct Candidate {
     pub computation: usize,
     pub kind: PairKind,
     pub collective: InstrId,
+    /// The dot (the collective itself for `Alone`).
     pub dot: InstrId,
     /// The dot operand that is sliced (0: lhs, 1: rhs; for an all-gather,
     /// the gathered operand), the sliced dimension (of the all-gather's
@@ -125,6 +134,9 @@ pub fn candidates(module: &HloModule) -> Vec<Candidate> {
                     .and_then(|dot| gather_candidate(comp, computation, id, dot)),
                 _ => None,
             };
+            let pair = pair
+                .filter(|ways| !ways.is_empty())
+                .or_else(|| alone_candidate(comp, computation, id));
             let best = pair
                 .into_iter()
                 .flatten()
@@ -132,6 +144,7 @@ pub fn candidates(module: &HloModule) -> Vec<Candidate> {
                     c.chain = chain_of(comp, &uses, c.head(), c.output_dim);
                     c
                 })
+                .filter(|c| c.kind != PairKind::Alone || !c.chain.is_empty())
                 .max_by_key(|c| {
                     let dots = c
                         .chain
@@ -144,6 +157,37 @@ pub fn candidates(module: &HloModule) -> Vec<Candidate> {
         }
     }
     found
+}
+
+/// The ways to split a collective on its own: one per dimension it does
+/// not gather or scatter.
+fn alone_candidate(
+    comp: &HloComputation,
+    computation: usize,
+    collective: InstrId,
+) -> Option<Vec<Candidate>> {
+    let instr = comp.instr(collective);
+    let touched = match instr.opcode {
+        Opcode::AllReduce => None,
+        Opcode::AllGather | Opcode::ReduceScatter => Some(single_dimension(instr)?),
+        _ => return None,
+    };
+    Some(
+        (0..instr.shape.rank())
+            .filter(|&d| Some(d) != touched)
+            .map(|d| Candidate {
+                computation,
+                kind: PairKind::Alone,
+                collective,
+                dot: collective,
+                side: 0,
+                operand_dim: d,
+                output_dim: d,
+                size: instr.shape.dims()[d],
+                chain: Vec::new(),
+            })
+            .collect(),
+    )
 }
 
 /// The ways to split a reduction of a dot's result: one per dimension.
@@ -390,6 +434,7 @@ fn replaced_and_dropped(c: &Candidate) -> (InstrId, InstrId) {
     match c.kind {
         PairKind::AllReduce | PairKind::ReduceScatter => (c.collective, c.dot),
         PairKind::AllGather => (c.dot, c.collective),
+        PairKind::Alone => (c.collective, InstrId(u32::MAX)),
     }
 }
 
@@ -547,6 +592,19 @@ fn pair_pieces(
     let mut pieces = Vec::with_capacity(k as usize);
     for i in 0..k {
         let piece = match candidate.kind {
+            PairKind::Alone => {
+                let part = operand_chunk(
+                    b,
+                    old,
+                    map,
+                    collective.operands[0],
+                    candidate.operand_dim,
+                    i * chunk,
+                    chunk,
+                );
+                let shape = with_dim(&collective.shape, candidate.output_dim, chunk);
+                chunk_of(b, collective, vec![part], shape)
+            }
             PairKind::AllReduce | PairKind::ReduceScatter => {
                 let sliced = map[dot.operands[candidate.side].index()];
                 let other = map[dot.operands[1 - candidate.side].index()];

@@ -1,7 +1,8 @@
 //! Collective decomposition proven by execution: every stored case
 //! (testdata/cases and, when present, ../shared/corpus/cases) is propagated
-//! and partitioned, then every collective-and-dot pair that can be split is
-//! split into 2 chunks (4 where the dimension allows every other time);
+//! and partitioned, then every collective that can be split (with its dot,
+//! or alone, and with the chain of work after it) is split into 2 chunks
+//! (4 where the dimension allows every other time);
 //! the split program must verify, read back, and compute what the unsplit
 //! one computes on the same random arguments, bitwise, in consistent mode:
 //! there a dot's sum does not depend on its shape, while the default CPU
@@ -34,7 +35,7 @@ fn assert_bitwise_equal(got: &Value, want: &Value, name: &str) {
 
 #[test]
 fn split_collectives_compute_bitwise_what_whole_ones_compute() {
-    let (mut cases, mut pairs) = (0, [0usize; 3]);
+    let (mut cases, mut pairs) = (0, [0usize; 4]);
     // Ops split with a collective (its chain), and chains reaching a dot.
     let (mut chain_ops, mut chains_with_dots) = (0, 0);
     for dir in xla_test_paths::all_case_dirs() {
@@ -113,18 +114,23 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
         assert_bitwise_equal(&got, &want, &name.to_string());
     }
     eprintln!(
-        "split {cases} cases: {} all-reduce, {} reduce-scatter, {} all-gather pairs; {chain_ops} ops split with them, {chains_with_dots} chains reaching a dot",
+        "split {cases} cases: {} all-reduce, {} reduce-scatter, {} all-gather pairs, {} collectives alone; {chain_ops} ops split with them, {chains_with_dots} chains reaching a dot",
         pairs[PairKind::AllReduce as usize],
         pairs[PairKind::ReduceScatter as usize],
-        pairs[PairKind::AllGather as usize]
+        pairs[PairKind::AllGather as usize],
+        pairs[PairKind::Alone as usize]
     );
     assert!(cases >= 20, "only {cases} cases had pairs to split");
     if !cfg!(debug_assertions) {
-        // testdata alone: 81 cases, 132 all-reduce, 16 reduce-scatter and
-        // 17 all-gather pairs.
-        assert!(cases >= 80 && pairs.iter().all(|&p| p >= 15), "{pairs:?}");
-        // And 372 chain ops, 24 chains reaching the next dot.
-        assert!(chain_ops >= 300 && chains_with_dots >= 20);
+        // testdata alone: 132 cases; 110 all-reduce, 16 reduce-scatter and
+        // 17 all-gather pairs and 182 collectives alone; 2254 chain ops,
+        // 35 chains reaching a dot.
+        assert!(cases >= 120 && pairs.iter().all(|&p| p >= 15), "{pairs:?}");
+        assert!(pairs[PairKind::Alone as usize] >= 150, "{pairs:?}");
+        assert!(
+            chain_ops >= 2000 && chains_with_dots >= 30,
+            "{chain_ops} chain ops, {chains_with_dots} reaching a dot"
+        );
     }
 }
 
