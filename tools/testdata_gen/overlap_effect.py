@@ -107,6 +107,7 @@ def main():
             "makespan_us": [before["makespan_us"], after["makespan_us"]],
             "exposed_comm_us": [before["exposed_comm_us"], after["exposed_comm_us"]],
             "scheduler_ms": [before["scheduler_ms"], after["scheduler_ms"]],
+            "compute_busy_us": [before["compute_busy_us"], after["compute_busy_us"]],
         })
     print("%-52s %12s %12s %8s %12s %12s" % ("module", "step us", "windowed", "change",
                                              "exposed us", "windowed"))

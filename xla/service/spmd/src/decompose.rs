@@ -36,7 +36,7 @@
 //! on its shape (the interpreter's consistent mode; a GEMM library may
 //! round a smaller dot differently). How many chunks (or none) is the
 //! caller's choice per pair ([`candidates`] lists them, [`decompose`]
-//! applies a plan, [`trial_splits`] shows one split without applying it);
+//! applies a plan);
 //! `xla-pipelines` decides it with the scheduler and its cost model.
 //!
 //! Invariants: only computations that run as programs of their own (the
@@ -408,24 +408,6 @@ pub fn decompose(module: &mut HloModule, plan: &[(Candidate, i64)]) -> usize {
         split += pairs.len();
     }
     split
-}
-
-/// For each `(candidate, k)`, the candidate's computation as `decompose`
-/// would rewrite it for that pair alone (the module is left as it is):
-/// what a caller needs to cost a split before choosing it.
-pub fn trial_splits(
-    module: &HloModule,
-    trials: &[(Candidate, i64)],
-) -> Vec<Option<HloComputation>> {
-    let num_partitions = module.num_partitions().max(1);
-    let mut ctx = ModuleContext::new(module, num_partitions);
-    trials
-        .iter()
-        .map(|(c, k)| {
-            let comp = module.computations.get(c.computation)?;
-            (*k >= 2 && c.size % k == 0).then(|| rewrite(&mut ctx, comp.clone(), &[(c, *k)]))
-        })
-        .collect()
 }
 
 /// The instruction whose uses the concatenation takes over, and the one
