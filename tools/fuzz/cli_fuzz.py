@@ -219,6 +219,8 @@ GLOBAL_COMMANDS = [
     ("pipeline-trace", 1, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning", "--schedule-report", "--trace", "{TMP}/trace.json"]),
     ("overlap", 2, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning,windowed-einsum,decompose-collectives", "--windowed-einsum-threshold-mib", "0"]),
     ("overlap-by-cost", 1, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning,windowed-einsum,decompose-collectives,latency-hiding-scheduler", "--windowed-einsum-by-cost", "--exact-time-limit", "0.05", "--schedule-report"]),
+    ("overlap-bidirectional", 1, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning,windowed-einsum,decompose-collectives", "--windowed-einsum-threshold-mib", "0", "--windowed-einsum-bidirectional"]),
+    ("exact-within-memory", 1, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning,latency-hiding-scheduler", "--exact-time-limit", "0.05", "--memory-limit", "1000000", "--schedule-report"]),
     ("compare-shardings", 1, [HLO_OPT, "{M}", "--passes=sharding-propagation", "--compare-shardings", "{G}"]),
     ("run", 4, [RUN, "{M}", "--args", "{ARGS}"]),
     ("run-devices8", 3, [RUN, "{M}", "--args", "{ARGS}", "--devices", "8"]),
