@@ -15,11 +15,39 @@ fn case(name: &str) -> PathBuf {
     xla_test_paths::testdata_case(name)
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
+/// A fresh scratch folder for one test, removed when dropped.
+struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for TempDir {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir(tag: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!("hlo_opt_{tag}_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir(d)
 }
 
 #[test]
@@ -256,7 +284,8 @@ ENTRY %main (a: f32[8,8], b: f32[8,8]) -> f32[8,8] {
   ROOT %add = f32[8,8]{1,0} add(%a, %b)
 }
 "##;
-    let path = temp_dir("unit_axes").join("unit_axes.hlo");
+    let dir = temp_dir("unit_axes");
+    let path = dir.join("unit_axes.hlo");
     std::fs::write(&path, text).unwrap();
     let out = hlo_opt()
         .arg(&path)

@@ -19,12 +19,27 @@ fn hlo_opt() -> Option<Command> {
     beside.is_file().then(|| Command::new(beside))
 }
 
-/// A fresh scratch folder for this test.
-fn scratch(name: &str) -> PathBuf {
+/// A fresh scratch folder for one test, removed when dropped.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("bad_input_{name}_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 fn write(dir: &Path, text: &str) -> PathBuf {
