@@ -1,16 +1,20 @@
 //! The CPU backend: the reference interpreter. Compiling verifies the module
-//! (so structural errors surface before any device starts); executing
-//! converts the device's literals to the interpreter's values, interprets
-//! the module with the device's ids and communicator, and converts back.
+//! (so structural errors surface before any device starts) and, as XLA's
+//! CPU compiler does, promotes bf16 all-reduces and reduce-scatters to f32
+//! (`xla_hlo_utils::promote`: the devices' partial sums are added in f32
+//! and rounded once); executing converts the device's literals to the
+//! interpreter's values, interprets the module with the device's ids and
+//! communicator, and converts back.
 //!
-//! Invariant: a compiled module has passed `xla_hlo_verifier::verify`.
+//! Invariant: a compiled module has passed `xla_hlo_verifier::verify`,
+//! before and after the promotion.
 
 use crate::backend::{Backend, DeviceContext, Executable};
 use crate::error::RuntimeError;
 use crate::literal::Literal;
 use xla_hlo_evaluator::collective::{from_buffer, to_buffer};
 use xla_hlo_evaluator::{evaluate, EvalContext, EvalError, Value};
-use xla_hlo_ir::HloModule;
+use xla_hlo_ir::{HloModule, PrimitiveType};
 
 /// The interpreter as a backend.
 #[derive(Clone, Copy, Debug, Default)]
@@ -26,13 +30,21 @@ impl Backend for CpuBackend {
     }
 
     fn compile(&self, module: &HloModule) -> Result<Box<dyn Executable>, RuntimeError> {
-        xla_hlo_verifier::verify(module).map_err(|e| RuntimeError::Compile {
+        let does_not_verify = |e| RuntimeError::Compile {
             backend: "cpu",
             message: format!("the module does not verify:\n{e}"),
-        })?;
-        Ok(Box::new(CpuExecutable {
-            module: module.clone(),
-        }))
+        };
+        xla_hlo_verifier::verify(module).map_err(does_not_verify)?;
+        let mut module = module.clone();
+        let promoted = xla_hlo_utils::promote::promote_all_reduces(
+            &mut module,
+            PrimitiveType::Bf16,
+            PrimitiveType::F32,
+        );
+        if promoted > 0 {
+            xla_hlo_verifier::verify(&module).map_err(does_not_verify)?;
+        }
+        Ok(Box::new(CpuExecutable { module }))
     }
 }
 

@@ -1015,6 +1015,30 @@ def _heldout_cond(c):
 
 
 
+@case("bf16_mlp_grad_tp8",
+      "Gradients of sum((relu(x @ w1) @ w2)^2) for w1 and w2 in bf16 over tp=8 (x [16,32] "
+      "P(tp,None), w1 [32,64] P(None,tp), w2 [64,32] P(tp,None)): the row-parallel matmul's "
+      "bf16 partial sums are all-reduced. Inputs are eighths (s32 in [-8, 8) over 8), so XLA's "
+      "sharded result is the single-device one bit for bit: its CPU compiler sums the partial "
+      "products in f32 (all-reduce promotion, and no rounding of the dot to bf16 first).",
+      (8,), ("tp",), rtol=0, atol=0)
+def _heldout_bf16_grad(c):
+    c.arg("x", (16, 32), "s32", P("tp", None), lo=-8, hi=8)
+    c.arg("w1", (32, 64), "s32", P(None, "tp"), lo=-8, hi=8)
+    c.arg("w2", (64, 32), "s32", P("tp", None), lo=-8, hi=8)
+    c.out("dw1", P(None, "tp"))
+    c.out("dw2", P("tp", None))
+
+    def f(x, w1, w2):
+        eighths = lambda a: a.astype(jnp.bfloat16) / 8
+        x, w1, w2 = eighths(x), eighths(w1), eighths(w2)
+
+        def loss(w1, w2):
+            return jnp.sum(((jax.nn.relu(x @ w1) @ w2).astype(jnp.float32)) ** 2)
+        return jax.grad(loss, argnums=(0, 1))(w1, w2)
+    return f
+
+
 def offload(x, spec):
     """jax.device_put to pinned host memory and back (activation offloading),
     which lowers to annotate_device_placement custom calls; gone in the

@@ -15,6 +15,8 @@
 //! - [`compare`]: comparing two modules' shardings instruction by instruction.
 //! - [`reduction_order`]: the consistent reduction order (a pairwise tree)
 //!   and which splits across devices reproduce it.
+//! - [`promote`]: all-reduce promotion (bf16 all-reduces summed in f32, as
+//!   XLA's CPU compiler does).
 //!
 //! Invariants: the crate depends only on the IR; nothing panics on malformed
 //! input (errors are `ShardingError`); every `Sharding` value is canonical,
@@ -27,6 +29,7 @@ pub mod layout;
 pub mod merge;
 pub mod named;
 pub mod ops;
+pub mod promote;
 pub mod reduction_order;
 pub mod sharding;
 pub mod tile;

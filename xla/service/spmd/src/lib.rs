@@ -344,42 +344,9 @@ pub fn devices_in_shardings(module: &HloModule) -> i64 {
 }
 
 /// Reorders computations so that every computation comes after the ones it
-/// calls (XLA's parser reads callees first), keeping the order otherwise.
+/// calls (see `xla_hlo_utils::inline::order_callees_first`).
 pub(crate) fn order_callees_first(module: &mut HloModule) -> bool {
-    use xla_hlo_ir::{AttrValue, CompId};
-    let n = module.computations.len();
-    let graph = xla_hlo_ir::call_graph::CallGraph::new(module);
-    let order: Vec<usize> = graph
-        .post_order(graph.all())
-        .iter()
-        .map(|c| c.index())
-        .collect();
-    if order.iter().enumerate().all(|(i, &c)| i == c) {
-        return false;
-    }
-    let mut new_id = vec![0u32; n];
-    for (i, &c) in order.iter().enumerate() {
-        new_id[c] = i as u32;
-    }
-    let mut old: Vec<Option<xla_hlo_ir::HloComputation>> = std::mem::take(&mut module.computations)
-        .into_iter()
-        .map(Some)
-        .collect();
-    module.computations = order.iter().filter_map(|&c| old[c].take()).collect();
-    let remap = |c: &mut CompId| *c = CompId(new_id[c.index().min(n - 1)]);
-    for comp in module.computations.iter_mut() {
-        for instr in comp.instructions.iter_mut() {
-            for a in instr.attrs.iter_mut() {
-                match &mut a.value {
-                    AttrValue::Computation(c) => remap(c),
-                    AttrValue::Computations(cs) => cs.iter_mut().for_each(remap),
-                    _ => {}
-                }
-            }
-        }
-    }
-    remap(&mut module.entry);
-    true
+    xla_hlo_utils::inline::order_callees_first(module)
 }
 
 /// The `spmd-partitioning` pass.
