@@ -269,6 +269,45 @@ ENTRY %e (p: bf16[4], q: f32[4]) -> (bf16[4], f32[4]) {
     }
 
     #[test]
+    fn a_bf16_dot_feeding_only_the_all_reduce_yields_f32() {
+        let mut m = module(
+            "HloModule m, num_partitions=2
+
+%add (x: bf16[], y: bf16[]) -> bf16[] {
+  %x = bf16[] parameter(0)
+  %y = bf16[] parameter(1)
+  ROOT %s = bf16[] add(%x, %y)
+}
+
+ENTRY %e (a: bf16[4,8], b: bf16[8,4]) -> (bf16[4,4], bf16[4,4], bf16[4,4]) {
+  %a = bf16[4,8] parameter(0)
+  %b = bf16[8,4] parameter(1)
+  %d = bf16[4,4] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %ar = bf16[4,4] all-reduce(%d), replica_groups={}, to_apply=%add
+  %kept = bf16[4,4] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %ar2 = bf16[4,4] all-reduce(%kept), replica_groups={}, to_apply=%add
+  ROOT %t = (bf16[4,4], bf16[4,4], bf16[4,4]) tuple(%ar, %ar2, %kept)
+}
+",
+        );
+        assert_eq!(
+            promote_all_reduces(&mut m, PrimitiveType::Bf16, PrimitiveType::F32),
+            2
+        );
+        let text = m.to_text();
+        for line in [
+            // Used only by its all-reduce: computed in f32, never rounded.
+            "%d = f32[4,4] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+            "%ar.promoted = f32[4,4] all-reduce(%d), replica_groups={}, to_apply=%add_promoted",
+            // Also used elsewhere: stays bf16 and is converted up.
+            "%kept = bf16[4,4] dot(%a, %b)",
+            "%convert = f32[4,4] convert(%kept)",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
     fn a_reducer_with_a_constant_is_left_alone() {
         let mut m = module(
             "HloModule m, num_partitions=2
