@@ -209,21 +209,28 @@ fn unique(names: &mut FxHashSet<String>, base: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A module of two partitions with the bf16 reducer `%add`, then `rest`.
+    fn with_bf16_add(rest: &str) -> String {
+        format!(
+            "HloModule m, num_partitions=2
+
+%add (x: bf16[], y: bf16[]) -> bf16[] {{
+  %x = bf16[] parameter(0)
+  %y = bf16[] parameter(1)
+  ROOT %s = bf16[] add(%x, %y)
+}}
+{rest}"
+        )
+    }
+
     fn module(text: &str) -> HloModule {
         xla_hlo_parser::parse_module(text).unwrap()
     }
 
     #[test]
     fn a_bf16_all_reduce_sums_in_f32() {
-        let mut m = module(
-            "HloModule m, num_partitions=2
-
-%add (x: bf16[], y: bf16[]) -> bf16[] {
-  %x = bf16[] parameter(0)
-  %y = bf16[] parameter(1)
-  ROOT %s = bf16[] add(%x, %y)
-}
-
+        let mut m = module(&with_bf16_add(
+            "
 %add32 (x: f32[], y: f32[]) -> f32[] {
   %x = f32[] parameter(0)
   %y = f32[] parameter(1)
@@ -239,7 +246,7 @@ ENTRY %e (p: bf16[4], q: f32[4]) -> (bf16[4], f32[4]) {
   ROOT %t = (bf16[4], f32[4]) tuple(%n, %other)
 }
 ",
-        );
+        ));
         assert_eq!(
             promote_all_reduces(&mut m, PrimitiveType::Bf16, PrimitiveType::F32),
             1
@@ -270,15 +277,8 @@ ENTRY %e (p: bf16[4], q: f32[4]) -> (bf16[4], f32[4]) {
 
     #[test]
     fn a_bf16_dot_feeding_only_the_all_reduce_yields_f32() {
-        let mut m = module(
-            "HloModule m, num_partitions=2
-
-%add (x: bf16[], y: bf16[]) -> bf16[] {
-  %x = bf16[] parameter(0)
-  %y = bf16[] parameter(1)
-  ROOT %s = bf16[] add(%x, %y)
-}
-
+        let mut m = module(&with_bf16_add(
+            "
 ENTRY %e (a: bf16[4,8], b: bf16[8,4]) -> (bf16[4,4], bf16[4,4], bf16[4,4]) {
   %a = bf16[4,8] parameter(0)
   %b = bf16[8,4] parameter(1)
@@ -289,7 +289,7 @@ ENTRY %e (a: bf16[4,8], b: bf16[8,4]) -> (bf16[4,4], bf16[4,4], bf16[4,4]) {
   ROOT %t = (bf16[4,4], bf16[4,4], bf16[4,4]) tuple(%ar, %ar2, %kept)
 }
 ",
-        );
+        ));
         assert_eq!(
             promote_all_reduces(&mut m, PrimitiveType::Bf16, PrimitiveType::F32),
             2

@@ -76,9 +76,11 @@ impl Pass for DecomposeCollectives {
         let before = current.step_us;
         let mut best_step = before;
         let mut plan: Vec<(Candidate, i64)> = Vec::new();
+        // The module split by `plan` (the best trial so far).
+        let mut best_module: Option<HloModule> = None;
         let mut trials = 0;
         'candidates: for (candidate, _) in &exposed {
-            let mut taken: Option<(i64, f64)> = None;
+            let mut taken: Option<(i64, f64, HloModule)> = None;
             for k in CHUNKS.into_iter().filter(|k| candidate.size % k == 0) {
                 if trials > 0 && started.elapsed() > TRIAL_BUDGET {
                     break 'candidates;
@@ -99,16 +101,17 @@ impl Pass for DecomposeCollectives {
                         .name,
                     candidate.chain.len()
                 );
-                let reference = taken.map_or(best_step, |(_, s)| s);
+                let reference = taken.as_ref().map_or(best_step, |(_, s, _)| *s);
                 if step < reference * (1.0 - MIN_GAIN) {
-                    taken = Some((k, step));
+                    taken = Some((k, step, trial));
                 } else {
                     break;
                 }
             }
-            if let Some((k, step)) = taken {
+            if let Some((k, step, split)) = taken {
                 plan.push(((*candidate).clone(), k));
                 best_step = step;
+                best_module = Some(split);
             }
         }
         log::info!(
@@ -117,11 +120,11 @@ impl Pass for DecomposeCollectives {
             exposed.len(),
             started.elapsed().as_secs_f64() * 1e3
         );
-        if plan.is_empty() {
+        let Some(split) = best_module else {
             return Ok(false);
-        }
-        let count = decompose(module, &plan);
-        Ok(count > 0)
+        };
+        *module = split;
+        Ok(true)
     }
 }
 

@@ -160,7 +160,7 @@ pub(crate) fn simulate(
 }
 
 /// Compute and transfer time of `id` in `comp` (µs).
-pub(crate) fn cost(
+fn cost(
     model: &dyn CostModel,
     module: &HloModule,
     comp: &HloComputation,

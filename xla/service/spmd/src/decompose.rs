@@ -455,27 +455,21 @@ fn rewrite(
     let mut b = Builder::new(ctx, &old.name, old.instructions.len() + 16 * pairs.len());
     b.comp.execution_thread = old.execution_thread.clone();
     let uses = Uses::of(&old);
-    // Split value (a pair's head or chain op) -> its pair's index.
-    let mut owner: FxHashMap<InstrId, usize> = FxHashMap::default();
-    // Chain op -> (its pair's chunk count, chunked dimension of its result).
-    let mut chain_ops: FxHashMap<InstrId, (i64, usize)> = FxHashMap::default();
-    // Split value -> (chunk count, chunked dimension).
-    let mut chunking: FxHashMap<InstrId, (i64, usize)> = FxHashMap::default();
+    // Split value (a pair's head or chain op) -> (its pair's index, chunk
+    // count, chunked dimension of its result).
+    let mut split: FxHashMap<InstrId, (usize, i64, usize)> = FxHashMap::default();
     for (p, (c, k)) in pairs.iter().enumerate() {
-        owner.insert(c.head(), p);
-        owner.extend(c.chain.iter().map(|&(op, _)| (op, p)));
-        chain_ops.extend(c.chain.iter().map(|&(op, d)| (op, (*k, d))));
-        chunking.insert(c.head(), (*k, c.output_dim));
-        chunking.extend(c.chain.iter().map(|&(op, d)| (op, (*k, d))));
+        split.insert(c.head(), (p, *k, c.output_dim));
+        split.extend(c.chain.iter().map(|&(op, d)| (op, (p, *k, d))));
     }
     // Whether split op `user` takes split value `value` piece by piece: in
     // its own pair, or (an elementwise op of another pair) chunked alike.
-    let takes_pieces = |user: InstrId, value: InstrId| {
-        owner.contains_key(&user)
-            && (owner.get(&user) == owner.get(&value)
-                || (old.instr(user).opcode.is_elementwise()
-                    && chain_ops.contains_key(&user)
-                    && chain_ops.get(&user) == chunking.get(&value)))
+    let takes_pieces = |user: InstrId, value: InstrId| match (split.get(&user), split.get(&value)) {
+        (Some(&(user_pair, k, dim)), Some(&(value_pair, value_k, value_dim))) => {
+            user_pair == value_pair
+                || (old.instr(user).opcode.is_elementwise() && (k, dim) == (value_k, value_dim))
+        }
+        _ => false,
     };
     // Values split into pieces (new ids, one per chunk); a value is also
     // needed whole when the root or an op that does not take its pieces
@@ -499,7 +493,7 @@ fn rewrite(
                     pair_pieces(&mut b, &old, &map, candidate, k),
                     candidate.output_dim,
                 )
-            } else if let Some(&(k, dim)) = chain_ops.get(&id) {
+            } else if let Some(&(_, k, dim)) = split.get(&id) {
                 let parts = (0..k)
                     .map(|i| {
                         let operands: Vec<InstrId> = instr

@@ -799,20 +799,13 @@ fn loop_computations(
     b.comp.root = root;
     let body = std::mem::replace(&mut b.comp, HloComputation::new(""));
 
-    let condition_name = ctx.fresh("windowed_einsum_condition");
-    let mut c = Builder::new(ctx, &condition_name, 4);
-    let param = parameter(&mut c, &state);
-    let index = element(&mut c, param, &state, 0);
     // Steps 0..n-1 run in the loop for an all-gather, 1..n for a
     // reduce-scatter (the other step is peeled).
     let end = match candidate.form {
         Form::AllGather { .. } => candidate.group_size - 1,
         Form::ReduceScatter { .. } => candidate.group_size,
     };
-    let end = c.scalar(PrimitiveType::S32, end);
-    c.comp.root = c.compare(index, end, "LT");
-    let condition = std::mem::replace(&mut c.comp, HloComputation::new(""));
-    (body, condition)
+    (body, loop_condition(ctx, &state, end))
 }
 
 /// The state of a bidirectional loop: (step, window from the successors'
@@ -908,14 +901,7 @@ fn bidirectional_loop_computations(
     b.comp.root = root;
     let body = std::mem::replace(&mut b.comp, HloComputation::new(""));
 
-    let condition_name = ctx.fresh("windowed_einsum_condition");
-    let mut c = Builder::new(ctx, &condition_name, 4);
-    let param = parameter(&mut c, &state);
-    let index = element(&mut c, param, &state, 0);
-    let end = c.scalar(PrimitiveType::S32, backward);
-    c.comp.root = c.compare(index, end, "LT");
-    let condition = std::mem::replace(&mut c.comp, HloComputation::new(""));
-    (body, condition)
+    (body, loop_condition(ctx, &state, backward))
 }
 
 /// A bidirectional pair in the rewritten computation: the peeled steps
@@ -927,7 +913,7 @@ fn bidirectional_pair(
     candidate: &Candidate,
     windowed: InstrId,
     other: InstrId,
-    (body, condition): (CompId, CompId),
+    loop_ids: (CompId, CompId),
 ) -> InstrId {
     let (forward, backward) = candidate.forward_backward();
     let n = candidate.group_size;
@@ -950,15 +936,7 @@ fn bidirectional_pair(
                 &output_shape,
                 candidate.form,
             );
-            let first = b.scalar(PrimitiveType::S32, 1);
-            let init = b.add(
-                "tuple",
-                Opcode::Tuple,
-                state.clone(),
-                vec![first, ahead, behind, other, output],
-                vec![],
-            );
-            let looped = while_loop(b, init, &state, body, condition);
+            let looped = start_loop(b, &state, 1, &[ahead, behind, other, output], loop_ids);
             let ahead = element(b, looped, &state, 1);
             let behind = element(b, looped, &state, 2);
             let output = element(b, looped, &state, 4);
@@ -974,13 +952,9 @@ fn bidirectional_pair(
             output
         }
         Form::ReduceScatter { .. } => {
-            let output_shape = {
-                let mut dims = dot.shape.dims().to_vec();
-                dims[candidate.output_dim] = candidate.window;
-                crate::shapes::with_dims(&dot.shape, &dims)
-            };
             let at = shift(b, -forward);
             let mut ahead = scattered_block(b, dot, candidate, [windowed, other], None, at);
+            let output_shape = b.shape(ahead).clone();
             if forward > backward {
                 let received = b.collective_permute(ahead, &candidate.pairs);
                 let at = shift(b, 1 - forward);
@@ -994,15 +968,7 @@ fn bidirectional_pair(
                 &output_shape,
                 candidate.form,
             );
-            let first = b.scalar(PrimitiveType::S32, 1);
-            let init = b.add(
-                "tuple",
-                Opcode::Tuple,
-                state.clone(),
-                vec![first, windowed, other, ahead, behind],
-                vec![],
-            );
-            let looped = while_loop(b, init, &state, body, condition);
+            let looped = start_loop(b, &state, 1, &[windowed, other, ahead, behind], loop_ids);
             let ahead = element(b, looped, &state, 3);
             let behind = element(b, looped, &state, 4);
             let received_ahead = b.collective_permute(ahead, &candidate.pairs);
@@ -1021,13 +987,19 @@ fn bidirectional_pair(
     }
 }
 
-fn while_loop(
+/// The loop over `state` from the given first step and other state
+/// elements: its initial tuple and the while instruction.
+fn start_loop(
     b: &mut Builder<'_>,
-    init: InstrId,
     state: &Shape,
-    body: CompId,
-    condition: CompId,
+    first_step: i64,
+    elements: &[InstrId],
+    (body, condition): (CompId, CompId),
 ) -> InstrId {
+    let first = b.scalar(PrimitiveType::S32, first_step);
+    let mut operands = vec![first];
+    operands.extend_from_slice(elements);
+    let init = b.add("tuple", Opcode::Tuple, state.clone(), operands, vec![]);
     b.add(
         "windowed_einsum",
         Opcode::While,
@@ -1038,6 +1010,17 @@ fn while_loop(
             (AttrKey::Body, AttrValue::Computation(body)),
         ],
     )
+}
+
+/// A loop condition over `state`: its step (element 0) below `end`.
+fn loop_condition(ctx: &mut ModuleContext, state: &Shape, end: i64) -> HloComputation {
+    let condition_name = ctx.fresh("windowed_einsum_condition");
+    let mut c = Builder::new(ctx, &condition_name, 4);
+    let param = parameter(&mut c, state);
+    let index = element(&mut c, param, state, 0);
+    let end = c.scalar(PrimitiveType::S32, end);
+    c.comp.root = c.compare(index, end, "LT");
+    std::mem::replace(&mut c.comp, HloComputation::new(""))
 }
 
 fn parameter(b: &mut Builder<'_>, shape: &Shape) -> InstrId {
@@ -1123,31 +1106,13 @@ fn rewrite(
                     )
                 }
             };
-            let first = b.scalar(PrimitiveType::S32, first);
             let state = Shape::tuple(vec![
                 Shape::scalar(PrimitiveType::S32),
                 b.shape(windowed).clone(),
                 b.shape(other).clone(),
                 output_shape,
             ]);
-            let init = b.add(
-                "tuple",
-                Opcode::Tuple,
-                state.clone(),
-                vec![first, windowed, other, output],
-                vec![],
-            );
-            let (body, condition) = loops[k];
-            let looped = b.add(
-                "windowed_einsum",
-                Opcode::While,
-                state.clone(),
-                vec![init],
-                vec![
-                    (AttrKey::Condition, AttrValue::Computation(condition)),
-                    (AttrKey::Body, AttrValue::Computation(body)),
-                ],
-            );
+            let looped = start_loop(&mut b, &state, first, &[windowed, other, output], loops[k]);
             let output = element(&mut b, looped, &state, 3);
             let result = match candidate.form {
                 Form::AllGather { .. } => {
