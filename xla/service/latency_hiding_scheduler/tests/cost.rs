@@ -95,16 +95,42 @@ fn analytical_gather_scatter_permute_and_cross_node() {
         4.0 + 0.6 + GIB as f64 / 370e3,
         1e-9
     ));
-    // 16 GPUs over two nodes: eight NICs of 45 GB/s per node (360 GB/s),
-    // inter-node step latency.
+    // 16 GPUs over two nodes: eight NICs of 45 GB/s per node (360 GB/s);
+    // of the ring's 15 steps one crosses nodes (NCCL's tuning model).
     let x = info(
         ResourceKind::AllGather,
         Opcode::AllGather,
         GIB,
         (0..16).collect(),
     );
-    let want = 4.0 + 15.0 * 8.0 + GIB as f64 * 15.0 / 16.0 / 360e3;
+    let want = 4.0 + 14.0 * 0.6 + 8.0 + GIB as f64 * 15.0 / 16.0 / 360e3;
     assert!(within(m.collective_us(&x), want, 1e-9));
+    // A small all-reduce over the two nodes: the tree chains each node's
+    // eight GPUs over NVLink and joins the nodes in one inter-node step,
+    // each way (the ring would cross twice in 30 steps).
+    let tiny = info(
+        ResourceKind::AllReduce,
+        Opcode::AllReduce,
+        4,
+        (0..16).collect(),
+    );
+    let tree = 4.0 + 2.0 * (7.0 * 0.6 + 8.0);
+    let t = m.collective_us(&tiny);
+    assert!(within(t, tree, 1e-6), "{t} vs {tree}");
+    let mut ring_spec = GpuSpec::h100_sxm();
+    ring_spec.all_reduce_algorithm = AllReduceAlgorithm::Ring;
+    let ring = AnalyticalCostModel::new(ring_spec).collective_us(&tiny);
+    let want = 4.0 + 28.0 * 0.6 + 2.0 * 8.0;
+    assert!(within(ring, want, 1e-6), "{ring} vs {want}");
+    // Interleaved groups (one GPU of each node): every step crosses.
+    let across = info(
+        ResourceKind::AllGather,
+        Opcode::AllGather,
+        4,
+        vec![0, 8, 16, 24],
+    );
+    let t = m.collective_us(&across);
+    assert!(within(t, 4.0 + 3.0 * 8.0, 1e-3), "{t}");
     // One GPU per node (pairs across nodes): a single NIC.
     let pair = info(ResourceKind::AllReduce, Opcode::AllReduce, GIB, vec![0, 64]);
     let t = m.collective_us(&pair);

@@ -3,8 +3,8 @@
 //! Compute is a roofline: `max(flops / peak(dtype), bytes / hbm_bandwidth)`
 //! plus a kernel overhead for kernel-sized ops (dots, convolutions, fusions,
 //! reductions, custom calls, gathers, scatters, sorts); elementwise and data
-//! movement ops pay only their bytes (XLA would fuse them), reshapes and
-//! bookkeeping ops are free. Each opcode's treatment (stream use, counted
+//! movement ops pay only their bytes (XLA would fuse them), reshapes,
+//! broadcasts, iotas and bookkeeping ops are free. Each opcode's treatment (stream use, counted
 //! work, memory traffic, tensor-core use) is one entry of `profile`, which
 //! lists every opcode.
 //!
@@ -21,7 +21,12 @@
 //!
 //! Groups that span several nodes (device id / `gpus_per_node`) use the
 //! inter-node bandwidth `nic_gbps` per participating GPU of a node (rails
-//! run in parallel, capped by NVLink) and the inter-node step latency.
+//! run in parallel, capped by NVLink). Their latency splits the steps as
+//! NCCL's tuning model does (`ncclTopoTuneModel`): of a ring's `2(n-1)`
+//! all-reduce steps (`n-1` for the others) `2(nodes-1)` (`nodes-1`) cross
+//! nodes at the inter-node step latency and the rest stay on NVLink; a tree
+//! all-reduce chains the GPUs of each node (`per_node - 1` NVLink steps)
+//! and spans the nodes in `log2(nodes)` inter-node steps, each way.
 //!
 //! Defaults (see `GpuSpec::h100_sxm`, `GpuSpec::h200_sxm`), from
 //! `../shared/reference/seed-systems.md` §9 and `gpu-device.md`:
@@ -186,20 +191,22 @@ impl AnalyticalCostModel {
         (nodes, (n + nodes - 1) / nodes)
     }
 
-    /// (alpha per step µs, ring bus bandwidth bytes/µs, all-reduce tree bus bandwidth bytes/µs).
-    fn links(&self, info: &CollectiveInfo) -> (f64, f64, f64) {
+    /// Link figures of a group: (ring bus bandwidth bytes/µs, all-reduce
+    /// tree bus bandwidth bytes/µs).
+    fn bandwidths(&self, nodes: i64, per_node: i64) -> (f64, f64) {
         let s = &self.spec;
-        let (nodes, per_node) = self.topology(info);
         if nodes <= 1 {
-            (
-                s.nvlink_alpha_us,
-                s.nvlink_busbw_gbps * 1e3,
-                s.nvls_busbw_gbps * 1e3,
-            )
+            (s.nvlink_busbw_gbps * 1e3, s.nvls_busbw_gbps * 1e3)
         } else {
             let bw = (s.nic_gbps * per_node as f64).min(s.nvlink_busbw_gbps) * 1e3;
-            (s.inter_node_alpha_us, bw, bw)
+            (bw, bw)
         }
+    }
+
+    /// Latency of `steps` ring steps of which `inter_steps` cross nodes (µs).
+    fn steps_us(&self, steps: f64, inter_steps: f64) -> f64 {
+        let inter = inter_steps.min(steps).max(0.0);
+        (steps - inter) * self.spec.nvlink_alpha_us + inter * self.spec.inter_node_alpha_us
     }
 
     /// Collective time from its description (µs).
@@ -214,13 +221,22 @@ impl AnalyticalCostModel {
         if n <= 1.0 && info.kind != ResourceKind::CollectivePermute {
             return s.collective_launch_us;
         }
-        let (alpha, ring_bw, tree_bw) = self.links(info);
-        let log2n = n.log2().ceil().max(1.0);
+        let (nodes, per_node) = self.topology(info);
+        let (ring_bw, tree_bw) = self.bandwidths(nodes, per_node);
+        // Steps that cross nodes in a ring of `n` over `nodes` nodes.
+        let crossings = (nodes - 1) as f64;
         let t = match info.kind {
             ResourceKind::AllReduce => {
                 let factor = 2.0 * (n - 1.0) / n;
-                let ring = 2.0 * (n - 1.0) * alpha + bytes * factor / ring_bw;
-                let tree = 2.0 * log2n * alpha + bytes * factor / tree_bw;
+                let ring =
+                    self.steps_us(2.0 * (n - 1.0), 2.0 * crossings) + bytes * factor / ring_bw;
+                let tree_latency = if nodes <= 1 {
+                    2.0 * n.log2().ceil().max(1.0) * s.nvlink_alpha_us
+                } else {
+                    2.0 * ((per_node - 1) as f64 * s.nvlink_alpha_us
+                        + (nodes as f64).log2().ceil() * s.inter_node_alpha_us)
+                };
+                let tree = tree_latency + bytes * factor / tree_bw;
                 match s.all_reduce_algorithm {
                     AllReduceAlgorithm::Ring => ring,
                     AllReduceAlgorithm::Tree => tree,
@@ -230,9 +246,17 @@ impl AnalyticalCostModel {
             ResourceKind::AllGather
             | ResourceKind::ReduceScatter
             | ResourceKind::AllToAll
-            | ResourceKind::RaggedAllToAll => (n - 1.0) * alpha + bytes * (n - 1.0) / n / ring_bw,
-            ResourceKind::CollectivePermute | ResourceKind::SendRecv => alpha + bytes / ring_bw,
-            ResourceKind::CollectiveBroadcast => log2n * alpha + bytes / ring_bw,
+            | ResourceKind::RaggedAllToAll => {
+                self.steps_us(n - 1.0, crossings) + bytes * (n - 1.0) / n / ring_bw
+            }
+            ResourceKind::CollectivePermute | ResourceKind::SendRecv => {
+                self.steps_us(1.0, crossings) + bytes / ring_bw
+            }
+            ResourceKind::CollectiveBroadcast => {
+                self.steps_us((per_node.max(1) as f64).log2().ceil(), 0.0)
+                    + self.steps_us((nodes as f64).log2().ceil(), (nodes as f64).log2().ceil())
+                    + bytes / ring_bw
+            }
             ResourceKind::Copy | ResourceKind::AsyncCompute => 0.0,
         };
         s.collective_launch_us + t
@@ -296,7 +320,9 @@ impl CostModel for AnalyticalCostModel {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum StreamUse {
     /// Not at all: control flow (its callees are costed on their own),
-    /// collectives and async halves (their time is the transfer), reshapes.
+    /// collectives and async halves (their time is the transfer), reshapes,
+    /// broadcasts and iotas (XLA fuses them into every consumer, which
+    /// generates their elements instead of reading them).
     Free,
     /// A kernel of its own: the roofline plus the kernel overhead.
     Kernel,
@@ -335,8 +361,6 @@ enum Traffic {
     Gather,
     /// The updates twice and the indices.
     Scatter,
-    /// The output, and operands no larger than it (broadcast, iota).
-    Generated,
 }
 
 /// When an instruction runs at the tensor-core rate.
@@ -536,9 +560,7 @@ fn profile(op: Opcode) -> Profile {
         O::DynamicUpdateSlice => {
             Profile::new(Fused, Work::None, Traffic::UpdateTwice, TensorUse::Never)
         }
-        O::Broadcast | O::Iota => {
-            Profile::new(Fused, Work::None, Traffic::Generated, TensorUse::Never)
-        }
+        O::Broadcast | O::Iota => Profile::plain(Free),
 
         // No counted work: output and operands moved.
         O::AddDependency
@@ -697,7 +719,6 @@ pub fn bytes_accessed(comp: &HloComputation, instr: &HloInstruction) -> u64 {
             let updates: u64 = (n / 2 + 1..n).map(op_bytes).sum();
             2 * updates + op_bytes(n / 2)
         }
-        Traffic::Generated => out + all_operands.min(out),
         Traffic::OutputAndOperands => out + all_operands,
     }
 }
