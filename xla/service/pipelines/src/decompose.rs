@@ -13,6 +13,8 @@
 //! hides two goes first), each with `k` = 2, then 4 while that was better, then 8,
 //! together with the splits already taken; a split is taken when the
 //! simulated step of the whole module gets at least `MIN_GAIN` shorter.
+//! Collectives tried before a later split was taken are tried again in a
+//! further round (up to `MAX_ROUNDS`), on the program as now split.
 //! The trials stop after `TRIAL_BUDGET` of scheduling time (the first is
 //! always made), so a large module costs a bounded number of schedules.
 //! A simple pipeline formula could not make this choice: the chain after a
@@ -36,6 +38,9 @@ use xla_spmd_partitioner::decompose::{candidates, decompose, Candidate};
 const CHUNKS: [i64; 3] = [2, 4, 8];
 /// Least relative gain of the simulated step for a split to be taken.
 const MIN_GAIN: f64 = 0.001;
+/// Rounds over the exposed collectives (a round that takes no split ends
+/// the search).
+const MAX_ROUNDS: usize = 3;
 /// Scheduling time after which no further trial starts.
 const TRIAL_BUDGET: Duration = Duration::from_secs(1);
 
@@ -79,39 +84,59 @@ impl Pass for DecomposeCollectives {
         // The module split by `plan` (the best trial so far).
         let mut best_module: Option<HloModule> = None;
         let mut trials = 0;
-        'candidates: for (candidate, _) in &exposed {
-            let mut taken: Option<(i64, f64, HloModule)> = None;
-            for k in CHUNKS.into_iter().filter(|k| candidate.size % k == 0) {
-                if trials > 0 && started.elapsed() > TRIAL_BUDGET {
-                    break 'candidates;
+        // For each candidate, the number of splits taken when it was last
+        // tried: a candidate tried before later splits were taken is tried
+        // again in the next round, since the split program hides less or
+        // more than the one it was tried on.
+        let mut tried_with: Vec<Option<usize>> = vec![None; exposed.len()];
+        'rounds: for _round in 0..MAX_ROUNDS {
+            let taken_before = plan.len();
+            'candidates: for (index, (candidate, _)) in exposed.iter().enumerate() {
+                if tried_with[index] == Some(plan.len())
+                    || plan.iter().any(|(c, _)| {
+                        c.computation == candidate.computation
+                            && c.collective == candidate.collective
+                    })
+                {
+                    continue;
                 }
-                trials += 1;
-                let mut trial_plan = plan.clone();
-                trial_plan.push(((*candidate).clone(), k));
-                let mut trial = module.clone();
-                if decompose(&mut trial, &trial_plan) < trial_plan.len() {
-                    // It overlaps a split already taken.
-                    continue 'candidates;
+                tried_with[index] = Some(plan.len());
+                let mut taken: Option<(i64, f64, HloModule)> = None;
+                for k in CHUNKS.into_iter().filter(|k| candidate.size % k == 0) {
+                    if trials > 0 && started.elapsed() > TRIAL_BUDGET {
+                        break 'rounds;
+                    }
+                    trials += 1;
+                    let mut trial_plan = plan.clone();
+                    trial_plan.push(((*candidate).clone(), k));
+                    let mut trial = module.clone();
+                    if decompose(&mut trial, &trial_plan) < trial_plan.len() {
+                        // It overlaps a split already taken.
+                        continue 'candidates;
+                    }
+                    let step = simulate(&trial, &self.scheduler, model, self.name())?.step_us;
+                    log::debug!(
+                        "decompose-collectives: %{} (chain of {} ops) in {k} chunks: simulated step {step:.1} us",
+                        module.computations[candidate.computation]
+                            .instr(candidate.collective)
+                            .name,
+                        candidate.chain.len()
+                    );
+                    let reference = taken.as_ref().map_or(best_step, |(_, s, _)| *s);
+                    if step < reference * (1.0 - MIN_GAIN) {
+                        taken = Some((k, step, trial));
+                    } else {
+                        break;
+                    }
                 }
-                let step = simulate(&trial, &self.scheduler, model, self.name())?.step_us;
-                log::debug!(
-                    "decompose-collectives: %{} (chain of {} ops) in {k} chunks: simulated step {step:.1} us",
-                    module.computations[candidate.computation]
-                        .instr(candidate.collective)
-                        .name,
-                    candidate.chain.len()
-                );
-                let reference = taken.as_ref().map_or(best_step, |(_, s, _)| *s);
-                if step < reference * (1.0 - MIN_GAIN) {
-                    taken = Some((k, step, trial));
-                } else {
-                    break;
+                if let Some((k, step, split)) = taken {
+                    plan.push(((*candidate).clone(), k));
+                    best_step = step;
+                    best_module = Some(split);
                 }
             }
-            if let Some((k, step, split)) = taken {
-                plan.push(((*candidate).clone(), k));
-                best_step = step;
-                best_module = Some(split);
+            if plan.len() == taken_before {
+                break;
             }
         }
         log::info!(

@@ -136,9 +136,12 @@ fn transformer_plan_is_within_5_percent_of_the_best_hand_written_schedule() {
         "auto: {:.0} us ({} plans, {seconds:.2} s, {})",
         plan.cost.step_us, plan.evaluated, plan.criterion
     );
-    // The goal is 10 s on a quiet machine (about 2 s measured); CI shares
-    // two cores with the other tests of this binary.
-    assert!(seconds < 30.0, "{seconds} s");
+    // The goal is 10 s on a quiet machine for an optimised build (about 3 s
+    // measured); CI shares two cores with the other tests of this binary, and
+    // Bazel's default fastbuild is unoptimised (about 7x slower: 19 s measured,
+    // 36 s seen on CI).
+    let limit = if cfg!(debug_assertions) { 90.0 } else { 15.0 };
+    assert!(seconds < limit, "{seconds} s (limit {limit} s)");
     assert!(
         plan.cost.step_us <= 1.05 * best,
         "auto {} vs best {best}",
