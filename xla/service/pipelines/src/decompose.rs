@@ -11,7 +11,8 @@
 //! collectives are tried in order of the time the compute stream waits
 //! for them and for the exposed collectives in their chains (a split that
 //! hides two goes first), each with `k` = 2, then 4 while that was better, then 8,
-//! together with the splits already taken; a split is taken when the
+//! together with the splits already taken, first with the work producing
+//! it (its prologue), then without; a split is taken when the
 //! simulated step of the whole module gets at least `MIN_GAIN` shorter.
 //! Collectives tried before a later split was taken are tried again in a
 //! further round (up to `MAX_ROUNDS`), on the program as now split.
@@ -101,36 +102,48 @@ impl Pass for DecomposeCollectives {
                     continue;
                 }
                 tried_with[index] = Some(plan.len());
-                let mut taken: Option<(i64, f64, HloModule)> = None;
-                for k in CHUNKS.into_iter().filter(|k| candidate.size % k == 0) {
-                    if trials > 0 && started.elapsed() > TRIAL_BUDGET {
-                        break 'rounds;
-                    }
-                    trials += 1;
-                    let mut trial_plan = plan.clone();
-                    trial_plan.push(((*candidate).clone(), k));
-                    let mut trial = module.clone();
-                    if decompose(&mut trial, &trial_plan) < trial_plan.len() {
-                        // It overlaps a split already taken.
-                        continue 'candidates;
-                    }
-                    let step = simulate(&trial, &self.scheduler, model, self.name())?.step_us;
-                    log::debug!(
-                        "decompose-collectives: %{} (chain of {} ops) in {k} chunks: simulated step {step:.1} us",
-                        module.computations[candidate.computation]
-                            .instr(candidate.collective)
-                            .name,
-                        candidate.chain.len()
-                    );
-                    let reference = taken.as_ref().map_or(best_step, |(_, s, _)| *s);
-                    if step < reference * (1.0 - MIN_GAIN) {
-                        taken = Some((k, step, trial));
-                    } else {
-                        break;
+                // With its prologue, then without it (the prologue's extra
+                // kernels may cost more than the overlap they buy).
+                let mut variants = vec![(*candidate).clone()];
+                if !candidate.prologue.is_empty() {
+                    variants.push(Candidate {
+                        prologue: Vec::new(),
+                        ..(*candidate).clone()
+                    });
+                }
+                let mut taken: Option<(Candidate, i64, f64, HloModule)> = None;
+                for variant in variants {
+                    for k in CHUNKS.into_iter().filter(|k| variant.size % k == 0) {
+                        if trials > 0 && started.elapsed() > TRIAL_BUDGET {
+                            break 'rounds;
+                        }
+                        trials += 1;
+                        let mut trial_plan = plan.clone();
+                        trial_plan.push((variant.clone(), k));
+                        let mut trial = module.clone();
+                        if decompose(&mut trial, &trial_plan) < trial_plan.len() {
+                            // Its dot or collective is in a split already taken.
+                            continue 'candidates;
+                        }
+                        let step = simulate(&trial, &self.scheduler, model, self.name())?.step_us;
+                        log::debug!(
+                            "decompose-collectives: %{} (chain of {} ops, prologue of {}) in {k} chunks: simulated step {step:.1} us",
+                            module.computations[variant.computation]
+                                .instr(variant.collective)
+                                .name,
+                            variant.chain.len(),
+                            variant.prologue.len()
+                        );
+                        let reference = taken.as_ref().map_or(best_step, |(_, _, s, _)| *s);
+                        if step < reference * (1.0 - MIN_GAIN) {
+                            taken = Some((variant.clone(), k, step, trial));
+                        } else {
+                            break;
+                        }
                     }
                 }
-                if let Some((k, step, split)) = taken {
-                    plan.push(((*candidate).clone(), k));
+                if let Some((variant, k, step, split)) = taken {
+                    plan.push((variant, k));
                     best_step = step;
                     best_module = Some(split);
                 }

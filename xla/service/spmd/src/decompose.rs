@@ -29,9 +29,22 @@
 //! chain there), another pair's pieces chunked alike are taken piece by
 //! piece, and every chain value used elsewhere is concatenated back.
 //!
+//! The work that produces the sliced value and is used by nothing else is
+//! split too (Concerto's producing compute, the candidate's `prologue`),
+//! walking back from the split value: elementwise ops, broadcasts,
+//! transposes, reshapes, reductions over other dimensions, dots where the
+//! chunked dimension is a free one of one side (the other side whole) and
+//! collectives, as long as every user of the op is in the prologue. For a
+//! row-parallel projection after attention the prologue reaches back
+//! through the softmax to the query projection, so chunk `i`'s collective
+//! overlaps chunk `i + 1`'s attention, which hides the first chunk's
+//! collective as well. The prologue's boundary values (a key, a
+//! parameter) are sliced or taken whole.
+//!
 //! Every output element is the same dot product, reduced (or gathered) over
 //! the same devices in the same order as before, and every chain element
-//! is computed from the same elements by the same ops, so results are bitwise
+//! and prologue element is computed from the same elements by the same
+//! ops, so results are bitwise
 //! equal to the undecomposed program wherever a dot's sum does not depend
 //! on its shape (the interpreter's consistent mode; a GEMM library may
 //! round a smaller dot differently). How many chunks (or none) is the
@@ -45,7 +58,10 @@
 //! operand relation (the collective is the dot's only user, or its only
 //! operand's only user); nothing split carries control edges; the chunked
 //! dimension divides evenly; an instruction belongs to one pair of a plan
-//! (later pairs touching it are skipped); new collectives keep the
+//! (a later pair whose dot or collective is taken is skipped, one whose
+//! chain or prologue meets taken ops has them found again without those);
+//! a prologue op's users are all in its prologue (or are the pair's dot or
+//! collective), so it never exists whole; new collectives keep the
 //! original's attributes with fresh channel ids.
 
 use crate::builder::Builder;
@@ -91,6 +107,19 @@ pub struct Candidate {
     /// The ops after the split value that are split with it, in program
     /// order, each with the dimension of its result that is chunked.
     pub chain: Vec<(InstrId, usize)>,
+    /// The ops before the pair that are split with it (the work producing
+    /// the sliced operand and used by nothing else), in program order.
+    pub prologue: Vec<PrologueOp>,
+}
+
+/// An op of a pair's prologue: its result is computed chunk by chunk along
+/// `dim`, each operand sliced along its `operand_dims` entry (or taken
+/// whole where that is `None`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrologueOp {
+    pub op: InstrId,
+    pub dim: usize,
+    pub operand_dims: Vec<Option<usize>>,
 }
 
 impl Candidate {
@@ -99,14 +128,37 @@ impl Candidate {
     pub fn head(&self) -> InstrId {
         replaced_and_dropped(self).0
     }
+
+    /// The value whose chunks the pair's pieces take: the dot operand
+    /// sliced for a reduction, the collective's operand otherwise.
+    pub fn split_value(&self, comp: &HloComputation) -> InstrId {
+        match self.kind {
+            PairKind::AllReduce | PairKind::ReduceScatter => {
+                comp.instr(self.dot).operands[self.side]
+            }
+            PairKind::AllGather | PairKind::Alone => comp.instr(self.collective).operands[0],
+        }
+    }
+
+    /// Every instruction the split replaces.
+    fn members(&self) -> impl Iterator<Item = InstrId> + '_ {
+        [self.dot, self.collective]
+            .into_iter()
+            .chain(self.chain.iter().map(|(op, _)| *op))
+            .chain(self.prologue.iter().map(|p| p.op))
+    }
 }
+
+/// The rewrite's new id for a value that exists only in pieces (or is
+/// dropped), and the dropped instruction of a pair that drops none.
+const NO_WHOLE: InstrId = InstrId(u32::MAX);
 
 /// Largest number of ops a chain takes.
 const MAX_CHAIN: usize = 512;
 
 /// Every pair of the module that can be split, once each: along the
-/// dimension whose chain reaches the most dots, then the longest chain,
-/// then the largest dimension.
+/// dimension whose chain and prologue hold the most dots, then the most
+/// ops, then the largest dimension.
 pub fn candidates(module: &HloModule) -> Vec<Candidate> {
     let mut found = Vec::new();
     let sequential = sequential_computations(module);
@@ -141,17 +193,19 @@ pub fn candidates(module: &HloModule) -> Vec<Candidate> {
                 .into_iter()
                 .flatten()
                 .map(|mut c| {
-                    c.chain = chain_of(comp, &uses, c.head(), c.output_dim);
+                    let none = FxHashSet::default();
+                    c.chain = chain_of(comp, &uses, c.head(), c.output_dim, &none);
+                    c.prologue = prologue_of(comp, &uses, &c, &none);
                     c
                 })
                 .filter(|c| c.kind != PairKind::Alone || !c.chain.is_empty())
                 .max_by_key(|c| {
-                    let dots = c
-                        .chain
-                        .iter()
-                        .filter(|(op, _)| comp.instr(*op).opcode == Opcode::Dot)
+                    let split_ops = c.chain.iter().map(|(op, _)| *op);
+                    let split_ops = split_ops.chain(c.prologue.iter().map(|p| p.op));
+                    let dots = split_ops
+                        .filter(|op| comp.instr(*op).opcode == Opcode::Dot)
                         .count();
-                    (dots, c.chain.len(), c.size)
+                    (dots, c.chain.len() + c.prologue.len(), c.size)
                 });
             found.extend(best);
         }
@@ -185,6 +239,7 @@ fn alone_candidate(
                 output_dim: d,
                 size: instr.shape.dims()[d],
                 chain: Vec::new(),
+                prologue: Vec::new(),
             })
             .collect(),
     )
@@ -218,6 +273,7 @@ fn reduction_candidate(
                     output_dim: od,
                     size: dot.shape.dims()[od],
                     chain: Vec::new(),
+                    prologue: Vec::new(),
                 })
             })
             .collect(),
@@ -254,6 +310,7 @@ fn gather_candidate(
                     output_dim,
                     size: x.shape.dims()[d],
                     chain: Vec::new(),
+                    prologue: Vec::new(),
                 })
             })
             .collect(),
@@ -261,14 +318,15 @@ fn gather_candidate(
 }
 
 /// The chain after `head` (chunked along `head_dim`): in program order,
-/// every op with an operand in the chain whose result keeps the chunked
-/// dimension (see [`chunked_dim`]) and whose other operands do not depend
-/// on `head`. At most `MAX_CHAIN` ops.
+/// every op not in `excluded` with an operand in the chain whose result
+/// keeps the chunked dimension (see [`chunked_dim`]) and whose other
+/// operands do not depend on `head`. At most `MAX_CHAIN` ops.
 fn chain_of(
     comp: &HloComputation,
     uses: &Uses,
     head: InstrId,
     head_dim: usize,
+    excluded: &FxHashSet<InstrId>,
 ) -> Vec<(InstrId, usize)> {
     let n = comp.instructions.len();
     // Chunked dimension of each chain value (head included).
@@ -285,6 +343,7 @@ fn chain_of(
         }
         let joins = chain.len() < MAX_CHAIN
             && !uses.control[index]
+            && !excluded.contains(&InstrId(index as u32))
             && instr.shape.is_array()
             && instr.operands.iter().all(|o| !tainted[o.index()]);
         let chunked = joins.then(|| chunked_dim(comp, instr, &dim)).flatten();
@@ -370,33 +429,173 @@ fn chunked_dim(
     }
 }
 
+/// The prologue of a pair: walking back from its split value (chunked
+/// along the candidate's operand dimension), every op not in `excluded`
+/// all of whose users are the pair's consumer or already in the prologue,
+/// each taking its chunks at one dimension, whose chunks can be computed
+/// from chunks of its operands (see [`operand_dims`]). In program order; at
+/// most `MAX_CHAIN` ops. Empty when the split value has another user.
+fn prologue_of(
+    comp: &HloComputation,
+    uses: &Uses,
+    candidate: &Candidate,
+    excluded: &FxHashSet<InstrId>,
+) -> Vec<PrologueOp> {
+    let start = candidate.split_value(comp);
+    let consumer = match candidate.kind {
+        PairKind::AllReduce | PairKind::ReduceScatter => candidate.dot,
+        PairKind::AllGather | PairKind::Alone => candidate.collective,
+    };
+    if uses.only_user(comp, start) != Some(consumer) {
+        return Vec::new();
+    }
+    let n = comp.instructions.len();
+    // The dimension prologue users want each value chunked along: `None`
+    // while unasked, `Some(None)` when they disagree or one needs it whole.
+    let mut wanted: Vec<Option<Option<usize>>> = vec![None; n];
+    // How many uses of each value are by the consumer or prologue ops.
+    let mut member_uses = vec![0usize; n];
+    wanted[start.index()] = Some(Some(candidate.operand_dim));
+    member_uses[start.index()] = 1;
+    let mut prologue = Vec::new();
+    for index in (0..=start.index()).rev() {
+        let id = InstrId(index as u32);
+        let Some(Some(dim)) = wanted[index] else {
+            continue;
+        };
+        let instr = comp.instr(id);
+        if prologue.len() >= MAX_CHAIN
+            || member_uses[index] != uses.users[index].len()
+            || id == comp.root
+            || uses.control[index]
+            || excluded.contains(&id)
+            || !instr.shape.is_array()
+        {
+            continue;
+        }
+        let Some(operand_dims) = operand_dims(comp, instr, dim) else {
+            continue;
+        };
+        for (operand, operand_dim) in instr.operands.iter().zip(&operand_dims) {
+            member_uses[operand.index()] += 1;
+            let slot = &mut wanted[operand.index()];
+            *slot = match (*slot, *operand_dim) {
+                (None, Some(d)) => Some(Some(d)),
+                (Some(Some(d)), Some(e)) if d == e => Some(Some(d)),
+                _ => Some(None),
+            };
+        }
+        prologue.push(PrologueOp {
+            op: id,
+            dim,
+            operand_dims,
+        });
+    }
+    prologue.reverse();
+    prologue
+}
+
+/// For `instr` computed in chunks along dimension `dim` of its result, the
+/// dimension of each operand its chunks take (`None`: the whole operand):
+/// elementwise ops (operands of the result's shape, or scalars),
+/// broadcasts, transposes, reshapes that keep the dimension whole,
+/// reductions (of one input) and dots where `dim` is a free dimension of
+/// one side, and collectives that do not gather or scatter along it.
+/// `None` for anything else (iotas, parameters and constants are sliced).
+fn operand_dims(
+    comp: &HloComputation,
+    instr: &HloInstruction,
+    dim: usize,
+) -> Option<Vec<Option<usize>>> {
+    let operand_dims = |i: usize| comp.instr(instr.operands[i]).shape.dims();
+    if instr.opcode.is_elementwise() {
+        return instr
+            .operands
+            .iter()
+            .map(|o| {
+                let shape = &comp.instr(*o).shape;
+                if shape.rank() == 0 {
+                    Some(None)
+                } else {
+                    (shape.dims() == instr.shape.dims()).then_some(Some(dim))
+                }
+            })
+            .collect();
+    }
+    match instr.opcode {
+        Opcode::Broadcast if instr.operands.len() == 1 => {
+            // The operand's dimension that `dim` comes from, or the whole
+            // operand when `dim` is a new one.
+            let mapping = instr.ints_attr(AttrKey::Dimensions)?;
+            Some(vec![mapping.iter().position(|&m| m == dim as i64)])
+        }
+        Opcode::Transpose => {
+            let perm = instr.ints_attr(AttrKey::Dimensions)?;
+            Some(vec![Some(usize::try_from(*perm.get(dim)?).ok()?)])
+        }
+        Opcode::Reshape => {
+            let from = operand_dims(0);
+            let to = instr.shape.dims();
+            let size = *to.get(dim)?;
+            let before: i64 = to[..dim].iter().product();
+            let e = (0..from.len())
+                .find(|&e| from[e] == size && from[..e].iter().product::<i64>() == before)?;
+            Some(vec![Some(e)])
+        }
+        Opcode::Reduce if instr.operands.len() == 2 => {
+            let reduced = instr.ints_attr(AttrKey::Dimensions)?;
+            let kept: Vec<usize> = (0..operand_dims(0).len())
+                .filter(|d| !reduced.contains(&(*d as i64)))
+                .collect();
+            Some(vec![Some(*kept.get(dim)?), None])
+        }
+        Opcode::Dot if instr.operands.len() == 2 => {
+            let (side, operand_dim) = operand_dim_of(comp, instr, dim)?;
+            let mut dims = vec![None, None];
+            dims[side] = Some(operand_dim);
+            Some(dims)
+        }
+        Opcode::AllReduce if instr.operands.len() == 1 => Some(vec![Some(dim)]),
+        Opcode::AllGather | Opcode::ReduceScatter if instr.operands.len() == 1 => {
+            (single_dimension(instr)? != dim).then_some(vec![Some(dim)])
+        }
+        _ => None,
+    }
+}
+
 /// Splits each planned pair into its `k` chunks (`k >= 2` dividing the
-/// candidate's size; other entries, and pairs sharing an instruction with
-/// an earlier one, are skipped); returns how many pairs were split.
+/// candidate's size; other entries are skipped); returns how many pairs
+/// were split. An instruction belongs to the first planned pair that
+/// touches it: a later pair whose dot or collective is taken is skipped,
+/// and one whose chain or prologue meets taken instructions has them
+/// recomputed without those.
 pub fn decompose(module: &mut HloModule, plan: &[(Candidate, i64)]) -> usize {
     let num_partitions = module.num_partitions().max(1);
     let mut ctx = ModuleContext::new(module, num_partitions);
     let mut split = 0;
     for computation in 0..module.computations.len() {
-        // An instruction belongs to the first planned pair that touches it
-        // (a dot between two collectives, an op in two chains).
+        let comp = &module.computations[computation];
+        let uses = Uses::of(comp);
         let mut taken: FxHashSet<InstrId> = FxHashSet::default();
-        let pairs: Vec<(&Candidate, i64)> = plan
-            .iter()
-            .filter(|(c, k)| c.computation == computation && *k >= 2 && c.size % k == 0)
-            .filter(|(c, _)| {
-                let members: Vec<InstrId> = [c.dot, c.collective]
-                    .into_iter()
-                    .chain(c.chain.iter().map(|(op, _)| *op))
-                    .collect();
-                let free = members.iter().all(|m| !taken.contains(m));
-                if free {
-                    taken.extend(members);
-                }
-                free
-            })
-            .map(|(c, k)| (c, *k))
-            .collect();
+        let mut pairs: Vec<(Candidate, i64)> = Vec::new();
+        for (candidate, k) in plan {
+            if candidate.computation != computation
+                || *k < 2
+                || candidate.size % k != 0
+                || taken.contains(&candidate.dot)
+                || taken.contains(&candidate.collective)
+            {
+                continue;
+            }
+            let mut candidate = candidate.clone();
+            if candidate.members().any(|m| taken.contains(&m)) {
+                candidate.chain =
+                    chain_of(comp, &uses, candidate.head(), candidate.output_dim, &taken);
+                candidate.prologue = prologue_of(comp, &uses, &candidate, &taken);
+            }
+            taken.extend(candidate.members());
+            pairs.push((candidate, *k));
+        }
         if pairs.is_empty() {
             continue;
         }
@@ -416,7 +615,7 @@ fn replaced_and_dropped(c: &Candidate) -> (InstrId, InstrId) {
     match c.kind {
         PairKind::AllReduce | PairKind::ReduceScatter => (c.collective, c.dot),
         PairKind::AllGather => (c.dot, c.collective),
-        PairKind::Alone => (c.collective, InstrId(u32::MAX)),
+        PairKind::Alone => (c.collective, NO_WHOLE),
     }
 }
 
@@ -450,7 +649,7 @@ fn chunk_of(
 fn rewrite(
     ctx: &mut ModuleContext,
     old: HloComputation,
-    pairs: &[(&Candidate, i64)],
+    pairs: &[(Candidate, i64)],
 ) -> HloComputation {
     let mut b = Builder::new(ctx, &old.name, old.instructions.len() + 16 * pairs.len());
     b.comp.execution_thread = old.execution_thread.clone();
@@ -462,14 +661,35 @@ fn rewrite(
         split.insert(c.head(), (p, *k, c.output_dim));
         split.extend(c.chain.iter().map(|&(op, d)| (op, (p, *k, d))));
     }
-    // Whether split op `user` takes split value `value` piece by piece: in
-    // its own pair, or (an elementwise op of another pair) chunked alike.
-    let takes_pieces = |user: InstrId, value: InstrId| match (split.get(&user), split.get(&value)) {
-        (Some(&(user_pair, k, dim)), Some(&(value_pair, value_k, value_dim))) => {
-            user_pair == value_pair
-                || (old.instr(user).opcode.is_elementwise() && (k, dim) == (value_k, value_dim))
+    // Prologue op -> its pair's chunk count and how it is chunked.
+    let mut prologue: FxHashMap<InstrId, (i64, &PrologueOp)> = FxHashMap::default();
+    for (c, k) in pairs {
+        prologue.extend(c.prologue.iter().map(|op| (op.op, (*k, op))));
+    }
+    // Whether op `user` takes split value `value` piece by piece: a split
+    // op of its own pair, an elementwise split op of another pair chunked
+    // alike, or a prologue op chunking it alike at every use.
+    let takes_pieces = |user: InstrId, value: InstrId| {
+        let Some(&(value_pair, value_k, value_dim)) = split.get(&value) else {
+            return false;
+        };
+        if let Some(&(k, op)) = prologue.get(&user) {
+            return k == value_k
+                && old
+                    .instr(user)
+                    .operands
+                    .iter()
+                    .zip(&op.operand_dims)
+                    .filter(|(o, _)| **o == value)
+                    .all(|(_, d)| *d == Some(value_dim));
         }
-        _ => false,
+        match split.get(&user) {
+            Some(&(user_pair, k, dim)) => {
+                user_pair == value_pair
+                    || (old.instr(user).opcode.is_elementwise() && (k, dim) == (value_k, value_dim))
+            }
+            None => false,
+        }
     };
     // Values split into pieces (new ids, one per chunk); a value is also
     // needed whole when the root or an op that does not take its pieces
@@ -484,69 +704,78 @@ fn rewrite(
     for (index, mut instr) in old.instructions.clone().into_iter().enumerate() {
         let id = InstrId(index as u32);
         if pairs.iter().any(|(c, _)| replaced_and_dropped(c).1 == id) {
-            map.push(InstrId(u32::MAX));
+            map.push(NO_WHOLE);
             continue;
         }
-        let (parts, output_dim) =
-            if let Some(&(candidate, k)) = pairs.iter().find(|(c, _)| c.head() == id) {
-                (
-                    pair_pieces(&mut b, &old, &map, candidate, k),
-                    candidate.output_dim,
-                )
-            } else if let Some(&(_, k, dim)) = split.get(&id) {
-                let parts = (0..k)
-                    .map(|i| {
-                        let operands: Vec<InstrId> = instr
-                            .operands
-                            .iter()
-                            .map(|o| match pieces.get(o).filter(|_| takes_pieces(id, *o)) {
-                                Some(parts) => parts[i as usize],
-                                None if old.instr(*o).shape.rank() > 0
-                                    && instr.opcode.is_elementwise() =>
-                                {
-                                    let chunk = instr.shape.dims()[dim] / k;
-                                    slices.entry((*o, dim, k)).or_insert_with(|| {
-                                        (0..k)
-                                            .map(|j| {
-                                                operand_chunk(
-                                                    &mut b,
-                                                    &old,
-                                                    &map,
-                                                    *o,
-                                                    dim,
-                                                    j * chunk,
-                                                    chunk,
-                                                )
-                                            })
-                                            .collect()
-                                    })[i as usize]
-                                }
-                                None => map[o.index()],
-                            })
-                            .collect();
-                        let chunk = instr.shape.dims()[dim] / k;
-                        let shape = with_dim(&instr.shape, dim, chunk);
-                        chunk_of(&mut b, &instr, operands, shape)
-                    })
-                    .collect();
-                (parts, dim)
-            } else {
-                for operand in instr
-                    .operands
-                    .iter_mut()
-                    .chain(instr.control_predecessors.iter_mut())
-                {
-                    *operand = map[operand.index()];
+        if let Some(&(k, op)) = prologue.get(&id) {
+            // All its users take its pieces: it is never needed whole.
+            let chunk = instr.shape.dims()[op.dim] / k;
+            let mut parts = Vec::with_capacity(k as usize);
+            for i in 0..k as usize {
+                let mut operands = Vec::with_capacity(instr.operands.len());
+                for (o, operand_dim) in instr.operands.iter().zip(&op.operand_dims) {
+                    let from_pieces = prologue.contains_key(o) || takes_pieces(id, *o);
+                    operands.push(match (operand_dim, pieces.get(o)) {
+                        (None, _) => map[o.index()],
+                        (Some(_), Some(parts)) if from_pieces => parts[i],
+                        (Some(d), _) => {
+                            let chunks = chunks_of(&mut b, &old, &map, &mut slices, *o, *d, k);
+                            chunks[i]
+                        }
+                    });
                 }
-                map.push(b.push(instr));
-                continue;
-            };
+                let shape = with_dim(&instr.shape, op.dim, chunk);
+                parts.push(chunk_of(&mut b, &instr, operands, shape));
+            }
+            pieces.insert(id, parts);
+            map.push(NO_WHOLE);
+            continue;
+        }
+        let (parts, output_dim) = if let Some((candidate, k)) =
+            pairs.iter().find(|(c, _)| c.head() == id)
+        {
+            let from = pieces
+                .get(&candidate.split_value(&old))
+                .filter(|_| prologue.contains_key(&candidate.split_value(&old)));
+            (
+                pair_pieces(&mut b, &old, &map, candidate, *k, from.map(Vec::as_slice)),
+                candidate.output_dim,
+            )
+        } else if let Some(&(_, k, dim)) = split.get(&id) {
+            let chunk = instr.shape.dims()[dim] / k;
+            let mut parts = Vec::with_capacity(k as usize);
+            for i in 0..k as usize {
+                let mut operands = Vec::with_capacity(instr.operands.len());
+                for o in &instr.operands {
+                    operands.push(match pieces.get(o) {
+                        Some(parts) if takes_pieces(id, *o) => parts[i],
+                        _ if old.instr(*o).shape.rank() > 0 && instr.opcode.is_elementwise() => {
+                            chunks_of(&mut b, &old, &map, &mut slices, *o, dim, k)[i]
+                        }
+                        _ => map[o.index()],
+                    });
+                }
+                let shape = with_dim(&instr.shape, dim, chunk);
+                parts.push(chunk_of(&mut b, &instr, operands, shape));
+            }
+            (parts, dim)
+        } else {
+            for operand in instr
+                .operands
+                .iter_mut()
+                .chain(instr.control_predecessors.iter_mut())
+            {
+                *operand = map[operand.index()];
+            }
+            map.push(b.push(instr));
+            continue;
+        };
         if escapes(id) {
             let whole = b.concatenate(parts.clone(), output_dim);
             b.comp.instr_mut(whole).sharding = instr.sharding.take();
             map.push(whole);
         } else {
-            map.push(InstrId(u32::MAX));
+            map.push(NO_WHOLE);
         }
         pieces.insert(id, parts);
     }
@@ -554,13 +783,34 @@ fn rewrite(
     std::mem::replace(&mut b.comp, HloComputation::new(""))
 }
 
-/// The `k` pieces of a pair: each chunk's dot and collective.
+/// The `k` chunks along `dim` of whole value `operand` (an old id), made
+/// once per (operand, dimension, chunk count) and kept in `slices`.
+fn chunks_of<'a>(
+    b: &mut Builder<'_>,
+    old: &HloComputation,
+    map: &[InstrId],
+    slices: &'a mut FxHashMap<(InstrId, usize, i64), Vec<InstrId>>,
+    operand: InstrId,
+    dim: usize,
+    k: i64,
+) -> &'a [InstrId] {
+    let chunk = old.instr(operand).shape.dims()[dim] / k;
+    slices.entry((operand, dim, k)).or_insert_with(|| {
+        (0..k)
+            .map(|j| operand_chunk(b, old, map, operand, dim, j * chunk, chunk))
+            .collect()
+    })
+}
+
+/// The `k` pieces of a pair: each chunk's dot and collective, taking the
+/// split value's chunks `from` its prologue when it has one.
 fn pair_pieces(
     b: &mut Builder<'_>,
     old: &HloComputation,
     map: &[InstrId],
     candidate: &Candidate,
     k: i64,
+    from: Option<&[InstrId]>,
 ) -> Vec<InstrId> {
     let dot = old.instr(candidate.dot);
     let collective = old.instr(candidate.collective);
@@ -569,22 +819,30 @@ fn pair_pieces(
     for i in 0..k {
         let piece = match candidate.kind {
             PairKind::Alone => {
-                let part = operand_chunk(
-                    b,
-                    old,
-                    map,
-                    collective.operands[0],
-                    candidate.operand_dim,
-                    i * chunk,
-                    chunk,
-                );
+                let part = match from {
+                    Some(parts) => parts[i as usize],
+                    None => operand_chunk(
+                        b,
+                        old,
+                        map,
+                        collective.operands[0],
+                        candidate.operand_dim,
+                        i * chunk,
+                        chunk,
+                    ),
+                };
                 let shape = with_dim(&collective.shape, candidate.output_dim, chunk);
                 chunk_of(b, collective, vec![part], shape)
             }
             PairKind::AllReduce | PairKind::ReduceScatter => {
-                let sliced = map[dot.operands[candidate.side].index()];
                 let other = map[dot.operands[1 - candidate.side].index()];
-                let part = slice_along(b, sliced, candidate.operand_dim, i * chunk, chunk);
+                let part = match from {
+                    Some(parts) => parts[i as usize],
+                    None => {
+                        let sliced = map[dot.operands[candidate.side].index()];
+                        slice_along(b, sliced, candidate.operand_dim, i * chunk, chunk)
+                    }
+                };
                 let operands = if candidate.side == 0 {
                     vec![part, other]
                 } else {
@@ -596,9 +854,14 @@ fn pair_pieces(
                 chunk_of(b, collective, vec![product], shape)
             }
             PairKind::AllGather => {
-                let x = map[collective.operands[0].index()];
                 let other = map[dot.operands[1 - candidate.side].index()];
-                let part = slice_along(b, x, candidate.operand_dim, i * chunk, chunk);
+                let part = match from {
+                    Some(parts) => parts[i as usize],
+                    None => {
+                        let x = map[collective.operands[0].index()];
+                        slice_along(b, x, candidate.operand_dim, i * chunk, chunk)
+                    }
+                };
                 let gathered_shape = with_dim(&collective.shape, candidate.operand_dim, chunk);
                 let gathered = chunk_of(b, collective, vec![part], gathered_shape);
                 let operands = if candidate.side == 0 {
@@ -616,9 +879,11 @@ fn pair_pieces(
 }
 
 /// Elements `[start, start + size)` along `dim` of `operand` (an old id)
-/// for a chain op: a broadcast is broadcast again at the chunk's shape
-/// (from a slice of its operand when the dimension comes from it), so the
-/// whole broadcast need not exist; anything else is sliced.
+/// for a chain op: a broadcast of a value that exists whole is broadcast
+/// again at the chunk's shape (from a slice of its operand when the
+/// dimension comes from it), so the whole broadcast need not exist;
+/// anything else (a broadcast of a value that exists only in pieces is
+/// itself split, and concatenated for this use) is sliced.
 fn operand_chunk(
     b: &mut Builder<'_>,
     old: &HloComputation,
@@ -629,7 +894,8 @@ fn operand_chunk(
     size: i64,
 ) -> InstrId {
     let instr = old.instr(operand);
-    if instr.opcode == Opcode::Broadcast && instr.operands.len() == 1 {
+    let whole = |id: InstrId| map[id.index()] != NO_WHOLE;
+    if instr.opcode == Opcode::Broadcast && instr.operands.len() == 1 && whole(instr.operands[0]) {
         if let Some(mapping) = instr.ints_attr(AttrKey::Dimensions) {
             let source = map[instr.operands[0].index()];
             let source = match mapping.iter().position(|&m| m == dim as i64) {

@@ -38,6 +38,8 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
     let (mut cases, mut pairs) = (0, [0usize; 4]);
     // Ops split with a collective (its chain), and chains reaching a dot.
     let (mut chain_ops, mut chains_with_dots) = (0, 0);
+    // Ops split before a pair (its prologue), and prologues holding a dot.
+    let (mut prologue_ops, mut prologues_with_dots) = (0, 0);
     for dir in xla_test_paths::all_case_dirs() {
         let Ok(text) = std::fs::read_to_string(dir.join("input.hlo")) else {
             continue;
@@ -78,6 +80,13 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
                 .iter()
                 .any(|(op, _)| module.computations[c.computation].instr(*op).opcode == Opcode::Dot);
             chains_with_dots += usize::from(ends_in_dot);
+            prologue_ops += c.prologue.len();
+            let comp = &module.computations[c.computation];
+            prologues_with_dots += usize::from(
+                c.prologue
+                    .iter()
+                    .any(|p| comp.instr(p.op).opcode == Opcode::Dot),
+            );
         }
         if let Err(e) = xla_hlo_verifier::verify(&split) {
             panic!(
@@ -114,7 +123,7 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
         assert_bitwise_equal(&got, &want, &name.to_string());
     }
     eprintln!(
-        "split {cases} cases: {} all-reduce, {} reduce-scatter, {} all-gather pairs, {} collectives alone; {chain_ops} ops split with them, {chains_with_dots} chains reaching a dot",
+        "split {cases} cases: {} all-reduce, {} reduce-scatter, {} all-gather pairs, {} collectives alone; {chain_ops} ops split with them, {chains_with_dots} chains reaching a dot; {prologue_ops} prologue ops, {prologues_with_dots} prologues with a dot",
         pairs[PairKind::AllReduce as usize],
         pairs[PairKind::ReduceScatter as usize],
         pairs[PairKind::AllGather as usize],
@@ -130,6 +139,11 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
         assert!(
             chain_ops >= 2000 && chains_with_dots >= 30,
             "{chain_ops} chain ops, {chains_with_dots} reaching a dot"
+        );
+        // With ../shared's corpus: 1554 prologue ops, 49 holding a dot.
+        assert!(
+            prologue_ops >= 800 && prologues_with_dots >= 25,
+            "{prologue_ops} prologue ops, {prologues_with_dots} holding a dot"
         );
     }
 }
@@ -203,6 +217,104 @@ ENTRY %e (x: f32[8,16], w1: f32[16,32], w2: f32[32,16], w3: f32[16,32], w4: f32[
             2 * k as usize,
             "both all-reduces in {k} chunks"
         );
+        let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
+        assert_bitwise_equal(&got, &want, &format!("{k} chunks"));
+    }
+}
+
+/// Tensor-parallel attention (a head per device) and its row-parallel
+/// output projection: the all-reduce's prologue reaches back through the
+/// attention-weighted values, the softmax and the scores to the query
+/// projection (the keys and values are needed whole), so every query
+/// chunk's attention and all-reduce are computed on their own; the split
+/// program computes the same bits.
+#[test]
+fn a_prologue_through_attention_computes_the_same() {
+    let text = r#"HloModule attention, num_partitions=4
+
+%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %e (x: f32[8,16], wq: f32[16,4,8], wk: f32[16,4,8], wv: f32[16,4,8], wo: f32[4,8,16]) -> f32[8,16] {
+  %x = f32[8,16] parameter(0), sharding={replicated}
+  %wq = f32[16,4,8] parameter(1), sharding={devices=[1,4,1]<=[4]}
+  %wk = f32[16,4,8] parameter(2), sharding={devices=[1,4,1]<=[4]}
+  %wv = f32[16,4,8] parameter(3), sharding={devices=[1,4,1]<=[4]}
+  %wo = f32[4,8,16] parameter(4), sharding={devices=[4,1,1]<=[4]}
+  %q = f32[8,4,8] dot(%x, %wq), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[1,4,1]<=[4]}
+  %k = f32[8,4,8] dot(%x, %wk), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[1,4,1]<=[4]}
+  %v = f32[8,4,8] dot(%x, %wv), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[1,4,1]<=[4]}
+  %scores = f32[4,8,8] dot(%q, %k), lhs_batch_dims={1}, lhs_contracting_dims={2}, rhs_batch_dims={1}, rhs_contracting_dims={2}, sharding={devices=[4,1,1]<=[4]}
+  %ninf = f32[] constant(-inf)
+  %row_max = f32[4,8] reduce(%scores, %ninf), dimensions={2}, to_apply=%max, sharding={devices=[4,1]<=[4]}
+  %max_b = f32[4,8,8] broadcast(%row_max), dimensions={0,1}, sharding={devices=[4,1,1]<=[4]}
+  %shifted = f32[4,8,8] subtract(%scores, %max_b), sharding={devices=[4,1,1]<=[4]}
+  %exp = f32[4,8,8] exponential(%shifted), sharding={devices=[4,1,1]<=[4]}
+  %zero = f32[] constant(0)
+  %row_sum = f32[4,8] reduce(%exp, %zero), dimensions={2}, to_apply=%sum, sharding={devices=[4,1]<=[4]}
+  %sum_b = f32[4,8,8] broadcast(%row_sum), dimensions={0,1}, sharding={devices=[4,1,1]<=[4]}
+  %p = f32[4,8,8] divide(%exp, %sum_b), sharding={devices=[4,1,1]<=[4]}
+  %o = f32[4,8,8] dot(%p, %v), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,1,1]<=[4]}
+  ROOT %out = f32[8,16] dot(%o, %wo), lhs_contracting_dims={0,2}, rhs_contracting_dims={0,1}, sharding={replicated}
+}
+"#;
+    let mut module = xla_hlo_parser::parse_module(text).unwrap();
+    xla_sharding_propagation::ShardingPropagation::default()
+        .run(&mut module)
+        .unwrap();
+    let global = module.clone();
+    partition_module(&mut module, &SpmdOptions::default()).unwrap();
+    let found = candidates(&module);
+    let comp = &module.computations[module.entry.index()];
+    let pair = found
+        .iter()
+        .find(|c| c.kind == PairKind::AllReduce)
+        .expect("the output projection's all-reduce")
+        .clone();
+    let opcodes: Vec<Opcode> = pair
+        .prologue
+        .iter()
+        .map(|p| comp.instr(p.op).opcode)
+        .collect();
+    // The query projection, the scores and the weighted values.
+    assert_eq!(
+        opcodes.iter().filter(|o| **o == Opcode::Dot).count(),
+        3,
+        "{opcodes:?}"
+    );
+    assert!(opcodes.contains(&Opcode::Exp), "{opcodes:?}");
+    assert_eq!(
+        opcodes.iter().filter(|o| **o == Opcode::Reduce).count(),
+        2,
+        "{opcodes:?}"
+    );
+    let args = random_args(&global, 0xa77e);
+    let out_shape = global.entry_computation().root_instr().shape.clone();
+    let want = run_partitioned_in_mode(&module, &args, &out_shape, 4, true).unwrap();
+    for k in [2, 4, 8] {
+        let mut split = module.clone();
+        assert_eq!(decompose(&mut split, &[(pair.clone(), k)]), 1);
+        xla_hlo_verifier::verify(&split).unwrap_or_else(|e| panic!("{e}\n{}", split.to_text()));
+        let entry = split.entry_computation();
+        let count = |opcode: Opcode| {
+            entry
+                .instructions
+                .iter()
+                .filter(|i| i.opcode == opcode)
+                .count()
+        };
+        // The key and value projections stay whole.
+        assert_eq!(count(Opcode::Dot), 2 + 4 * k as usize, "{k} chunks");
+        assert_eq!(count(Opcode::Exp), k as usize, "{k} chunks");
         let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
         assert_bitwise_equal(&got, &want, &format!("{k} chunks"));
     }
