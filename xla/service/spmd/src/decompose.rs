@@ -568,7 +568,8 @@ fn operand_dims(
 /// were split. An instruction belongs to the first planned pair that
 /// touches it: a later pair whose dot or collective is taken is skipped,
 /// and one whose chain or prologue meets taken instructions has them
-/// recomputed without those.
+/// recomputed without those (a pair planned without a prologue keeps
+/// none).
 pub fn decompose(module: &mut HloModule, plan: &[(Candidate, i64)]) -> usize {
     let num_partitions = module.num_partitions().max(1);
     let mut ctx = ModuleContext::new(module, num_partitions);
@@ -591,7 +592,9 @@ pub fn decompose(module: &mut HloModule, plan: &[(Candidate, i64)]) -> usize {
             if candidate.members().any(|m| taken.contains(&m)) {
                 candidate.chain =
                     chain_of(comp, &uses, candidate.head(), candidate.output_dim, &taken);
-                candidate.prologue = prologue_of(comp, &uses, &candidate, &taken);
+                if !candidate.prologue.is_empty() {
+                    candidate.prologue = prologue_of(comp, &uses, &candidate, &taken);
+                }
             }
             taken.extend(candidate.members());
             pairs.push((candidate, *k));
