@@ -41,6 +41,14 @@
 //! collective as well. The prologue's boundary values (a key, a
 //! parameter) are sliced or taken whole.
 //!
+//! The split computation is emitted chunk-major: among the instructions
+//! ready at each point, chunk 0's go first, so each chunk's work runs as
+//! far as it can (through chained collectives, until a concatenation needs
+//! every chunk) before the next chunk's. The scheduler starts from that
+//! order, which lets chunk `i`'s collective run under chunk `i + 1`'s work
+//! instead of every chunk advancing op by op together; it holds more
+//! values live at once (each chunk's intermediates while the next runs).
+//!
 //! Every output element is the same dot product, reduced (or gathered) over
 //! the same devices in the same order as before, and every chain element
 //! and prologue element is computed from the same elements by the same
@@ -156,9 +164,10 @@ const NO_WHOLE: InstrId = InstrId(u32::MAX);
 /// Largest number of ops a chain takes.
 const MAX_CHAIN: usize = 512;
 
-/// Every pair of the module that can be split, once each: along the
-/// dimension whose chain and prologue hold the most dots, then the most
-/// ops, then the largest dimension.
+/// Every pair of the module that can be split, once each: along a
+/// dimension of even size if there is one (chunk counts are usually powers
+/// of two; a dimension of size 1 is never taken), then the one whose chain
+/// and prologue hold the most dots, then the most ops, then the largest.
 pub fn candidates(module: &HloModule) -> Vec<Candidate> {
     let mut found = Vec::new();
     let sequential = sequential_computations(module);
@@ -198,14 +207,15 @@ pub fn candidates(module: &HloModule) -> Vec<Candidate> {
                     c.prologue = prologue_of(comp, &uses, &c, &none);
                     c
                 })
-                .filter(|c| c.kind != PairKind::Alone || !c.chain.is_empty())
+                .filter(|c| c.size >= 2 && (c.kind != PairKind::Alone || !c.chain.is_empty()))
                 .max_by_key(|c| {
                     let split_ops = c.chain.iter().map(|(op, _)| *op);
                     let split_ops = split_ops.chain(c.prologue.iter().map(|p| p.op));
                     let dots = split_ops
                         .filter(|op| comp.instr(*op).opcode == Opcode::Dot)
                         .count();
-                    (dots, c.chain.len() + c.prologue.len(), c.size)
+                    let halves = c.size % 2 == 0;
+                    (halves, dots, c.chain.len() + c.prologue.len(), c.size)
                 });
             found.extend(best);
         }
@@ -783,7 +793,81 @@ fn rewrite(
         pieces.insert(id, parts);
     }
     b.comp.root = map[old.root.index()];
-    std::mem::replace(&mut b.comp, HloComputation::new(""))
+    let mut chunk_of_piece: FxHashMap<InstrId, u32> = FxHashMap::default();
+    for parts in pieces.values() {
+        for (i, part) in parts.iter().enumerate() {
+            chunk_of_piece.insert(*part, i as u32);
+        }
+    }
+    let new = std::mem::replace(&mut b.comp, HloComputation::new(""));
+    chunk_major(new, &chunk_of_piece)
+}
+
+/// `comp` in an order that runs each chunk's work as far as it goes
+/// before the next chunk's (the order a list scheduler starts from): a
+/// topological order taking, among the ready instructions, the lowest
+/// chunk first, then the earliest. A piece has its chunk; any other
+/// instruction the lowest chunk among its users (0 without users), so
+/// the slices and dots feeding chunk `i` move with it.
+fn chunk_major(comp: HloComputation, chunk_of_piece: &FxHashMap<InstrId, u32>) -> HloComputation {
+    let n = comp.instructions.len();
+    let mut users: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut waiting = vec![0usize; n];
+    for (index, instr) in comp.instructions.iter().enumerate() {
+        for operand in instr.operands.iter().chain(&instr.control_predecessors) {
+            users[operand.index()].push(index as u32);
+            waiting[index] += 1;
+        }
+    }
+    let mut chunk = vec![0u32; n];
+    for index in (0..n).rev() {
+        chunk[index] = match chunk_of_piece.get(&InstrId(index as u32)) {
+            Some(&c) => c,
+            None => users[index]
+                .iter()
+                .map(|&u| chunk[u as usize])
+                .min()
+                .unwrap_or(0),
+        };
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(u32, u32)>> = (0..n)
+        .filter(|&i| waiting[i] == 0)
+        .map(|i| std::cmp::Reverse((chunk[i], i as u32)))
+        .collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(std::cmp::Reverse((_, index))) = ready.pop() {
+        order.push(index);
+        for &user in &users[index as usize] {
+            waiting[user as usize] -= 1;
+            if waiting[user as usize] == 0 {
+                ready.push(std::cmp::Reverse((chunk[user as usize], user)));
+            }
+        }
+    }
+    let mut new_index = vec![0u32; n];
+    for (position, &index) in order.iter().enumerate() {
+        new_index[index as usize] = position as u32;
+    }
+    let remap = |id: InstrId| InstrId(new_index[id.index()]);
+    let mut slots: Vec<Option<HloInstruction>> = comp.instructions.into_iter().map(Some).collect();
+    let mut instructions = Vec::with_capacity(n);
+    for &index in &order {
+        let mut instr = slots[index as usize].take().expect("each instruction once");
+        for operand in instr
+            .operands
+            .iter_mut()
+            .chain(instr.control_predecessors.iter_mut())
+        {
+            *operand = remap(*operand);
+        }
+        instructions.push(instr);
+    }
+    HloComputation {
+        instructions,
+        root: remap(comp.root),
+        parameters: comp.parameters.iter().map(|&p| remap(p)).collect(),
+        ..comp
+    }
 }
 
 /// The `k` chunks along `dim` of whole value `operand` (an old id), made

@@ -73,6 +73,11 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
         assert!(count >= 1 && count <= plan.len(), "{name}");
         cases += 1;
         for (c, _) in &plan {
+            assert!(
+                c.size >= 2,
+                "{name}: a pair along a dimension of size {}",
+                c.size
+            );
             pairs[c.kind as usize] += 1;
             chain_ops += c.chain.len();
             let ends_in_dot = c
@@ -315,6 +320,19 @@ ENTRY %e (x: f32[8,16], wq: f32[16,4,8], wk: f32[16,4,8], wv: f32[16,4,8], wo: f
         // The key and value projections stay whole.
         assert_eq!(count(Opcode::Dot), 2 + 4 * k as usize, "{k} chunks");
         assert_eq!(count(Opcode::Exp), k as usize, "{k} chunks");
+        // Chunk-major order: the first chunk's all-reduce comes before the
+        // last chunk's attention.
+        let position = |opcode: Opcode| {
+            entry
+                .instructions
+                .iter()
+                .enumerate()
+                .filter(move |(_, i)| i.opcode == opcode)
+                .map(|(p, _)| p)
+        };
+        let first_all_reduce = position(Opcode::AllReduce).next().unwrap();
+        let last_exp = position(Opcode::Exp).last().unwrap();
+        assert!(first_all_reduce < last_exp, "{k} chunks");
         let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
         assert_bitwise_equal(&got, &want, &format!("{k} chunks"));
     }
