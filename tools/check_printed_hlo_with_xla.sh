@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prints every HLO file we have (../shared/corpus, ../shared/xla-hlo,
 # testdata/cases) through our parser and printer (`hlo-opt FILE -o OUT`), and
-# testdata's partitioned programs with windowed einsum loops, then checks that
-# XLA's own parser (jaxlib) accepts every printed file.
+# testdata's partitioned programs with windowed einsum loops and with
+# collectives decomposed, then checks that XLA's own parser (jaxlib) accepts
+# every printed file.
 # Skips with a message when jaxlib is not installed. Exit 1 on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,8 +47,22 @@ while IFS= read -r f; do
     fi
   done
 done < <(find testdata/cases -name input.hlo | sort)
-total=$((${#files[@]} + windowed))
-echo "printed $total files with hlo-opt ($windowed windowed-einsum programs); checking them with XLA's parser"
+# The same programs and the tensor-parallel overlap cases with collectives
+# decomposed (decompose-collectives after windowed einsum), where it split any.
+decomposed=0
+while IFS= read -r f; do
+  i=$((i + 1))
+  dst="$out/$i.hlo"
+  log=$(RUST_LOG=info "$HLO_OPT" "$f" \
+    --passes=sharding-propagation,spmd-partitioning,windowed-einsum,decompose-collectives \
+    --windowed-einsum-threshold-mib 0 --cost-model analytical -o "$dst" 2>&1)
+  if grep -q 'decompose-collectives: [1-9][0-9]* of' <<<"$log"; then
+    echo "$dst" >> "$list"
+    decomposed=$((decomposed + 1))
+  fi
+done < <(find testdata/cases -name input.hlo | sort; find testdata/overlap_cases -name '*.hlo' | sort)
+total=$((${#files[@]} + windowed + decomposed))
+echo "printed $total files with hlo-opt ($windowed windowed-einsum programs, $decomposed with collectives decomposed); checking them with XLA's parser"
 if python3 tools/check_xla_parses.py --from-list "$list" > "$out/result.txt"; then
   echo "XLA's parser accepted all $total printed files"
 else
