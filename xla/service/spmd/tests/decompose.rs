@@ -331,7 +331,7 @@ ENTRY %e (x: f32[8,16], wq: f32[16,4,8], wk: f32[16,4,8], wv: f32[16,4,8], wo: f
                 .map(|(p, _)| p)
         };
         let first_all_reduce = position(Opcode::AllReduce).next().unwrap();
-        let last_exp = position(Opcode::Exp).last().unwrap();
+        let last_exp = position(Opcode::Exp).next_back().unwrap();
         assert!(first_all_reduce < last_exp, "{k} chunks");
         let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
         assert_bitwise_equal(&got, &want, &format!("{k} chunks"));
