@@ -153,6 +153,18 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
     }
 }
 
+/// `text` after sharding propagation (the global module) and after
+/// partitioning as well.
+fn propagate_and_partition(text: &str) -> (xla_hlo_ir::HloModule, xla_hlo_ir::HloModule) {
+    let mut module = xla_hlo_parser::parse_module(text).unwrap();
+    xla_sharding_propagation::ShardingPropagation::default()
+        .run(&mut module)
+        .unwrap();
+    let global = module.clone();
+    partition_module(&mut module, &SpmdOptions::default()).unwrap();
+    (global, module)
+}
+
 /// Two tensor-parallel MLP blocks with a residual connection: the first
 /// all-reduce's chain runs through the second block, its all-reduce and
 /// the residual add to the root, so the whole second block is split with
@@ -176,12 +188,7 @@ ENTRY %e (x: f32[8,16], w1: f32[16,32], w2: f32[32,16], w3: f32[16,32], w4: f32[
   ROOT %r2 = f32[8,16] add(%r1, %y2), sharding={replicated}
 }
 "#;
-    let mut module = xla_hlo_parser::parse_module(text).unwrap();
-    xla_sharding_propagation::ShardingPropagation::default()
-        .run(&mut module)
-        .unwrap();
-    let global = module.clone();
-    partition_module(&mut module, &SpmdOptions::default()).unwrap();
+    let (global, module) = propagate_and_partition(text);
     let found = candidates(&module);
     let comp = &module.computations[module.entry.index()];
     let first = found
@@ -272,12 +279,7 @@ ENTRY %e (x: f32[8,16], wq: f32[16,4,8], wk: f32[16,4,8], wv: f32[16,4,8], wo: f
   ROOT %out = f32[8,16] dot(%o, %wo), lhs_contracting_dims={0,2}, rhs_contracting_dims={0,1}, sharding={replicated}
 }
 "#;
-    let mut module = xla_hlo_parser::parse_module(text).unwrap();
-    xla_sharding_propagation::ShardingPropagation::default()
-        .run(&mut module)
-        .unwrap();
-    let global = module.clone();
-    partition_module(&mut module, &SpmdOptions::default()).unwrap();
+    let (global, module) = propagate_and_partition(text);
     let found = candidates(&module);
     let comp = &module.computations[module.entry.index()];
     let pair = found
