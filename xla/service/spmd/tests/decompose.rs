@@ -339,3 +339,57 @@ ENTRY %e (x: f32[8,16], wq: f32[16,4,8], wk: f32[16,4,8], wv: f32[16,4,8], wo: f
         assert_bitwise_equal(&got, &want, &format!("{k} chunks"));
     }
 }
+
+/// A tensor-parallel MLP on a batch of one, after a normalisation with a
+/// scale and bias of shape [1, features] broadcast along the rows (as JAX
+/// lowers them, with ops of their own): along the batch dimension (size 1)
+/// the prologue would be longest (it takes in the scale's and bias's ops), but no chunk count divides it, so the pair
+/// is split along the rows instead (a held-out LayerNorm MLP once got no
+/// split at all this way).
+#[test]
+fn a_batch_of_one_is_split_along_its_rows() {
+    let text = r#"HloModule batch_of_one, num_partitions=4
+
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %e (x: f32[1,16,8], scale: f32[1,8], bias: f32[1,8], w1: f32[8,32], w2: f32[32,8]) -> f32[1,16,8] {
+  %x = f32[1,16,8] parameter(0), sharding={replicated}
+  %scale = f32[1,8] parameter(1), sharding={replicated}
+  %bias = f32[1,8] parameter(2), sharding={replicated}
+  %w1 = f32[8,32] parameter(3), sharding={devices=[1,4]<=[4]}
+  %w2 = f32[32,8] parameter(4), sharding={devices=[4,1]<=[4]}
+  %zero = f32[] constant(0)
+  %row_sum = f32[1,16] reduce(%x, %zero), dimensions={2}, to_apply=%sum, sharding={replicated}
+  %row_sum_b = f32[1,16,8] broadcast(%row_sum), dimensions={0,1}, sharding={replicated}
+  %centred = f32[1,16,8] subtract(%x, %row_sum_b), sharding={replicated}
+  %scale_exp = f32[1,8] exponential(%scale), sharding={replicated}
+  %scale_b = f32[1,16,8] broadcast(%scale_exp), dimensions={0,2}, sharding={replicated}
+  %scaled = f32[1,16,8] multiply(%centred, %scale_b), sharding={replicated}
+  %bias_tanh = f32[1,8] tanh(%bias), sharding={replicated}
+  %bias_b = f32[1,16,8] broadcast(%bias_tanh), dimensions={0,2}, sharding={replicated}
+  %normed = f32[1,16,8] add(%scaled, %bias_b), sharding={replicated}
+  %h = f32[1,16,32] dot(%normed, %w1), lhs_contracting_dims={2}, rhs_contracting_dims={0}, sharding={devices=[1,1,4]<=[4]}
+  %a = f32[1,16,32] tanh(%h), sharding={devices=[1,1,4]<=[4]}
+  ROOT %y = f32[1,16,8] dot(%a, %w2), lhs_contracting_dims={2}, rhs_contracting_dims={0}, sharding={replicated}
+}
+"#;
+    let (global, module) = propagate_and_partition(text);
+    let pair = candidates(&module)
+        .into_iter()
+        .find(|c| c.kind == PairKind::AllReduce)
+        .expect("the MLP's all-reduce");
+    assert_eq!((pair.output_dim, pair.size), (1, 16), "{pair:?}");
+    assert!(!pair.prologue.is_empty(), "{pair:?}");
+    let args = random_args(&global, 0xba7c);
+    let out_shape = global.entry_computation().root_instr().shape.clone();
+    let want = run_partitioned_in_mode(&module, &args, &out_shape, 4, true).unwrap();
+    let mut split = module.clone();
+    assert_eq!(decompose(&mut split, &[(pair, 2)]), 1);
+    xla_hlo_verifier::verify(&split).unwrap_or_else(|e| panic!("{e}\n{}", split.to_text()));
+    let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
+    assert_bitwise_equal(&got, &want, "2 chunks");
+}
