@@ -375,12 +375,15 @@ impl HloComputation {
             .position(|i| i.name == name)
             .map(|i| InstrId(i as u32))
     }
-    /// Users of each instruction (a side table rebuilt on demand).
+    /// Users of each instruction (a side table rebuilt on demand; operands
+    /// that name no instruction are left out).
     pub fn users(&self) -> Vec<Vec<InstrId>> {
         let mut users = vec![Vec::new(); self.instructions.len()];
         for (i, instr) in self.instructions.iter().enumerate() {
             for &op in &instr.operands {
-                let list: &mut Vec<InstrId> = &mut users[op.index()];
+                let Some(list) = users.get_mut(op.index()) else {
+                    continue;
+                };
                 if list.last() != Some(&InstrId(i as u32)) {
                     list.push(InstrId(i as u32));
                 }

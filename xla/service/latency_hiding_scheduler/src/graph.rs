@@ -299,8 +299,9 @@ impl Graph {
                 }
             }
         }
+        let users = comp.users();
         for (i, instr) in comp.instructions.iter().enumerate() {
-            let op = Op::new(module, comp, InstrId(i as u32));
+            let op = Op::with_users(module, comp, InstrId(i as u32), &users);
             match g.kind[i] {
                 NodeKind::Start => {
                     let c = sane(model.compute_us(op));

@@ -364,14 +364,26 @@ fn hoist_above_waits(
             let end = (p + 1 + HOIST_WINDOW).min(ord.len());
             let (mut up, mut down) = (Vec::new(), vec![ord[p]]);
             stays[d] = true;
+            // Resources with a done that stays below: no operation of them
+            // may start above it (that would put one more in flight).
+            let mut waiting: u16 = 1 << r.index();
             for &x in &ord[p + 1..end] {
                 let xi = x as usize;
-                let blocked = g.preds.get(xi).iter().any(|&q| stays[q as usize])
-                    || (matches!(g.kind[xi], NodeKind::Start | NodeKind::SyncCollective)
-                        && g.resource[xi] == Some(r))
-                    || g.nested_resources[xi] & (1 << r.index()) != 0;
+                let takes = |mask: u16| {
+                    let own = match (g.kind[xi], g.resource[xi]) {
+                        (NodeKind::Start | NodeKind::SyncCollective, Some(rx)) => {
+                            mask & (1 << rx.index()) != 0
+                        }
+                        _ => false,
+                    };
+                    own || g.nested_resources[xi] & mask != 0
+                };
+                let blocked = g.preds.get(xi).iter().any(|&q| stays[q as usize]) || takes(waiting);
                 if blocked {
                     stays[xi] = true;
+                    if let (NodeKind::Done, Some(rx)) = (g.kind[xi], g.resource[xi]) {
+                        waiting |= 1 << rx.index();
+                    }
                     down.push(x);
                 } else {
                     up.push(x);

@@ -1,7 +1,7 @@
 //! Cost models: the analytical model reproduces the documented NVLink
 //! figures (1 GiB all-reduce on 8×H200: 3.96 ms with NVLS, 5.1 ms ring),
 //! cross-node groups fall back to NIC bandwidth, compute follows the
-//! roofline; the approximate model uses XLA's constants; measured tables
+//! roofline with memory traffic as XLA's fusion leaves it; the approximate model uses XLA's constants; measured tables
 //! parse (text and JSON), report bad lines, and override by name
 //! (including the collective a start was converted from).
 
@@ -155,6 +155,50 @@ fn analytical_compute_is_a_roofline() {
     );
     // Out-of-range ids cost nothing rather than panicking.
     assert_eq!(model.compute_us(Op::new(&m, comp, InstrId(99))), 0.0);
+}
+
+/// Memory traffic as XLA's fusion leaves it: an RMSNorm reads its input
+/// twice (the sum of squares, then the scaling) and writes only what the
+/// dot reads; values between fused ops stay in registers, a broadcast
+/// reads its small source, an operand named twice is read once.
+#[test]
+fn analytical_traffic_assumes_xla_fusion() {
+    let text = "HloModule f\n\n%add (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %s = f32[] add(%a, %b)\n}\n\nENTRY %e (x: f32[1024,4096], w: f32[4096,4096]) -> bf16[1024,4096] {\n  %x = f32[1024,4096]{1,0} parameter(0)\n  %w = f32[4096,4096]{1,0} parameter(1)\n  %sq = f32[1024,4096]{1,0} multiply(%x, %x)\n  %zero = f32[] constant(0)\n  %ss = f32[1024]{0} reduce(%sq, %zero), dimensions={1}, to_apply=%add\n  %r = f32[1024]{0} rsqrt(%ss)\n  %rb = f32[1024,4096]{1,0} broadcast(%r), dimensions={0}\n  %y = f32[1024,4096]{1,0} multiply(%x, %rb)\n  %c = bf16[1024,4096]{1,0} convert(%y)\n  %wc = bf16[4096,4096]{1,0} convert(%w)\n  %d = bf16[1024,4096]{1,0} dot(%c, %wc), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  ROOT %n = bf16[1024,4096]{1,0} negate(%d)\n}\n";
+    let m = parse(text);
+    let model = AnalyticalCostModel::new(GpuSpec::h200_sxm());
+    let comp = m.entry_computation();
+    let users = comp.users();
+    let bytes_per_us = 4800e3 * 0.89;
+    let (rows, cols) = (1024.0, 4096.0);
+    let at = |n: &str| {
+        let id = comp.find(n).unwrap();
+        let with = model.compute_us(Op::with_users(&m, comp, id, &users));
+        assert_eq!(with, model.compute_us(Op::new(&m, comp, id)), "{n}");
+        with
+    };
+    let expect = |n: &str, bytes: f64| {
+        let t = at(n);
+        assert!(within(t, bytes / bytes_per_us, 1e-9), "{n}: {t} us");
+    };
+    // x read once, the squares go to the reduction in registers.
+    expect("sq", 4.0 * rows * cols);
+    // The reduction writes its row sums; the rsqrt reads them and feeds
+    // the broadcast's consumer in registers.
+    expect("r", 4.0 * rows);
+    // x read again; the broadcast reads the rsqrt's values in registers.
+    expect("y", 4.0 * rows * cols);
+    // The dot's operands are written (no fusion into the GEMM).
+    expect("c", 2.0 * rows * cols);
+    expect("wc", (4.0 + 2.0) * cols * cols);
+    // The root reads the dot's result and writes its own.
+    expect("n", 2.0 * 2.0 * rows * cols);
+    // The reduction reads its squares in registers: its 4M additions
+    // (one per element of its operands, the init value included, at the
+    // FP32 vector rate) outweigh the row sums it writes.
+    let reduce = at("ss");
+    let expected = ((rows * cols + 1.0) / 67e6).max((4.0 * rows + 4.0) / bytes_per_us) + 2.0;
+    assert!(within(reduce, expected, 1e-9), "{reduce}");
+    assert_eq!(at("rb"), 0.0);
 }
 
 #[test]

@@ -4,9 +4,19 @@
 //! plus a kernel overhead for kernel-sized ops (dots, convolutions, fusions,
 //! reductions, custom calls, gathers, scatters, sorts); elementwise and data
 //! movement ops pay only their bytes (XLA would fuse them), reshapes,
-//! broadcasts, iotas and bookkeeping ops are free. Each opcode's treatment (stream use, counted
-//! work, memory traffic, tensor-core use) is one entry of `profile`, which
-//! lists every opcode.
+//! broadcasts, iotas and bookkeeping ops are free. Each opcode's treatment
+//! (stream use, counted work, memory traffic, tensor-core use, role in
+//! fusion) is one entry of `profile`, which lists every opcode.
+//!
+//! Bytes are counted as XLA's GPU fusion would leave them, estimated from
+//! producer–consumer pairs (`fused_bytes_accessed`): the result of a
+//! loop-fusible op (elementwise, convert, slice, concatenate, pad,
+//! transpose) whose users all fuse it (loop-fusible ops and reductions,
+//! looking through reshapes and broadcasts) stays in registers: it is not
+//! written, and its consumers do not read it; a broadcast operand costs its
+//! source. Dots, collectives, custom calls and the other kernels read and
+//! write every operand and result. Multi-output fusion and the kernel count
+//! of the fusions are not modelled (loop fusions pay no launch).
 //!
 //! Collectives follow the alpha-beta model of Thakur, Rabenseifner and
 //! Gropp with nccl-tests' bus-bandwidth factors: for `n` participants and a
@@ -49,7 +59,7 @@
 use super::{sane, CostModel, Op};
 use crate::kinds::{is_nop, CollectiveInfo, ResourceKind};
 use xla_hlo_ir::{
-    AttrKey, HloComputation, HloInstruction, HloModule, Opcode, PrimitiveType, Shape,
+    AttrKey, HloComputation, HloInstruction, HloModule, InstrId, Opcode, PrimitiveType, Shape,
 };
 
 /// How all-reduces are modelled.
@@ -262,23 +272,32 @@ impl AnalyticalCostModel {
         s.collective_launch_us + t
     }
 
-    /// Roofline time of one instruction on the compute stream (µs).
+    /// Roofline time of instruction `id` of `comp` on the compute stream
+    /// (µs), with memory traffic as XLA's fusion would leave it (see
+    /// [`fused_bytes_accessed`]); `users` is `comp.users()`.
     pub fn roofline_us(
         &self,
         module: &HloModule,
         comp: &HloComputation,
-        instr: &HloInstruction,
+        users: &[Vec<InstrId>],
+        id: InstrId,
     ) -> f64 {
+        let Some(instr) = comp.instructions.get(id.index()) else {
+            return 0.0;
+        };
         if is_nop(instr) {
             return 0.0;
         }
         let overhead = match profile(instr.opcode).stream {
             StreamUse::Free => return 0.0,
             StreamUse::Kernel => self.spec.kernel_overhead_us,
+            // No launch is charged even for the root of a loop fusion: XLA
+            // merges sibling roots into multi-output fusions, and the model
+            // does not guess how many kernels remain.
             StreamUse::Fused => 0.0,
         };
         let flops = flops(module, comp, instr, 0);
-        let bytes = bytes_accessed(comp, instr) as f64;
+        let bytes = fused_bytes_accessed(comp, users, id) as f64;
         let tensor = is_tensor_op(module, instr);
         let ty = dot_type(comp, instr);
         let peak = self.spec.peak_tflops(ty, tensor) * 1e6; // flop per µs
@@ -292,20 +311,20 @@ impl CostModel for AnalyticalCostModel {
         format!("analytical({})", self.spec.name)
     }
     fn compute_us(&self, op: Op<'_>) -> f64 {
-        match op.instr() {
-            Some(i) => sane(self.roofline_us(op.module, op.comp, i)),
-            None => 0.0,
-        }
+        let t = match op.users {
+            Some(users) => self.roofline_us(op.module, op.comp, users, op.id),
+            None => self.roofline_us(op.module, op.comp, &op.comp.users(), op.id),
+        };
+        sane(t)
     }
     fn transfer_us(&self, op: Op<'_>, info: &CollectiveInfo) -> f64 {
         if info.kind == ResourceKind::AsyncCompute {
             // An async wrapped computation: the roofline of its root.
             if let Some(c) = op.instr().and_then(|i| i.computation_attr(AttrKey::Calls)) {
                 if let Some(callee) = op.module.computations.get(c.index()) {
-                    let t: f64 = callee
-                        .instructions
-                        .iter()
-                        .map(|i| self.roofline_us(op.module, callee, i))
+                    let users = callee.users();
+                    let t: f64 = (0..callee.instructions.len())
+                        .map(|i| self.roofline_us(op.module, callee, &users, InstrId(i as u32)))
                         .sum();
                     return sane(t);
                 }
@@ -374,6 +393,23 @@ enum TensorUse {
     WhenAGemmTarget,
 }
 
+/// What XLA's GPU fusion does with an opcode, as the model estimates it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FusionRole {
+    /// Loop fusion (elementwise ops, converts, slices, concatenations,
+    /// pads, transposes): fused into its consumers when they all fuse, and
+    /// reads the values of fused producers from registers.
+    Loop,
+    /// A reduction: reads fused producers from registers (input fusion),
+    /// but writes its result to memory.
+    Hero,
+    /// Reshapes, bitcasts, broadcasts and iotas: generated inside whichever
+    /// kernel reads them; looked through when deciding what fuses.
+    Transparent,
+    /// Reads and writes memory itself.
+    Unfused,
+}
+
 /// The analytical model's view of one opcode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Profile {
@@ -381,6 +417,7 @@ struct Profile {
     work: Work,
     traffic: Traffic,
     tensor: TensorUse,
+    fusion: FusionRole,
 }
 
 impl Profile {
@@ -390,7 +427,11 @@ impl Profile {
             work,
             traffic,
             tensor,
+            fusion: FusionRole::Unfused,
         }
+    }
+    const fn fused_as(self, fusion: FusionRole) -> Profile {
+        Profile { fusion, ..self }
     }
     /// Plain kernels and fused ops: no counted work, output and operands moved.
     const fn plain(stream: StreamUse) -> Profile {
@@ -406,6 +447,7 @@ impl Profile {
 /// Every opcode's profile: the one place the model decides about an
 /// opcode, listing each explicitly so that a new one must be placed.
 fn profile(op: Opcode) -> Profile {
+    use FusionRole::{Hero, Loop, Transparent};
     use Opcode as O;
     use StreamUse::{Free, Fused, Kernel};
     match op {
@@ -435,8 +477,9 @@ fn profile(op: Opcode) -> Profile {
         | O::CollectivePermute
         | O::CollectiveBroadcast
         | O::RaggedAllToAll
-        | O::CollectiveReduce
-        | O::Reshape => Profile::plain(Free),
+        | O::CollectiveReduce => Profile::plain(Free),
+        O::Reshape | O::Broadcast | O::Iota => Profile::plain(Free).fused_as(Transparent),
+        O::Bitcast => Profile::plain(Fused).fused_as(Transparent),
 
         // Kernels.
         O::Dot | O::RaggedDot | O::ScaledDot => Profile::new(
@@ -468,13 +511,15 @@ fn profile(op: Opcode) -> Profile {
             Work::Reduce,
             Traffic::OutputAndOperands,
             TensorUse::Never,
-        ),
+        )
+        .fused_as(Hero),
         O::ReduceWindow => Profile::new(
             Kernel,
             Work::ReduceWindow,
             Traffic::OutputAndOperands,
             TensorUse::Never,
-        ),
+        )
+        .fused_as(Hero),
         O::Gather => Profile::new(Kernel, Work::None, Traffic::Gather, TensorUse::Never),
         O::Scatter => Profile::new(Kernel, Work::None, Traffic::Scatter, TensorUse::Never),
         O::SelectAndScatter
@@ -551,16 +596,17 @@ fn profile(op: Opcode) -> Profile {
             Work::PerOutputElement,
             Traffic::OutputAndOperands,
             TensorUse::Never,
-        ),
+        )
+        .fused_as(Loop),
 
         // Data movement with its own traffic.
         O::Slice | O::DynamicSlice | O::Concatenate => {
-            Profile::new(Fused, Work::None, Traffic::OutputTwice, TensorUse::Never)
+            Profile::new(Fused, Work::None, Traffic::OutputTwice, TensorUse::Never).fused_as(Loop)
         }
+        O::Pad | O::Reverse | O::Transpose => Profile::plain(Fused).fused_as(Loop),
         O::DynamicUpdateSlice => {
             Profile::new(Fused, Work::None, Traffic::UpdateTwice, TensorUse::Never)
         }
-        O::Broadcast | O::Iota => Profile::plain(Free),
 
         // No counted work: output and operands moved.
         O::AddDependency
@@ -568,7 +614,6 @@ fn profile(op: Opcode) -> Profile {
         | O::BatchNormGrad
         | O::BatchNormInference
         | O::BatchNormTraining
-        | O::Bitcast
         | O::Constant
         | O::Domain
         | O::DynamicReshape
@@ -578,15 +623,12 @@ fn profile(op: Opcode) -> Profile {
         | O::Map
         | O::OptimizationBarrier
         | O::Outfeed
-        | O::Pad
         | O::Parameter
         | O::PartitionId
         | O::ReplicaId
-        | O::Reverse
         | O::RngGetAndUpdateState
         | O::SetDimensionSize
         | O::Shuffle
-        | O::Transpose
         | O::Tuple => Profile::plain(Fused),
     }
 }
@@ -720,5 +762,97 @@ pub fn bytes_accessed(comp: &HloComputation, instr: &HloInstruction) -> u64 {
             2 * updates + op_bytes(n / 2)
         }
         Traffic::OutputAndOperands => out + all_operands,
+    }
+}
+
+/// Most instructions a fusion question looks at before answering "not
+/// fused" (keeps pathological fan-outs linear).
+const FUSION_WALK_LIMIT: usize = 64;
+
+fn fusion_role(comp: &HloComputation, id: InstrId) -> FusionRole {
+    comp.instructions
+        .get(id.index())
+        .map_or(FusionRole::Unfused, |i| profile(i.opcode).fusion)
+}
+
+/// Whether the result of `id` never reaches memory: it is a loop-fusible
+/// op, not the root, and every user (looking through reshapes, bitcasts and
+/// broadcasts) fuses it, so XLA computes it inside its consumers' kernels.
+fn stays_in_registers(comp: &HloComputation, users: &[Vec<InstrId>], id: InstrId) -> bool {
+    if fusion_role(comp, id) != FusionRole::Loop || comp.root == id {
+        return false;
+    }
+    let mut pending: Vec<InstrId> = users.get(id.index()).cloned().unwrap_or_default();
+    let mut seen = 0;
+    while let Some(user) = pending.pop() {
+        seen += 1;
+        if seen > FUSION_WALK_LIMIT {
+            return false;
+        }
+        match fusion_role(comp, user) {
+            FusionRole::Loop | FusionRole::Hero => {}
+            FusionRole::Transparent if comp.root != user => {
+                pending.extend(users.get(user.index()).into_iter().flatten().copied());
+            }
+            FusionRole::Transparent | FusionRole::Unfused => return false,
+        }
+    }
+    true
+}
+
+/// Bytes a fused consumer reads for its operand `id`: nothing for a value
+/// in registers or an iota, a reshape's or broadcast's source (a broadcast
+/// reads its smaller source once), else the whole value.
+fn fused_read_bytes(comp: &HloComputation, users: &[Vec<InstrId>], id: InstrId) -> u64 {
+    let mut at = id;
+    for _ in 0..FUSION_WALK_LIMIT {
+        let Some(instr) = comp.instructions.get(at.index()) else {
+            return 0;
+        };
+        match profile(instr.opcode).fusion {
+            FusionRole::Transparent => match instr.operands.first() {
+                Some(&source) => at = source,
+                None => return 0,
+            },
+            FusionRole::Loop if stays_in_registers(comp, users, at) => return 0,
+            _ => return instr.shape.byte_size(),
+        }
+    }
+    comp.instructions
+        .get(id.index())
+        .map_or(0, |i| i.shape.byte_size())
+}
+
+/// Bytes instruction `id` reads and writes once XLA's fusion has run, as
+/// estimated from producer–consumer pairs: a loop-fusible result that
+/// stays in registers is not written, and fused consumers (loop-fusible
+/// ops and reductions) do not read it. Other instructions move what
+/// [`bytes_accessed`] says.
+pub fn fused_bytes_accessed(comp: &HloComputation, users: &[Vec<InstrId>], id: InstrId) -> u64 {
+    let Some(instr) = comp.instructions.get(id.index()) else {
+        return 0;
+    };
+    let profile = profile(instr.opcode);
+    let reads_fused = matches!(profile.fusion, FusionRole::Loop | FusionRole::Hero);
+    if !reads_fused {
+        return bytes_accessed(comp, instr);
+    }
+    let write = if stays_in_registers(comp, users, id) {
+        0
+    } else {
+        instr.shape.byte_size()
+    };
+    // A kernel reads an operand it names twice only once.
+    let mut operands = instr.operands.clone();
+    operands.sort_unstable();
+    operands.dedup();
+    let reads: u64 = operands
+        .iter()
+        .map(|&o| fused_read_bytes(comp, users, o))
+        .sum();
+    match profile.traffic {
+        // A slice reads only what it keeps.
+        Traffic::OutputTwice => write + reads.min(instr.shape.byte_size()),
+        _ => write + reads,
     }
 }

@@ -27,17 +27,41 @@ use crate::kinds::CollectiveInfo;
 use std::sync::Arc;
 use xla_hlo_ir::{HloComputation, HloInstruction, HloModule, InstrId};
 
-/// One instruction, with the module and computation it lives in.
+/// One instruction, with the module and computation it lives in, and
+/// (when the caller has it) the computation's users table
+/// (`HloComputation::users`), which models that look at an instruction's
+/// users (the analytical model's fusion estimate) would otherwise rebuild
+/// for each question.
 #[derive(Clone, Copy)]
 pub struct Op<'a> {
     pub module: &'a HloModule,
     pub comp: &'a HloComputation,
     pub id: InstrId,
+    pub users: Option<&'a [Vec<InstrId>]>,
 }
 
 impl<'a> Op<'a> {
     pub fn new(module: &'a HloModule, comp: &'a HloComputation, id: InstrId) -> Op<'a> {
-        Op { module, comp, id }
+        Op {
+            module,
+            comp,
+            id,
+            users: None,
+        }
+    }
+    /// `new` with `comp.users()` already built (it must be that table).
+    pub fn with_users(
+        module: &'a HloModule,
+        comp: &'a HloComputation,
+        id: InstrId,
+        users: &'a [Vec<InstrId>],
+    ) -> Op<'a> {
+        Op {
+            module,
+            comp,
+            id,
+            users: Some(users),
+        }
     }
     /// The instruction (`None` for a dangling id).
     pub fn instr(&self) -> Option<&'a HloInstruction> {
