@@ -12,7 +12,11 @@
 //! for them and for the exposed collectives in their chains (a split that
 //! hides two goes first), each with `k` = 2, then 4 while that was better, then 8,
 //! together with the splits already taken, first with the work producing
-//! it (its prologue), then without; a split is taken when the
+//! it (its prologue), then without, and with its whole chain, then with the
+//! shortest prefixes of it whose unsplit compute covers the collective's
+//! transfer once and twice (`CHAIN_COVER`: chunk `i`'s chain only has to
+//! outlast chunk `i + 1`'s collective, and each op split beyond that adds
+//! kernels and rereads); a split is taken when the
 //! simulated step of the whole module gets at least `MIN_GAIN` shorter.
 //! Collectives tried before a later split was taken are tried again in a
 //! further round (up to `MAX_ROUNDS`), on the program as now split.
@@ -31,7 +35,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xla_hlo_ir::HloModule;
 use xla_hlo_pass::{Pass, PassError};
-use xla_latency_hiding_scheduler::cost::CostModel;
+use xla_latency_hiding_scheduler::cost::{CostModel, Op};
+use xla_latency_hiding_scheduler::kinds::CollectiveInfo;
 use xla_latency_hiding_scheduler::SchedulerConfig;
 use xla_spmd_partitioner::decompose::{candidates, decompose, Candidate};
 
@@ -103,13 +108,22 @@ impl Pass for DecomposeCollectives {
                 }
                 tried_with[index] = Some(plan.len());
                 // With its prologue, then without it (the prologue's extra
-                // kernels may cost more than the overlap they buy).
-                let mut variants = vec![(*candidate).clone()];
-                if !candidate.prologue.is_empty() {
+                // kernels may cost more than the overlap they buy); with
+                // its whole chain, then with the shorter ones.
+                let mut variants = Vec::new();
+                for length in chain_lengths(module, candidate, model) {
+                    let chain = candidate.chain[..length].to_vec();
                     variants.push(Candidate {
-                        prologue: Vec::new(),
+                        chain: chain.clone(),
                         ..(*candidate).clone()
                     });
+                    if !candidate.prologue.is_empty() {
+                        variants.push(Candidate {
+                            chain,
+                            prologue: Vec::new(),
+                            ..(*candidate).clone()
+                        });
+                    }
                 }
                 let mut taken: Option<(Candidate, i64, f64, HloModule)> = None;
                 for variant in variants {
@@ -164,6 +178,45 @@ impl Pass for DecomposeCollectives {
         *module = split;
         Ok(true)
     }
+}
+
+/// Chain prefixes tried besides the whole chain: the shortest whose
+/// unsplit compute is at least this many times the collective's transfer.
+const CHAIN_COVER: [f64; 2] = [1.0, 2.0];
+
+/// The chain lengths tried for `candidate`, the whole chain first. A
+/// prefix of the chain (in program order) is itself a chain: its values
+/// used by later ops are concatenated back. Chunk `i`'s chain needs only
+/// about as much work as chunk `i + 1`'s collective takes to hide it, and
+/// every op split beyond that adds kernels and operand rereads.
+fn chain_lengths(module: &HloModule, candidate: &Candidate, model: &dyn CostModel) -> Vec<usize> {
+    let whole = candidate.chain.len();
+    let mut lengths = vec![whole];
+    let comp = &module.computations[candidate.computation];
+    let users = comp.users();
+    let Some(info) = CollectiveInfo::of(module, comp, candidate.collective) else {
+        return lengths;
+    };
+    let transfer = model.transfer_us(
+        Op::with_users(module, comp, candidate.collective, &users),
+        &info,
+    );
+    let mut covered = Vec::with_capacity(whole);
+    let mut total = 0.0;
+    for &(op, _) in &candidate.chain {
+        total += model.compute_us(Op::with_users(module, comp, op, &users));
+        covered.push(total);
+    }
+    for factor in CHAIN_COVER {
+        let Some(at) = covered.iter().position(|&c| c >= factor * transfer) else {
+            continue;
+        };
+        let length = at + 1;
+        if length < whole && !lengths.contains(&length) {
+            lengths.push(length);
+        }
+    }
+    lengths
 }
 
 #[cfg(test)]

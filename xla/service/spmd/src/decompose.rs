@@ -27,7 +27,8 @@
 //! chain are sliced (a broadcast is broadcast again per chunk; an operand
 //! that depends on the split value without being in the chain ends the
 //! chain there), another pair's pieces chunked alike are taken piece by
-//! piece, and every chain value used elsewhere is concatenated back.
+//! piece, and every chain value used elsewhere is concatenated back, so
+//! any prefix of a chain (in program order) is a chain as well.
 //!
 //! The work that produces the sliced value and is used by nothing else is
 //! split too (Concerto's producing compute, the candidate's `prologue`),

@@ -16,7 +16,7 @@ use common::{random_args, run_partitioned_in_mode};
 use xla_hlo_evaluator::Value;
 use xla_hlo_ir::Opcode;
 use xla_hlo_pass::Pass;
-use xla_spmd_partitioner::decompose::{candidates, decompose, PairKind};
+use xla_spmd_partitioner::decompose::{candidates, decompose, Candidate, PairKind};
 use xla_spmd_partitioner::{partition_module, SpmdOptions};
 
 /// Every output element has the same bits (NaNs included, which `==`
@@ -231,6 +231,20 @@ ENTRY %e (x: f32[8,16], w1: f32[16,32], w2: f32[32,16], w3: f32[16,32], w4: f32[
         );
         let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
         assert_bitwise_equal(&got, &want, &format!("{k} chunks"));
+    }
+    // Every prefix of the chain is a chain (what `decompose-collectives`
+    // tries when the whole chain costs more than it hides): the ops after
+    // it read the concatenated values.
+    for length in 0..first.chain.len() {
+        let shorter = Candidate {
+            chain: first.chain[..length].to_vec(),
+            ..first.clone()
+        };
+        let mut split = module.clone();
+        assert_eq!(decompose(&mut split, &[(shorter, 2)]), 1);
+        xla_hlo_verifier::verify(&split).unwrap_or_else(|e| panic!("{e}\n{}", split.to_text()));
+        let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
+        assert_bitwise_equal(&got, &want, &format!("a chain of {length} ops"));
     }
 }
 
