@@ -107,24 +107,7 @@ impl Pass for DecomposeCollectives {
                     continue;
                 }
                 tried_with[index] = Some(plan.len());
-                // With its prologue, then without it (the prologue's extra
-                // kernels may cost more than the overlap they buy); with
-                // its whole chain, then with the shorter ones.
-                let mut variants = Vec::new();
-                for length in chain_lengths(module, candidate, model) {
-                    let chain = candidate.chain[..length].to_vec();
-                    variants.push(Candidate {
-                        chain: chain.clone(),
-                        ..(*candidate).clone()
-                    });
-                    if !candidate.prologue.is_empty() {
-                        variants.push(Candidate {
-                            chain,
-                            prologue: Vec::new(),
-                            ..(*candidate).clone()
-                        });
-                    }
-                }
+                let variants = variants(module, candidate, model);
                 let mut taken: Option<(Candidate, i64, f64, HloModule)> = None;
                 for variant in variants {
                     for k in CHUNKS.into_iter().filter(|k| variant.size % k == 0) {
@@ -180,40 +163,78 @@ impl Pass for DecomposeCollectives {
     }
 }
 
-/// Chain prefixes tried besides the whole chain: the shortest whose
-/// unsplit compute is at least this many times the collective's transfer.
-const CHAIN_COVER: [f64; 2] = [1.0, 2.0];
+/// Shorter chains and prologues tried besides the whole ones: the
+/// shortest whose unsplit compute is at least this many times the
+/// collective's transfer.
+const COVER: [f64; 2] = [1.0, 2.0];
 
-/// The chain lengths tried for `candidate`, the whole chain first. A
-/// prefix of the chain (in program order) is itself a chain: its values
-/// used by later ops are concatenated back. Chunk `i`'s chain needs only
-/// about as much work as chunk `i + 1`'s collective takes to hide it, and
-/// every op split beyond that adds kernels and operand rereads.
-fn chain_lengths(module: &HloModule, candidate: &Candidate, model: &dyn CostModel) -> Vec<usize> {
-    let whole = candidate.chain.len();
-    let mut lengths = vec![whole];
+/// The splits of `candidate` tried, in order: with its whole chain and its
+/// prologue, its shorter prologues, and none (the prologue's extra kernels
+/// may cost more than the overlap they buy); then each shorter chain with
+/// the whole prologue and with none.
+///
+/// A prefix of the chain (in program order) is itself a chain, its values
+/// used by later ops concatenated back; a suffix of the prologue is itself
+/// a prologue, its first ops' operands sliced from whole values. Chunk
+/// `i`'s chain (or chunk `i + 1`'s prologue) only has to outlast chunk
+/// `i`'s collective to hide it, and every op split beyond that adds
+/// kernels and operand rereads.
+fn variants(module: &HloModule, candidate: &Candidate, model: &dyn CostModel) -> Vec<Candidate> {
     let comp = &module.computations[candidate.computation];
     let users = comp.users();
-    let Some(info) = CollectiveInfo::of(module, comp, candidate.collective) else {
-        return lengths;
+    let cost = |op| model.compute_us(Op::with_users(module, comp, op, &users));
+    let transfer = CollectiveInfo::of(module, comp, candidate.collective).map(|info| {
+        model.transfer_us(
+            Op::with_users(module, comp, candidate.collective, &users),
+            &info,
+        )
+    });
+    let (chains, prologues) = match transfer {
+        Some(transfer) => (
+            covering_lengths(candidate.chain.iter().map(|&(op, _)| cost(op)), transfer),
+            covering_lengths(
+                candidate.prologue.iter().rev().map(|p| cost(p.op)),
+                transfer,
+            ),
+        ),
+        None => (Vec::new(), Vec::new()),
     };
-    let transfer = model.transfer_us(
-        Op::with_users(module, comp, candidate.collective, &users),
-        &info,
-    );
-    let mut covered = Vec::with_capacity(whole);
-    let mut total = 0.0;
-    for &(op, _) in &candidate.chain {
-        total += model.compute_us(Op::with_users(module, comp, op, &users));
-        covered.push(total);
+    let with = |chain: usize, prologue: usize| Candidate {
+        chain: candidate.chain[..chain].to_vec(),
+        prologue: candidate.prologue[candidate.prologue.len() - prologue..].to_vec(),
+        ..candidate.clone()
+    };
+    let (whole_chain, whole_prologue) = (candidate.chain.len(), candidate.prologue.len());
+    let mut out = vec![with(whole_chain, whole_prologue)];
+    if whole_prologue > 0 {
+        out.extend(prologues.iter().map(|&p| with(whole_chain, p)));
+        out.push(with(whole_chain, 0));
     }
-    for factor in CHAIN_COVER {
-        let Some(at) = covered.iter().position(|&c| c >= factor * transfer) else {
-            continue;
-        };
-        let length = at + 1;
-        if length < whole && !lengths.contains(&length) {
-            lengths.push(length);
+    for &c in &chains {
+        out.push(with(c, whole_prologue));
+        if whole_prologue > 0 {
+            out.push(with(c, 0));
+        }
+    }
+    out
+}
+
+/// For ops costing `costs` (µs, in the order they are taken), the
+/// shortest counts whose total reaches each `COVER` multiple of
+/// `transfer`, shorter than all of them and without repeats.
+fn covering_lengths(costs: impl Iterator<Item = f64>, transfer: f64) -> Vec<usize> {
+    let mut totals = Vec::new();
+    let mut total = 0.0;
+    for c in costs {
+        total += c;
+        totals.push(total);
+    }
+    let mut lengths = Vec::new();
+    for factor in COVER {
+        if let Some(at) = totals.iter().position(|&t| t >= factor * transfer) {
+            if at + 1 < totals.len() && !lengths.contains(&(at + 1)) {
+                lengths.push(at + 1);
+            }
         }
     }
     lengths

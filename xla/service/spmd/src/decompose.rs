@@ -40,7 +40,8 @@
 //! through the softmax to the query projection, so chunk `i`'s collective
 //! overlaps chunk `i + 1`'s attention, which hides the first chunk's
 //! collective as well. The prologue's boundary values (a key, a
-//! parameter) are sliced or taken whole.
+//! parameter) are sliced or taken whole, so any suffix of a prologue (in
+//! program order) is a prologue as well.
 //!
 //! The split computation is emitted chunk-major: among the instructions
 //! ready at each point, chunk 0's go first, so each chunk's work runs as

@@ -352,6 +352,20 @@ ENTRY %e (x: f32[8,16], wq: f32[16,4,8], wk: f32[16,4,8], wv: f32[16,4,8], wo: f
         let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
         assert_bitwise_equal(&got, &want, &format!("{k} chunks"));
     }
+    // Every suffix of the prologue is a prologue (what
+    // `decompose-collectives` tries when the whole one costs more than it
+    // hides): its first ops slice their operands from whole values.
+    for length in 0..pair.prologue.len() {
+        let shorter = Candidate {
+            prologue: pair.prologue[pair.prologue.len() - length..].to_vec(),
+            ..pair.clone()
+        };
+        let mut split = module.clone();
+        assert_eq!(decompose(&mut split, &[(shorter, 2)]), 1);
+        xla_hlo_verifier::verify(&split).unwrap_or_else(|e| panic!("{e}\n{}", split.to_text()));
+        let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
+        assert_bitwise_equal(&got, &want, &format!("a prologue of {length} ops"));
+    }
 }
 
 /// A tensor-parallel MLP on a batch of one, after a normalisation with a
