@@ -155,6 +155,24 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
 
 /// `text` after sharding propagation (the global module) and after
 /// partitioning as well.
+/// Splits `module` by `candidate` in 2 chunks: the result verifies and,
+/// run on 4 devices, computes `want` (of the global shape `out_shape`) bit
+/// for bit.
+fn assert_halves_compute(
+    module: &xla_hlo_ir::HloModule,
+    candidate: Candidate,
+    (args, out_shape): (&[Value], &xla_hlo_ir::Shape),
+    want: &Value,
+    label: &str,
+) {
+    let mut split = module.clone();
+    assert_eq!(decompose(&mut split, &[(candidate, 2)]), 1, "{label}");
+    xla_hlo_verifier::verify(&split)
+        .unwrap_or_else(|e| panic!("{label}: {e}\n{}", split.to_text()));
+    let got = run_partitioned_in_mode(&split, args, out_shape, 4, true).unwrap();
+    assert_bitwise_equal(&got, want, label);
+}
+
 fn propagate_and_partition(text: &str) -> (xla_hlo_ir::HloModule, xla_hlo_ir::HloModule) {
     let mut module = xla_hlo_parser::parse_module(text).unwrap();
     xla_sharding_propagation::ShardingPropagation::default()
@@ -240,11 +258,13 @@ ENTRY %e (x: f32[8,16], w1: f32[16,32], w2: f32[32,16], w3: f32[16,32], w4: f32[
             chain: first.chain[..length].to_vec(),
             ..first.clone()
         };
-        let mut split = module.clone();
-        assert_eq!(decompose(&mut split, &[(shorter, 2)]), 1);
-        xla_hlo_verifier::verify(&split).unwrap_or_else(|e| panic!("{e}\n{}", split.to_text()));
-        let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
-        assert_bitwise_equal(&got, &want, &format!("a chain of {length} ops"));
+        assert_halves_compute(
+            &module,
+            shorter,
+            (&args, &out_shape),
+            &want,
+            &format!("a chain of {length} ops"),
+        );
     }
 }
 
@@ -360,11 +380,13 @@ ENTRY %e (x: f32[8,16], wq: f32[16,4,8], wk: f32[16,4,8], wv: f32[16,4,8], wo: f
             prologue: pair.prologue[pair.prologue.len() - length..].to_vec(),
             ..pair.clone()
         };
-        let mut split = module.clone();
-        assert_eq!(decompose(&mut split, &[(shorter, 2)]), 1);
-        xla_hlo_verifier::verify(&split).unwrap_or_else(|e| panic!("{e}\n{}", split.to_text()));
-        let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
-        assert_bitwise_equal(&got, &want, &format!("a prologue of {length} ops"));
+        assert_halves_compute(
+            &module,
+            shorter,
+            (&args, &out_shape),
+            &want,
+            &format!("a prologue of {length} ops"),
+        );
     }
 }
 
