@@ -491,3 +491,45 @@ pub fn apply_order(comp: &mut HloComputation, order: &[u32]) -> bool {
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::{ApproximateCostModel, CostTable, TableCostModel};
+    use crate::validate::validate_schedule;
+
+    /// Hoisting above the all-reduce's wait: the first all-gather's done
+    /// stays below it (its start needs the all-reduce), so the second
+    /// all-gather may not start above it either (two would be in flight
+    /// against a limit of one); the independent exponential still moves up
+    /// and hides under the all-reduce.
+    #[test]
+    fn hoisting_moves_free_work_but_no_start_above_a_pending_done() {
+        let text = "HloModule h, num_partitions=8\n\n%add (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %s = f32[] add(%a, %b)\n}\n\nENTRY %e (p0: f32[1024], p1: f32[1024]) -> (f32[8192], f32[8192], f32[1024]) {\n  %p0 = f32[1024]{0} parameter(0)\n  %p1 = f32[1024]{0} parameter(1)\n  %ar-start = f32[1024]{0} all-reduce-start(%p0), channel_id=1, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%add\n  %ar-done = f32[1024]{0} all-reduce-done(%ar-start)\n  %x = f32[1024]{0} exponential(%ar-done)\n  %ag1-start = (f32[1024]{0}, f32[8192]{0}) all-gather-start(%x), channel_id=2, replica_groups=[1,8]<=[8], use_global_device_ids=true, dimensions={0}\n  %ag1-done = f32[8192]{0} all-gather-done(%ag1-start)\n  %ag2-start = (f32[1024]{0}, f32[8192]{0}) all-gather-start(%p1), channel_id=3, replica_groups=[1,8]<=[8], use_global_device_ids=true, dimensions={0}\n  %z = f32[1024]{0} exponential(%p1)\n  %ag2-done = f32[8192]{0} all-gather-done(%ag2-start), control-predecessors={%x}\n  ROOT %t = (f32[8192]{0}, f32[8192]{0}, f32[1024]{0}) tuple(%ag1-done, %ag2-done, %z)\n}\n";
+        let module = xla_hlo_parser::parse_module(text).expect("parses");
+        let table = CostTable::parse("ar-start 50\nx 1\nag1-start 5\nag2-start 5\nz 10\n").unwrap();
+        let model = TableCostModel::new(table, Arc::new(ApproximateCostModel));
+        let entry = module.entry;
+        let g = Graph::build(&module, entry, &model, &[]).unwrap();
+        let limits = [1; NUM_RESOURCES];
+        // The module's own order.
+        let order: Vec<u32> = (0..g.n as u32).collect();
+        let before = simulate_graph(&g, &order, &limits, None, false).0;
+        let (hoisted, after) = hoist_above_waits(&g, order, before.clone(), &limits);
+        assert!(
+            after.makespan < before.makespan,
+            "{} -> {}",
+            before.makespan,
+            after.makespan
+        );
+        let mut scheduled = module.clone();
+        apply_order(&mut scheduled.computations[entry.index()], &hoisted);
+        scheduled.config.is_scheduled = true;
+        let comp = &scheduled.computations[entry.index()];
+        let position = |name: &str| comp.find(name).unwrap().index();
+        assert!(position("z") < position("ar-done"));
+        assert!(position("ag2-start") > position("ag1-done"));
+        let v = validate_schedule(&scheduled, &limits, None);
+        assert!(v.is_valid(), "{:?}\n{}", v.violations, scheduled.to_text());
+    }
+}
