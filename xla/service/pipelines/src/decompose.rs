@@ -12,11 +12,10 @@
 //! for them and for the exposed collectives in their chains (a split that
 //! hides two goes first), each with `k` = 2, then 4 while that was better, then 8,
 //! together with the splits already taken, first with the work producing
-//! it (its prologue), then without, and with its whole chain, then with the
-//! shortest prefixes of it whose unsplit compute covers the collective's
-//! transfer once and twice (`CHAIN_COVER`: chunk `i`'s chain only has to
-//! outlast chunk `i + 1`'s collective, and each op split beyond that adds
-//! kernels and rereads); a split is taken when the
+//! it (its prologue), then with shorter prologues and without, and with
+//! shorter chains (the shortest prefix of the chain, or suffix of the
+//! prologue, whose unsplit compute covers the collective's transfer once
+//! and twice: `COVER`, see `variants`); a split is taken when the
 //! simulated step of the whole module gets at least `MIN_GAIN` shorter.
 //! Collectives tried before a later split was taken are tried again in a
 //! further round (up to `MAX_ROUNDS`), on the program as now split.

@@ -153,8 +153,6 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
     }
 }
 
-/// `text` after sharding propagation (the global module) and after
-/// partitioning as well.
 /// Splits `module` by `candidate` in 2 chunks: the result verifies and,
 /// run on 4 devices, computes `want` (of the global shape `out_shape`) bit
 /// for bit.
@@ -173,6 +171,8 @@ fn assert_halves_compute(
     assert_bitwise_equal(&got, want, label);
 }
 
+/// `text` after sharding propagation (the global module) and after
+/// partitioning as well.
 fn propagate_and_partition(text: &str) -> (xla_hlo_ir::HloModule, xla_hlo_ir::HloModule) {
     let mut module = xla_hlo_parser::parse_module(text).unwrap();
     xla_sharding_propagation::ShardingPropagation::default()
@@ -437,9 +437,5 @@ ENTRY %e (x: f32[1,16,8], scale: f32[1,8], bias: f32[1,8], w1: f32[8,32], w2: f3
     let args = random_args(&global, 0xba7c);
     let out_shape = global.entry_computation().root_instr().shape.clone();
     let want = run_partitioned_in_mode(&module, &args, &out_shape, 4, true).unwrap();
-    let mut split = module.clone();
-    assert_eq!(decompose(&mut split, &[(pair, 2)]), 1);
-    xla_hlo_verifier::verify(&split).unwrap_or_else(|e| panic!("{e}\n{}", split.to_text()));
-    let got = run_partitioned_in_mode(&split, &args, &out_shape, 4, true).unwrap();
-    assert_bitwise_equal(&got, &want, "2 chunks");
+    assert_halves_compute(&module, pair, (&args, &out_shape), &want, "2 chunks");
 }
