@@ -393,9 +393,9 @@ ENTRY %e (x: f32[8,16], wq: f32[16,4,8], wk: f32[16,4,8], wv: f32[16,4,8], wo: f
 /// A tensor-parallel MLP on a batch of one, after a normalisation with a
 /// scale and bias of shape [1, features] broadcast along the rows (as JAX
 /// lowers them, with ops of their own): along the batch dimension (size 1)
-/// the prologue would be longest (it takes in the scale's and bias's ops), but no chunk count divides it, so the pair
-/// is split along the rows instead (a held-out LayerNorm MLP once got no
-/// split at all this way).
+/// the prologue would be longest (it takes in the scale's and bias's ops),
+/// but no chunk count divides it, so the pair is split along the rows
+/// instead (a held-out LayerNorm MLP once got no split at all this way).
 #[test]
 fn a_batch_of_one_is_split_along_its_rows() {
     let text = r#"HloModule batch_of_one, num_partitions=4
