@@ -15,7 +15,10 @@
 //! it (its prologue), then with shorter prologues and without, and with
 //! shorter chains (the shortest prefix of the chain, or suffix of the
 //! prologue, whose unsplit compute covers the collective's transfer once
-//! and twice: `COVER`, see `variants`); a split is taken when the
+//! and twice: `COVER`, see `variants`), then along its other dimensions
+//! (`candidate_ways`: splitting a row-parallel projection along its output
+//! features reads each weight once, where splitting a small batch of
+//! tokens rereads them all); a split is taken when the
 //! simulated step of the whole module gets at least `MIN_GAIN` shorter.
 //! Collectives tried before a later split was taken are tried again in a
 //! further round (up to `MAX_ROUNDS`), on the program as now split.
@@ -37,7 +40,7 @@ use xla_hlo_pass::{Pass, PassError};
 use xla_latency_hiding_scheduler::cost::{CostModel, Op};
 use xla_latency_hiding_scheduler::kinds::CollectiveInfo;
 use xla_latency_hiding_scheduler::SchedulerConfig;
-use xla_spmd_partitioner::decompose::{candidates, decompose, Candidate};
+use xla_spmd_partitioner::decompose::{candidate_ways, decompose, Candidate};
 
 /// Chunk counts tried, in order.
 const CHUNKS: [i64; 3] = [2, 4, 8];
@@ -60,7 +63,7 @@ impl Pass for DecomposeCollectives {
         "decompose-collectives"
     }
     fn run(&mut self, module: &mut HloModule) -> Result<bool, PassError> {
-        let all = candidates(module);
+        let all = candidate_ways(module);
         if all.is_empty() {
             return Ok(false);
         }
@@ -69,9 +72,10 @@ impl Pass for DecomposeCollectives {
         let current = simulate(module, &self.scheduler, model, self.name())?;
         // Exposed collectives, by the wait their split can hide: their own
         // and that of the exposed collectives in their chain.
-        let mut exposed: Vec<(&Candidate, f64)> = all
+        let mut exposed: Vec<(&[Candidate], f64)> = all
             .iter()
-            .filter_map(|c| {
+            .filter_map(|ways| {
+                let c = &ways[0];
                 let comp = &module.computations[c.computation];
                 let wait = |id: xla_hlo_ir::InstrId| {
                     let key = (comp.name.clone(), comp.instr(id).name.clone());
@@ -79,7 +83,7 @@ impl Pass for DecomposeCollectives {
                 };
                 let own = wait(c.collective)?;
                 let chained: f64 = c.chain.iter().filter_map(|&(op, _)| wait(op)).sum();
-                Some((c, own + chained))
+                Some((ways.as_slice(), own + chained))
             })
             .collect();
         exposed.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -96,7 +100,8 @@ impl Pass for DecomposeCollectives {
         let mut tried_with: Vec<Option<usize>> = vec![None; exposed.len()];
         'rounds: for _round in 0..MAX_ROUNDS {
             let taken_before = plan.len();
-            'candidates: for (index, (candidate, _)) in exposed.iter().enumerate() {
+            'candidates: for (index, (ways, _)) in exposed.iter().enumerate() {
+                let candidate = &ways[0];
                 if tried_with[index] == Some(plan.len())
                     || plan.iter().any(|(c, _)| {
                         c.computation == candidate.computation
@@ -106,7 +111,16 @@ impl Pass for DecomposeCollectives {
                     continue;
                 }
                 tried_with[index] = Some(plan.len());
-                let variants = variants(module, candidate, model);
+                // The preferred dimension's variants, then the other
+                // dimensions', each once.
+                let mut variants: Vec<Candidate> = Vec::new();
+                for way in ways.iter() {
+                    for variant in self::variants(module, way, model) {
+                        if !variants.contains(&variant) {
+                            variants.push(variant);
+                        }
+                    }
+                }
                 let mut taken: Option<(Candidate, i64, f64, HloModule)> = None;
                 for variant in variants {
                     for k in CHUNKS.into_iter().filter(|k| variant.size % k == 0) {

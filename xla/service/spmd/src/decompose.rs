@@ -58,8 +58,9 @@
 //! equal to the undecomposed program wherever a dot's sum does not depend
 //! on its shape (the interpreter's consistent mode; a GEMM library may
 //! round a smaller dot differently). How many chunks (or none) is the
-//! caller's choice per pair ([`candidates`] lists them, [`decompose`]
-//! applies a plan);
+//! caller's choice per pair ([`candidates`] lists them along their
+//! preferred dimension, [`candidate_ways`] along every dimension,
+//! [`decompose`] applies a plan);
 //! `xla-pipelines` decides it with the scheduler and its cost model.
 //!
 //! Invariants: only computations that run as programs of their own (the
@@ -166,11 +167,24 @@ const NO_WHOLE: InstrId = InstrId(u32::MAX);
 /// Largest number of ops a chain takes.
 const MAX_CHAIN: usize = 512;
 
-/// Every pair of the module that can be split, once each: along a
-/// dimension of even size if there is one (chunk counts are usually powers
-/// of two; a dimension of size 1 is never taken), then the one whose chain
-/// and prologue hold the most dots, then the most ops, then the largest.
+/// Every pair of the module that can be split, once each, along its
+/// preferred dimension: the first of its [`candidate_ways`].
 pub fn candidates(module: &HloModule) -> Vec<Candidate> {
+    candidate_ways(module)
+        .into_iter()
+        .filter_map(|ways| ways.into_iter().next())
+        .collect()
+}
+
+/// For every collective that can be split, its pairs along each dimension
+/// that can be chunked, preferred first: a dimension of even size (chunk
+/// counts are usually powers of two; a dimension of size 1 is never
+/// taken), then the one whose chain and prologue hold the most dots, then
+/// the most ops, then the largest. The other dimensions matter where the
+/// preferred one rereads operands: chunking a small batch of tokens
+/// rereads every weight of its chain, while chunking a row-parallel
+/// projection along its output features reads each weight once.
+pub fn candidate_ways(module: &HloModule) -> Vec<Vec<Candidate>> {
     let mut found = Vec::new();
     let sequential = sequential_computations(module);
     for (computation, comp) in module.computations.iter().enumerate() {
@@ -200,7 +214,7 @@ pub fn candidates(module: &HloModule) -> Vec<Candidate> {
             let pair = pair
                 .filter(|ways| !ways.is_empty())
                 .or_else(|| alone_candidate(comp, computation, id));
-            let best = pair
+            let mut ways: Vec<((bool, usize, usize, i64), Candidate)> = pair
                 .into_iter()
                 .flatten()
                 .map(|mut c| {
@@ -210,16 +224,23 @@ pub fn candidates(module: &HloModule) -> Vec<Candidate> {
                     c
                 })
                 .filter(|c| c.size >= 2 && (c.kind != PairKind::Alone || !c.chain.is_empty()))
-                .max_by_key(|c| {
+                .map(|c| {
                     let split_ops = c.chain.iter().map(|(op, _)| *op);
                     let split_ops = split_ops.chain(c.prologue.iter().map(|p| p.op));
                     let dots = split_ops
                         .filter(|op| comp.instr(*op).opcode == Opcode::Dot)
                         .count();
                     let halves = c.size % 2 == 0;
-                    (halves, dots, c.chain.len() + c.prologue.len(), c.size)
-                });
-            found.extend(best);
+                    ((halves, dots, c.chain.len() + c.prologue.len(), c.size), c)
+                })
+                .collect();
+            // Preferred first; among equal keys, the last (most minor)
+            // dimension.
+            ways.reverse();
+            ways.sort_by_key(|way| std::cmp::Reverse(way.0));
+            if !ways.is_empty() {
+                found.push(ways.into_iter().map(|(_, c)| c).collect());
+            }
         }
     }
     found

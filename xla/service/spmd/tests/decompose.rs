@@ -16,7 +16,7 @@ use common::{random_args, run_partitioned_in_mode};
 use xla_hlo_evaluator::Value;
 use xla_hlo_ir::Opcode;
 use xla_hlo_pass::Pass;
-use xla_spmd_partitioner::decompose::{candidates, decompose, Candidate, PairKind};
+use xla_spmd_partitioner::decompose::{candidate_ways, candidates, decompose, Candidate, PairKind};
 use xla_spmd_partitioner::{partition_module, SpmdOptions};
 
 /// Every output element has the same bits (NaNs included, which `==`
@@ -151,6 +151,52 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
             "{prologue_ops} prologue ops, {prologues_with_dots} holding a dot"
         );
     }
+}
+
+/// The dimensions a collective is not split along by preference (the
+/// other [`candidate_ways`]) are split as exactly: on every stored case,
+/// each collective with another way is split along its last one in 2
+/// chunks, and the split program computes the unsplit one's bits.
+#[test]
+fn other_dimensions_compute_bitwise_what_whole_ones_compute() {
+    let (mut cases, mut pairs) = (0, 0);
+    for dir in xla_test_paths::all_case_dirs() {
+        let Ok(text) = std::fs::read_to_string(dir.join("input.hlo")) else {
+            continue;
+        };
+        let name = dir.display().to_string();
+        let (global, module) = propagate_and_partition(&text);
+        let plan: Vec<(Candidate, i64)> = candidate_ways(&module)
+            .into_iter()
+            .filter(|ways| ways.len() > 1)
+            .filter_map(|ways| ways.last().cloned())
+            .filter(|c| c.size % 2 == 0)
+            .map(|c| (c, 2))
+            .collect();
+        if plan.is_empty() {
+            continue;
+        }
+        if cfg!(debug_assertions) && cases == 20 {
+            break;
+        }
+        let mut split = module.clone();
+        let count = decompose(&mut split, &plan);
+        assert!(count >= 1, "{name}");
+        cases += 1;
+        pairs += count;
+        xla_hlo_verifier::verify(&split)
+            .unwrap_or_else(|e| panic!("{name}: {e}\n{}", split.to_text()));
+        let args = random_args(&global, 0x07e5_d135);
+        let out_shape = global.entry_computation().root_instr().shape.clone();
+        let n = module.num_partitions();
+        let want = run_partitioned_in_mode(&module, &args, &out_shape, n, true)
+            .unwrap_or_else(|e| panic!("{name}: whole: {e}"));
+        let got = run_partitioned_in_mode(&split, &args, &out_shape, n, true)
+            .unwrap_or_else(|e| panic!("{name}: split: {e}"));
+        assert_bitwise_equal(&got, &want, &name);
+    }
+    eprintln!("split {pairs} pairs along another dimension in {cases} cases");
+    assert!(cases >= 20, "only {cases} cases had other ways to split");
 }
 
 /// Splits `module` by `candidate` in 2 chunks: the result verifies and,
@@ -437,5 +483,30 @@ ENTRY %e (x: f32[1,16,8], scale: f32[1,8], bias: f32[1,8], w1: f32[8,32], w2: f3
     let args = random_args(&global, 0xba7c);
     let out_shape = global.entry_computation().root_instr().shape.clone();
     let want = run_partitioned_in_mode(&module, &args, &out_shape, 4, true).unwrap();
-    assert_halves_compute(&module, pair, (&args, &out_shape), &want, "2 chunks");
+    assert_halves_compute(
+        &module,
+        pair.clone(),
+        (&args, &out_shape),
+        &want,
+        "2 chunks",
+    );
+    // The other way: the projection's output features (the weight's
+    // columns, each read once), after the rows.
+    let ways = candidate_ways(&module)
+        .into_iter()
+        .find(|ways| ways[0] == pair)
+        .expect("the all-reduce's ways");
+    let features = ways
+        .iter()
+        .find(|c| (c.side, c.output_dim, c.size) == (1, 2, 8))
+        .expect("a way along the output features")
+        .clone();
+    assert!(features.prologue.is_empty(), "{features:?}");
+    assert_halves_compute(
+        &module,
+        features,
+        (&args, &out_shape),
+        &want,
+        "2 chunks of features",
+    );
 }
