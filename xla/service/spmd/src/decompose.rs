@@ -19,9 +19,11 @@
 //! where it can be (Concerto's dependent compute, the candidate's
 //! `chain`): elementwise ops, broadcasts, transposes, reshapes and
 //! reductions that keep the chunked dimension, dots that take it as a free
-//! dimension, and further collectives (a transformer layer's next
-//! all-reduce and the work after it, until an op needs the whole of a
-//! chained value, as attention needs every key). Chunk `i`'s chain can
+//! dimension or as a batch dimension (the other side sliced alike: the
+//! attention of a chunk of a batch), and further collectives (a
+//! transformer layer's next all-reduce and the work after it, until an op
+//! needs the whole of a chained value, as attention over a chunk of
+//! tokens needs every key). Chunk `i`'s chain can
 //! then run while chunk `i + 1`'s collective is in flight, which hides a
 //! collective whose own dot is too small to. Operands from outside the
 //! chain are sliced (a broadcast is broadcast again per chunk; an operand
@@ -34,8 +36,8 @@
 //! split too (Concerto's producing compute, the candidate's `prologue`),
 //! walking back from the split value: elementwise ops, broadcasts,
 //! transposes, reshapes, reductions over other dimensions, dots where the
-//! chunked dimension is a free one of one side (the other side whole) and
-//! collectives, as long as every user of the op is in the prologue. For a
+//! chunked dimension is a free one of one side (the other side whole) or
+//! a batch one (both sides chunked) and collectives, as long as every user of the op is in the prologue. For a
 //! row-parallel projection after attention the prologue reaches back
 //! through the softmax to the query projection, so chunk `i`'s collective
 //! overlaps chunk `i + 1`'s attention, which hides the first chunk's
@@ -396,7 +398,8 @@ fn chain_of(
 /// with its other operands sliced (or whole): elementwise ops (same
 /// shapes), broadcasts, transposes, reshapes that keep the dimension
 /// whole, reductions over other dimensions, dots taking the chunked
-/// dimension as a free one from one side only, and all-reduces (and
+/// dimension as a free one from one side only or as a batch one (from
+/// either side or both), and all-reduces (and
 /// all-gathers and reduce-scatters along another dimension).
 fn chunked_dim(
     comp: &HloComputation,
@@ -411,6 +414,20 @@ fn chunked_dim(
         .collect();
     let &(first, d) = in_chain.first()?;
     let rank = instr.shape.rank();
+    if instr.opcode == Opcode::Dot {
+        // A batch dimension (every chain operand's chunked dimension is
+        // the same one of the dot's batch dimensions; the other side is
+        // sliced alike), or a free dimension of the one chain operand.
+        let batch = in_chain
+            .iter()
+            .map(|&(side, e)| batch_output_dim(instr, side, e))
+            .collect::<Option<Vec<usize>>>();
+        return match batch {
+            Some(at) if at.iter().all(|&b| b == at[0]) => Some(at[0]),
+            _ if in_chain.len() == 1 => output_dim_of(comp, instr, first, d),
+            _ => None,
+        };
+    }
     if instr.opcode.is_elementwise() {
         let same_shape = instr.operands.iter().all(|o| {
             let shape = &comp.instr(*o).shape;
@@ -450,7 +467,6 @@ fn chunked_dim(
             }
             Some(d - reduced.iter().filter(|&&r| r < d as i64).count())
         }
-        Opcode::Dot => output_dim_of(comp, instr, first, d),
         // A collective reduces or moves each element on its own along
         // every dimension it does not gather or scatter, so its chunks are
         // the same collective on smaller arrays.
@@ -528,12 +544,30 @@ fn prologue_of(
     prologue
 }
 
+/// The dot output dimension of operand `side`'s batch dimension `dim`
+/// (batch dimensions come first in a dot's result, in order).
+fn batch_output_dim(dot: &HloInstruction, side: usize, dim: usize) -> Option<usize> {
+    let key = [AttrKey::LhsBatchDims, AttrKey::RhsBatchDims].get(side)?;
+    dot.ints_attr(*key)?.iter().position(|&b| b == dim as i64)
+}
+
+/// The lhs and rhs batch dimensions that dot output dimension `dim` is,
+/// when it is a batch one.
+fn batch_operand_dims(dot: &HloInstruction, dim: usize) -> Option<(usize, usize)> {
+    let at = |key| {
+        let d = *dot.ints_attr(key)?.get(dim)?;
+        usize::try_from(d).ok()
+    };
+    Some((at(AttrKey::LhsBatchDims)?, at(AttrKey::RhsBatchDims)?))
+}
+
 /// For `instr` computed in chunks along dimension `dim` of its result, the
 /// dimension of each operand its chunks take (`None`: the whole operand):
 /// elementwise ops (operands of the result's shape, or scalars),
 /// broadcasts, transposes, reshapes that keep the dimension whole,
-/// reductions (of one input) and dots where `dim` is a free dimension of
-/// one side, and collectives that do not gather or scatter along it.
+/// reductions (of one input), dots where `dim` is a free dimension of
+/// one side (the other whole) or a batch one (both sides chunked), and
+/// collectives that do not gather or scatter along it.
 /// `None` for anything else (iotas, parameters and constants are sliced).
 fn operand_dims(
     comp: &HloComputation,
@@ -583,6 +617,9 @@ fn operand_dims(
             Some(vec![Some(*kept.get(dim)?), None])
         }
         Opcode::Dot if instr.operands.len() == 2 => {
+            if let Some(both) = batch_operand_dims(instr, dim) {
+                return Some(vec![Some(both.0), Some(both.1)]);
+            }
             let (side, operand_dim) = operand_dim_of(comp, instr, dim)?;
             let mut dims = vec![None, None];
             dims[side] = Some(operand_dim);
@@ -767,45 +804,48 @@ fn rewrite(
             map.push(NO_WHOLE);
             continue;
         }
-        let (parts, output_dim) = if let Some((candidate, k)) =
-            pairs.iter().find(|(c, _)| c.head() == id)
-        {
-            let from = pieces
-                .get(&candidate.split_value(&old))
-                .filter(|_| prologue.contains_key(&candidate.split_value(&old)));
-            (
-                pair_pieces(&mut b, &old, &map, candidate, *k, from.map(Vec::as_slice)),
-                candidate.output_dim,
-            )
-        } else if let Some(&(_, k, dim)) = split.get(&id) {
-            let chunk = instr.shape.dims()[dim] / k;
-            let mut parts = Vec::with_capacity(k as usize);
-            for i in 0..k as usize {
-                let mut operands = Vec::with_capacity(instr.operands.len());
-                for o in &instr.operands {
-                    operands.push(match pieces.get(o) {
-                        Some(parts) if takes_pieces(id, *o) => parts[i],
-                        _ if old.instr(*o).shape.rank() > 0 && instr.opcode.is_elementwise() => {
-                            chunks_of(&mut b, &old, &map, &mut slices, *o, dim, k)[i]
-                        }
-                        _ => map[o.index()],
-                    });
+        let (parts, output_dim) =
+            if let Some((candidate, k)) = pairs.iter().find(|(c, _)| c.head() == id) {
+                let from = pieces
+                    .get(&candidate.split_value(&old))
+                    .filter(|_| prologue.contains_key(&candidate.split_value(&old)));
+                (
+                    pair_pieces(&mut b, &old, &map, candidate, *k, from.map(Vec::as_slice)),
+                    candidate.output_dim,
+                )
+            } else if let Some(&(_, k, dim)) = split.get(&id) {
+                let chunk = instr.shape.dims()[dim] / k;
+                // Where operands that are not taken piece by piece are sliced
+                // (an elementwise op's other operands, a batch dot's other
+                // side); the others are taken whole.
+                let sliced = operand_dims(&old, &instr, dim).unwrap_or_default();
+                let mut parts = Vec::with_capacity(k as usize);
+                for i in 0..k as usize {
+                    let mut operands = Vec::with_capacity(instr.operands.len());
+                    for (j, o) in instr.operands.iter().enumerate() {
+                        operands.push(match (pieces.get(o), sliced.get(j).copied().flatten()) {
+                            (Some(parts), _) if takes_pieces(id, *o) => parts[i],
+                            (_, Some(d)) if old.instr(*o).shape.rank() > 0 => {
+                                chunks_of(&mut b, &old, &map, &mut slices, *o, d, k)[i]
+                            }
+                            _ => map[o.index()],
+                        });
+                    }
+                    let shape = with_dim(&instr.shape, dim, chunk);
+                    parts.push(chunk_of(&mut b, &instr, operands, shape));
                 }
-                let shape = with_dim(&instr.shape, dim, chunk);
-                parts.push(chunk_of(&mut b, &instr, operands, shape));
-            }
-            (parts, dim)
-        } else {
-            for operand in instr
-                .operands
-                .iter_mut()
-                .chain(instr.control_predecessors.iter_mut())
-            {
-                *operand = map[operand.index()];
-            }
-            map.push(b.push(instr));
-            continue;
-        };
+                (parts, dim)
+            } else {
+                for operand in instr
+                    .operands
+                    .iter_mut()
+                    .chain(instr.control_predecessors.iter_mut())
+                {
+                    *operand = map[operand.index()];
+                }
+                map.push(b.push(instr));
+                continue;
+            };
         if escapes(id) {
             let whole = b.concatenate(parts.clone(), output_dim);
             b.comp.instr_mut(whole).sharding = instr.sharding.take();

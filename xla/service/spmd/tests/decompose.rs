@@ -510,3 +510,81 @@ ENTRY %e (x: f32[1,16,8], scale: f32[1,8], bias: f32[1,8], w1: f32[8,32], w2: f3
         "2 chunks of features",
     );
 }
+
+/// A row-parallel MLP whose all-reduce feeds tensor-parallel attention
+/// over a batch of two: split along the batch, the chain runs through the
+/// scores and the attention-weighted values (dots with the batch as a
+/// batch dimension, both sides chunked), the output projection and its
+/// all-reduce to the root; the split program computes the same bits.
+#[test]
+fn a_chain_through_batched_attention_computes_the_same() {
+    let text = r#"HloModule batched_attention, num_partitions=4
+
+%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %e (x: f32[2,8,16], w1: f32[16,32], w2: f32[32,16], wq: f32[16,4,8], wk: f32[16,4,8], wv: f32[16,4,8], wo: f32[4,8,16]) -> f32[2,8,16] {
+  %x = f32[2,8,16] parameter(0), sharding={replicated}
+  %w1 = f32[16,32] parameter(1), sharding={devices=[1,4]<=[4]}
+  %w2 = f32[32,16] parameter(2), sharding={devices=[4,1]<=[4]}
+  %wq = f32[16,4,8] parameter(3), sharding={devices=[1,4,1]<=[4]}
+  %wk = f32[16,4,8] parameter(4), sharding={devices=[1,4,1]<=[4]}
+  %wv = f32[16,4,8] parameter(5), sharding={devices=[1,4,1]<=[4]}
+  %wo = f32[4,8,16] parameter(6), sharding={devices=[4,1,1]<=[4]}
+  %h = f32[2,8,32] dot(%x, %w1), lhs_contracting_dims={2}, rhs_contracting_dims={0}, sharding={devices=[1,1,4]<=[4]}
+  %y = f32[2,8,16] dot(%h, %w2), lhs_contracting_dims={2}, rhs_contracting_dims={0}, sharding={replicated}
+  %r = f32[2,8,16] add(%x, %y), sharding={replicated}
+  %q = f32[2,8,4,8] dot(%r, %wq), lhs_contracting_dims={2}, rhs_contracting_dims={0}, sharding={devices=[1,1,4,1]<=[4]}
+  %k = f32[2,8,4,8] dot(%r, %wk), lhs_contracting_dims={2}, rhs_contracting_dims={0}, sharding={devices=[1,1,4,1]<=[4]}
+  %v = f32[2,8,4,8] dot(%r, %wv), lhs_contracting_dims={2}, rhs_contracting_dims={0}, sharding={devices=[1,1,4,1]<=[4]}
+  %scores = f32[2,4,8,8] dot(%q, %k), lhs_batch_dims={0,2}, lhs_contracting_dims={3}, rhs_batch_dims={0,2}, rhs_contracting_dims={3}, sharding={devices=[1,4,1,1]<=[4]}
+  %ninf = f32[] constant(-inf)
+  %row_max = f32[2,4,8] reduce(%scores, %ninf), dimensions={3}, to_apply=%max, sharding={devices=[1,4,1]<=[4]}
+  %max_b = f32[2,4,8,8] broadcast(%row_max), dimensions={0,1,2}, sharding={devices=[1,4,1,1]<=[4]}
+  %shifted = f32[2,4,8,8] subtract(%scores, %max_b), sharding={devices=[1,4,1,1]<=[4]}
+  %exp = f32[2,4,8,8] exponential(%shifted), sharding={devices=[1,4,1,1]<=[4]}
+  %zero = f32[] constant(0)
+  %row_sum = f32[2,4,8] reduce(%exp, %zero), dimensions={3}, to_apply=%sum, sharding={devices=[1,4,1]<=[4]}
+  %sum_b = f32[2,4,8,8] broadcast(%row_sum), dimensions={0,1,2}, sharding={devices=[1,4,1,1]<=[4]}
+  %p = f32[2,4,8,8] divide(%exp, %sum_b), sharding={devices=[1,4,1,1]<=[4]}
+  %o = f32[2,4,8,8] dot(%p, %v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,2}, rhs_contracting_dims={1}, sharding={devices=[1,4,1,1]<=[4]}
+  %out = f32[2,8,16] dot(%o, %wo), lhs_contracting_dims={1,3}, rhs_contracting_dims={0,1}, sharding={replicated}
+  ROOT %r2 = f32[2,8,16] add(%r, %out), sharding={replicated}
+}
+"#;
+    let (global, module) = propagate_and_partition(text);
+    let comp = &module.computations[module.entry.index()];
+    let pair = candidates(&module)
+        .into_iter()
+        .filter(|c| c.kind == PairKind::AllReduce)
+        .min_by_key(|c| c.collective)
+        .expect("the MLP's all-reduce");
+    assert_eq!((pair.output_dim, pair.size), (0, 2), "{pair:?}");
+    let chain: Vec<&xla_hlo_ir::HloInstruction> =
+        pair.chain.iter().map(|&(op, _)| comp.instr(op)).collect();
+    let batch_dots = chain
+        .iter()
+        .filter(|i| i.opcode == Opcode::Dot && i.attr(xla_hlo_ir::AttrKey::LhsBatchDims).is_some())
+        .count();
+    assert_eq!(
+        batch_dots, 2,
+        "the scores and the weighted values: {chain:?}"
+    );
+    assert!(
+        chain.iter().any(|i| i.opcode == Opcode::AllReduce),
+        "the output projection's all-reduce"
+    );
+    let args = random_args(&global, 0x0ba7_c4ed);
+    let out_shape = global.entry_computation().root_instr().shape.clone();
+    let want = run_partitioned_in_mode(&module, &args, &out_shape, 4, true).unwrap();
+    assert_halves_compute(&module, pair, (&args, &out_shape), &want, "2 batch chunks");
+}
