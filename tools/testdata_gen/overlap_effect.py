@@ -3,7 +3,8 @@
 matmul) and collective decomposition, under the analytical cost model: for
 every module, our pipeline (sharding-propagation, spmd-partitioning,
 latency-hiding-scheduler) with and without `windowed-einsum` (and with
---decompose, `decompose-collectives`) before the scheduler, as `hlo-opt
+--decompose, `decompose-collectives`; with --combine, `combine-collectives`)
+before the scheduler, as `hlo-opt
 --schedule-report` simulates them: step time (makespan), exposed
 communication, and the change.
 
@@ -19,7 +20,7 @@ of its step as exposed communication, and every module whose step time
 changes; then the counts of modules improved, unchanged and worse.
 
 Usage:
-    python3 tools/testdata_gen/overlap_effect.py [--threshold-mib 0] [--by-cost] [--bidirectional] [--decompose]
+    python3 tools/testdata_gen/overlap_effect.py [--threshold-mib 0] [--by-cost] [--bidirectional] [--decompose] [--combine]
         [--cost-model analytical] [--extra FILE ...]
 Needs a release build of hlo-opt (cargo build --release -p hlo-opt).
 """
@@ -85,6 +86,8 @@ def main():
                     help="bidirectional windowed loops (--windowed-einsum-bidirectional)")
     ap.add_argument("--decompose", action="store_true",
                     help="also run decompose-collectives after windowed-einsum")
+    ap.add_argument("--combine", action="store_true",
+                    help="also run combine-collectives (XLA's collective combiners, kept where they pay) last")
     ap.add_argument("--json", help="write every row here")
     args = ap.parse_args()
     rows = []
@@ -96,6 +99,7 @@ def main():
             print("skip %s: %s" % (name_of(path), err), file=sys.stderr)
             continue
         passes = base + "windowed-einsum" + (",decompose-collectives" if args.decompose else "")
+        passes += ",combine-collectives" if args.combine else ""
         after, err = report(args.hlo_opt, path, passes + ",latency-hiding-scheduler",
                             args.threshold_mib, args.cost_model, args.by_cost,
                             args.bidirectional)
@@ -128,10 +132,11 @@ def main():
                   % (r["module"][:52], m0, m1, 100 * change, e0, e1,
                      "  (exposed %.0f%%)" % (100 * exposed_share)
                      if exposed_share >= args.exposed_min else ""))
-    print("\n%d modules: %d faster, %d unchanged, %d slower (threshold %g MiB%s%s, %s)"
+    print("\n%d modules: %d faster, %d unchanged, %d slower (threshold %g MiB%s%s%s, %s)"
           % (len(rows), improved, same, worse, args.threshold_mib,
              ", by cost" if args.by_cost else "",
-             ", decomposition" if args.decompose else "", args.cost_model))
+             ", decomposition" if args.decompose else "",
+             ", combining" if args.combine else "", args.cost_model))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -101,7 +101,7 @@ struct Args {
     /// Run these passes in order, e.g. `--passes=sharding-propagation`
     /// (known: shardy-import, sdy-propagation, sharding-propagation,
     /// complete-shardings, spmd-partitioning, windowed-einsum,
-    /// decompose-collectives, async-collective-creator,
+    /// decompose-collectives, combine-collectives, async-collective-creator,
     /// latency-hiding-scheduler). The module is verified after each.
     #[arg(long, value_delimiter = ',', value_name = "PASS,...")]
     passes: Vec<String>,

@@ -179,6 +179,12 @@ struct Cli {
     /// decomposition; results bitwise unchanged in --consistent mode).
     #[arg(long, requires = "partition")]
     decompose_collectives: bool,
+    /// With --partition: combine independent all-reduces, all-gathers or
+    /// reduce-scatters of one kind into one collective (XLA's collective
+    /// combiners, within XLA's GPU thresholds), where the analytical cost
+    /// model says it pays (results bitwise unchanged).
+    #[arg(long, requires = "partition")]
+    combine_collectives: bool,
     /// Pipeline parallelism: split the module's microbatch loop (a scan
     /// whose body marks stages with jax.named_scope("stage_K")) into stage
     /// programs and run them by this schedule's task table (`gpipe`,
@@ -502,6 +508,7 @@ fn run(cli: &Cli) -> Result<bool> {
                 by_cost: cli.windowed_einsum_by_cost,
                 bidirectional: cli.windowed_einsum_bidirectional,
                 decompose: cli.decompose_collectives,
+                combine: cli.combine_collectives,
             },
         )?)
     } else {

@@ -21,18 +21,20 @@ pub struct Partitioned {
 }
 
 /// What runs after partitioning to create overlap: `windowed-einsum`
-/// (`--windowed-einsum-*`) and `decompose-collectives`
-/// (`--decompose-collectives`).
+/// (`--windowed-einsum-*`), `decompose-collectives`
+/// (`--decompose-collectives`) and `combine-collectives`
+/// (`--combine-collectives`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Overlap {
     pub threshold_mib: Option<f64>,
     pub by_cost: bool,
     pub bidirectional: bool,
     pub decompose: bool,
+    pub combine: bool,
 }
 
-/// Runs `windowed-einsum` (when asked) and `decompose-collectives` (when
-/// asked) on the partitioned module `m`; returns the loops made and the
+/// Runs `windowed-einsum`, `decompose-collectives` and
+/// `combine-collectives` (each when asked) on the partitioned module `m`; returns the loops made and the
 /// module's static collectives afterwards (a permute in a loop body counts
 /// once).
 fn add_overlap(m: &mut HloModule, n: i64, overlap: &Overlap) -> Result<Json> {
@@ -58,6 +60,7 @@ fn add_overlap(m: &mut HloModule, n: i64, overlap: &Overlap) -> Result<Json> {
     let passes: Vec<&str> = [
         windows.then_some("windowed-einsum"),
         overlap.decompose.then_some("decompose-collectives"),
+        overlap.combine.then_some("combine-collectives"),
     ]
     .into_iter()
     .flatten()
@@ -94,7 +97,11 @@ impl Partitioned {
         // Propagation changes no shape, so the global outputs have the input's root shape.
         let out_shape = m.entry_computation().root_instr().shape.clone();
         let report = xla_pipelines::spmd_pipeline(&options, false).run(&mut m)?;
-        let windowed = if overlap.threshold_mib.is_some() || overlap.by_cost || overlap.decompose {
+        let windowed = if overlap.threshold_mib.is_some()
+            || overlap.by_cost
+            || overlap.decompose
+            || overlap.combine
+        {
             Some(add_overlap(&mut m, n, &overlap)?)
         } else {
             None

@@ -12,8 +12,9 @@
 //! back (`SimplifyFPConversions`), so the collective sums the unrounded
 //! partial products.
 //!
-//! Only synchronous, single-operand collectives with an array result are
-//! promoted, and only when their reducer holds nothing but parameters and
+//! Only synchronous collectives are promoted, single-operand ones with an
+//! array result and variadic ones (a combined collective: a tuple of
+//! arrays, each element promoted as a collective of its own would be), and only when their reducer holds nothing but parameters and
 //! elementwise ops (a constant would need its literal converted); the
 //! others are left as they are.
 //!
@@ -27,6 +28,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use xla_hlo_ir::attrs::AttrValue;
 use xla_hlo_ir::{
     AttrKey, CompId, HloComputation, HloInstruction, HloModule, InstrId, Opcode, PrimitiveType,
+    Shape,
 };
 
 /// Promotes every eligible all-reduce and reduce-scatter of `from` to
@@ -54,9 +56,10 @@ pub fn promote_all_reduces(
                 let instr = module.computations[index].instr(id);
                 let reducer = instr.to_apply()?;
                 (matches!(instr.opcode, Opcode::AllReduce | Opcode::ReduceScatter)
-                    && instr.operands.len() == 1
-                    && instr.shape.is_array()
-                    && instr.shape.element_type() == Some(from)
+                    && result_shapes(instr).len() == instr.operands.len()
+                    && result_shapes(instr)
+                        .iter()
+                        .all(|s| s.is_array() && s.element_type() == Some(from))
                     && promotable_reducer(module, reducer, from))
                 .then_some((id, reducer))
             })
@@ -88,7 +91,7 @@ pub fn promote_all_reduces(
         }
         let widen: FxHashSet<InstrId> = eligible
             .keys()
-            .map(|&id| old.instr(id).operands[0])
+            .flat_map(|&id| old.instr(id).operands.iter().copied())
             .filter(|&operand| {
                 let dot = old.instr(operand);
                 dot.opcode == Opcode::Dot
@@ -118,33 +121,71 @@ pub fn promote_all_reduces(
                 map.push(added);
                 continue;
             };
-            let operand = instr.operands[0];
-            let operand_shape = new.instr(operand).shape.with_element_type(to);
-            let up = if widened_dots.contains(&operand) {
-                // The dot's only use: it yields `to` itself, unrounded.
-                new.instr_mut(operand).shape = operand_shape;
-                operand
-            } else {
-                let up = HloInstruction::new(
-                    unique(&mut names, "convert"),
-                    Opcode::Convert,
-                    operand_shape,
-                    vec![operand],
-                );
-                new.add(up)
-            };
+            let mut ups = Vec::with_capacity(instr.operands.len());
+            for &operand in &instr.operands {
+                let operand_shape = new.instr(operand).shape.with_element_type(to);
+                ups.push(if widened_dots.contains(&operand) {
+                    // The dot's only use: it yields `to` itself, unrounded.
+                    new.instr_mut(operand).shape = operand_shape;
+                    operand
+                } else {
+                    let up = HloInstruction::new(
+                        unique(&mut names, "convert"),
+                        Opcode::Convert,
+                        operand_shape,
+                        vec![operand],
+                    );
+                    new.add(up)
+                });
+            }
             let original_shape = instr.shape.clone();
             let name = instr.name.clone();
             instr.name = unique(&mut names, &format!("{name}.promoted"));
-            instr.shape = original_shape.with_element_type(to);
-            instr.operands = vec![up];
+            instr.shape = if original_shape.is_tuple() {
+                Shape::tuple(
+                    original_shape
+                        .tuple_elements()
+                        .iter()
+                        .map(|s| s.with_element_type(to))
+                        .collect(),
+                )
+            } else {
+                original_shape.with_element_type(to)
+            };
+            instr.operands = ups;
             instr.set_attr(AttrKey::ToApply, AttrValue::Computation(promoted[reducer]));
             let sharding = instr.sharding.take();
             let reduced = new.add(instr);
             // The converted result keeps the collective's name, so what
-            // refers to it by name (a schedule, a trace) still finds it.
-            let mut down =
-                HloInstruction::new(name, Opcode::Convert, original_shape, vec![reduced]);
+            // refers to it by name (a schedule, a trace) still finds it;
+            // a variadic one's elements are converted one by one.
+            let mut down = if original_shape.is_tuple() {
+                let elements: Vec<InstrId> = original_shape
+                    .tuple_elements()
+                    .iter()
+                    .enumerate()
+                    .map(|(index, element_shape)| {
+                        let mut element = HloInstruction::new(
+                            unique(&mut names, "get-tuple-element"),
+                            Opcode::GetTupleElement,
+                            element_shape.with_element_type(to),
+                            vec![reduced],
+                        );
+                        element.set_attr(AttrKey::Index, AttrValue::Int(index as i64));
+                        let element = new.add(element);
+                        let convert = HloInstruction::new(
+                            unique(&mut names, "convert"),
+                            Opcode::Convert,
+                            element_shape.clone(),
+                            vec![element],
+                        );
+                        new.add(convert)
+                    })
+                    .collect();
+                HloInstruction::new(name, Opcode::Tuple, original_shape, elements)
+            } else {
+                HloInstruction::new(name, Opcode::Convert, original_shape, vec![reduced])
+            };
             down.sharding = sharding;
             map.push(new.add(down));
         }
@@ -157,6 +198,16 @@ pub fn promote_all_reduces(
         crate::inline::order_callees_first(module);
     }
     count
+}
+
+/// The shapes of a collective's results: its array, or its tuple's
+/// elements.
+fn result_shapes(instr: &HloInstruction) -> Vec<&Shape> {
+    if instr.shape.is_tuple() {
+        instr.shape.tuple_elements().iter().collect()
+    } else {
+        vec![&instr.shape]
+    }
 }
 
 /// Whether `reducer` holds only parameters and elementwise ops, all of
@@ -305,6 +356,42 @@ ENTRY %e (a: bf16[4,8], b: bf16[8,4]) -> (bf16[4,4], bf16[4,4], bf16[4,4]) {
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }
+    }
+
+    /// A combined (variadic) all-reduce: each element is promoted as the
+    /// collective it replaced would be, its dot widened, and the tuple is
+    /// rebuilt from the converted elements under the collective's name.
+    #[test]
+    fn a_variadic_bf16_all_reduce_sums_each_element_in_f32() {
+        let mut m = module(&with_bf16_add(
+            "
+ENTRY %e (a: bf16[4,8], b: bf16[8,4], p: bf16[4]) -> (bf16[4,4], bf16[4]) {
+  %a = bf16[4,8] parameter(0)
+  %b = bf16[8,4] parameter(1)
+  %p = bf16[4] parameter(2)
+  %d = bf16[4,4] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %ar = (bf16[4,4], bf16[4]) all-reduce(%d, %p), replica_groups={}, to_apply=%add
+  %first = bf16[4,4] get-tuple-element(%ar), index=0
+  %second = bf16[4] get-tuple-element(%ar), index=1
+  ROOT %t = (bf16[4,4], bf16[4]) tuple(%first, %second)
+}
+",
+        ));
+        assert_eq!(
+            promote_all_reduces(&mut m, PrimitiveType::Bf16, PrimitiveType::F32),
+            1
+        );
+        let text = m.to_text();
+        for line in [
+            "%d = f32[4,4] dot(%a, %b)",
+            "%convert = f32[4] convert(%p)",
+            "%ar.promoted = (f32[4,4], f32[4]) all-reduce(%d, %convert), replica_groups={}, to_apply=%add_promoted",
+            "%ar = (bf16[4,4], bf16[4]) tuple(",
+            "%first = bf16[4,4] get-tuple-element(%ar), index=0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        assert_eq!(module(&text).to_text(), text);
     }
 
     #[test]

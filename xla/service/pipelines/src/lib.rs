@@ -23,6 +23,7 @@ pub use xla_sharding_propagation::ShardingPropagationOptions;
 pub use xla_spmd_partitioner::windowed_einsum::WindowedEinsumOptions;
 use xla_spmd_partitioner::{PartitionSummary, SpmdOptions, SpmdPartitioner};
 
+pub mod combine;
 pub mod decompose;
 pub mod windowed;
 
@@ -60,6 +61,10 @@ pub struct PipelineOptions {
     /// The standard pipeline runs `decompose-collectives` after
     /// partitioning (and windowing).
     pub decompose_collectives: bool,
+    /// The standard pipeline runs `combine-collectives` after
+    /// decomposition (groups within these limits, kept where the cost
+    /// model says they pay).
+    pub combine_collectives: Option<xla_spmd_partitioner::combine::CombineOptions>,
 }
 
 impl Default for PipelineOptions {
@@ -76,6 +81,7 @@ impl Default for PipelineOptions {
             windowed_einsum: WindowedEinsumOptions::default(),
             windowed_einsum_by_cost: false,
             decompose_collectives: false,
+            combine_collectives: None,
         }
     }
 }
@@ -155,6 +161,20 @@ pub fn registry(options: &PipelineOptions) -> PassRegistry {
             })
         },
     );
+    let model = options.cost_model.clone();
+    let scheduler = options.scheduler.clone();
+    let combine_options = options.combine_collectives.clone().unwrap_or_default();
+    registry.register(
+        "combine-collectives",
+        "combine independent all-reduces, all-gathers or reduce-scatters into one where the cost model says it pays (XLA's collective combiners)",
+        move || {
+            Box::new(combine::CombineCollectives {
+                options: combine_options.clone(),
+                model: model.clone(),
+                scheduler: scheduler.clone(),
+            })
+        },
+    );
     registry.register(
         "async-collective-creator",
         "turn collectives into async start/done pairs (XLA's AsyncCollectiveCreator)",
@@ -198,7 +218,8 @@ pub fn run_passes(
 }
 
 /// The standard SPMD pipeline: [`SPMD_PASSES`], `windowed-einsum` when
-/// its threshold is set, `decompose-collectives` when asked, then the
+/// its threshold is set, `decompose-collectives` and `combine-collectives`
+/// when asked, then the
 /// scheduler when `schedule` is set.
 pub fn spmd_pipeline(options: &PipelineOptions, schedule: bool) -> Pipeline {
     let mut names = SPMD_PASSES.to_vec();
@@ -207,6 +228,9 @@ pub fn spmd_pipeline(options: &PipelineOptions, schedule: bool) -> Pipeline {
     }
     if options.decompose_collectives {
         names.push("decompose-collectives");
+    }
+    if options.combine_collectives.is_some() {
+        names.push("combine-collectives");
     }
     if schedule {
         names.push(SCHEDULER_PASS);
@@ -256,6 +280,7 @@ mod tests {
                 "spmd-partitioning",
                 "windowed-einsum",
                 "decompose-collectives",
+                "combine-collectives",
                 "async-collective-creator",
                 "latency-hiding-scheduler"
             ]

@@ -70,6 +70,7 @@
 
 pub mod assemble;
 pub mod builder;
+pub mod combine;
 pub mod consistent;
 pub mod context;
 pub mod decompose;
