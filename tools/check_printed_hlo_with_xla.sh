@@ -2,7 +2,7 @@
 # Prints every HLO file we have (../shared/corpus, ../shared/xla-hlo,
 # testdata/cases) through our parser and printer (`hlo-opt FILE -o OUT`), and
 # testdata's partitioned programs with windowed einsum loops and with
-# collectives decomposed, then checks that XLA's own parser (jaxlib) accepts
+# collectives decomposed and combined, then checks that XLA's own parser (jaxlib) accepts
 # every printed file.
 # Skips with a message when jaxlib is not installed. Exit 1 on any failure.
 set -euo pipefail
@@ -48,21 +48,26 @@ while IFS= read -r f; do
   done
 done < <(find testdata/cases -name input.hlo | sort)
 # The same programs and the tensor-parallel overlap cases with collectives
-# decomposed (decompose-collectives after windowed einsum), where it split any.
+# decomposed and combined (decompose-collectives and combine-collectives
+# after windowed einsum), where either changed anything.
 decomposed=0
+combined=0
 while IFS= read -r f; do
   i=$((i + 1))
   dst="$out/$i.hlo"
   log=$(RUST_LOG=info "$HLO_OPT" "$f" \
-    --passes=sharding-propagation,spmd-partitioning,windowed-einsum,decompose-collectives \
+    --passes=sharding-propagation,spmd-partitioning,windowed-einsum,decompose-collectives,combine-collectives \
     --windowed-einsum-threshold-mib 0 --cost-model analytical -o "$dst" 2>&1)
-  if grep -q 'decompose-collectives: [1-9][0-9]* of' <<<"$log"; then
+  split=$(grep -c 'decompose-collectives: [1-9][0-9]* of' <<<"$log" || true)
+  joined=$(grep -c 'combine-collectives: [1-9][0-9]* of' <<<"$log" || true)
+  if [ "$split" -gt 0 ] || [ "$joined" -gt 0 ]; then
     echo "$dst" >> "$list"
-    decomposed=$((decomposed + 1))
+    [ "$split" -gt 0 ] && decomposed=$((decomposed + 1))
+    [ "$joined" -gt 0 ] && combined=$((combined + 1))
   fi
 done < <(find testdata/cases -name input.hlo | sort; find testdata/overlap_cases -name '*.hlo' | sort)
-total=$((${#files[@]} + windowed + decomposed))
-echo "printed $total files with hlo-opt ($windowed windowed-einsum programs, $decomposed with collectives decomposed); checking them with XLA's parser"
+total=$(wc -l < "$list")
+echo "printed $total files with hlo-opt ($windowed windowed-einsum programs, $decomposed with collectives decomposed, $combined combined); checking them with XLA's parser"
 if python3 tools/check_xla_parses.py --from-list "$list" > "$out/result.txt"; then
   echo "XLA's parser accepted all $total printed files"
 else
