@@ -12,26 +12,12 @@
 
 mod common;
 
-use common::{random_args, run_partitioned_in_mode};
+use common::{assert_bitwise_equal, random_args, run_partitioned_in_mode};
 use xla_hlo_evaluator::Value;
 use xla_hlo_ir::Opcode;
 use xla_hlo_pass::Pass;
 use xla_spmd_partitioner::decompose::{candidate_ways, candidates, decompose, Candidate, PairKind};
 use xla_spmd_partitioner::{partition_module, SpmdOptions};
-
-/// Every output element has the same bits (NaNs included, which `==`
-/// would call different).
-fn assert_bitwise_equal(got: &Value, want: &Value, name: &str) {
-    let (got, want) = (got.leaves(), want.leaves());
-    assert_eq!(got.len(), want.len(), "{name}");
-    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(a.dims, b.dims, "{name}: output {k}");
-        let bits = |x: &xla_hlo_evaluator::Array| -> Vec<u64> {
-            x.to_f64_vec().iter().map(|v| v.to_bits()).collect()
-        };
-        assert!(bits(a) == bits(b), "{name}: output {k} differs");
-    }
-}
 
 #[test]
 fn split_collectives_compute_bitwise_what_whole_ones_compute() {

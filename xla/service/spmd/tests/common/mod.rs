@@ -194,3 +194,17 @@ fn as_one_value(module: &HloModule, mut outs: Vec<Value>) -> Value {
         Value::Tuple(outs)
     }
 }
+
+/// Every output element has the same bits (NaNs included, which `==`
+/// would call different).
+pub fn assert_bitwise_equal(got: &Value, want: &Value, name: &str) {
+    let (got, want) = (got.leaves(), want.leaves());
+    assert_eq!(got.len(), want.len(), "{name}");
+    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.dims, b.dims, "{name}: output {k}");
+        let bits = |x: &xla_hlo_evaluator::Array| -> Vec<u64> {
+            x.to_f64_vec().iter().map(|v| v.to_bits()).collect()
+        };
+        assert!(bits(a) == bits(b), "{name}: output {k} differs");
+    }
+}
