@@ -53,7 +53,8 @@ sharding-propagation; complete-shardings; sharding-propagation,
 spmd-partitioning; ...,latency-hiding-scheduler; --schedule-report (also with
 --trace); --passes=async-collective-creator,latency-hiding-scheduler; the full
 pipeline with --schedule-report; the overlap passes (windowed-einsum at
-threshold 0 and by cost, decompose-collectives, --exact-time-limit); run_hlo_module M --args DIR (plain,
+threshold 0 and by cost, decompose-collectives, combine-collectives,
+--exact-time-limit); run_hlo_module M --args DIR (plain,
 --devices 8, --partition, --partition --schedule, --partition with the
 overlap passes); for a per-device program P:
 the hlo-opt commands that make sense for it and run_hlo_module P --devices 8
@@ -217,7 +218,7 @@ GLOBAL_COMMANDS = [
     ("async-lhs", 3, [HLO_OPT, "{M}", "--passes=async-collective-creator,latency-hiding-scheduler"]),
     ("pipeline-report", 2, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning,async-collective-creator,latency-hiding-scheduler", "--schedule-report"]),
     ("pipeline-trace", 1, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning", "--schedule-report", "--trace", "{TMP}/trace.json"]),
-    ("overlap", 2, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning,windowed-einsum,decompose-collectives", "--windowed-einsum-threshold-mib", "0"]),
+    ("overlap", 2, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning,windowed-einsum,decompose-collectives,combine-collectives", "--windowed-einsum-threshold-mib", "0"]),
     ("overlap-by-cost", 1, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning,windowed-einsum,decompose-collectives,latency-hiding-scheduler", "--windowed-einsum-by-cost", "--exact-time-limit", "0.05", "--schedule-report"]),
     ("overlap-bidirectional", 1, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning,windowed-einsum,decompose-collectives", "--windowed-einsum-threshold-mib", "0", "--windowed-einsum-bidirectional"]),
     ("exact-within-memory", 1, [HLO_OPT, "{M}", "--passes=sharding-propagation,spmd-partitioning,latency-hiding-scheduler", "--exact-time-limit", "0.05", "--memory-limit", "1000000", "--schedule-report"]),
@@ -226,7 +227,7 @@ GLOBAL_COMMANDS = [
     ("run-devices8", 3, [RUN, "{M}", "--args", "{ARGS}", "--devices", "8"]),
     ("run-partition", 3, [RUN, "{M}", "--args", "{ARGS}", "--partition"]),
     ("run-partition-schedule", 2, [RUN, "{M}", "--args", "{ARGS}", "--partition", "--schedule"]),
-    ("run-partition-overlap", 2, [RUN, "{M}", "--args", "{ARGS}", "--partition", "--windowed-einsum-threshold-mib", "0", "--decompose-collectives"]),
+    ("run-partition-overlap", 2, [RUN, "{M}", "--args", "{ARGS}", "--partition", "--windowed-einsum-threshold-mib", "0", "--decompose-collectives", "--combine-collectives"]),
 ]
 
 DEVICE_COMMANDS = [
@@ -236,7 +237,7 @@ DEVICE_COMMANDS = [
     ("lhs", 2, [HLO_OPT, "{M}", "--passes=latency-hiding-scheduler"]),
     ("async-lhs", 4, [HLO_OPT, "{M}", "--passes=async-collective-creator,latency-hiding-scheduler"]),
     ("async-lhs-report", 2, [HLO_OPT, "{M}", "--passes=async-collective-creator,latency-hiding-scheduler", "--schedule-report", "--trace", "{TMP}/trace.json"]),
-    ("overlap", 2, [HLO_OPT, "{M}", "--passes=windowed-einsum,decompose-collectives", "--windowed-einsum-threshold-mib", "0"]),
+    ("overlap", 2, [HLO_OPT, "{M}", "--passes=windowed-einsum,decompose-collectives,combine-collectives", "--windowed-einsum-threshold-mib", "0"]),
     ("exact", 1, [HLO_OPT, "{M}", "--passes=latency-hiding-scheduler", "--exact-time-limit", "0.05", "--schedule-report"]),
     ("run-sharded", 6, [RUN, "{M}", "--devices", "8", "--shardings-from", "{G}", "--args", "{ARGS}"]),
 ]

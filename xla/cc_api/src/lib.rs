@@ -223,7 +223,7 @@ mod tests {
             "{e}"
         );
         assert_eq!(module_to_text(&m), before);
-        assert_eq!(available_passes().len(), 9);
+        assert_eq!(available_passes().len(), 10);
     }
 
     #[test]

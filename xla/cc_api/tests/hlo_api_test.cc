@@ -104,6 +104,7 @@ void TestPassesByName() {
                                                "sharding-propagation",
                                                "complete-shardings", "spmd-partitioning",
                                                "windowed-einsum", "decompose-collectives",
+                                               "combine-collectives",
                                                "async-collective-creator",
                                                "latency-hiding-scheduler"}));
 
