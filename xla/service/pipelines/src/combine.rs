@@ -9,9 +9,10 @@
 //!
 //! Every group combined together is tried first (XLA's behaviour); it is
 //! kept when the simulated step of the whole module gets at least
-//! `MIN_GAIN` shorter. Otherwise the groups are tried one at a time, in
-//! program order, each kept with those before it when that shortens the
-//! step, until `TRIAL_BUDGET` of scheduling time is spent (the first
+//! `MIN_GAIN` shorter. Otherwise the groups are tried one at a time, those
+//! whose members the current schedule leaves exposed longest first (then
+//! in program order), each kept with those before it when that shortens
+//! the step, until `TRIAL_BUDGET` of scheduling time is spent (the first
 //! trial is always made).
 //!
 //! Invariants: results are bitwise those of the uncombined program; the
@@ -57,17 +58,33 @@ impl Pass for CombineCollectives {
             combine(&mut trial, chosen);
             trial
         };
-        let before = step(module)?;
+        let current = simulate(module, &self.scheduler, model, self.name())?;
+        let before = current.step_us;
         let all = combined(&groups);
         let all_step = step(&all)?;
         let mut trials = 1;
         let (kept, best_step, best) = if all_step < before * (1.0 - MIN_GAIN) {
             (groups.len(), all_step, Some(all))
         } else {
+            // The groups whose members the compute stream waits for longest
+            // first (they can gain the most), then in program order.
+            let waited = |group: &Group| -> f64 {
+                let comp = &module.computations[group.computation];
+                group
+                    .members
+                    .iter()
+                    .filter_map(|&m| {
+                        let key = (comp.name.clone(), comp.instr(m).name.clone());
+                        current.exposed.get(&key).copied()
+                    })
+                    .sum()
+            };
+            let mut order: Vec<(f64, &Group)> = groups.iter().map(|g| (waited(g), g)).collect();
+            order.sort_by(|a, b| b.0.total_cmp(&a.0));
             let mut chosen: Vec<Group> = Vec::new();
             let mut best_step = before;
             let mut best = None;
-            for group in &groups {
+            for (_, group) in order {
                 if started.elapsed() > TRIAL_BUDGET {
                     break;
                 }
