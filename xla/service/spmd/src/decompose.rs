@@ -23,8 +23,8 @@
 //! attention of a chunk of a batch), and further collectives (a
 //! transformer layer's next all-reduce and the work after it, until an op
 //! needs the whole of a chained value, as attention over a chunk of
-//! tokens needs every key). Chunk `i`'s chain can
-//! then run while chunk `i + 1`'s collective is in flight, which hides a
+//! tokens needs every key). Chunk `i`'s chain can then run while chunk
+//! `i + 1`'s collective is in flight, which hides a
 //! collective whose own dot is too small to. Operands from outside the
 //! chain are sliced (a broadcast is broadcast again per chunk; an operand
 //! that depends on the split value without being in the chain ends the
@@ -37,8 +37,9 @@
 //! walking back from the split value: elementwise ops, broadcasts,
 //! transposes, reshapes, reductions over other dimensions, dots where the
 //! chunked dimension is a free one of one side (the other side whole) or
-//! a batch one (both sides chunked) and collectives, as long as every user of the op is in the prologue. For a
-//! row-parallel projection after attention the prologue reaches back
+//! a batch one (both sides chunked) and collectives, as long as every
+//! user of the op is in the prologue. For a row-parallel projection after
+//! attention the prologue reaches back
 //! through the softmax to the query projection, so chunk `i`'s collective
 //! overlaps chunk `i + 1`'s attention, which hides the first chunk's
 //! collective as well. The prologue's boundary values (a key, a
