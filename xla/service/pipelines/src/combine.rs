@@ -118,32 +118,12 @@ impl Pass for CombineCollectives {
 
 #[cfg(test)]
 mod tests {
-    use crate::windowed::simulate;
-    use crate::{pipeline, PipelineOptions};
-    use xla_hlo_ir::{HloModule, Opcode};
+    use crate::windowed::steps_around;
 
     /// The simulated step without and with `combine-collectives`, and the
     /// all-reduces after it.
     fn steps(text: &str) -> (f64, f64, usize) {
-        let options = PipelineOptions::default();
-        let mut module = xla_hlo_parser::parse_module(text).unwrap();
-        let step = |m: &HloModule| {
-            simulate(m, &options.scheduler, options.cost_model.as_ref(), "t")
-                .unwrap()
-                .step_us
-        };
-        let before = step(&module);
-        pipeline(&options, "t", "combine-collectives")
-            .unwrap()
-            .run(&mut module)
-            .unwrap();
-        let all_reduces = module
-            .entry_computation()
-            .instructions
-            .iter()
-            .filter(|i| i.opcode == Opcode::AllReduce)
-            .count();
-        (before, step(&module), all_reduces)
+        steps_around(text, "", "combine-collectives")
     }
 
     const ADD: &str = "%add (a: f32[], b: f32[]) -> f32[] {

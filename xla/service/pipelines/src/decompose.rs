@@ -255,8 +255,7 @@ fn covering_lengths(costs: impl Iterator<Item = f64>, transfer: f64) -> Vec<usiz
 
 #[cfg(test)]
 mod tests {
-    use crate::windowed::simulate;
-    use crate::{pipeline, PipelineOptions};
+    use crate::windowed::steps_around;
 
     /// A Megatron MLP over 8 devices without sequence parallelism: the
     /// row-parallel matmul's partial sums are all-reduced.
@@ -278,29 +277,11 @@ ENTRY %e (x: bf16[{rows},4096], w: bf16[4096,16384], v: bf16[16384,4096]) -> bf1
     /// The simulated step without and with `decompose-collectives`, and
     /// the all-reduces after it.
     fn steps(text: &str) -> (f64, f64, usize) {
-        let options = PipelineOptions::default();
-        let mut module = xla_hlo_parser::parse_module(text).unwrap();
-        pipeline(&options, "t", "sharding-propagation,spmd-partitioning")
-            .unwrap()
-            .run(&mut module)
-            .unwrap();
-        let step = |m: &xla_hlo_ir::HloModule| {
-            simulate(m, &options.scheduler, options.cost_model.as_ref(), "t")
-                .unwrap()
-                .step_us
-        };
-        let before = step(&module);
-        pipeline(&options, "t", "decompose-collectives")
-            .unwrap()
-            .run(&mut module)
-            .unwrap();
-        let all_reduces = module
-            .computations
-            .iter()
-            .flat_map(|c| &c.instructions)
-            .filter(|i| i.opcode == xla_hlo_ir::Opcode::AllReduce)
-            .count();
-        (before, step(&module), all_reduces)
+        steps_around(
+            text,
+            "sharding-propagation,spmd-partitioning",
+            "decompose-collectives",
+        )
     }
 
     #[test]

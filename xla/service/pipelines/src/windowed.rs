@@ -123,6 +123,38 @@ pub(crate) struct Simulated {
     pub exposed: FxHashMap<(String, String), f64>,
 }
 
+/// For the overlap passes' tests: `text` after the passes `prepare`
+/// (comma-separated; none when empty), its simulated step before and after
+/// `pass`, and the all-reduces left.
+#[cfg(test)]
+pub(crate) fn steps_around(text: &str, prepare: &str, pass: &str) -> (f64, f64, usize) {
+    let options = crate::PipelineOptions::default();
+    let mut module = xla_hlo_parser::parse_module(text).unwrap();
+    if !prepare.is_empty() {
+        crate::pipeline(&options, "t", prepare)
+            .unwrap()
+            .run(&mut module)
+            .unwrap();
+    }
+    let step = |m: &HloModule| {
+        simulate(m, &options.scheduler, options.cost_model.as_ref(), "t")
+            .unwrap()
+            .step_us
+    };
+    let before = step(&module);
+    crate::pipeline(&options, "t", pass)
+        .unwrap()
+        .run(&mut module)
+        .unwrap();
+    let all_reduces = module
+        .computations
+        .iter()
+        .flat_map(|c| &c.instructions)
+        .filter(|i| i.opcode == xla_hlo_ir::Opcode::AllReduce)
+        .count();
+    (before, step(&module), all_reduces)
+}
+
 /// Schedules a copy of `module` with the latency-hiding scheduler and
 /// simulates it; errors name `pass`.
 pub(crate) fn simulate(

@@ -216,6 +216,7 @@ pub fn combine(module: &mut HloModule, groups: &[Group]) -> usize {
             continue;
         }
         let comp = &module.computations[computation];
+        let users = comp.users();
         // A group whose members are not all distinct collectives of one
         // kind, or that shares a member with an earlier group, is skipped.
         let mut taken = vec![false; comp.instructions.len()];
@@ -234,7 +235,7 @@ pub fn combine(module: &mut HloModule, groups: &[Group]) -> usize {
             let mut distinct = g.members.clone();
             distinct.sort();
             distinct.dedup();
-            if !valid || distinct.len() != g.members.len() || !independent(comp, &g.members) {
+            if !valid || distinct.len() != g.members.len() || !independent(&users, &g.members) {
                 return false;
             }
             for m in &g.members {
@@ -255,12 +256,12 @@ pub fn combine(module: &mut HloModule, groups: &[Group]) -> usize {
     combined
 }
 
-/// No member of `members` depends on another.
-fn independent(comp: &HloComputation, members: &[InstrId]) -> bool {
-    let users = comp.users();
-    let mut depends = vec![false; comp.instructions.len()];
+/// No member of `members` depends on another (`users`: the
+/// computation's users table).
+fn independent(users: &[Vec<InstrId>], members: &[InstrId]) -> bool {
+    let mut depends = vec![false; users.len()];
     for &m in members {
-        mark_dependents(&users, m, &mut depends);
+        mark_dependents(users, m, &mut depends);
     }
     members.iter().all(|m| !depends[m.index()])
 }

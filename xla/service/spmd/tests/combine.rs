@@ -7,24 +7,12 @@
 
 mod common;
 
-use common::{assert_bitwise_equal, random_args, run_partitioned_in_mode};
-use xla_hlo_ir::{HloModule, Opcode};
-use xla_hlo_pass::Pass;
+use common::{
+    assert_bitwise_equal, assert_rewrite_computes_the_same, collective_count,
+    propagate_and_partition, random_args, run_partitioned_in_mode,
+};
+use xla_hlo_ir::Opcode;
 use xla_spmd_partitioner::combine::{combinable_groups, combine, CombineOptions};
-use xla_spmd_partitioner::{partition_module, SpmdOptions};
-
-fn collectives(m: &HloModule) -> usize {
-    m.computations
-        .iter()
-        .flat_map(|c| &c.instructions)
-        .filter(|i| {
-            matches!(
-                i.opcode,
-                Opcode::AllReduce | Opcode::AllGather | Opcode::ReduceScatter
-            )
-        })
-        .count()
-}
 
 #[test]
 fn combined_collectives_compute_bitwise_what_separate_ones_compute() {
@@ -34,13 +22,8 @@ fn combined_collectives_compute_bitwise_what_separate_ones_compute() {
             continue;
         };
         let name = dir.display().to_string();
-        let mut module = xla_hlo_parser::parse_module(&text).unwrap();
-        xla_sharding_propagation::ShardingPropagation::default()
-            .run(&mut module)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let global = module.clone();
-        partition_module(&mut module, &SpmdOptions::default())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (global, module) =
+            propagate_and_partition(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         let groups = combinable_groups(&module, &CombineOptions::default());
         if groups.is_empty() {
             continue;
@@ -55,22 +38,13 @@ fn combined_collectives_compute_bitwise_what_separate_ones_compute() {
         groups_total += groups.len();
         members_total += members;
         assert_eq!(
-            collectives(&combined),
-            collectives(&module) - members + groups.len(),
+            collective_count(&combined),
+            collective_count(&module) - members + groups.len(),
             "{name}"
         );
-        xla_hlo_verifier::verify(&combined)
-            .unwrap_or_else(|e| panic!("{name}: {e}\n{}", combined.to_text()));
         xla_hlo_parser::parse_module(&combined.to_text())
             .unwrap_or_else(|e| panic!("{name}: the printed module does not parse: {e}"));
-        let args = random_args(&global, 0xc0b1_9e55);
-        let out_shape = global.entry_computation().root_instr().shape.clone();
-        let n = module.num_partitions();
-        let want = run_partitioned_in_mode(&module, &args, &out_shape, n, true)
-            .unwrap_or_else(|e| panic!("{name}: separate: {e}"));
-        let got = run_partitioned_in_mode(&combined, &args, &out_shape, n, true)
-            .unwrap_or_else(|e| panic!("{name}: combined: {e}"));
-        assert_bitwise_equal(&got, &want, &name);
+        assert_rewrite_computes_the_same(&global, &module, &combined, 0xc0b1_9e55, &name);
     }
     eprintln!("combined {groups_total} groups of {members_total} collectives in {cases} cases");
     assert!(cases >= 10, "only {cases} cases had collectives to combine");

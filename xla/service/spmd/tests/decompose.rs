@@ -12,12 +12,13 @@
 
 mod common;
 
-use common::{assert_bitwise_equal, random_args, run_partitioned_in_mode};
+use common::{
+    assert_bitwise_equal, assert_rewrite_computes_the_same, collective_count,
+    propagate_and_partition, random_args, run_partitioned_in_mode,
+};
 use xla_hlo_evaluator::Value;
 use xla_hlo_ir::Opcode;
-use xla_hlo_pass::Pass;
 use xla_spmd_partitioner::decompose::{candidate_ways, candidates, decompose, Candidate, PairKind};
-use xla_spmd_partitioner::{partition_module, SpmdOptions};
 
 #[test]
 fn split_collectives_compute_bitwise_what_whole_ones_compute() {
@@ -30,14 +31,9 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
         let Ok(text) = std::fs::read_to_string(dir.join("input.hlo")) else {
             continue;
         };
-        let name = dir.display();
-        let mut module = xla_hlo_parser::parse_module(&text).unwrap();
-        xla_sharding_propagation::ShardingPropagation::default()
-            .run(&mut module)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let global = module.clone();
-        partition_module(&mut module, &SpmdOptions::default())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let name = dir.display().to_string();
+        let (global, module) =
+            propagate_and_partition(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         let found = candidates(&module);
         let plan: Vec<_> = found
             .into_iter()
@@ -87,31 +83,11 @@ fn split_collectives_compute_bitwise_what_whole_ones_compute() {
         }
         xla_hlo_parser::parse_module(&split.to_text())
             .unwrap_or_else(|e| panic!("{name}: the printed module does not parse: {e}"));
-        let collectives = |m: &xla_hlo_ir::HloModule| {
-            m.computations
-                .iter()
-                .flat_map(|c| &c.instructions)
-                .filter(|i| {
-                    matches!(
-                        i.opcode,
-                        Opcode::AllReduce | Opcode::AllGather | Opcode::ReduceScatter
-                    )
-                })
-                .count()
-        };
         assert!(
-            collectives(&split) >= collectives(&module) + count,
+            collective_count(&split) >= collective_count(&module) + count,
             "{name}"
         );
-
-        let args = random_args(&global, 0xdec0_3905);
-        let out_shape = global.entry_computation().root_instr().shape.clone();
-        let n = module.num_partitions();
-        let want = run_partitioned_in_mode(&module, &args, &out_shape, n, true)
-            .unwrap_or_else(|e| panic!("{name}: whole: {e}"));
-        let got = run_partitioned_in_mode(&split, &args, &out_shape, n, true)
-            .unwrap_or_else(|e| panic!("{name}: split: {e}"));
-        assert_bitwise_equal(&got, &want, &name.to_string());
+        assert_rewrite_computes_the_same(&global, &module, &split, 0xdec0_3905, &name);
     }
     eprintln!(
         "split {cases} cases: {} all-reduce, {} reduce-scatter, {} all-gather pairs, {} collectives alone; {chain_ops} ops split with them, {chains_with_dots} chains reaching a dot; {prologue_ops} prologue ops, {prologues_with_dots} prologues with a dot",
@@ -151,7 +127,8 @@ fn other_dimensions_compute_bitwise_what_whole_ones_compute() {
             continue;
         };
         let name = dir.display().to_string();
-        let (global, module) = propagate_and_partition(&text);
+        let (global, module) =
+            propagate_and_partition(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         let plan: Vec<(Candidate, i64)> = candidate_ways(&module)
             .into_iter()
             .filter(|ways| ways.len() > 1)
@@ -170,16 +147,7 @@ fn other_dimensions_compute_bitwise_what_whole_ones_compute() {
         assert!(count >= 1, "{name}");
         cases += 1;
         pairs += count;
-        xla_hlo_verifier::verify(&split)
-            .unwrap_or_else(|e| panic!("{name}: {e}\n{}", split.to_text()));
-        let args = random_args(&global, 0x07e5_d135);
-        let out_shape = global.entry_computation().root_instr().shape.clone();
-        let n = module.num_partitions();
-        let want = run_partitioned_in_mode(&module, &args, &out_shape, n, true)
-            .unwrap_or_else(|e| panic!("{name}: whole: {e}"));
-        let got = run_partitioned_in_mode(&split, &args, &out_shape, n, true)
-            .unwrap_or_else(|e| panic!("{name}: split: {e}"));
-        assert_bitwise_equal(&got, &want, &name);
+        assert_rewrite_computes_the_same(&global, &module, &split, 0x07e5_d135, &name);
     }
     eprintln!("split {pairs} pairs along another dimension in {cases} cases");
     assert!(cases >= 20, "only {cases} cases had other ways to split");
@@ -201,18 +169,6 @@ fn assert_halves_compute(
         .unwrap_or_else(|e| panic!("{label}: {e}\n{}", split.to_text()));
     let got = run_partitioned_in_mode(&split, args, out_shape, 4, true).unwrap();
     assert_bitwise_equal(&got, want, label);
-}
-
-/// `text` after sharding propagation (the global module) and after
-/// partitioning as well.
-fn propagate_and_partition(text: &str) -> (xla_hlo_ir::HloModule, xla_hlo_ir::HloModule) {
-    let mut module = xla_hlo_parser::parse_module(text).unwrap();
-    xla_sharding_propagation::ShardingPropagation::default()
-        .run(&mut module)
-        .unwrap();
-    let global = module.clone();
-    partition_module(&mut module, &SpmdOptions::default()).unwrap();
-    (global, module)
 }
 
 /// Two tensor-parallel MLP blocks with a residual connection: the first
@@ -238,7 +194,7 @@ ENTRY %e (x: f32[8,16], w1: f32[16,32], w2: f32[32,16], w3: f32[16,32], w4: f32[
   ROOT %r2 = f32[8,16] add(%r1, %y2), sharding={replicated}
 }
 "#;
-    let (global, module) = propagate_and_partition(text);
+    let (global, module) = propagate_and_partition(text).unwrap();
     let found = candidates(&module);
     let comp = &module.computations[module.entry.index()];
     let first = found
@@ -345,7 +301,7 @@ ENTRY %e (x: f32[8,16], wq: f32[16,4,8], wk: f32[16,4,8], wv: f32[16,4,8], wo: f
   ROOT %out = f32[8,16] dot(%o, %wo), lhs_contracting_dims={0,2}, rhs_contracting_dims={0,1}, sharding={replicated}
 }
 "#;
-    let (global, module) = propagate_and_partition(text);
+    let (global, module) = propagate_and_partition(text).unwrap();
     let found = candidates(&module);
     let comp = &module.computations[module.entry.index()];
     let pair = found
@@ -459,7 +415,7 @@ ENTRY %e (x: f32[1,16,8], scale: f32[1,8], bias: f32[1,8], w1: f32[8,32], w2: f3
   ROOT %y = f32[1,16,8] dot(%a, %w2), lhs_contracting_dims={2}, rhs_contracting_dims={0}, sharding={replicated}
 }
 "#;
-    let (global, module) = propagate_and_partition(text);
+    let (global, module) = propagate_and_partition(text).unwrap();
     let pair = candidates(&module)
         .into_iter()
         .find(|c| c.kind == PairKind::AllReduce)
@@ -547,7 +503,7 @@ ENTRY %e (x: f32[2,8,16], w1: f32[16,32], w2: f32[32,16], wq: f32[16,4,8], wk: f
   ROOT %r2 = f32[2,8,16] add(%r, %out), sharding={replicated}
 }
 "#;
-    let (global, module) = propagate_and_partition(text);
+    let (global, module) = propagate_and_partition(text).unwrap();
     let comp = &module.computations[module.entry.index()];
     let pair = candidates(&module)
         .into_iter()

@@ -15,7 +15,6 @@ mod common;
 use common::{compare, random_args, run_partitioned, run_partitioned_in_mode};
 use xla_hlo_ir::stats::ModuleStats;
 use xla_hlo_ir::{HloModule, Opcode};
-use xla_hlo_pass::Pass;
 use xla_spmd_partitioner::windowed_einsum::{
     windowed_einsum, WindowedEinsumOptions, WindowedEinsumStats,
 };
@@ -32,14 +31,9 @@ fn always() -> WindowedEinsumOptions {
 /// is not stored.
 fn partitioned(dir: &std::path::Path) -> Option<(HloModule, HloModule)> {
     let text = std::fs::read_to_string(dir.join("input.hlo")).ok()?;
-    let mut module = xla_hlo_parser::parse_module(&text).unwrap_or_else(|e| panic!("{e}"));
-    xla_sharding_propagation::ShardingPropagation::default()
-        .run(&mut module)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let global = module.clone();
-    partition_module(&mut module, &SpmdOptions::default())
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    Some((global, module))
+    Some(
+        common::propagate_and_partition(&text).unwrap_or_else(|e| panic!("{}: {e}", dir.display())),
+    )
 }
 
 fn count(module: &HloModule, opcode: Opcode) -> usize {

@@ -208,3 +208,53 @@ pub fn assert_bitwise_equal(got: &Value, want: &Value, name: &str) {
         assert!(bits(a) == bits(b), "{name}: output {k} differs");
     }
 }
+
+/// `text` after sharding propagation (the global module), and after
+/// partitioning as well.
+pub fn propagate_and_partition(text: &str) -> Result<(HloModule, HloModule), String> {
+    let mut module = xla_hlo_parser::parse_module(text).map_err(|e| e.to_string())?;
+    xla_sharding_propagation::ShardingPropagation::default()
+        .run(&mut module)
+        .map_err(|e| e.to_string())?;
+    let global = module.clone();
+    partition_module(&mut module, &SpmdOptions::default()).map_err(|e| e.to_string())?;
+    Ok((global, module))
+}
+
+/// `rewritten` (a rewrite of partitioned `module`, both from `global`)
+/// verifies and, run in consistent mode on the module's partition count
+/// with the same random arguments (`seed`), computes `module`'s bits.
+pub fn assert_rewrite_computes_the_same(
+    global: &HloModule,
+    module: &HloModule,
+    rewritten: &HloModule,
+    seed: u64,
+    name: &str,
+) {
+    xla_hlo_verifier::verify(rewritten)
+        .unwrap_or_else(|e| panic!("{name}: {e}\n{}", rewritten.to_text()));
+    let args = random_args(global, seed);
+    let out_shape = global.entry_computation().root_instr().shape.clone();
+    let n = module.num_partitions();
+    let want = run_partitioned_in_mode(module, &args, &out_shape, n, true)
+        .unwrap_or_else(|e| panic!("{name}: before: {e}"));
+    let got = run_partitioned_in_mode(rewritten, &args, &out_shape, n, true)
+        .unwrap_or_else(|e| panic!("{name}: rewritten: {e}"));
+    assert_bitwise_equal(&got, &want, name);
+}
+
+/// How many all-reduces, all-gathers and reduce-scatters `m` holds.
+pub fn collective_count(m: &HloModule) -> usize {
+    m.computations
+        .iter()
+        .flat_map(|c| &c.instructions)
+        .filter(|i| {
+            matches!(
+                i.opcode,
+                xla_hlo_ir::Opcode::AllReduce
+                    | xla_hlo_ir::Opcode::AllGather
+                    | xla_hlo_ir::Opcode::ReduceScatter
+            )
+        })
+        .count()
+}
